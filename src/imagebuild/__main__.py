@@ -1,0 +1,4 @@
+from imagebuild.cli import main
+
+if __name__ == "__main__":
+    main()

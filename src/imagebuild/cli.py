@@ -1,0 +1,62 @@
+"""The `imagebuild` command group. Each subcommand lives in its own module under imagebuild/commands/."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from imagebuild import __version__
+from imagebuild.errors import EXIT_INTERRUPTED, ImagebuildError
+
+# command name -> module under imagebuild.commands exposing a click command named `command`
+COMMANDS = ("validate", "plan", "render", "build", "test", "push", "report", "bake", "refresh")
+
+
+class _Group(click.Group):
+    def list_commands(self, ctx):
+        return [name for name in COMMANDS if self.get_command(ctx, name) is not None]
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        try:
+            module = importlib.import_module(f"imagebuild.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"imagebuild.commands.{name}":
+                return None
+            raise
+        return module.command
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="imagebuild")
+def cli() -> None:
+    """Build validated, tested PyTorch + CUDA images from a YAML version matrix.
+
+    \b
+    Example:
+      imagebuild validate --matrix images/h100.yaml
+      imagebuild plan --matrix h100.yaml
+      imagebuild build --matrix images/cpu.yaml --wheelhouse /opt/wheels
+    """
+
+
+def main() -> None:
+    try:
+        rv = cli.main(standalone_mode=False)
+    except ImagebuildError as exc:
+        click.echo(f"error: {exc}" if not str(exc).startswith(("/", ".")) and "\n" not in str(exc) else str(exc),
+                   err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,27 @@
+"""Options from the command line that change what is rendered (and so the inputs hash)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagebuild.secrets import redact
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    ca_certs: tuple[Path, ...] = ()  # extra CA files (added to matrix `ca_certs`)
+    pip_index_url: str | None = None  # replaces PyPI; may carry credentials (kept out of final layers)
+    pip_extra_index_urls: tuple[str, ...] = ()
+    torch_index_url: str | None = None  # overrides the resolved torch index; "none" disables it
+    wheelhouse: Path | None = None  # local wheel folder, visible to pip stages only
+
+    def public(self) -> dict:
+        """A loggable, hashable view: credentials replaced."""
+        return {
+            "ca_certs": [str(p) for p in self.ca_certs],
+            "pip_index_url": redact(self.pip_index_url) if self.pip_index_url else None,
+            "pip_extra_index_urls": [redact(u) for u in self.pip_extra_index_urls],
+            "torch_index_url": redact(self.torch_index_url) if self.torch_index_url else None,
+            "wheelhouse": str(self.wheelhouse) if self.wheelhouse else None,
+        }

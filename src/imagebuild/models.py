@@ -1,0 +1,148 @@
+"""The tables that flow along the pipeline: matrix -> resolve -> render -> plan -> build -> test -> push -> report.
+
+Every stage takes the previous stage's dataclasses and adds its own; nothing downstream re-reads YAML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FLAVORS: tuple[str, ...] = ("base", "runtime", "dev")
+PARENT_FLAVOR: dict[str, str | None] = {"base": None, "runtime": "base", "dev": "runtime"}
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a value came from, for error messages (`FILE:LINE: key.path: ...`)."""
+
+    file: str
+    line: int  # 1-based; 0 when unknown
+    keypath: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class OSInfo:
+    """One row of compat/data/os.yaml."""
+
+    id: str  # "debian12", "ubuntu24.04"
+    family: str  # "debian" | "ubuntu"
+    version: str  # "12", "24.04"
+    codename: str  # "bookworm", "noble"
+    system_python: str  # "3.11"
+    installable_pythons: tuple[str, ...]  # pythons the OS can add (e.g. deadsnakes on Ubuntu)
+    mirror: str  # default bootstrap mirror
+    glibc: str  # for manylinux checks
+    components: tuple[str, ...] = ("main",)
+
+
+@dataclass(frozen=True)
+class Versions:
+    """Every resolved pin of one variant. `cuda == "cpu"` for CPU builds (cudnn/nccl are then None)."""
+
+    torch: str
+    cuda: str
+    python: str
+    os: str
+    cudnn: str | None = None
+    nccl: str | None = None
+    triton: str | None = None
+    torchvision: str | None = None
+    torchaudio: str | None = None
+    transformer_engine: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {
+            "torch": self.torch,
+            "cuda": self.cuda,
+            "cudnn": self.cudnn,
+            "nccl": self.nccl,
+            "triton": self.triton,
+            "python": self.python,
+            "os": self.os,
+            "torchvision": self.torchvision,
+            "torchaudio": self.torchaudio,
+            "transformer_engine": self.transformer_engine,
+        }
+
+
+@dataclass(frozen=True)
+class BaseSource:
+    """Where the base flavor's FROM comes from: a registry reference, or an OS rootfs bootstrapped from a mirror."""
+
+    kind: str  # "bootstrap" | "registry"
+    ref: str | None = None  # registry reference when kind == "registry"
+    mirror: str | None = None  # bootstrap mirror (defaults to the OS's)
+    snapshot: str | None = None  # e.g. "20251101T000000Z" (snapshot.debian.org style), optional
+    packages: tuple[str, ...] = ()  # extra packages baked into the rootfs
+
+
+@dataclass(frozen=True)
+class ResolvedVariant:
+    """One row of the matrix after defaults/include/exclude and compatibility resolution."""
+
+    key: str  # "2.9.1-cuda12.8-py3.12-ubuntu24.04" / "2.13.0-cpu-py3.11-debian12"
+    name: str  # image repository name (matrix `name`)
+    registry: str  # push target, may be ""
+    versions: Versions
+    cuda_tag: str  # "cu128" | "cu130" | "cpu"
+    os: OSInfo
+    base: BaseSource
+    torch_index_url: str | None  # None = PyPI (the release's default variant)
+    flavors: tuple[str, ...]
+    tf32: bool
+    gpu_archs: tuple[str, ...]
+    arch_list: tuple[str, ...]  # archs the torch wheel carries
+    min_driver: str | None
+    fp8_min_arch: str | None = None
+    apt_packages: dict[str, tuple[str, ...]] = field(default_factory=dict)  # flavor -> extra apt packages
+    pip_packages: dict[str, tuple[str, ...]] = field(default_factory=dict)  # flavor -> extra pip requirements
+    ca_certs: tuple[str, ...] = ()  # CA files (paths) to add to the system store
+    size_budget: dict[str, int] = field(default_factory=dict)  # flavor -> bytes
+    perf_min: dict[str, float] = field(default_factory=dict)
+    chosen: dict[str, str] = field(default_factory=dict)  # what resolution picked and why ("torch": "2.9 -> 2.9.1")
+    source: Location | None = None
+
+
+@dataclass
+class ImagePlan:
+    """One image to build. Children name their parent by `parent` (its tag) and FROM its image ID at build time."""
+
+    id: str  # "<variant key>-<flavor>", unique in a plan, safe as a folder name
+    tag: str  # full reference: "<registry>/<name>:<torch>-cuda<cuda>-cudnn<major>-py<python>-<os>-<flavor>"
+    flavor: str
+    parent: str | None  # parent's tag (None for base)
+    variant: ResolvedVariant
+    dockerfile: str  # rendered text
+    build_args: dict[str, str]  # hashed, deterministic build args (BASE_IMAGE is filled in at build time)
+    context_files: dict[str, bytes]  # extra files for the build context: relative path -> content
+    labels: dict[str, str]  # deterministic labels (io.imagebuild.*, OCI title/version/source)
+    inputs_hash: str  # sha256 over dockerfile, build args, context files and the parent's inputs hash
+    context_dirs: dict[str, Path] = field(default_factory=dict)  # big host folders (wheelhouse): ctx path -> dir
+    secret_build_args: dict[str, str] = field(default_factory=dict)  # never hashed, labelled, logged or reported;
+    # only builder stages may use them (credentialed index URLs), so they never reach the final image's history
+    aliases: tuple[str, ...] = ()  # short tags, e.g. "2.9-cuda12.8-runtime"
+    dockerfile_path: Path | None = None  # where `render` wrote it
+
+    @property
+    def repository(self) -> str:
+        return self.tag.rsplit(":", 1)[0]
+
+    @property
+    def short_tag(self) -> str:
+        return self.tag.rsplit(":", 1)[1]
+
+
+@dataclass
+class Plan:
+    matrix_file: str
+    images: list[ImagePlan]  # dependency order: every parent before its children
+
+    def by_tag(self) -> dict[str, ImagePlan]:
+        return {i.tag: i for i in self.images}
+
+    def children(self, tag: str) -> list[ImagePlan]:
+        return [i for i in self.images if i.parent == tag]
