@@ -146,3 +146,26 @@ class Plan:
 
     def children(self, tag: str) -> list[ImagePlan]:
         return [i for i in self.images if i.parent == tag]
+
+
+@dataclass
+class ImageResult:
+    """What happened to one planned image across build -> test -> push; the rows of build-report.json.
+
+    build fills status/image_id/size/layers/build_seconds/error/log_path, test fills `tests`, push fills `push`.
+    """
+
+    tag: str
+    flavor: str
+    inputs_hash: str
+    versions: dict[str, str | None]
+    parent: str | None = None
+    status: str = "planned"  # planned | built | up-to-date | failed | not-built (a parent failed) | skipped
+    image_id: str | None = None
+    size: int | None = None  # bytes, as the engine reports
+    layers: list[dict] = field(default_factory=list)  # 5 largest: {"size": int, "created_by": str}
+    build_seconds: float | None = None
+    error: str | None = None  # one paragraph: failing step + reason
+    log_path: str | None = None
+    tests: dict | None = None  # {"passed": n, "failed": n, "skipped": n, "checks": [{name,status,reason,...}]}
+    push: dict | None = None  # {"status": "pushed"|"unchanged"|"failed", "digest": ..., "tags": [...], ...}
