@@ -1,0 +1,52 @@
+# imagebuild — common tasks. `make help` lists them.
+SHELL := /bin/bash
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+WHEELHOUSE ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
+CA_CERT ?= $(or $(PIP_CERT),/etc/ssl/certs/ca-certificates.crt)
+MATRIX ?= images/cpu.yaml
+
+.PHONY: help install system-deps lint test test-unit test-integration build-cpu render-check bench e2e-cuda clean
+
+help:
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+
+system-deps: ## Debian packages the engine, bootstrap and registry tests need (idempotent)
+	scripts/system-deps.sh
+
+$(BIN)/imagebuild: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: system-deps $(BIN)/imagebuild ## Install system packages and the tool into .venv
+
+lint: $(BIN)/imagebuild ## ruff + hadolint over every shipped matrix's rendered Dockerfiles + render drift check
+	$(BIN)/ruff check src tests bench
+	$(BIN)/imagebuild render --matrix images/cpu.yaml --check
+	$(BIN)/imagebuild render --matrix images/h100.yaml --check
+	$(BIN)/imagebuild render --matrix images/a100.yaml --check
+
+test-unit: $(BIN)/imagebuild ## Unit tests only (no engine)
+	$(BIN)/pytest -q tests/unit
+
+test: install ## Everything CI runs: starts a private Docker engine and registry, unit + integration tests
+	scripts/run-tests.sh
+
+build-cpu: install ## The main job on this machine: build the CPU matrix (bootstrap Debian 12, torch CPU wheel)
+	eval "$$(scripts/docker-engine.sh)" && $(BIN)/imagebuild build --matrix $(MATRIX) \
+	  --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) --torch-index-url none --test
+
+render-check: $(BIN)/imagebuild
+	for m in images/*.yaml; do $(BIN)/imagebuild render --matrix $$m --check || exit 1; done
+
+bench: install ## Benchmarks (print tables; not tests)
+	$(BIN)/python bench/bench_resolve.py
+	eval "$$(scripts/docker-engine.sh)" && $(BIN)/python bench/bench_build.py
+
+e2e-cuda: install ## NOT in CI: real torch 2.9.1+cu128 runtime image from PyPI wheels (~4 GB download)
+	eval "$$(scripts/docker-engine.sh)" && scripts/e2e-cuda.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache reports out

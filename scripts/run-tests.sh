@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The README's test command (`make test`) ends here; .ci/run calls `make test`.
+# Starts a PRIVATE Docker engine with an empty data-root for this run, so no test can pass on images or build cache
+# left by an earlier session; stops it and deletes its data afterwards. IMAGEBUILD_REUSE_ENGINE=1 uses the engine
+# DOCKER_HOST (or the default socket) reaches instead — faster while developing, not what CI does.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.venv/bin:$PATH"
+export IMAGEBUILD_WHEELHOUSE="${IMAGEBUILD_WHEELHOUSE:-${PIP_FIND_LINKS:-/opt/wheels}}"
+export IMAGEBUILD_CA_CERT="${IMAGEBUILD_CA_CERT:-${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}}"
+
+if [[ "${IMAGEBUILD_REUSE_ENGINE:-0}" == 1 ]]; then
+  eval "$(scripts/docker-engine.sh)"
+else
+  run_dir="$(mktemp -d /var/tmp/imagebuild-test.XXXXXX)"
+  cleanup() { scripts/docker-engine.sh --stop "$run_dir" || true; rm -rf "$run_dir"; }
+  trap cleanup EXIT
+  eval "$(scripts/docker-engine.sh --fresh "$run_dir")"
+fi
+echo "run-tests: engine at ${DOCKER_HOST:-default socket}" >&2
+python -m pytest -q -p no:cacheprovider tests "$@"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Install the Debian packages imagebuild's engine, bootstrap and registry tests need. Idempotent; needs root.
+set -euo pipefail
+need=()
+command -v dockerd >/dev/null || need+=(docker.io)
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v docker-registry >/dev/null || need+=(docker-registry)
+command -v htpasswd >/dev/null || need+=(apache2-utils)
+command -v openssl >/dev/null || need+=(openssl)
+if ((${#need[@]})); then
+  echo "system-deps: installing ${need[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+echo "system-deps: ok" >&2

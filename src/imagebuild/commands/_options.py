@@ -1,0 +1,57 @@
+"""Options shared by several commands (one definition, so every command spells them the same way)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import click
+
+from imagebuild.inputs import BuildInputs
+
+
+def matrix_option(func):
+    return click.option(
+        "--matrix",
+        "-m",
+        "matrix",
+        required=True,
+        metavar="FILE",
+        help="Matrix YAML; a bare name such as h100.yaml is also looked up in ./images/.",
+    )(func)
+
+
+def registry_option(func):
+    return click.option("--registry", default=None, metavar="HOST[:PORT]/PATH",
+                        help="Override the matrix's `registry` (use '' for local-only tags).")(func)
+
+
+def build_input_options(func):
+    """--ca-cert/--pip-index-url/--pip-extra-index-url/--torch-index-url/--wheelhouse -> kwarg `inputs`."""
+
+    @click.option("--ca-cert", "ca_certs", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
+                  help="Extra CA certificate (PEM) for the image's system store; repeatable.")
+    @click.option("--pip-index-url", default=None, metavar="URL", help="Replaces PyPI (credentials stay out of images).")
+    @click.option("--pip-extra-index-url", "pip_extra", multiple=True, metavar="URL", help="Extra index; repeatable.")
+    @click.option("--torch-index-url", default=None, metavar="URL|none",
+                  help="Override the torch wheel index chosen by resolution ('none': PyPI/wheelhouse only).")
+    @click.option("--wheelhouse", default=None, type=click.Path(file_okay=False, path_type=Path),
+                  help="Local wheel folder for pip stages only (never copied into a final image).")
+    @functools.wraps(func)
+    def wrapper(*args, ca_certs, pip_index_url, pip_extra, torch_index_url, wheelhouse, **kwargs):
+        kwargs["inputs"] = BuildInputs(
+            ca_certs=tuple(ca_certs),
+            pip_index_url=pip_index_url,
+            pip_extra_index_urls=tuple(pip_extra),
+            torch_index_url=torch_index_url,
+            wheelhouse=wheelhouse,
+        )
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def resolve_matrix_path(name: str) -> Path:
+    from imagebuild.matrix import find_matrix
+
+    return find_matrix(name)

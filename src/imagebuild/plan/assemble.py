@@ -1,0 +1,125 @@
+"""Assemble the plan: every resolved variant x flavor, parents first, each with its rendered Dockerfile and hash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from imagebuild.inputs import BuildInputs
+from imagebuild.models import FLAVORS, PARENT_FLAVOR, ImagePlan, Plan, ResolvedVariant
+from imagebuild.plan import tags
+from imagebuild.plan.hashing import inputs_hash
+
+
+def default_render_dir(matrix_path: str | Path) -> Path:
+    """Where `imagebuild render` writes by default: rendered/<matrix stem>/ under the working directory."""
+    return Path("rendered") / Path(matrix_path).stem
+
+
+def _needed_flavors(variant: ResolvedVariant) -> list[str]:
+    """The variant's flavors plus the parents they stand on (dev needs runtime needs base), in build order."""
+    wanted = set(variant.flavors)
+    for flavor in list(wanted):
+        parent = PARENT_FLAVOR[flavor]
+        while parent:
+            wanted.add(parent)
+            parent = PARENT_FLAVOR[parent]
+    return [f for f in FLAVORS if f in wanted]
+
+
+def _base_source_inputs(variant: ResolvedVariant) -> dict:
+    base = variant.base
+    if base.kind == "registry":
+        return {"kind": "registry", "ref": base.ref}
+    return {
+        "kind": "bootstrap",
+        "os": variant.os.id,
+        "mirror": base.mirror or variant.os.mirror,
+        "snapshot": base.snapshot,
+        "packages": sorted(base.packages),
+    }
+
+
+def plan_from_variants(
+    variants: list[ResolvedVariant],
+    inputs: BuildInputs,
+    registry: str | None = None,
+    matrix_file: str = "",
+    render_dir: Path | None = None,
+) -> Plan:
+    from imagebuild.render import render_image  # imported late: rendering needs jinja2 and the templates
+
+    images: list[ImagePlan] = []
+    aliases = {f: tags.assign_aliases(variants, f, registry) for f in FLAVORS}
+    for variant in variants:
+        parent: ImagePlan | None = None
+        for flavor in _needed_flavors(variant):
+            rendered = render_image(variant, flavor, inputs)
+            image_id = f"{variant.key}-{flavor}"
+            digest = inputs_hash(
+                rendered.dockerfile,
+                rendered.build_args,
+                rendered.labels,
+                rendered.context_files,
+                rendered.context_dirs,
+                parent.inputs_hash if parent else None,
+                extra={"base": _base_source_inputs(variant)} if parent is None else None,
+            )
+            alias = aliases[flavor].get(variant.key)
+            plan = ImagePlan(
+                id=image_id,
+                tag=tags.full_tag(variant, flavor, registry),
+                flavor=flavor,
+                parent=parent.tag if parent else None,
+                variant=variant,
+                dockerfile=rendered.dockerfile,
+                build_args=dict(rendered.build_args),
+                context_files=dict(rendered.context_files),
+                labels=dict(rendered.labels),
+                inputs_hash=digest,
+                context_dirs=dict(rendered.context_dirs),
+                secret_build_args=dict(rendered.secret_build_args),
+                aliases=(alias,) if alias else (),
+                dockerfile_path=(render_dir / image_id / "Dockerfile") if render_dir else None,
+            )
+            images.append(plan)
+            parent = plan
+    return Plan(matrix_file=matrix_file, images=images)
+
+
+def make_plan(
+    matrix_path: str | Path,
+    inputs: BuildInputs | None = None,
+    registry: str | None = None,
+    render_dir: Path | None = None,
+) -> Plan:
+    """Load, validate, resolve and render a matrix file. Raises MatrixError (exit 2) with every problem found."""
+    from imagebuild.matrix import load_matrix
+    from imagebuild.resolve import resolve_matrix
+
+    inputs = inputs or BuildInputs()
+    doc = load_matrix(matrix_path)
+    variants = resolve_matrix(doc, inputs)
+    return plan_from_variants(
+        variants,
+        inputs,
+        registry=registry,
+        matrix_file=str(matrix_path),
+        render_dir=render_dir if render_dir is not None else default_render_dir(matrix_path),
+    )
+
+
+def select(plan: Plan, pattern: str | None) -> list[ImagePlan]:
+    """Images matching an fnmatch pattern (tag, short tag or id), plus the parents they need, in plan order."""
+    import fnmatch
+
+    if not pattern:
+        return list(plan.images)
+    by_tag = plan.by_tag()
+    chosen: set[str] = set()
+    for image in plan.images:
+        if any(fnmatch.fnmatch(text, pattern) for text in (image.tag, image.short_tag, image.id)):
+            node: ImagePlan | None = image
+            while node is not None and node.tag not in chosen:
+                chosen.add(node.tag)
+                node = by_tag.get(node.parent) if node.parent else None
+    return [i for i in plan.images if i.tag in chosen]

@@ -1,0 +1,92 @@
+"""Plan as a table, as JSON, and as a GitHub Actions `strategy.matrix`."""
+
+from __future__ import annotations
+
+import json
+
+from imagebuild.models import Plan
+
+
+def plan_rows(plan: Plan) -> list[dict]:
+    rows = []
+    for image in plan.images:
+        v = image.variant
+        rows.append(
+            {
+                "id": image.id,
+                "tag": image.tag,
+                "aliases": list(image.aliases),
+                "flavor": image.flavor,
+                "parent": image.parent,
+                "versions": {
+                    "torch": v.versions.torch,
+                    "cuda": v.versions.cuda,
+                    "cudnn": v.versions.cudnn,
+                    "nccl": v.versions.nccl,
+                    "python": v.versions.python,
+                    "os": v.versions.os,
+                    "transformer_engine": v.versions.transformer_engine,
+                    "torchvision": v.versions.torchvision,
+                    "torchaudio": v.versions.torchaudio,
+                    "triton": v.versions.triton,
+                },
+                "chosen": dict(v.chosen),
+                "base": {"kind": v.base.kind, "ref": v.base.ref},
+                "gpu_archs": list(v.gpu_archs),
+                "inputs_hash": image.inputs_hash,
+                "dockerfile": str(image.dockerfile_path) if image.dockerfile_path else None,
+            }
+        )
+    return rows
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps(plan_rows(plan), indent=2)
+
+
+def github_matrix(plan: Plan) -> str:
+    """One job per variant: {"include": [{"variant", "only", "matrix", "torch", "cuda", "python", "os"}]}."""
+    seen: dict[str, dict] = {}
+    for image in plan.images:
+        v = image.variant
+        if v.key not in seen:
+            seen[v.key] = {
+                "variant": v.key,
+                "only": f"{v.key}-*",
+                "matrix": plan.matrix_file,
+                "torch": v.versions.torch,
+                "cuda": v.versions.cuda,
+                "python": v.versions.python,
+                "os": v.versions.os,
+                "flavors": " ".join(f for f in v.flavors),
+            }
+    return json.dumps({"include": list(seen.values())}, separators=(",", ":"))
+
+
+def print_table(plan: Plan, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title=f"plan: {plan.matrix_file} ({len(plan.images)} images)", show_lines=False)
+    for col in ("tag", "flavor", "parent", "torch", "cuda", "cudnn", "nccl", "py", "os", "TE", "hash"):
+        table.add_column(col, overflow="fold")
+    for image in plan.images:
+        v = image.variant.versions
+        table.add_row(
+            image.tag,
+            image.flavor,
+            image.parent.rsplit(":", 1)[1] if image.parent else "-",
+            v.torch,
+            v.cuda,
+            v.cudnn or "-",
+            v.nccl or "-",
+            v.python,
+            v.os,
+            v.transformer_engine or "-",
+            image.inputs_hash.split(":")[1][:12],
+        )
+    console.print(table)
+    chosen = {(i.variant.key, k): msg for i in plan.images for k, msg in i.variant.chosen.items()}
+    for (key, _field), msg in sorted(chosen.items()):
+        console.print(f"  [dim]{key}: {msg}[/dim]")

@@ -1,0 +1,59 @@
+"""Tag scheme.
+
+Full tag (unique, readable):
+  <registry>/<name>:<torch>-cuda<cuda>-cudnn<major>-py<python>-<os>-<flavor>
+  <registry>/<name>:<torch>-cpu-py<python>-<os>-<flavor>                     (CPU)
+Short aliases (moving; they follow the newest patch in the plan):
+  <registry>/<name>:<major.minor>-cuda<cuda>-<flavor>    e.g. pytorch:2.9-cuda12.8-runtime
+  <registry>/<name>:<major.minor>-cpu-<flavor>
+When several variants share an alias (same torch minor and CUDA, other Python/OS), it goes to the newest torch patch,
+then the newest Python, then the first in matrix order.
+"""
+
+from __future__ import annotations
+
+from imagebuild.models import ResolvedVariant
+
+
+def repository(variant: ResolvedVariant, registry: str | None) -> str:
+    reg = (variant.registry if registry is None else registry).rstrip("/")
+    return f"{reg}/{variant.name}" if reg else variant.name
+
+
+def full_tag(variant: ResolvedVariant, flavor: str, registry: str | None = None) -> str:
+    v = variant.versions
+    if v.cuda == "cpu":
+        tag = f"{v.torch}-cpu-py{v.python}-{v.os}-{flavor}"
+    else:
+        cudnn_major = (v.cudnn or "0").split(".")[0]
+        tag = f"{v.torch}-cuda{v.cuda}-cudnn{cudnn_major}-py{v.python}-{v.os}-{flavor}"
+    return f"{repository(variant, registry)}:{tag}"
+
+
+def alias_key(variant: ResolvedVariant, flavor: str) -> str:
+    v = variant.versions
+    minor = ".".join(v.torch.split(".")[:2])
+    accel = "cpu" if v.cuda == "cpu" else f"cuda{v.cuda}"
+    return f"{minor}-{accel}-{flavor}"
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    out = []
+    for part in text.split("."):
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+def assign_aliases(variants: list[ResolvedVariant], flavor: str, registry: str | None) -> dict[str, str]:
+    """Map variant.key -> alias tag for the variants that own an alias for this flavor."""
+    owners: dict[str, tuple[tuple, int, ResolvedVariant]] = {}
+    for order, variant in enumerate(variants):
+        if flavor not in variant.flavors:
+            continue
+        key = alias_key(variant, flavor)
+        rank = (_version_tuple(variant.versions.torch), _version_tuple(variant.versions.python))
+        best = owners.get(key)
+        if best is None or rank > best[0]:  # strictly newer wins; ties keep matrix order
+            owners[key] = (rank, order, variant)
+    return {v.key: f"{repository(v, registry)}:{key}" for key, (_, _, v) in owners.items()}
