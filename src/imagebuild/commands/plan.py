@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import click
 
-from imagebuild.commands._options import build_input_options, matrix_option, registry_option, resolve_matrix_path
+from imagebuild.commands._options import (
+    build_input_options,
+    matrix_option,
+    registry_option,
+    resolve_matrix_path,
+)
 
 
 @click.command("plan")

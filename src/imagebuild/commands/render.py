@@ -6,7 +6,12 @@ from pathlib import Path
 
 import click
 
-from imagebuild.commands._options import build_input_options, matrix_option, registry_option, resolve_matrix_path
+from imagebuild.commands._options import (
+    build_input_options,
+    matrix_option,
+    registry_option,
+    resolve_matrix_path,
+)
 from imagebuild.errors import EXIT_FAILED
 
 

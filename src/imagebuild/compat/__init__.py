@@ -1,0 +1,27 @@
+"""Compatibility DATA (torch/CUDA/OS/transformer_engine tables) and their loaders; decisions live in resolve/."""
+
+from imagebuild.compat.tables import (
+    CudaInfo,
+    Tables,
+    TERelease,
+    TorchRelease,
+    TorchVariant,
+    arch_num,
+    cuda_tag,
+    load,
+    load_from,
+    vtuple,
+)
+
+__all__ = [
+    "CudaInfo",
+    "TERelease",
+    "Tables",
+    "TorchRelease",
+    "TorchVariant",
+    "arch_num",
+    "cuda_tag",
+    "load",
+    "load_from",
+    "vtuple",
+]

@@ -1,0 +1,220 @@
+"""Typed views of the compatibility data in compat/data/*.yaml, loaded once per process.
+
+No decisions here: resolve/ decides what a combination means. The YAML is read through importlib.resources so the
+same code works from a source checkout and an installed wheel.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from imagebuild.models import OSInfo
+
+_NUM = re.compile(r"\d+")
+
+
+def vtuple(version: str) -> tuple[int, ...]:
+    """'9.10.2.21' -> (9, 10, 2, 21): numeric comparison, so 9.10 sorts after 9.9."""
+    return tuple(int(n) for n in _NUM.findall(version))
+
+
+def arch_num(arch: str) -> int:
+    """'sm_90' -> 90, 'sm_100a' -> 100 (compute capability as an integer)."""
+    digits = _NUM.search(arch)
+    return int(digits.group()) if digits else 0
+
+
+@dataclass(frozen=True)
+class TorchVariant:
+    cuda: str  # "12.8" | "cpu"
+    cudnn: str | None
+    nccl: str | None
+    triton: str | None
+    archs: tuple[str, ...]
+    confirmed: bool
+
+
+@dataclass(frozen=True)
+class TorchRelease:
+    version: str
+    released: str
+    python: tuple[str, str]  # oldest, newest
+    glibc: str
+    pypi_default: str
+    torchvision: str | None
+    torchaudio: str | None
+    variants: dict[str, TorchVariant]
+    confirmed: bool = True
+
+    def pythons(self) -> list[str]:
+        lo, hi = (vtuple(v)[1] for v in self.python)
+        return [f"3.{m}" for m in range(lo, hi + 1)]
+
+
+@dataclass(frozen=True)
+class CudaInfo:
+    version: str
+    tag: str  # "cu128"
+    min_driver: str
+    archs: tuple[str, ...]
+    cudart_dir: str
+    confirmed: bool
+
+    @property
+    def major(self) -> int:
+        return vtuple(self.version)[0]
+
+
+@dataclass(frozen=True)
+class TERelease:
+    version: str
+    torch_min: str
+    cuda_min: str
+    cudnn_min: str
+    min_arch: str
+    fp8_min_arch: str
+    mxfp8_min_arch: str
+    cuda_majors: tuple[int, ...]
+    cudart_dirs: tuple[str, ...] | None
+    confirmed: bool
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Tables:
+    torch: dict[str, TorchRelease]
+    cuda: dict[str, CudaInfo]
+    os: dict[str, OSInfo]
+    os_images: dict[str, str]  # os id -> official image reference (default base)
+    te: dict[str, TERelease]
+    index_base: str
+    confirmed: dict[str, bool] = field(default_factory=dict)  # "os:<id>" -> confirmed flag of that row
+
+
+def cuda_tag(cuda: str) -> str:
+    return "cpu" if cuda == "cpu" else "cu" + cuda.replace(".", "")
+
+
+def _read(data_dir: Path | None, name: str) -> dict:
+    if data_dir is not None:
+        text = (data_dir / name).read_text(encoding="utf-8")
+    else:
+        text = resources.files("imagebuild.compat").joinpath("data", name).read_text(encoding="utf-8")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(text, Loader=loader) or {}
+
+
+def _cuda(raw: dict) -> dict[str, CudaInfo]:
+    return {
+        str(v): CudaInfo(
+            version=str(v),
+            tag=cuda_tag(str(v)),
+            min_driver=str(row["min_driver"]),
+            archs=tuple(row["archs"]),
+            cudart_dir=row["cudart_dir"],
+            confirmed=bool(row.get("confirmed", False)),
+        )
+        for v, row in raw["cuda"].items()
+    }
+
+
+def _torch(raw: dict, cuda: dict[str, CudaInfo]) -> dict[str, TorchRelease]:
+    out = {}
+    for version, row in raw["releases"].items():
+        variants = {}
+        for cv, pins in row["variants"].items():
+            cv = str(cv)
+            default_archs = cuda[cv].archs if cv in cuda else ()
+            variants[cv] = TorchVariant(
+                cuda=cv,
+                cudnn=None if cv == "cpu" else pins.get("cudnn"),
+                nccl=None if cv == "cpu" else pins.get("nccl"),
+                triton=None if cv == "cpu" else pins.get("triton"),
+                archs=tuple(pins.get("archs") or default_archs),
+                confirmed=bool(pins.get("confirmed", False)),
+            )
+        out[str(version)] = TorchRelease(
+            version=str(version),
+            released=str(row.get("released", "")),
+            python=(str(row["python"][0]), str(row["python"][1])),
+            glibc=str(row.get("glibc", "2.17")),
+            pypi_default=str(row["pypi_default"]),
+            torchvision=row.get("torchvision"),
+            torchaudio=row.get("torchaudio"),
+            variants=variants,
+            confirmed=all(v.confirmed for v in variants.values()),
+        )
+    return out
+
+
+def _os(raw: dict) -> tuple[dict[str, OSInfo], dict[str, str], dict[str, bool]]:
+    infos, images, confirmed = {}, {}, {}
+    for os_id, row in raw["os"].items():
+        infos[os_id] = OSInfo(
+            id=os_id,
+            family=row["family"],
+            version=str(row["version"]),
+            codename=row["codename"],
+            system_python=str(row["system_python"]),
+            installable_pythons=tuple(str(p) for p in row.get("installable_pythons") or ()),
+            mirror=row["mirror"],
+            glibc=str(row["glibc"]),
+            components=tuple(row.get("components") or ("main",)),
+        )
+        images[os_id] = row["image"]
+        confirmed[f"os:{os_id}"] = bool(row.get("confirmed", False))
+    return infos, images, confirmed
+
+
+def _te(raw: dict) -> dict[str, TERelease]:
+    common = raw.get("common") or {}
+    out = {}
+    for version, row in raw["releases"].items():
+        r = {**common, **(row or {})}
+        out[str(version)] = TERelease(
+            version=str(version),
+            torch_min=str(r["torch_min"]),
+            cuda_min=str(r["cuda_min"]),
+            cudnn_min=str(r["cudnn_min"]),
+            min_arch=r["min_arch"],
+            fp8_min_arch=r["fp8_min_arch"],
+            mxfp8_min_arch=r["mxfp8_min_arch"],
+            cuda_majors=tuple(int(m) for m in r["cuda_majors"]),
+            cudart_dirs=tuple(r["cudart_dirs"]) if r.get("cudart_dirs") else None,
+            confirmed=bool(r.get("confirmed", False)),
+            note=r.get("note", "") or "",
+        )
+    return out
+
+
+def load_from(data_dir: Path | None = None) -> Tables:
+    """Read the four tables (from `data_dir` when given: tests and `refresh` previews use that)."""
+    cuda = _cuda(_read(data_dir, "cuda.yaml"))
+    torch_raw = _read(data_dir, "torch.yaml")
+    infos, images, confirmed = _os(_read(data_dir, "os.yaml"))
+    return Tables(
+        torch=_torch(torch_raw, cuda),
+        cuda=cuda,
+        os=infos,
+        os_images=images,
+        te=_te(_read(data_dir, "transformer_engine.yaml")),
+        index_base=torch_raw.get("index_base", "https://download.pytorch.org/whl").rstrip("/"),
+        confirmed=confirmed,
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def load() -> Tables:
+    """The packaged tables, parsed once per process (resolution of 500 variants must not re-read files)."""
+    return load_from(None)
+
+
+def data_path(name: str) -> Path:
+    """Filesystem path of a packaged data file (refresh --write edits it in place)."""
+    return Path(str(resources.files("imagebuild.compat").joinpath("data", name)))

@@ -1,0 +1,135 @@
+"""Image reference grammar (the one docker/distribution's `reference` package implements).
+
+    reference   := name [ ":" tag ] [ "@" digest ]
+    name        := [ domain "/" ] path-component ( "/" path-component )*
+    domain      := host [ ":" port ]        host: DNS labels separated by ".", "localhost", or [IPv6]
+    path-comp.  := [a-z0-9]+ ( ( "." | "_" | "__" | "-"+ ) [a-z0-9]+ )*
+    tag         := [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}
+    digest      := "sha256:" 64 lowercase hex   (we only accept sha256, the only one registries use)
+
+The first component is a domain only when it contains "." or ":" or is "localhost" (docker's rule), so
+`nvidia/cuda:12.8.1-base-ubuntu24.04` is Docker Hub's `nvidia/cuda`. Errors say which part is wrong, because "invalid
+reference format" is what users get from docker and it helps nobody.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_DOMAIN_LABEL = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_HOST = re.compile(rf"^(?:{_DOMAIN_LABEL}(?:\.{_DOMAIN_LABEL})*|\[[0-9a-fA-F:.]+\])$")
+_PORT = re.compile(r"^[0-9]{1,5}$")
+_PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_NAME_MAX = 255
+
+
+@dataclass(frozen=True)
+class Reference:
+    domain: str | None  # "registry.example.internal:5000"; None = Docker Hub
+    path: str  # "ml/pytorch", "nvidia/cuda", "ubuntu"
+    tag: str | None
+    digest: str | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.domain}/{self.path}" if self.domain else self.path
+
+    def __str__(self) -> str:
+        text = self.name
+        if self.tag:
+            text += f":{self.tag}"
+        if self.digest:
+            text += f"@{self.digest}"
+        return text
+
+
+class ReferenceError(ValueError):
+    """The message names the wrong part of the reference."""
+
+
+def _check_domain(domain: str) -> None:
+    if domain.startswith("["):  # [IPv6]:port
+        end = domain.find("]")
+        host, rest = domain[: end + 1], domain[end + 1 :]
+        if end < 0 or (rest and not rest.startswith(":")):
+            raise ReferenceError(f"registry host {domain!r} is not a valid [IPv6] address")
+        port = rest[1:]
+    else:
+        host, _, port = domain.partition(":")
+    if not _HOST.match(host):
+        raise ReferenceError(f"registry host {host!r} is not a valid host name")
+    if ":" in domain[len(host):] and (not _PORT.match(port) or not 0 < int(port) < 65536):
+        raise ReferenceError(f"registry port {port!r} is not a number between 1 and 65535")
+
+
+def _split_domain(name: str) -> tuple[str | None, str]:
+    first, sep, rest = name.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost" or first != first.lower()):
+        return first, rest
+    return None, name
+
+
+def _check_path(path: str) -> None:
+    if not path:
+        raise ReferenceError("repository path is empty")
+    for comp in path.split("/"):
+        if not comp:
+            raise ReferenceError(f"repository path {path!r} has an empty component ('//' or a trailing '/')")
+        if not _PATH_COMPONENT.match(comp):
+            hint = " (must be lowercase)" if comp.lower() != comp else ""
+            raise ReferenceError(
+                f"repository path component {comp!r} is invalid{hint}: use [a-z0-9] separated by '.', '_', '__' or '-'"
+            )
+
+
+def parse_reference(text: str) -> Reference:
+    """Parse `text` as an image reference; raises ReferenceError naming what is wrong."""
+    if not isinstance(text, str) or not text:
+        raise ReferenceError("empty reference")
+    if text != text.strip() or any(c.isspace() for c in text):
+        raise ReferenceError("a reference cannot contain spaces")
+    name, digest = text, None
+    if "@" in text:
+        name, _, digest = text.partition("@")
+        if not _DIGEST.match(digest):
+            raise ReferenceError(f"digest {digest!r} must be sha256:<64 lowercase hex digits>")
+    tag = None
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    if colon > slash:  # a ':' after the last '/' separates the tag (before it, it is a registry port)
+        name, tag = name[:colon], name[colon + 1 :]
+        if not _TAG.match(tag):
+            raise ReferenceError(f"tag {tag!r} is invalid: [A-Za-z0-9_] then up to 127 of [A-Za-z0-9_.-]")
+    if len(name) > _NAME_MAX:
+        raise ReferenceError(f"repository name is longer than {_NAME_MAX} characters")
+    domain, path = _split_domain(name)
+    if domain is not None:
+        _check_domain(domain)
+    _check_path(path)
+    return Reference(domain, path, tag, digest)
+
+
+def check_registry(text: str) -> str:
+    """A push target `domain[:port][/path]` (no tag, no digest): returns it normalised (no trailing '/')."""
+    registry = text.rstrip("/")
+    if "@" in registry:
+        raise ReferenceError("a registry cannot carry a digest; put only host[:port][/path]")
+    last = registry.rsplit("/", 1)[-1]
+    if ":" in last and "/" in registry:
+        raise ReferenceError("a registry cannot carry a tag; the tag comes from the variant")
+    # Validate as `<registry>/<probe>`, which is the repository every image of the matrix will get.
+    ref = parse_reference(f"{registry}/probe")
+    if ref.tag:
+        raise ReferenceError("a registry cannot carry a tag; the tag comes from the variant")
+    return registry
+
+
+def check_repository_name(text: str) -> str:
+    """The matrix `name`: a repository path without registry or tag."""
+    if ":" in text or "@" in text:
+        raise ReferenceError("name is the repository only; tags come from the variants")
+    _check_path(text)
+    return text

@@ -1,0 +1,222 @@
+"""The matrix file's top level: which keys exist, what each holds; collects every problem, never stops at the first.
+
+Variant-field values become `Cell`s (normalised value + where it was written); an invalid one stays in the tree
+marked `ok=False`, so expansion keeps the shape of the file and resolve/ can skip the variants it poisons instead of
+reporting follow-on errors.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from imagebuild.compat import Tables
+from imagebuild.errors import Problem
+from imagebuild.matrix.fields import VARIANT_FIELDS, Bad, check_field, describe, suggest
+from imagebuild.matrix.reference import ReferenceError, check_registry, check_repository_name
+from imagebuild.matrix.yamlload import Loaded, YPath
+from imagebuild.models import FLAVORS
+
+TOP_KEYS = ("name", "registry", "gpu_archs", "defaults", "matrix", "include", "exclude", "ca_certs",
+            "size_budget", "perf_min")
+ARCH_RE = re.compile(r"^sm_\d{2,3}[af]?$")
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b|b)?\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_PERF_KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass
+class Cell:
+    value: Any
+    path: YPath
+    ok: bool = True
+
+
+@dataclass
+class Schema:
+    """The checked top level; variant fields as Cells."""
+
+    name: str = ""
+    registry: str = ""
+    gpu_archs: tuple[str, ...] = ()
+    defaults: dict[str, Cell] = field(default_factory=dict)
+    axes: list[tuple[str, list[Cell]]] = field(default_factory=list)
+    include: list[tuple[YPath, dict[str, Cell]]] = field(default_factory=list)
+    exclude: list[tuple[YPath, dict[str, Cell]]] = field(default_factory=list)
+    ca_certs: tuple[Path, ...] = ()
+    size_budget: dict[str, int] = field(default_factory=dict)
+    perf_min: dict[str, float] = field(default_factory=dict)
+    has_matrix: bool = False
+    unknown_keys: tuple[str, ...] = ()  # top-level typos ("matrx"): they explain a missing matrix
+
+
+def parse_size(value: Any) -> int:
+    """'7.5GB' -> 7_500_000_000, '800MiB' -> 838_860_800, 123 -> 123 (bytes). Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, int):
+        return value
+    match = _SIZE_RE.match(str(value)) if isinstance(value, (str, float)) else None
+    if not match:
+        raise ValueError(value)
+    number, unit = match.groups()
+    return int(float(number) * _UNITS[(unit or "b").lower()])
+
+
+class _Checker:
+    def __init__(self, loaded: Loaded, tables: Tables, base_dir: Path):
+        self.loaded, self.tables, self.base_dir = loaded, tables, base_dir
+        self.problems: list[Problem] = []
+
+    def bad(self, path: YPath, message: str, choices: str = "") -> None:
+        self.problems.append(self.loaded.problem(path, message, choices))
+
+    def cell(self, name: str, value: Any, path: YPath) -> Cell:
+        try:
+            return Cell(check_field(name, value, self.loaded.raw.get(path), self.tables), path)
+        except Bad as bad:
+            self.bad((*path, *bad.sub), bad.message, bad.choices)
+            return Cell(value, path, ok=False)
+
+    def field_name(self, key: Any, path: YPath, where: str) -> bool:
+        if key in VARIANT_FIELDS:
+            return True
+        self.bad(path, f"unknown field {key!r} in {where}", suggest(str(key), VARIANT_FIELDS))
+        return False
+
+    def fields(self, value: Any, path: YPath, where: str) -> dict[str, Cell] | None:
+        """A mapping of variant fields (defaults / include row / exclude row)."""
+        if not isinstance(value, dict):
+            self.bad(path, f"expected a mapping of variant fields, got {describe(value)}",
+                     "for example {torch: \"2.9.1\", cuda: \"12.8\"}")
+            return None
+        out = {}
+        for key, item in value.items():
+            if self.field_name(key, (*path, key), where):
+                out[key] = self.cell(key, item, (*path, key))
+            else:  # an unknown field poisons the row: whatever it meant is missing from the variant
+                out["?" + str(key)] = Cell(item, (*path, key), ok=False)
+        return out
+
+    def string(self, value: Any, path: YPath, what: str) -> str | None:
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+        self.bad(path, f"expected {what}, got {describe(value)}")
+        return None
+
+    def items(self, value: Any, path: YPath, what: str) -> list:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.bad(path, f"expected a list of {what}, got {describe(value)}")
+            return []
+        return value
+
+    def mapping(self, value: Any, path: YPath, example: str) -> dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.bad(path, f"expected a mapping, got {describe(value)}", f"for example {example}")
+            return {}
+        return value
+
+
+def check_document(loaded: Loaded, tables: Tables, base_dir: Path) -> tuple[Schema, list[Problem]]:
+    c = _Checker(loaded, tables, base_dir)
+    doc, out = loaded.data, Schema()
+    for key in doc:
+        if key not in TOP_KEYS:
+            hint = suggest(str(key), TOP_KEYS)
+            near_field = suggest(str(key), VARIANT_FIELDS)
+            if key in VARIANT_FIELDS:
+                hint = f"{key!r} is a variant field: put it under defaults, a matrix axis or an include row"
+            elif not hint.startswith("did") and near_field.startswith("did"):
+                hint = f"{near_field} (variant fields go under defaults, a matrix axis or an include row)"
+            c.bad((key,), f"unknown key {key!r}", hint)
+            out.unknown_keys += (str(key),)
+
+    if "name" not in doc:
+        c.bad((), "missing required key 'name'", "the image repository name, e.g. name: pytorch")
+    elif (name := c.string(doc["name"], ("name",), "a repository name like 'pytorch'")) is not None:
+        try:
+            out.name = check_repository_name(name)
+        except ReferenceError as exc:
+            c.bad(("name",), f"{name!r} is not a valid repository name: {exc}")
+    if doc.get("registry") not in (None, ""):
+        reg = c.string(doc["registry"], ("registry",), "a registry like 'registry.example.internal:5000/ml'")
+        if reg is not None:
+            try:
+                out.registry = check_registry(reg)
+            except ReferenceError as exc:
+                c.bad(("registry",), f"{reg!r} is not a valid registry: {exc}",
+                      "host[:port][/path], e.g. registry.example.internal:5000/ml")
+
+    archs = []
+    for i, arch in enumerate(c.items(doc.get("gpu_archs"), ("gpu_archs",), "GPU archs like sm_90")):
+        if not isinstance(arch, str) or not ARCH_RE.match(arch):
+            c.bad(("gpu_archs", i), f"expected a GPU arch like 'sm_90', got {describe(arch)}",
+                  "A100 = sm_80, H100/H200 = sm_90, Blackwell = sm_100/sm_120")
+        elif arch in archs:
+            c.bad(("gpu_archs", i), f"{arch!r} is listed twice")
+        else:
+            archs.append(arch)
+    out.gpu_archs = tuple(archs)
+
+    if "defaults" in doc:
+        out.defaults = c.fields(doc["defaults"], ("defaults",), "defaults") or {}
+
+    if "matrix" in doc:
+        out.has_matrix = True
+        for axis, values in c.mapping(doc["matrix"], ("matrix",), '{torch: ["2.9.1"], cuda: ["12.8"]}').items():
+            path = ("matrix", axis)
+            if not c.field_name(axis, path, "matrix"):
+                out.axes.append(("?" + str(axis), [Cell(values, path, ok=False)]))
+                continue
+            if not isinstance(values, list):
+                c.bad(path, f"an axis must be a list of values, got {describe(values)}", f"{axis}: [{values!r}]")
+                out.axes.append((axis, [Cell(values, path, ok=False)]))
+            elif not values:
+                c.bad(path, "axis is empty, so the matrix has no variants", f"give at least one {axis} value")
+                out.axes.append((axis, []))
+            else:
+                out.axes.append((axis, [c.cell(axis, v, (*path, i)) for i, v in enumerate(values)]))
+
+    for section, target in (("include", out.include), ("exclude", out.exclude)):
+        for i, row in enumerate(c.items(doc.get(section), (section,), f"{section} rows")):
+            cells = c.fields(row, (section, i), f"an {section} row")
+            if cells is not None and not cells:
+                c.bad((section, i), f"empty {section} row")
+            elif cells is not None:
+                target.append(((section, i), cells))
+
+    certs = []
+    for i, item in enumerate(c.items(doc.get("ca_certs"), ("ca_certs",), "CA certificate files")):
+        if (text := c.string(item, ("ca_certs", i), "a CA file path")) is not None:
+            path = (base_dir / text).resolve()
+            if path.is_file():
+                certs.append(path)
+            else:
+                c.bad(("ca_certs", i), f"CA file not found: {path}", "paths are relative to the matrix file")
+    out.ca_certs = tuple(certs)
+
+    for flavor, size in c.mapping(doc.get("size_budget"), ("size_budget",), "{runtime: 12GB}").items():
+        if flavor not in FLAVORS:
+            c.bad(("size_budget", flavor), f"unknown flavor {flavor!r}", suggest(str(flavor), FLAVORS))
+            continue
+        try:
+            out.size_budget[flavor] = parse_size(size)
+        except ValueError:
+            c.bad(("size_budget", flavor), f"expected a size like 7.5GB or 800MiB, got {describe(size)}",
+                  "units: B, kB, MB, GB, TB (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024)")
+
+    for key, value in c.mapping(doc.get("perf_min"), ("perf_min",), "{bf16_tflops: 600}").items():
+        if not isinstance(key, str) or not _PERF_KEY_RE.match(key):
+            c.bad(("perf_min", key), f"expected a metric name like 'bf16_tflops', got {describe(key)}")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            c.bad(("perf_min", key), f"expected a positive number, got {describe(value)}")
+        else:
+            out.perf_min[key] = float(value)
+    return out, c.problems

@@ -1,0 +1,80 @@
+"""One RawVariant -> one ResolvedVariant: fill every pin, or report every reason it cannot be built."""
+
+from __future__ import annotations
+
+from imagebuild.compat import cuda_tag
+from imagebuild.matrix import RawVariant
+from imagebuild.models import FLAVORS, ResolvedVariant, Versions
+from imagebuild.resolve.context import Ctx
+from imagebuild.resolve.pins import companion, library_pins, pick_cuda, pick_torch
+from imagebuild.resolve.platform import check_archs, check_glibc, pick_python, pick_te
+from imagebuild.resolve.sources import base_source, torch_index
+
+
+def variant_key(torch: str, cuda: str, python: str, os_id: str) -> str:
+    """`2.9.1-cuda12.8-py3.12-ubuntu24.04` / `2.13.0-cpu-py3.11-debian12`: unique per image set, tag-safe."""
+    accel = "cpu" if cuda == "cpu" else f"cuda{cuda}"
+    return f"{torch}-{accel}-py{python}-{os_id}"
+
+
+def resolve_variant(ctx: Ctx, rv: RawVariant) -> ResolvedVariant | None:
+    before = len(ctx.problems)
+    v, chosen = rv.values, {}
+    release = pick_torch(ctx, rv, chosen)
+    if release is None:
+        return None
+    picked = pick_cuda(ctx, rv, release)
+    variant, info = picked if picked else (None, None)
+    pins = library_pins(ctx, rv, release, variant, chosen)
+    osinfo = ctx.tables.os[v["os"]]
+    python = pick_python(ctx, rv, release, osinfo, chosen)
+    check_glibc(ctx, rv, release, osinfo)
+    ok_vision, torchvision = companion(ctx, rv, release, "torchvision", chosen)
+    ok_audio, torchaudio = companion(ctx, rv, release, "torchaudio", chosen)
+    if variant is None or pins is None:
+        return None
+    check_archs(ctx, rv, release, v["cuda"], variant.archs)
+    ok_te, te, fp8_min_arch = pick_te(ctx, rv, release, info, pins["cudnn"], chosen)
+    base = base_source(ctx, rv, osinfo, chosen)
+    index_url = torch_index(ctx, rv, release, chosen)
+    if len(ctx.problems) > before or python is None or base is None or not (ok_vision and ok_audio and ok_te):
+        return None
+    if not variant.confirmed:
+        chosen["pins"] = (f"torch {release.version} {cuda_tag(v['cuda'])} pins are best public knowledge "
+                          f"(confirmed: false); `imagebuild refresh` re-reads them")
+    versions = Versions(
+        torch=release.version,
+        cuda=v["cuda"],
+        python=python,
+        os=osinfo.id,
+        cudnn=pins["cudnn"],
+        nccl=pins["nccl"],
+        triton=pins["triton"],
+        torchvision=torchvision,
+        torchaudio=torchaudio,
+        transformer_engine=te,
+    )
+    doc = ctx.doc
+    return ResolvedVariant(
+        key=variant_key(release.version, v["cuda"], python, osinfo.id),
+        name=doc.name,
+        registry=doc.registry,
+        versions=versions,
+        cuda_tag=cuda_tag(v["cuda"]),
+        os=osinfo,
+        base=base,
+        torch_index_url=index_url,
+        flavors=tuple(v.get("flavors") or FLAVORS),
+        tf32=v.get("tf32", True),
+        gpu_archs=doc.gpu_archs,
+        arch_list=variant.archs,
+        min_driver=info.min_driver if info else None,
+        fp8_min_arch=fp8_min_arch,
+        apt_packages=dict(v.get("apt_packages") or {}),
+        pip_packages=dict(v.get("pip_packages") or {}),
+        ca_certs=tuple(str(p) for p in doc.ca_certs),  # the matrix's; render adds --ca-cert files (BuildInputs)
+        size_budget=dict(doc.size_budget),
+        perf_min=dict(doc.perf_min),
+        chosen=chosen,
+        source=doc.location(rv.row),
+    )
