@@ -1,0 +1,317 @@
+"""Render one image (variant x flavor) from the Jinja2 templates: Dockerfile text, build args, context, labels.
+
+Pure and byte-deterministic: the same variant, flavor and inputs give the same RenderedImage (CA files are read from
+disk, by content). Nothing volatile is rendered: BASE_IMAGE, CREATED and REVISION are build args the builder passes.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from imagebuild.errors import UsageError
+from imagebuild.inputs import BuildInputs
+from imagebuild.models import FLAVORS, PARENT_FLAVOR, ResolvedVariant
+from imagebuild.render import data
+from imagebuild.secrets import has_credentials, redact
+
+# Build args the builder passes on every build and that are not part of the inputs hash.
+VOLATILE_BUILD_ARGS: tuple[str, ...] = ("BASE_IMAGE", "CREATED", "REVISION")
+# Context layout (relative paths inside the build context).
+CA_DIR = "ca"
+FILES_DIR = "files"
+WHEELHOUSE_DIR = "wheelhouse"
+
+
+@dataclass
+class RenderedImage:
+    dockerfile: str
+    build_args: dict[str, str] = field(default_factory=dict)  # hashed; BASE_IMAGE/CREATED/REVISION not included
+    secret_build_args: dict[str, str] = field(default_factory=dict)  # credentialed index URLs: never hash/log them
+    context_files: dict[str, bytes] = field(default_factory=dict)  # context path -> content
+    context_dirs: dict[str, Path] = field(default_factory=dict)  # context path -> host folder (wheelhouse)
+    labels: dict[str, str] = field(default_factory=dict)  # deterministic labels (also in the Dockerfile's LABEL)
+
+
+def templates_dir() -> Path:
+    """The packaged `imagebuild/_templates` (wheel install), else the repository's `templates/` (source checkout)."""
+    package = Path(__file__).resolve().parent.parent
+    for candidate in (package / "_templates", package.parent.parent / "templates"):
+        if (candidate / "base.Dockerfile.j2").is_file():
+            return candidate
+    raise FileNotFoundError(f"imagebuild templates not found (looked in {package / '_templates'} and the source tree)")
+
+
+def _dq(value: object) -> str:
+    """A Dockerfile double-quoted string (LABEL/ENV values)."""
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{text}"'
+
+
+@functools.lru_cache(maxsize=4)
+def _environment(root: str) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(root),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["shquote"] = lambda s: shlex.quote(str(s))
+    env.filters["dq"] = _dq
+    return env
+
+
+def _render(name: str, **ctx: object) -> str:
+    return _environment(str(templates_dir())).get_template(name).render(**ctx)
+
+
+def _tidy(text: str) -> str:
+    """Trailing spaces off, at most one blank line in a row, exactly one final newline."""
+    lines = [line.rstrip() for line in text.splitlines()]
+    out: list[str] = []
+    for line in lines:
+        if not line and (not out or not out[-1]):
+            continue
+        if line.startswith("FROM ") and len(out) > 1 and not out[-1] and out[-2].startswith("#"):
+            out.pop()  # a comment block right above the stage it describes
+        out.append(line)
+    return "\n".join(out).strip("\n") + "\n"
+
+
+def _dedupe(items) -> list:
+    seen: set = set()
+    out = []
+    for item in items:
+        if item not in seen:
+            seen.add(item)
+            out.append(item)
+    return out
+
+
+def cuda_major(variant: ResolvedVariant) -> int | None:
+    cuda = variant.versions.cuda
+    return None if cuda == "cpu" else int(cuda.split(".")[0])
+
+
+def _torch_index(variant: ResolvedVariant, inputs: BuildInputs) -> str | None:
+    if inputs.torch_index_url is not None:
+        return None if inputs.torch_index_url.strip().lower() == "none" else inputs.torch_index_url
+    return variant.torch_index_url
+
+
+def _torch_requirements(variant: ResolvedVariant) -> list[str]:
+    """Exact pins. A non-PyPI build (variant.torch_index_url set) is pinned with its local label (`+cu130`, `+cpu`), so
+    it can only come from that index or a wheelhouse, never silently from PyPI's default CUDA build."""
+    v = variant.versions
+    local = f"+{variant.cuda_tag}" if variant.torch_index_url else ""
+    reqs = [f"torch=={v.torch}{local}"]
+    if v.torchvision:
+        reqs.append(f"torchvision=={v.torchvision}{local}")
+    if v.torchaudio:
+        reqs.append(f"torchaudio=={v.torchaudio}{local}")
+    return reqs
+
+
+def _ca_files(variant: ResolvedVariant, inputs: BuildInputs) -> dict[str, bytes]:
+    paths = _dedupe([str(p) for p in variant.ca_certs] + [str(p) for p in inputs.ca_certs])
+    files: dict[str, bytes] = {}
+    for n, raw in enumerate(paths):
+        path = Path(raw)
+        try:
+            content = path.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"CA certificate {raw}: cannot read it ({exc.strerror or exc})") from exc
+        if b"-----BEGIN CERTIFICATE-----" not in content:
+            raise UsageError(f"CA certificate {raw}: not a PEM certificate (no 'BEGIN CERTIFICATE' block)")
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.name.removesuffix(".crt").removesuffix(".pem")) or "ca"
+        files[f"{CA_DIR}/{n}-{stem}.crt"] = content if content.endswith(b"\n") else content + b"\n"
+    return files
+
+
+def _labels(variant: ResolvedVariant, flavor: str) -> dict[str, str]:
+    v = variant.versions
+    labels = {
+        "org.opencontainers.image.title": f"{variant.name}-{flavor}",
+        "org.opencontainers.image.version": variant.key,
+        "org.opencontainers.image.source": data.SOURCE_URL,
+        "io.imagebuild.torch": v.torch,
+        "io.imagebuild.torchvision": v.torchvision or "",
+        "io.imagebuild.torchaudio": v.torchaudio or "",
+        "io.imagebuild.cuda": v.cuda,
+        "io.imagebuild.cudnn": v.cudnn or "",
+        "io.imagebuild.nccl": v.nccl or "",
+        "io.imagebuild.python": v.python,
+        "io.imagebuild.os": v.os,
+        "io.imagebuild.transformer-engine": v.transformer_engine or "",
+        "io.imagebuild.flavor": flavor,
+        "io.imagebuild.gpu-archs": ",".join(variant.gpu_archs),
+        "io.imagebuild.tf32": "true" if variant.tf32 else "false",
+        "io.imagebuild.matrix-key": variant.key,
+    }
+    return dict(sorted(labels.items()))
+
+
+def _pip_index(variant: ResolvedVariant, inputs: BuildInputs, with_torch: bool):
+    """(public build args, secret build args, ARG names, redacted comment) for the builder stages."""
+    extras = list(inputs.pip_extra_index_urls)
+    if with_torch:
+        torch_index = _torch_index(variant, inputs)
+        if torch_index:
+            extras.append(torch_index)
+    extras = _dedupe(u.strip() for u in extras if u and u.strip())
+    values: dict[str, str] = {}
+    if inputs.pip_index_url:
+        values["PIP_INDEX_URL"] = inputs.pip_index_url.strip()
+    if extras:
+        values["PIP_EXTRA_INDEX_URL"] = " ".join(extras)
+    public: dict[str, str] = {}
+    secret: dict[str, str] = {}
+    for name, value in values.items():
+        (secret if any(has_credentials(u) for u in value.split()) else public)[name] = value
+    comment = "; ".join(
+        f"{'index' if name == 'PIP_INDEX_URL' else 'extra'}={redact(value)}" for name, value in values.items()
+    )
+    return public, secret, sorted(values), comment
+
+
+def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | None = None) -> RenderedImage:
+    """Render `flavor` ("base" | "runtime" | "dev") of `variant`."""
+    if flavor not in FLAVORS:
+        raise ValueError(f"unknown flavor {flavor!r}; valid choices: {', '.join(FLAVORS)}")
+    inputs = inputs or BuildInputs()
+    v = variant.versions
+    py = v.python
+    major = cuda_major(variant)
+    venv_site = f"/opt/venv/lib/python{py}/site-packages"
+    stage_site = f"/opt/stage/lib/python{py}/site-packages"
+    extra_pip = list(variant.pip_packages.get(flavor, ()))
+    extra_apt = list(variant.apt_packages.get(flavor, ()))
+
+    deadsnakes = None
+    if py != variant.os.system_python:
+        if variant.os.family != "ubuntu":
+            raise UsageError(
+                f"{variant.key}: Python {py} is not {variant.os.id}'s own ({variant.os.system_python}) and only Ubuntu "
+                "can add Pythons (deadsnakes)"
+            )
+        deadsnakes = {
+            "url": data.DEADSNAKES_URL,
+            "key_url": data.DEADSNAKES_KEY_URL,
+            "fingerprint": data.DEADSNAKES_FINGERPRINT,
+        }
+
+    labels = _labels(variant, flavor)
+    ctx: dict[str, object] = {
+        "v": variant,
+        "flavor": flavor,
+        "parent_flavor": PARENT_FLAVOR[flavor],
+        "labels": labels,
+        "python": f"python{py}",
+        "venv_site": venv_site,
+        "stage_site": stage_site,
+        "cuda_major": major,
+        "deadsnakes": deadsnakes,
+        "base_default": None,
+        "ca_files": [],
+        "wheelhouse": False,
+        "pip_arg_names": [],
+        "pip_index_comment": "",
+    }
+    files: dict[str, bytes] = {}
+    pip_requirements: list[str] = []
+
+    if flavor == "base":
+        if variant.base.kind == "registry" and variant.base.ref:
+            ctx["base_default"] = variant.base.ref
+        ca = _ca_files(variant, inputs)
+        files.update(ca)
+        ctx["ca_files"] = sorted(ca)
+        python_apt = [f"python{py}", f"python{py}-venv"] if deadsnakes else ["python3", "python3-venv"]
+        ctx["base_apt"] = sorted(set(data.BASE_APT) | set(python_apt) | set(extra_apt))
+        ctx["require_cuda"] = None if major is None else f"cuda>={v.cuda}"
+        ctx["base_pip"] = extra_pip
+        pip_requirements = extra_pip
+    elif flavor == "runtime":
+        te = None
+        if v.transformer_engine and major is not None:
+            cu = f"cu{major}"
+            suffix = "" if major >= data.CUDA_PIP_TOOLCHAIN_MIN_MAJOR else f"-{cu}"
+            te = {
+                "version": v.transformer_engine,
+                "apt": sorted(set(data.TE_BUILD_APT) | {f"python{py}-dev"}),
+                "build_requirements": [
+                    *data.TE_BUILD_PIP,
+                    f"transformer_engine=={v.transformer_engine}",
+                    f"transformer_engine_{cu}=={v.transformer_engine}",
+                    f"nvidia-cuda-nvcc{suffix}=={v.cuda}.*",
+                    f"nvidia-cuda-cccl{suffix}=={v.cuda}.*",
+                ],
+                "requirements": [f"transformer_engine[pytorch,core-{cu}]=={v.transformer_engine}"],
+            }
+        ctx["te"] = te
+        ctx["torch_requirements"] = _torch_requirements(variant) + extra_pip
+        ctx["flavor_apt"] = sorted(set(extra_apt))
+        pip_requirements = ctx["torch_requirements"]  # type: ignore[assignment]
+        files[f"{FILES_DIR}/imagebuild_tf32.py"] = _render("files/imagebuild_tf32.py.j2", tf32=variant.tf32).encode()
+        files[f"{FILES_DIR}/imagebuild_tf32.pth"] = _render("files/imagebuild_tf32.pth.j2").encode()
+    else:  # dev
+        dev_pip = [f"jupyterlab=={data.JUPYTERLAB_VERSION}"]
+        cuda_apt = cuda_pip = None
+        cuda_env: list[tuple[str, str]] = []
+        dev_apt = set(data.DEV_APT) | {f"python{py}-dev"} | set(extra_apt)
+        pip_includes = [f"{venv_site}/nvidia/{p}/include" for p in data.NVIDIA_PIP_INCLUDE_PACKAGES]
+        if major is not None and major >= data.CUDA_PIP_TOOLCHAIN_MIN_MAJOR:
+            home = f"{venv_site}/nvidia/cu{major}"
+            cuda_pip = {"home": home, "stage_home": f"{stage_site}/nvidia/cu{major}"}
+            dev_pip += [f"nvidia-cuda-nvcc=={v.cuda}.*", f"nvidia-cuda-cccl=={v.cuda}.*"]
+            cuda_env = [
+                ("CUDA_HOME", home),
+                ("PATH", f"{home}/bin:$PATH"),
+                ("CPATH", ":".join([f"{home}/include", f"{home}/include/cccl", *pip_includes])),
+                ("LIBRARY_PATH", f"{home}/lib"),
+            ]
+        elif major is not None:
+            distro = variant.os.family + variant.os.version.replace(".", "")
+            url = data.CUDA_REPO_URL.format(distro=distro, arch=data.CUDA_REPO_ARCH)
+            dashed = v.cuda.replace(".", "-")
+            cuda_apt = {"url": url, "key_url": url + data.CUDA_REPO_KEY, "fingerprint": data.CUDA_REPO_FINGERPRINT}
+            dev_apt |= {f"cuda-nvcc-{dashed}", f"cuda-cudart-dev-{dashed}", f"cuda-cccl-{dashed}"}
+            home = f"/usr/local/cuda-{v.cuda}"
+            cuda_env = [("CUDA_HOME", home), ("PATH", f"{home}/bin:$PATH"), ("CPATH", ":".join(pip_includes))]
+        ctx.update(
+            dev_requirements=dev_pip + extra_pip,
+            dev_apt=sorted(dev_apt),
+            cuda_apt=cuda_apt,
+            cuda_pip=cuda_pip,
+            cuda_env=cuda_env,
+        )
+        pip_requirements = dev_pip
+        for name in ("jupyter_server_config.py", "jupyter_imagebuild.json", "imagebuild_jupyter_guard.py",
+                     "sshd_imagebuild.conf", "start-sshd"):
+            files[f"{FILES_DIR}/{name}"] = _render(f"files/{name}.j2").encode()
+
+    build_args: dict[str, str] = {}
+    secret_args: dict[str, str] = {}
+    dirs: dict[str, Path] = {}
+    if pip_requirements:
+        build_args, secret_args, names, comment = _pip_index(variant, inputs, with_torch=flavor == "runtime")
+        ctx["pip_arg_names"] = names
+        ctx["pip_index_comment"] = comment
+        if inputs.wheelhouse is not None:
+            ctx["wheelhouse"] = True
+            dirs[WHEELHOUSE_DIR] = Path(inputs.wheelhouse)
+
+    dockerfile = _tidy(_render(f"{flavor}.Dockerfile.j2", **ctx))
+    return RenderedImage(
+        dockerfile=dockerfile,
+        build_args=dict(sorted(build_args.items())),
+        secret_build_args=dict(sorted(secret_args.items())),
+        context_files=dict(sorted(files.items())),
+        context_dirs=dirs,
+        labels=labels,
+    )

