@@ -68,15 +68,17 @@ def print_table(plan: Plan, console=None) -> None:
     from rich.table import Table
 
     console = console or Console()
-    table = Table(title=f"plan: {plan.matrix_file} ({len(plan.images)} images)", show_lines=False)
+    repos = sorted({i.repository for i in plan.images})
+    table = Table(title=f"{plan.matrix_file}: {len(plan.images)} images -> {', '.join(repos)}", show_lines=False)
     for col in ("tag", "flavor", "parent", "torch", "cuda", "cudnn", "nccl", "py", "os", "TE", "hash"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold", no_wrap=True)
+    by_tag = plan.by_tag()
     for image in plan.images:
         v = image.variant.versions
         table.add_row(
-            image.tag,
+            image.short_tag,
             image.flavor,
-            image.parent.rsplit(":", 1)[1] if image.parent else "-",
+            by_tag[image.parent].flavor if image.parent in by_tag else (image.parent or "-"),
             v.torch,
             v.cuda,
             v.cudnn or "-",

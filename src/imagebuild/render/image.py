@@ -38,6 +38,7 @@ class RenderedImage:
     labels: dict[str, str] = field(default_factory=dict)  # deterministic labels (also in the Dockerfile's LABEL)
 
 
+@functools.lru_cache(maxsize=1)
 def templates_dir() -> Path:
     """The packaged `imagebuild/_templates` (wheel install), else the repository's `templates/` (source checkout)."""
     package = Path(__file__).resolve().parent.parent
@@ -60,6 +61,7 @@ def _environment(root: str) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
+        auto_reload=False,  # templates don't change during a run; skips a stat() per render
     )
     env.filters["shquote"] = lambda s: shlex.quote(str(s))
     env.filters["dq"] = _dq
@@ -68,6 +70,12 @@ def _environment(root: str) -> jinja2.Environment:
 
 def _render(name: str, **ctx: object) -> str:
     return _environment(str(templates_dir())).get_template(name).render(**ctx)
+
+
+@functools.lru_cache(maxsize=64)
+def _render_file(name: str, **ctx: object) -> bytes:
+    """Support files depend on a few scalars only: render each distinct one once per process."""
+    return _render(name, **ctx).encode()
 
 
 def _tidy(text: str) -> str:
@@ -257,8 +265,8 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
         ctx["torch_requirements"] = _torch_requirements(variant) + extra_pip
         ctx["flavor_apt"] = sorted(set(extra_apt))
         pip_requirements = ctx["torch_requirements"]  # type: ignore[assignment]
-        files[f"{FILES_DIR}/imagebuild_tf32.py"] = _render("files/imagebuild_tf32.py.j2", tf32=variant.tf32).encode()
-        files[f"{FILES_DIR}/imagebuild_tf32.pth"] = _render("files/imagebuild_tf32.pth.j2").encode()
+        files[f"{FILES_DIR}/imagebuild_tf32.py"] = _render_file("files/imagebuild_tf32.py.j2", tf32=variant.tf32)
+        files[f"{FILES_DIR}/imagebuild_tf32.pth"] = _render_file("files/imagebuild_tf32.pth.j2")
     else:  # dev
         dev_pip = [f"jupyterlab=={data.JUPYTERLAB_VERSION}"]
         cuda_apt = cuda_pip = None
@@ -293,7 +301,7 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
         pip_requirements = dev_pip
         for name in ("jupyter_server_config.py", "jupyter_imagebuild.json", "imagebuild_jupyter_guard.py",
                      "sshd_imagebuild.conf", "start-sshd"):
-            files[f"{FILES_DIR}/{name}"] = _render(f"files/{name}.j2").encode()
+            files[f"{FILES_DIR}/{name}"] = _render_file(f"files/{name}.j2")
 
     build_args: dict[str, str] = {}
     secret_args: dict[str, str] = {}
