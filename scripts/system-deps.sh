@@ -8,6 +8,7 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v htpasswd >/dev/null || need+=(apache2-utils)
 command -v openssl >/dev/null || need+=(openssl)
+command -v curl >/dev/null || need+=(curl)
 if ((${#need[@]})); then
   echo "system-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

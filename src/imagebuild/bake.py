@@ -1,0 +1,151 @@
+"""The plan as a `docker buildx bake` JSON file, for teams that build on a remote BuildKit cluster.
+
+Shape (https://docs.docker.com/build/bake/reference/):
+
+    {"variable": {"CREATED": {"default": ""}, "REVISION": {"default": ""},
+                  "OS_IMAGE_debian12": {"default": "imagebuild-os/debian12:<hash>"}},
+     "group":  {"default": {"targets": [every target]}, "base"|"runtime"|"dev": {...}, "<variant>": {...}},
+     "target": {"<id>": {"context": "bake-context/<id>", "dockerfile": "Dockerfile",
+                         "contexts": {"imagebuild-parent": "target:<parent id>"},
+                         "args": {..., "BASE_IMAGE": "imagebuild-parent", "CREATED": "${CREATED}", ...},
+                         "tags": [tag, aliases...], "labels": {...}}}}
+
+Chaining: the Dockerfiles start `ARG BASE_IMAGE` / `FROM ${BASE_IMAGE}`. Bake sets `args.BASE_IMAGE` to the name of a
+named context, and BuildKit resolves `FROM <name>` against `contexts` after expanding the ARG: a child's
+`imagebuild-parent` is `target:<parent id>` (bake builds the parent first and feeds its result, no registry round
+trip); a base image's `imagebuild-os` is `docker-image://${OS_IMAGE_<os>}` (a bootstrapped OS image must be pushed
+somewhere the cluster can pull it: set OS_IMAGE_<os>=<ref> in the environment) or the matrix's registry base.
+
+Target names are the plan ids with characters outside [a-zA-Z0-9_-] replaced by "_" (bake's rule). Paths are relative
+to the bake file's folder: run `docker buildx bake -f docker-bake.json` from there. Secret build args (credentialed
+index URLs) are never written: pass them with `--set '*.args.NAME=...'`. Literal `${`/`%{` in values are escaped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+from imagebuild.models import FLAVORS, ImagePlan, Plan
+
+PARENT_CONTEXT = "imagebuild-parent"
+OS_CONTEXT = "imagebuild-os"
+_BAD = re.compile(r"[^a-zA-Z0-9_-]")
+TARGET_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")  # buildx: validTargetNameChars
+
+
+def target_name(text: str) -> str:
+    return _BAD.sub("_", text)
+
+
+def os_variable(os_id: str) -> str:
+    return "OS_IMAGE_" + target_name(os_id)
+
+
+def _esc(value: str) -> str:
+    """Keep bake's HCL-in-JSON templating away from literal values."""
+    return str(value).replace("${", "$${").replace("%{", "%%{")
+
+
+def _default_os_ref(image: ImagePlan) -> str:
+    try:
+        from imagebuild.build.bootstrap import spec_for
+
+        return spec_for(image.variant).tag
+    except Exception:  # bootstrap module absent or the variant incomplete: a readable placeholder
+        return f"imagebuild-os/{image.variant.os.id}:latest"
+
+
+def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, str] | None = None,
+                  os_images: dict[str, str] | None = None) -> dict:
+    """The bake JSON for `plan`. `contexts`: image id -> context path as it should appear in the file;
+    `dockerfiles`: image id -> dockerfile path (relative to the context), default "Dockerfile";
+    `os_images`: os id -> default reference for bootstrapped bases."""
+    dockerfiles = dockerfiles or {}
+    os_images = os_images or {}
+    names: dict[str, str] = {}
+    for image in plan.images:
+        name = target_name(image.id)
+        if name in names.values():
+            raise ValueError(f"two plan ids map to the bake target {name!r}")
+        names[image.tag] = name
+    variables: dict[str, dict] = {"CREATED": {"default": ""}, "REVISION": {"default": ""}}
+    targets: dict[str, dict] = {}
+    groups: dict[str, dict] = {"default": {"targets": []}}
+    for image in plan.images:
+        name = names[image.tag]
+        args = {k: _esc(v) for k, v in sorted(image.build_args.items()) if k not in image.secret_build_args}
+        if image.parent:
+            if image.parent not in names:
+                raise ValueError(f"{image.tag}: parent {image.parent} is not in the plan")
+            ctx = {PARENT_CONTEXT: f"target:{names[image.parent]}"}
+            args["BASE_IMAGE"] = PARENT_CONTEXT
+        else:
+            base = image.variant.base
+            if base.kind == "registry" and base.ref:
+                ctx = {OS_CONTEXT: f"docker-image://{_esc(base.ref)}"}
+            else:
+                var = os_variable(image.variant.os.id)
+                variables.setdefault(var, {"default": _esc(os_images.get(image.variant.os.id)
+                                                           or _default_os_ref(image))})
+                ctx = {OS_CONTEXT: "docker-image://${" + var + "}"}
+            args["BASE_IMAGE"] = OS_CONTEXT
+        args.setdefault("CREATED", "${CREATED}")
+        args.setdefault("REVISION", "${REVISION}")
+        tags = [image.tag] + [a if ":" in a.rsplit("/", 1)[-1] else f"{image.repository}:{a}" for a in image.aliases]
+        targets[name] = {
+            "context": contexts[image.id],
+            "dockerfile": dockerfiles.get(image.id, "Dockerfile"),
+            "contexts": ctx,
+            "args": args,
+            "tags": [_esc(t) for t in dict.fromkeys(tags)],
+            "labels": {k: _esc(v) for k, v in sorted(image.labels.items())},
+        }
+        groups["default"]["targets"].append(name)
+        groups.setdefault(image.flavor, {"targets": []})["targets"].append(name)
+        groups.setdefault(target_name(image.variant.key), {"targets": []})["targets"].append(name)
+    ordered_groups = {"default": groups.pop("default")}
+    for flavor in FLAVORS:
+        if flavor in groups:
+            ordered_groups[flavor] = groups.pop(flavor)
+    ordered_groups.update(groups)
+    return {"variable": variables, "group": ordered_groups, "target": targets}
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = None,
+               os_images: dict[str, str] | None = None) -> dict:
+    """Write each image's build context (Dockerfile, rendered context files, hard links to big context folders such as
+    the wheelhouse) under `context_dir` (default: <output folder>/bake-context) and the bake JSON to `output`."""
+    output = Path(output)
+    base_dir = output.parent if str(output.parent) else Path(".")
+    ctx_root = Path(context_dir) if context_dir else base_dir / "bake-context"
+    contexts: dict[str, str] = {}
+    for image in plan.images:
+        folder = ctx_root / image.id
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "Dockerfile").write_text(image.dockerfile, encoding="utf-8")
+        for rel, data in sorted(image.context_files.items()):
+            target = folder / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        for rel, src in sorted(image.context_dirs.items()):
+            target = folder / rel
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(src, target, copy_function=_link_or_copy, symlinks=False)
+        rel_path = os.path.relpath(folder, base_dir.resolve() if folder.is_absolute() else base_dir)
+        contexts[image.id] = Path(rel_path).as_posix()
+    doc = bake_document(plan, contexts, os_images=os_images)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return doc

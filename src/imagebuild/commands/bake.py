@@ -1,0 +1,57 @@
+"""`imagebuild bake`: export the plan as a `docker buildx bake` JSON file (remote BuildKit clusters)."""
+
+from __future__ import annotations
+
+import click
+
+from imagebuild.commands._options import (
+    build_input_options,
+    matrix_option,
+    registry_option,
+    resolve_matrix_path,
+)
+
+
+@click.command("bake")
+@matrix_option
+@registry_option
+@build_input_options
+@click.option("--output", "-o", default="docker-bake.json", show_default=True, metavar="FILE",
+              help="Bake file to write.")
+@click.option("--context-dir", default=None, metavar="DIR",
+              help="Where the build contexts go (default: bake-context/ beside the bake file).")
+@click.option("--os-image", "os_images", multiple=True, metavar="OS=REF",
+              help="Default reference of a bootstrapped OS base, e.g. debian12=reg/os/debian:12 (else the "
+                   "OS_IMAGE_<os> variable at bake time); repeatable.")
+@click.option("--only", default=None, metavar="PATTERN", help="Only matching images (plus their parents).")
+def command(matrix, registry, inputs, output, context_dir, os_images, only):
+    """Write the same plan as a buildx bake file: one target per image with its context, Dockerfile, build args,
+    labels and tags (+ aliases); children chain to their parent with `contexts = target:<parent>`.
+
+    \b
+    Example:
+      imagebuild bake --matrix images/h100.yaml -o out/docker-bake.json
+      cd out && OS_IMAGE_ubuntu24_04=reg.example/os/ubuntu:24.04 docker buildx bake -f docker-bake.json --push
+    """
+    from imagebuild.bake import write_bake
+    from imagebuild.errors import UsageError
+    from imagebuild.models import Plan
+    from imagebuild.plan import make_plan
+    from imagebuild.plan.assemble import select
+
+    mapping = {}
+    for item in os_images:
+        key, sep, ref = item.partition("=")
+        if not sep or not key or not ref:
+            raise UsageError(f"--os-image {item!r}: expected OS=REF (e.g. debian12=registry/os/debian:12)")
+        mapping[key] = ref
+    plan = make_plan(resolve_matrix_path(matrix), inputs, registry)
+    if only:
+        images = select(plan, only)
+        if not images:
+            raise UsageError(f"--only {only!r} matches no image of {plan.matrix_file}")
+        plan = Plan(matrix_file=plan.matrix_file, images=images)
+    doc = write_bake(plan, output, context_dir, mapping)
+    click.echo(f"{output}: {len(doc['target'])} targets; run `docker buildx bake -f {output}` from its folder",
+               err=True)
+    return 0

@@ -1,0 +1,131 @@
+"""Registry credentials: where they come from, and how they are kept out of logs and command lines.
+
+Order: `--username` + `--password-stdin` (or `--username` with IMAGEBUILD_REGISTRY_PASSWORD) > the environment pair
+IMAGEBUILD_REGISTRY_USER / IMAGEBUILD_REGISTRY_PASSWORD > the docker config (`~/.docker/config.json` or
+$DOCKER_CONFIG/config.json: `auths`, `credsStore`, `credHelpers`, resolved by the docker SDK, which runs
+`docker-credential-<helper> get`). Nothing here writes credentials anywhere: they live in memory, are handed to the
+engine in the X-Registry-Auth header of the push request and to the registry in Authorization headers, and every
+password/token is registered with `imagebuild.secrets` so `redact()` hides it in any message.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import IO
+
+from imagebuild.errors import UsageError
+from imagebuild.secrets import register_secret
+
+ENV_USER = "IMAGEBUILD_REGISTRY_USER"
+ENV_PASSWORD = "IMAGEBUILD_REGISTRY_PASSWORD"
+DOCKER_HUB = "docker.io"
+
+
+@dataclass
+class RegistryAuth:
+    registry: str  # "127.0.0.1:5000", "ghcr.io"; "docker.io" for Docker Hub
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    identity_token: str | None = field(default=None, repr=False)  # OAuth refresh token (docker login --identity)
+    source: str = "none"  # "options" | "environment" | "docker-config" | "none"
+
+    @property
+    def anonymous(self) -> bool:
+        return not (self.password or self.identity_token)
+
+    def sdk_auth_config(self) -> dict | None:
+        """The dict for `client.api.push(..., auth_config=)` (sent to the engine as X-Registry-Auth)."""
+        if self.identity_token:
+            return {"identitytoken": self.identity_token, "serveraddress": self.registry}
+        if self.username and self.password:
+            return {"username": self.username, "password": self.password, "serveraddress": self.registry}
+        return None
+
+    def describe(self) -> str:
+        """Loggable: who, from where; never the secret."""
+        if self.anonymous:
+            return f"{self.registry}: anonymous"
+        who = self.username or "<identity token>"
+        return f"{self.registry}: {who} (from {self.source})"
+
+
+def registry_of(reference: str) -> str:
+    """Registry host of an image reference: `127.0.0.1:5000/a/b:t` -> `127.0.0.1:5000`, `ubuntu` -> `docker.io`."""
+    name = reference.split("@", 1)[0]
+    first, sep, _rest = name.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return DOCKER_HUB
+
+
+def repository_path(reference: str) -> str:
+    """Repository path inside its registry, without tag/digest: `127.0.0.1:5000/a/b:t` -> `a/b`."""
+    name = reference.split("@", 1)[0]
+    reg = registry_of(name)
+    path = name[len(reg) + 1:] if name.startswith(reg + "/") else name
+    last = path.rsplit("/", 1)
+    if ":" in last[-1]:
+        path = path.rsplit(":", 1)[0]
+    if reg == DOCKER_HUB and "/" not in path:
+        path = f"library/{path}"
+    return path
+
+
+def read_password_stdin(stream: IO[str]) -> str:
+    """First line of stdin (as `docker login --password-stdin`): trailing newline removed, nothing else."""
+    data = stream.read()
+    password = data[:-1] if data.endswith("\n") else data
+    password = password[:-1] if password.endswith("\r") else password
+    if not password:
+        raise UsageError("--password-stdin: nothing on standard input")
+    return password
+
+
+def resolve_auth(
+    registry: str,
+    username: str | None = None,
+    password: str | None = None,
+    env: dict[str, str] | None = None,
+    docker_config: str | None = None,
+) -> RegistryAuth:
+    """Credentials for `registry` (see module docstring for the order). Registers every secret found."""
+    env = os.environ if env is None else env
+    if password is not None and not username:
+        raise UsageError("--password-stdin needs --username")
+    if username:
+        password = password if password is not None else env.get(ENV_PASSWORD)
+        if not password:
+            raise UsageError(
+                f"--username {username}: no password; pipe it into --password-stdin or set {ENV_PASSWORD}"
+            )
+        register_secret(password)
+        return RegistryAuth(registry, username, password, source="options")
+    env_user, env_pw = env.get(ENV_USER), env.get(ENV_PASSWORD)
+    if env_user and env_pw:
+        register_secret(env_pw)
+        return RegistryAuth(registry, env_user, env_pw, source="environment")
+    found = _from_docker_config(registry, docker_config)
+    if found is not None:
+        return found
+    return RegistryAuth(registry)
+
+
+def _from_docker_config(registry: str, config_path: str | None) -> RegistryAuth | None:
+    import docker.auth
+    import docker.errors
+
+    try:
+        cfg = docker.auth.load_config(config_path=config_path)
+        entry = cfg.resolve_authconfig(None if registry == DOCKER_HUB else registry)
+    except docker.errors.DockerException as exc:  # credential helper missing or failing
+        raise UsageError(f"docker config: credentials for {registry}: {exc}") from exc
+    if not entry:
+        return None
+    get = {k.lower(): v for k, v in entry.items()}.get
+    user, pw, token = get("username"), get("password"), get("identitytoken")
+    if not (pw or token):
+        return None
+    register_secret(pw)
+    register_secret(token)
+    return RegistryAuth(registry, user, pw, token, source="docker-config")

@@ -1,0 +1,387 @@
+"""Push built images (full tag + aliases) with the docker SDK, reading every chunk of the push stream.
+
+The engine answers a push with HTTP 200 and reports failures as `{"error": ..., "errorDetail": ...}` chunks; each one
+fails the attempt. Attempts that failed for a transient reason (5xx, 429, connection reset/refused, timeouts, EOF,
+"blob upload unknown") are retried with exponential backoff, at most `retries` more times. Authentication and
+authorization failures are never retried: the credentials are checked against the registry before the first push
+(`RegistryClient.check_auth`), so a wrong password fails at once with the registry's own message; an "unauthorized"
+from the engine after a good check (the engine lost the auth challenge to a failed ping) is re-checked and retried
+as transient only when the registry still accepts the credentials.
+
+Per reference: skip when the registry's manifest digest for the tag is one of the local image's RepoDigests for that
+repository (already there); otherwise push, take the digest from the stream (`aux.Digest`, or the
+`<tag>: digest: sha256:… size: N` line), then verify that the registry serves exactly that digest for the tag.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from imagebuild.errors import ImagebuildError
+from imagebuild.models import ImagePlan, ImageResult, Plan
+from imagebuild.push.auth import RegistryAuth, registry_of, repository_path
+from imagebuild.push.registry import RegistryAuthError, RegistryClient, RegistryError
+from imagebuild.secrets import redact
+
+PUSH_CLIENT_TIMEOUT = 1800  # seconds; the SDK's 60 s default cuts multi-GB layer uploads
+DEFAULT_RETRIES = 4
+
+_DIGEST_LINE = re.compile(r"digest: (sha256:[0-9a-f]{64}) size: (\d+)")
+_AUTH = re.compile(r"unauthorized|authentication required|\bdenied\b|forbidden|\b40[13]\b|insufficient_scope",
+                   re.I)
+_DENIED = re.compile(r"\bdenied\b|forbidden|\b403\b|insufficient_scope", re.I)
+_TRANSIENT = re.compile(
+    r"\b5\d\d\b|too ?many ?requests|\b429\b|connection reset|broken pipe|connection refused|timeout|timed out|"
+    r"\bEOF\b|blob upload unknown|blob_upload_unknown|TLS handshake|server misbehaving|temporary failure|"
+    r"unavailable|use of closed network connection|connection aborted",
+    re.I,
+)
+
+
+class PushError(ImagebuildError):
+    """A push failed (exit 1)."""
+
+
+class PushAuthError(PushError):
+    """The registry refused the credentials or the access (exit 1, never retried)."""
+
+
+def classify(message: str) -> str:
+    """'auth' | 'transient' | 'fatal' for an error from the push stream or the engine API."""
+    if _AUTH.search(message):
+        return "auth"
+    if _TRANSIENT.search(message):
+        return "transient"
+    return "fatal"
+
+
+@dataclass
+class StreamResult:
+    digest: str | None = None
+    size: int | None = None
+    errors: list[str] = field(default_factory=list)
+    layers_pushed: int = 0
+    layers_existing: int = 0  # "Layer already exists" / "Mounted from ..."
+    bytes_pushed: int = 0  # sum of the progress totals of the layers the engine uploaded (uncompressed bytes)
+    retries_by_engine: int = 0  # the engine's own per-layer "Retrying in N seconds"
+
+
+def parse_push_stream(chunks: Iterable[dict], on_chunk: Callable[[dict], None] | None = None) -> StreamResult:
+    """Read the whole stream (never stop at the first chunk): every `error`/`errorDetail` counts."""
+    res = StreamResult()
+    totals: dict[str, int] = {}
+    retrying: set[str] = set()
+    for chunk in chunks:
+        if not isinstance(chunk, dict):
+            continue
+        if on_chunk:
+            on_chunk(chunk)
+        if "error" in chunk or "errorDetail" in chunk:
+            detail = chunk.get("errorDetail") or {}
+            msg = chunk.get("error") or (detail.get("message") if isinstance(detail, dict) else str(detail))
+            res.errors.append(redact(str(msg or detail or "push failed")))
+            continue
+        aux = chunk.get("aux")
+        if isinstance(aux, dict) and aux.get("Digest"):
+            res.digest = aux["Digest"]
+            res.size = aux.get("Size", res.size)
+        status = str(chunk.get("status") or "")
+        layer = chunk.get("id")
+        m = _DIGEST_LINE.search(status)
+        if m and not res.digest:
+            res.digest, res.size = m.group(1), int(m.group(2))
+        if status == "Pushing" and layer:
+            total = (chunk.get("progressDetail") or {}).get("total") or 0
+            totals[layer] = max(totals.get(layer, 0), int(total))
+        elif status == "Pushed" and layer:
+            res.layers_pushed += 1
+            res.bytes_pushed += totals.get(layer, 0)
+        elif (status == "Layer already exists" or status.startswith("Mounted from")) and layer:
+            res.layers_existing += 1
+        elif status.startswith("Retrying in") and layer and layer not in retrying:
+            retrying.add(layer)
+            res.retries_by_engine += 1
+    return res
+
+
+def alias_owners(images: list[ImagePlan]) -> dict[str, list[str]]:
+    """image.tag -> references to push for it: its full tag, then the aliases it owns.
+
+    A moving alias (`2.9-cuda12.8-runtime`) claimed by several images of the plan goes to the newest one: the highest
+    torch version, then the highest CUDA, then the highest Python (numerically, so 2.10 > 2.9)."""
+    claims: dict[str, list[ImagePlan]] = {}
+    for img in images:
+        for alias in img.aliases:
+            ref = alias if ":" in alias.rsplit("/", 1)[-1] else f"{img.repository}:{alias}"
+            claims.setdefault(ref, []).append(img)
+    owner = {ref: max(imgs, key=_newness) for ref, imgs in claims.items()}
+    out: dict[str, list[str]] = {img.tag: [img.tag] for img in images}
+    for ref, img in owner.items():
+        if ref != img.tag:
+            out[img.tag].append(ref)
+    return out
+
+
+def _vkey(v: str | None) -> tuple:
+    parts = re.findall(r"\d+|[a-z]+", (v or "").lower())
+    return tuple((0, int(p)) if p.isdigit() else (-1, p) for p in parts)
+
+
+def _newness(img: ImagePlan) -> tuple:
+    v = img.variant.versions
+    return (_vkey(v.torch), _vkey(v.cuda), _vkey(v.python), img.tag)
+
+
+def _split_ref(ref: str) -> tuple[str, str]:
+    repo, _, tag = ref.rpartition(":")
+    return repo, tag
+
+
+class Pusher:
+    def __init__(
+        self,
+        client,  # docker.DockerClient (timeout >= PUSH_CLIENT_TIMEOUT)
+        auth: RegistryAuth,
+        *,
+        registry_client: RegistryClient | None = None,
+        retries: int = DEFAULT_RETRIES,
+        backoff: float = 2.0,
+        max_backoff: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+        log: Callable[[str], None] = lambda _m: None,
+        ca_file: str | None = None,
+    ):
+        self.client = client
+        self.auth = auth
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.sleep = sleep
+        self.log = log
+        self.registry = registry_client or RegistryClient(auth, ca_file=ca_file, sleep=sleep, log=log)
+        self._auth_checked: set[str] = set()
+        self.push_calls = 0  # engine push requests made (tests count them)
+
+    # -- one image ---------------------------------------------------------------------------------------------
+    def push_image(self, image: ImagePlan, refs: list[str] | None = None) -> dict:
+        """Push `image` under `refs` (default: its tag). Returns the ImageResult.push record; raises PushAuthError
+        on refused credentials, returns status "failed" for anything else that went wrong."""
+        refs = refs or [image.tag]
+        started = time.monotonic()
+        rec: dict = {"status": "failed", "registry": self.auth.registry, "digest": None, "tags": list(refs),
+                     "pushed": [], "unchanged": [], "attempts": 0, "bytes": 0, "layers_pushed": 0,
+                     "layers_existing": 0, "seconds": 0.0}
+        try:
+            inspect = self._inspect(image.tag)
+            local_digests = self._local_digests(inspect, image.repository)
+            for ref in refs:
+                self._push_ref(ref, inspect["Id"], local_digests, rec)
+            rec["status"] = "pushed" if rec["pushed"] else "unchanged"
+        except PushAuthError:
+            raise
+        except (PushError, RegistryError) as exc:
+            rec["error"] = redact(str(exc))
+        rec["seconds"] = round(time.monotonic() - started, 2)
+        return rec
+
+    def _inspect(self, tag: str) -> dict:
+        import docker.errors
+
+        try:
+            return self.client.api.inspect_image(tag)
+        except docker.errors.ImageNotFound as exc:
+            raise PushError(f"{tag}: not built (no such local image)") from exc
+        except docker.errors.APIError as exc:
+            raise PushError(f"{tag}: engine: {exc.explanation or exc}") from exc
+
+    @staticmethod
+    def _local_digests(inspect: dict, repository: str) -> set[str]:
+        out = set()
+        for rd in inspect.get("RepoDigests") or []:
+            name, _, digest = rd.partition("@")
+            if name == repository:
+                out.add(digest)
+        return out
+
+    def _check_auth(self, repo_path: str) -> None:
+        if repo_path in self._auth_checked:
+            return
+        try:
+            self.registry.check_auth(repo_path)
+        except RegistryAuthError as exc:
+            raise PushAuthError(str(exc)) from exc
+        self._auth_checked.add(repo_path)
+
+    def _push_ref(self, ref: str, image_id: str, local_digests: set[str], rec: dict) -> None:
+        repo, tag = _split_ref(ref)
+        if registry_of(repo) != self.auth.registry:
+            raise PushError(f"{ref}: not in registry {self.auth.registry}")
+        repo_path = repository_path(repo)
+        self._check_auth(repo_path)
+        try:
+            remote = self.registry.manifest_digest(repo_path, tag)
+        except RegistryAuthError as exc:
+            raise PushAuthError(str(exc)) from exc
+        if remote and remote in local_digests:
+            self.log(f"{ref}: unchanged ({remote[:19]}), skipped")
+            rec["unchanged"].append(ref)
+            rec["digest"] = rec["digest"] or remote
+            return
+        if self._local_id(ref) != image_id:  # missing, or a moving alias still on the previous build
+            self.client.api.tag(image_id, repo, tag, force=True)
+        result = self._push_with_retries(repo, tag, rec)
+        try:
+            served = self.registry.manifest_digest(repo_path, tag)
+        except RegistryAuthError as exc:
+            raise PushAuthError(str(exc)) from exc
+        if served != result.digest:
+            raise PushError(f"{ref}: pushed digest {result.digest} but the registry serves {served or 'nothing'}")
+        self.log(f"{ref}: pushed {result.digest} ({result.layers_pushed} layers uploaded, "
+                 f"{result.layers_existing} already there)")
+        rec["pushed"].append(ref)
+        rec["digest"] = rec["digest"] or result.digest
+        rec["size"] = result.size
+        rec["bytes"] += result.bytes_pushed
+        rec["layers_pushed"] += result.layers_pushed
+        rec["layers_existing"] += result.layers_existing
+        if rec["digest"] != result.digest:
+            raise PushError(f"{ref}: digest {result.digest} differs from {rec['digest']} pushed for the same image")
+
+    def _local_id(self, ref: str) -> str | None:
+        import docker.errors
+
+        try:
+            return self.client.api.inspect_image(ref)["Id"]
+        except docker.errors.ImageNotFound:
+            return None
+
+    def _push_with_retries(self, repo: str, tag: str, rec: dict) -> StreamResult:
+        import docker.errors
+        import requests.exceptions
+
+        ref = f"{repo}:{tag}"
+        attempt = 0
+        while True:
+            attempt += 1
+            rec["attempts"] += 1
+            self.push_calls += 1
+            try:
+                stream = self.client.api.push(repo, tag, stream=True, decode=True,
+                                              auth_config=self.auth.sdk_auth_config())
+                result = parse_push_stream(stream)
+                if not result.errors and not result.digest:
+                    result.errors.append("push stream ended without a digest (EOF)")
+            except docker.errors.APIError as exc:
+                result = StreamResult(errors=[f"engine: {exc.explanation or exc}"])
+                if exc.status_code and exc.status_code >= 500 and classify(result.errors[0]) == "fatal":
+                    result.errors[0] += " (5xx)"
+            except (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+                    requests.exceptions.ChunkedEncodingError) as exc:
+                result = StreamResult(errors=[f"engine connection: {exc} (timeout/EOF)"])
+            if not result.errors:
+                return result
+            message = "; ".join(dict.fromkeys(result.errors))
+            kind = classify(message)
+            if kind == "auth":
+                if _DENIED.search(message):
+                    raise PushAuthError(f"{ref}: {message}")
+                self._auth_checked.discard(repository_path(repo))
+                self._check_auth(repository_path(repo))  # raises when the registry refuses the credentials
+                kind = "transient"  # credentials are good: the engine lost the auth challenge (failed ping)
+                message += " (the registry accepts the credentials: retrying as transient)"
+            if kind == "fatal":
+                raise PushError(f"{ref}: {message}")
+            if attempt > self.retries:
+                raise PushError(f"{ref}: gave up after {attempt} attempts: {message}")
+            delay = min(self.max_backoff, self.backoff * (2 ** (attempt - 1)))
+            self.log(f"{ref}: {message}; retry {attempt}/{self.retries} in {delay:.1f}s")
+            self.sleep(delay)
+
+    # -- many images ---------------------------------------------------------------------------------------------
+    def push_images(self, images: list[ImagePlan], results: dict[str, ImageResult] | None = None,
+                    all_images: list[ImagePlan] | None = None) -> list[ImageResult]:
+        """Push `images` (plan order: parents first) with their aliases; one ImageResult per image with `push` set.
+
+        `all_images` (the whole plan) decides which image owns a moving alias, so `--only 2.9.0-*` never moves
+        `2.9-…` away from 2.9.1. `results` (tag -> earlier ImageResult) is updated in place when given.
+        A PushAuthError stops everything (the remaining images would fail the same way)."""
+        owners = alias_owners(all_images or images)
+        out = []
+        for image in images:
+            res = (results or {}).get(image.tag) or result_for(image)
+            res.push = self.push_image(image, owners.get(image.tag) or [image.tag])
+            out.append(res)
+        return out
+
+
+def result_for(image: ImagePlan) -> ImageResult:
+    return ImageResult(
+        tag=image.tag,
+        flavor=image.flavor,
+        inputs_hash=image.inputs_hash,
+        versions=image.variant.versions.as_dict(),
+        parent=image.parent,
+    )
+
+
+def gate(image: ImagePlan, row: dict | None, require_tests: bool) -> str | None:
+    """Why `image` must not be pushed, from its build-report row (None: push it)."""
+    status = (row or {}).get("status")
+    if status in ("failed", "not-built"):
+        return f"build {status}"
+    if status == "skipped":
+        return "build skipped"
+    if not require_tests:
+        return None
+    tests = (row or {}).get("tests")
+    if not tests:
+        return "not tested (run `imagebuild test` first, or push with --untested)"
+    if tests.get("failed"):
+        return f"{tests['failed']} smoke test(s) failed"
+    return None
+
+
+def push_plan(
+    plan: Plan,
+    *,
+    client,
+    auth_for: Callable[[str], RegistryAuth],
+    images: list[ImagePlan] | None = None,
+    report_rows: dict[str, dict] | None = None,
+    require_tests: bool = True,
+    retries: int = DEFAULT_RETRIES,
+    log: Callable[[str], None] = lambda _m: None,
+    ca_file: str | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[ImageResult]:
+    """Push the selected images of `plan` (default: all) that were built (and tested, unless require_tests=False).
+
+    Returns one ImageResult per selected image with `push` filled: status pushed | unchanged | failed | skipped
+    (+ "reason"). Raises PushAuthError (exit 1) when a registry refuses the credentials."""
+    selected = images if images is not None else plan.images
+    rows = report_rows or {}
+    results: list[ImageResult] = []
+    pushers: dict[str, Pusher] = {}
+    owners = alias_owners(plan.images)
+    for image in selected:
+        res = result_for(image)
+        reason = gate(image, rows.get(image.tag), require_tests)
+        registry = registry_of(image.tag)
+        if reason is None and (registry == "docker.io" and not image.tag.startswith("docker.io/")):
+            reason = "no registry in the tag (set `registry` in the matrix or pass --registry)"
+        if reason:
+            log(f"{image.tag}: not pushed: {reason}")
+            res.push = {"status": "skipped", "reason": reason, "tags": owners.get(image.tag, [image.tag])}
+            results.append(res)
+            continue
+        if registry not in pushers:
+            pushers[registry] = Pusher(client, auth_for(registry), retries=retries, log=log, ca_file=ca_file,
+                                       sleep=sleep)
+        res.push = pushers[registry].push_image(image, owners.get(image.tag) or [image.tag])
+        if res.push["status"] == "failed":
+            log(f"{image.tag}: push failed: {res.push.get('error')}")
+        results.append(res)
+    return results

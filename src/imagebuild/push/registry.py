@@ -1,0 +1,334 @@
+"""A small Distribution v2 (OCI distribution) HTTP client: just what push needs.
+
+- `check_auth(repo)`: do the credentials work? (the registry's own 401/403 message when not)
+- `manifest_digest(repo, tag)`: `HEAD /v2/<repo>/manifests/<tag>` with every manifest media type in Accept, so the
+  registry answers with the digest of the manifest as pushed (a registry that gets no matching Accept may convert
+  schema2 to schema1 and report another digest); falls back to GET + sha256 when `Docker-Content-Digest` is absent.
+
+Auth: anonymous, Basic, or Bearer (token endpoint from `WWW-Authenticate`, with Basic credentials or an identity
+token as OAuth refresh token). Transport: https; for loopback registries (127.0.0.0/8, localhost, ::1) plain http
+first, as Docker 20.10+ allows them insecure, falling over to https when the port speaks TLS. CA: `ca_file`, else
+/etc/docker/certs.d/<host>/ca.crt (the file the engine itself uses), else the system store.
+Transient failures (5xx, 429, connection reset/refused, timeouts) are retried with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import json
+import re
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from imagebuild import __version__
+from imagebuild.errors import ImagebuildError
+from imagebuild.push.auth import RegistryAuth
+from imagebuild.secrets import redact
+
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+)
+USER_AGENT = f"imagebuild/{__version__}"
+CERTS_D = Path("/etc/docker/certs.d")
+
+
+class RegistryError(ImagebuildError):
+    """The registry could not be asked (after retries), or answered something unusable."""
+
+    def __init__(self, message: str, status: int | None = None, transient: bool = False):
+        super().__init__(redact(message))
+        self.status = status
+        self.transient = transient
+
+
+class RegistryAuthError(RegistryError):
+    """401/403: credentials rejected or missing. Never retried; the message quotes the registry."""
+
+
+def _loopback(host: str) -> bool:
+    h = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]")[0]
+    return h == "localhost" or h.startswith("127.") or h == "::1"
+
+
+def registry_message(body: bytes, fallback: str = "") -> str:
+    """`{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}` -> `UNAUTHORIZED: authentication
+    required` (the registry's own words, as users see them in `docker push`)."""
+    try:
+        doc = json.loads(body.decode("utf-8", "replace"))
+        errors = doc.get("errors") or []
+        parts = []
+        for e in errors:
+            code, msg = e.get("code", ""), e.get("message", "")
+            parts.append(f"{code.lower() if code else ''}: {msg}".strip(": ") if msg or code else "")
+        text = "; ".join(p for p in parts if p)
+        if text:
+            return text
+        if isinstance(doc.get("details"), str):
+            return doc["details"]
+    except (ValueError, AttributeError):
+        pass
+    text = body.decode("utf-8", "replace").strip()
+    return text[:300] if text else fallback
+
+
+def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
+    scheme, _, rest = header.strip().partition(" ")
+    params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+    return scheme.lower(), params
+
+
+class _Response:
+    def __init__(self, status: int, headers, body: bytes):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+
+class RegistryClient:
+    def __init__(
+        self,
+        auth: RegistryAuth,
+        *,
+        scheme: str | None = None,
+        ca_file: str | None = None,
+        insecure: bool = False,
+        timeout: float = 60.0,
+        retries: int = 4,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+        log: Callable[[str], None] | None = None,
+    ):
+        self.auth = auth
+        self.registry = auth.registry
+        self.host = "registry-1.docker.io" if self.registry == "docker.io" else self.registry
+        self._scheme = scheme
+        self.insecure = insecure
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.sleep = sleep
+        self.log = log or (lambda _m: None)
+        self._tokens: dict[str, str] = {}  # scope -> Authorization header value
+        self._basic_ok = False
+        ca = ca_file
+        if ca is None and (CERTS_D / self.registry / "ca.crt").is_file():
+            ca = str(CERTS_D / self.registry / "ca.crt")
+        self._ssl = ssl.create_default_context(cafile=ca)
+        if insecure:
+            self._ssl.check_hostname = False
+            self._ssl.verify_mode = ssl.CERT_NONE
+        self.requests_made = 0
+
+    # -- public --------------------------------------------------------------------------------------------------
+    def check_auth(self, repository: str, actions: str = "pull,push") -> None:
+        """Raise RegistryAuthError quoting the registry when the credentials are refused (or needed and absent)."""
+        self._request("GET", "/v2/", scope=f"repository:{repository}:{actions}", auth_probe=True)
+
+    def manifest_digest(self, repository: str, reference: str) -> str | None:
+        """Digest the registry serves for `repository:reference`, or None when the tag does not exist."""
+        path = f"/v2/{repository}/manifests/{urllib.parse.quote(reference, safe=':@')}"
+        headers = {"Accept": ", ".join(MANIFEST_TYPES)}
+        scope = f"repository:{repository}:pull"
+        r = self._request("HEAD", path, headers=headers, scope=scope, ok=(200, 404))
+        if r.status == 404:
+            return None
+        digest = r.headers.get("Docker-Content-Digest")
+        if digest:
+            return digest
+        r = self._request("GET", path, headers=headers, scope=scope, ok=(200, 404))
+        if r.status == 404:
+            return None
+        return "sha256:" + hashlib.sha256(r.body).hexdigest()
+
+    # -- transport -----------------------------------------------------------------------------------------------
+    def _schemes(self) -> list[str]:
+        if self._scheme:
+            return [self._scheme]
+        if _loopback(self.registry):
+            return ["http", "https"]
+        return ["https", "http"] if self.insecure else ["https"]
+
+    def _raw(self, method: str, url: str, headers: dict[str, str], data: bytes | None = None) -> _Response:
+        req = urllib.request.Request(url, data=data, method=method, headers={"User-Agent": USER_AGENT, **headers})
+        opener = urllib.request.build_opener(_NoRedirectAuthStrip(), urllib.request.HTTPSHandler(context=self._ssl))
+        self.requests_made += 1
+        try:
+            with opener.open(req, timeout=self.timeout) as resp:
+                return _Response(resp.status, resp.headers, resp.read())
+        except urllib.error.HTTPError as exc:
+            body = exc.read() if exc.fp else b""
+            return _Response(exc.code, exc.headers, body)
+
+    def _send(self, method: str, path: str, headers: dict[str, str]) -> _Response:
+        """One request with scheme discovery and transient-failure retries."""
+        attempt = 0
+        while True:
+            try:
+                return self._send_once(method, path, headers)
+            except RegistryError as exc:
+                if not exc.transient or attempt >= self.retries:
+                    raise
+                delay = min(self.max_backoff, self.backoff * (2 ** attempt))
+                attempt += 1
+                self.log(f"{exc}; retry {attempt}/{self.retries} in {delay:.1f}s")
+                self.sleep(delay)
+
+    def _discover(self) -> None:
+        """Pick http or https with a `GET /v2/` ping (as the engine does); only when not given or known yet."""
+        if self._scheme:
+            return
+        schemes = self._schemes()
+        last: Exception | None = None
+        for scheme in schemes:
+            try:
+                r = self._raw("GET", f"{scheme}://{self.host}/v2/", {})
+            except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:  # TLS errors, resets
+                reason = getattr(exc, "reason", exc)
+                if isinstance(reason, ssl.SSLCertVerificationError):
+                    raise RegistryError(f"{self.registry}: TLS: {reason.verify_message}; give the registry's CA "
+                                        f"with --ca-file or /etc/docker/certs.d/{self.registry}/ca.crt") from exc
+                last = exc
+                continue
+            if r.status == 400 and b"HTTPS server" in r.body:
+                continue  # a TLS port asked in plain HTTP
+            self._scheme = scheme
+            return
+        raise RegistryError(f"{self.registry}: GET /v2/: {getattr(last, 'reason', last)}", transient=True)
+
+    def _send_once(self, method: str, path: str, headers: dict[str, str]) -> _Response:
+        self._discover()
+        url = f"{self._scheme}://{self.host}{path}"
+        try:
+            r = self._raw(method, url, headers)
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:  # SSLError, timeouts: OSError
+            reason = getattr(exc, "reason", exc)
+            if isinstance(reason, ssl.SSLCertVerificationError):
+                raise RegistryError(f"{self.registry}: TLS: {reason.verify_message}; give the registry's CA "
+                                    f"with --ca-file or /etc/docker/certs.d/{self.registry}/ca.crt") from exc
+            raise RegistryError(f"{self.registry}: {method} {path}: {reason}", transient=True) from exc
+        if r.status >= 500 or r.status == 429:
+            raise RegistryError(
+                f"{self.registry}: {method} {path}: HTTP {r.status}: {registry_message(r.body, 'no detail')}",
+                status=r.status, transient=True,
+            )
+        return r
+
+    def _request(self, method: str, path: str, headers: dict[str, str] | None = None, scope: str = "",
+                 ok: tuple[int, ...] = (200,), auth_probe: bool = False) -> _Response:
+        headers = dict(headers or {})
+        cached = self._tokens.get(scope) or (self._basic_header() if self._basic_ok else None)
+        if cached:
+            headers["Authorization"] = cached
+        r = self._send(method, path, headers)
+        if r.status == 401:
+            challenge = r.headers.get("WWW-Authenticate", "")
+            value = self._authorize(challenge, scope, r)
+            headers["Authorization"] = value
+            r = self._send(method, path, headers)
+            if r.status in (401, 403):
+                self._tokens.pop(scope, None)
+                raise RegistryAuthError(self._auth_text(r), status=r.status)
+        if r.status == 403:
+            raise RegistryAuthError(self._auth_text(r), status=403)
+        if r.status not in ok:
+            raise RegistryError(
+                f"{self.registry}: {method} {path}: HTTP {r.status}: {registry_message(r.body, 'no detail')}",
+                status=r.status,
+            )
+        return r
+
+    def _auth_text(self, r: _Response) -> str:
+        fallback = "authentication required" if r.status == 401 else "access denied"
+        return f"{self.registry}: {registry_message(r.body, fallback)} (HTTP {r.status}, {self.auth.describe()})"
+
+    def _basic_header(self) -> str:
+        raw = f"{self.auth.username or ''}:{self.auth.password or ''}".encode()
+        return "Basic " + base64.b64encode(raw).decode()
+
+    def _authorize(self, challenge: str, scope: str, first: _Response) -> str:
+        kind, params = _parse_challenge(challenge)
+        if kind == "basic":
+            if self.auth.anonymous:
+                raise RegistryAuthError(f"{self._auth_text(first)}; no credentials found for {self.registry} "
+                                        "(docker login, --username/--password-stdin or IMAGEBUILD_REGISTRY_*)",
+                                        status=401)
+            self._basic_ok = True
+            return self._basic_header()
+        if kind == "bearer":
+            token = self._fetch_token(params, scope)
+            value = f"Bearer {token}"
+            self._tokens[scope] = value
+            return value
+        raise RegistryAuthError(f"{self._auth_text(first)}; unsupported challenge {challenge!r}", status=401)
+
+    def _fetch_token(self, params: dict[str, str], scope: str) -> str:
+        realm = params.get("realm")
+        if not realm:
+            raise RegistryError(f"{self.registry}: bearer challenge without realm")
+        query = {"service": params.get("service", "")}
+        if scope or params.get("scope"):
+            query["scope"] = scope or params["scope"]
+        headers: dict[str, str] = {}
+        if self.auth.identity_token:
+            form = urllib.parse.urlencode({**query, "grant_type": "refresh_token", "client_id": "imagebuild",
+                                           "refresh_token": self.auth.identity_token}).encode()
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
+            method, url, data = "POST", realm, form
+        else:
+            if self.auth.username:
+                query["account"] = self.auth.username
+            if not self.auth.anonymous:
+                headers["Authorization"] = self._basic_header()
+            method, url, data = "GET", f"{realm}?{urllib.parse.urlencode(query)}", None
+        for attempt in range(self.retries + 1):
+            try:
+                r = self._raw(method, url, headers, data)
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+                if attempt >= self.retries:
+                    raise RegistryError(f"{self.registry}: token endpoint {realm}: {exc}", transient=True) from exc
+                self.sleep(min(self.max_backoff, self.backoff * (2 ** attempt)))
+                continue
+            if r.status >= 500 and attempt < self.retries:
+                self.sleep(min(self.max_backoff, self.backoff * (2 ** attempt)))
+                continue
+            break
+        if r.status in (401, 403):
+            raise RegistryAuthError(
+                f"{self.registry}: {registry_message(r.body, 'authentication failed')} (token endpoint "
+                f"{realm}: HTTP {r.status}, {self.auth.describe()})", status=r.status)
+        if r.status != 200:
+            raise RegistryError(f"{self.registry}: token endpoint {realm}: HTTP {r.status}", status=r.status)
+        try:
+            doc = json.loads(r.body)
+        except ValueError as exc:
+            raise RegistryError(f"{self.registry}: token endpoint {realm}: not JSON") from exc
+        token = doc.get("token") or doc.get("access_token")
+        if not token:
+            raise RegistryError(f"{self.registry}: token endpoint {realm}: no token in answer")
+        from imagebuild.secrets import register_secret
+
+        register_secret(token)
+        return token
+
+
+class _NoRedirectAuthStrip(urllib.request.HTTPRedirectHandler):
+    """Follow redirects (blob/manifest storage backends) but never carry Authorization to another host."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+            new.headers.pop("Authorization", None)
+            new.unredirected_hdrs.pop("Authorization", None)
+        return new

@@ -1,0 +1,27 @@
+"""Reports of build -> test -> push runs: build-report.json (merged by tag), build-report.md, JUnit XML; size budgets.
+
+    from imagebuild.report import write_reports, check_size_budget
+    write_reports(results, "reports", plan)        # after build, test or push
+    msg = check_size_budget(result, budget_bytes)  # None or a failure naming the largest layers
+"""
+
+from imagebuild.report.budget import check_size_budget, describe_step, format_size, largest_layers, parse_size
+from imagebuild.report.writer import (
+    JSON_NAME,
+    JUNIT_NAME,
+    MD_NAME,
+    load_report,
+    merge_row,
+    render_junit,
+    render_markdown,
+    report_rows,
+    rerender,
+    row_to_result,
+    write_reports,
+)
+
+__all__ = [
+    "JSON_NAME", "JUNIT_NAME", "MD_NAME", "check_size_budget", "describe_step", "format_size", "largest_layers",
+    "load_report", "merge_row", "parse_size", "render_junit", "render_markdown", "report_rows", "rerender",
+    "row_to_result", "write_reports",
+]

@@ -1,0 +1,74 @@
+"""Sizes: parse/format, Dockerfile steps from image history, size budgets."""
+
+from __future__ import annotations
+
+import re
+
+from imagebuild.models import ImageResult
+from imagebuild.secrets import redact
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str | int | float) -> int:
+    """`7.5GB` -> 7500000000 (decimal units, as `docker images` prints); `7GiB` -> binary; plain numbers: bytes."""
+    if isinstance(text, int | float):
+        return int(text)
+    m = _SIZE.match(str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"not a size: {text!r} (e.g. 7.5GB, 800MB, 2GiB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def format_size(n: int | None) -> str:
+    if n is None:
+        return "–"
+    for unit, f in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if abs(n) >= f:
+            return f"{n / f:.2f} {unit}"
+    return f"{n} B"
+
+
+_ARGS_PREFIX = re.compile(r"^\|\d+\s+.*?(?=/bin/sh -c |RUN |COPY |ADD |$)")
+
+
+def describe_step(created_by: str | None, width: int = 100) -> str:
+    """A history `created_by` as the Dockerfile step that made it:
+    `|2 BASE_IMAGE=sha256:… /bin/sh -c pip install …` -> `RUN pip install …`;
+    `/bin/sh -c #(nop) COPY dir:ab12 in /opt/venv` -> `COPY dir:ab12 in /opt/venv`. Build-arg prefixes are dropped
+    (they can carry values), the rest is redacted and shortened."""
+    s = (created_by or "").strip()
+    s = _ARGS_PREFIX.sub("", s)
+    s = s.removesuffix("# buildkit").strip()
+    if s.startswith("/bin/sh -c #(nop)"):
+        s = s[len("/bin/sh -c #(nop)"):].strip()
+    elif s.startswith("/bin/sh -c "):
+        s = "RUN " + s[len("/bin/sh -c "):].strip()
+    elif s.startswith("RUN /bin/sh -c "):
+        s = "RUN " + s[len("RUN /bin/sh -c "):].strip()
+    s = redact(re.sub(r"\s+", " ", s))
+    if not s:
+        s = "(unknown step)"
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def largest_layers(result: ImageResult, n: int = 5) -> list[tuple[int, str]]:
+    layers = sorted(result.layers or [], key=lambda layer: layer.get("size") or 0, reverse=True)
+    return [(int(layer.get("size") or 0), describe_step(layer.get("created_by"))) for layer in layers[:n]]
+
+
+def check_size_budget(result: ImageResult, budget_bytes: int | None) -> str | None:
+    """None when the image fits (or has no budget/size); else a one-paragraph failure naming the largest layers
+    and the Dockerfile steps that made them, for `ImageResult.error`."""
+    if not budget_bytes or result.size is None or result.size <= budget_bytes:
+        return None
+    over = result.size - budget_bytes
+    layers = "; ".join(f"{format_size(size)} {step}" for size, step in largest_layers(result, 3))
+    text = (f"size {format_size(result.size)} exceeds the {result.flavor} budget {format_size(budget_bytes)} "
+            f"by {format_size(over)}")
+    return f"{text}; largest layers: {layers}" if layers else text

@@ -1,0 +1,298 @@
+"""build-report.json (accumulated across build -> test -> push runs), build-report.md, build-report.junit.xml.
+
+Rows are merged by tag: a later run adds what it knows and keeps the rest. A row whose inputs hash or image ID
+changed belongs to a new image: its old test and push results are dropped unless the new row carries its own.
+Everything written passes through `secrets.redact`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import fcntl
+import json
+import os
+import re
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from imagebuild.models import ImageResult, Plan
+from imagebuild.report.budget import format_size, largest_layers
+from imagebuild.secrets import redact
+
+JSON_NAME = "build-report.json"
+MD_NAME = "build-report.md"
+JUNIT_NAME = "build-report.junit.xml"
+SCHEMA = 1
+_FIELDS = [f.name for f in dataclasses.fields(ImageResult)]
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _redact_obj(obj):
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, dict):
+        return {k: _redact_obj(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_redact_obj(v) for v in obj]
+    return obj
+
+
+def result_to_row(result: ImageResult | dict) -> dict:
+    row = dataclasses.asdict(result) if dataclasses.is_dataclass(result) else dict(result)
+    return _redact_obj(row)
+
+
+def row_to_result(row: dict) -> ImageResult:
+    """A report row back as an ImageResult (unknown keys ignored)."""
+    known = {k: v for k, v in row.items() if k in _FIELDS}
+    known.setdefault("flavor", "")
+    known.setdefault("inputs_hash", "")
+    known.setdefault("versions", {})
+    return ImageResult(**known)
+
+
+def _empty(v) -> bool:
+    return v is None or v == [] or v == {}
+
+
+def merge_row(old: dict | None, new: dict) -> dict:
+    if not old:
+        return dict(new)
+    new_image = (new.get("inputs_hash") and old.get("inputs_hash") and new["inputs_hash"] != old["inputs_hash"]) \
+        or (new.get("image_id") and old.get("image_id") and new["image_id"] != old["image_id"])
+    out = dict(old)
+    if new_image:
+        for key in ("tests", "push", "error", "image_id", "size", "layers", "build_seconds", "log_path"):
+            out.pop(key, None)
+    for key, value in new.items():
+        if _empty(value) or (key == "status" and value == "planned" and out.get("status")):
+            continue
+        out[key] = value
+    if new.get("status") in ("built", "up-to-date") and _empty(new.get("error")):
+        out["error"] = None  # a successful rebuild clears the last failure
+    return out
+
+
+def load_report(report_dir: str | Path) -> dict:
+    """The JSON document (`{"schema", "updated", "matrix", "images": [row, ...]}`); empty when absent."""
+    path = Path(report_dir) / JSON_NAME
+    if not path.is_file():
+        return {"schema": SCHEMA, "updated": None, "matrix": None, "images": []}
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc.setdefault("images", [])
+    return doc
+
+
+def report_rows(report_dir: str | Path) -> dict[str, dict]:
+    """tag -> row of an existing report (for push's built/tested gate)."""
+    return {row["tag"]: row for row in load_report(report_dir)["images"] if row.get("tag")}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def _locked(report_dir: Path):
+    with open(report_dir / ".build-report.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def write_reports(results: list[ImageResult], report_dir: str | Path, plan: Plan | None = None) -> dict[str, Path]:
+    """Merge `results` into REPORT_DIR/build-report.json and re-render the Markdown and JUnit files.
+
+    Rows follow the plan's order when a plan is given (rows of images not in it stay, after). Returns the paths."""
+    report_dir = Path(report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    with _locked(report_dir):
+        doc = load_report(report_dir)
+        rows: dict[str, dict] = {r["tag"]: r for r in doc["images"] if r.get("tag")}
+        for result in results:
+            row = result_to_row(result)
+            rows[row["tag"]] = merge_row(rows.get(row["tag"]), row)
+        order = [img.tag for img in plan.images] if plan else []
+        ordered = [rows[t] for t in order if t in rows] + [r for t, r in rows.items() if t not in set(order)]
+        doc = {"schema": SCHEMA, "updated": _now(), "matrix": (plan.matrix_file if plan else doc.get("matrix")),
+               "images": ordered}
+        paths = {"json": report_dir / JSON_NAME, "md": report_dir / MD_NAME, "junit": report_dir / JUNIT_NAME}
+        _atomic_write(paths["json"], json.dumps(doc, indent=2, sort_keys=False) + "\n")
+        _atomic_write(paths["md"], render_markdown(doc))
+        _atomic_write(paths["junit"], render_junit(doc))
+    return paths
+
+
+def rerender(report_dir: str | Path) -> dict[str, Path]:
+    """Re-write the Markdown and JUnit files from build-report.json."""
+    report_dir = Path(report_dir)
+    doc = load_report(report_dir)
+    paths = {"md": report_dir / MD_NAME, "junit": report_dir / JUNIT_NAME}
+    _atomic_write(paths["md"], render_markdown(doc))
+    _atomic_write(paths["junit"], render_junit(doc))
+    return paths
+
+
+# -- Markdown --------------------------------------------------------------------------------------------------
+
+_STATUS_MARK = {"built": "✅ built", "up-to-date": "✅ up-to-date", "failed": "❌ failed",
+                "not-built": "⏭️ not built", "skipped": "⏭️ skipped", "planned": "· planned"}
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _tests_cell(tests: dict | None) -> str:
+    if not tests:
+        return "–"
+    cell = f"{tests.get('passed', 0)}/{tests.get('failed', 0)}/{tests.get('skipped', 0)}"
+    return f"❌ {cell}" if tests.get("failed") else cell
+
+
+def _push_cell(push: dict | None) -> str:
+    if not push:
+        return "–"
+    status = push.get("status", "?")
+    digest = push.get("digest")
+    short = f"`{digest[:19]}`" if digest else ""
+    mark = {"pushed": "⬆️", "unchanged": "=", "failed": "❌", "skipped": "⏭️"}.get(status, "")
+    return " ".join(p for p in (mark, status, short) if p)
+
+
+def _short_tag(tag: str) -> str:
+    return tag.rsplit(":", 1)[-1] if ":" in tag.rsplit("/", 1)[-1] else tag
+
+
+def render_markdown(doc: dict) -> str:
+    rows = doc.get("images") or []
+    title = "imagebuild report" + (f": `{doc['matrix']}`" if doc.get("matrix") else "")
+    lines = [f"### {title}", ""]
+    if not rows:
+        return "\n".join(lines + ["No images in this report.", ""])
+    repos = sorted({r["tag"].rsplit(":", 1)[0] for r in rows if ":" in r["tag"].rsplit("/", 1)[-1]})
+    if repos:
+        lines += ["Repository: " + ", ".join(f"`{r}`" for r in repos), ""]
+    lines += ["| image | flavor | status | size | build | tests p/f/s | push |",
+              "|---|---|---|---:|---:|---|---|"]
+    counts: dict[str, int] = {}
+    for r in rows:
+        status = r.get("status") or "planned"
+        counts[status] = counts.get(status, 0) + 1
+        lines.append("| " + " | ".join(_cell(c) for c in (
+            f"`{_short_tag(r['tag'])}`", r.get("flavor") or "", _STATUS_MARK.get(status, status),
+            format_size(r.get("size")), _duration(r.get("build_seconds")), _tests_cell(r.get("tests")),
+            _push_cell(r.get("push")))) + " |")
+    lines += ["", ", ".join(f"{n} {s}" for s, n in counts.items()), ""]
+    problems = []
+    for r in rows:
+        short = _short_tag(r["tag"])
+        if r.get("error"):
+            problems.append(f"- `{short}`: {_cell(r['error'])[:600]}")
+        for check in (r.get("tests") or {}).get("checks") or []:
+            if check.get("status") == "failed":
+                problems.append(f"- `{short}` test `{check.get('name')}`: {_cell(check.get('reason') or '')[:300]}")
+        push = r.get("push") or {}
+        if push.get("status") in ("failed", "skipped") and (push.get("error") or push.get("reason")):
+            problems.append(f"- `{short}` push {push['status']}: {_cell(push.get('error') or push.get('reason'))}")
+    if problems:
+        lines += ["<details open><summary>Problems</summary>", "", *problems, "", "</details>", ""]
+    return redact("\n".join(lines))
+
+
+# -- JUnit -----------------------------------------------------------------------------------------------------
+
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def _x(text) -> str:
+    return _XML_BAD.sub("?", redact(str(text)))
+
+
+def render_junit(doc: dict) -> str:
+    """Two suites: `build` (a case per image with a build status) and `push` (a case per image with a push)."""
+    rows = doc.get("images") or []
+    root = ET.Element("testsuites", name="imagebuild")
+    totals = {"tests": 0, "failures": 0, "skipped": 0}
+    suites = {"build": ET.SubElement(root, "testsuite", name="build"),
+              "push": ET.SubElement(root, "testsuite", name="push")}
+    counts = {name: {"tests": 0, "failures": 0, "skipped": 0, "time": 0.0} for name in suites}
+    for r in rows:
+        short = _short_tag(r["tag"])
+        status = r.get("status")
+        if status and status != "planned":
+            c = counts["build"]
+            case = ET.SubElement(suites["build"], "testcase", classname=f"build.{r.get('flavor') or 'image'}",
+                                 name=_x(short), time=f"{r.get('build_seconds') or 0:.3f}")
+            c["tests"] += 1
+            c["time"] += r.get("build_seconds") or 0
+            if status == "failed":
+                c["failures"] += 1
+                ET.SubElement(case, "failure", message=_x((r.get("error") or "build failed")[:200])).text = \
+                    _x(r.get("error") or "build failed")
+            elif status in ("not-built", "skipped"):
+                c["skipped"] += 1
+                ET.SubElement(case, "skipped", message=_x(r.get("error") or status))
+            out = [f"tag: {r['tag']}", f"status: {status}", f"image: {r.get('image_id')}",
+                   f"size: {format_size(r.get('size'))}"]
+            for size, step in largest_layers(row_to_result(r)):
+                out.append(f"layer {format_size(size)}: {step}")
+            ET.SubElement(case, "system-out").text = _x("\n".join(out))
+        push = r.get("push")
+        if push:
+            c = counts["push"]
+            case = ET.SubElement(suites["push"], "testcase", classname="push", name=_x(short),
+                                 time=f"{push.get('seconds') or 0:.3f}")
+            c["tests"] += 1
+            c["time"] += push.get("seconds") or 0
+            if push.get("status") == "failed":
+                c["failures"] += 1
+                ET.SubElement(case, "failure", message=_x((push.get("error") or "push failed")[:200])).text = \
+                    _x(push.get("error") or "push failed")
+            elif push.get("status") == "skipped":
+                c["skipped"] += 1
+                ET.SubElement(case, "skipped", message=_x(push.get("reason") or "skipped"))
+            ET.SubElement(case, "system-out").text = _x(
+                f"status: {push.get('status')}\ndigest: {push.get('digest')}\ntags: {', '.join(push.get('tags') or [])}")
+    for name, suite in suites.items():
+        c = counts[name]
+        suite.set("tests", str(c["tests"]))
+        suite.set("failures", str(c["failures"]))
+        suite.set("errors", "0")
+        suite.set("skipped", str(c["skipped"]))
+        suite.set("time", f"{c['time']:.3f}")
+        for k in totals:
+            totals[k] += c[k]
+    for k, v in totals.items():
+        root.set(k, str(v))
+    root.set("errors", "0")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

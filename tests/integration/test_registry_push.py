@@ -1,0 +1,302 @@
+"""Push to a real Distribution v2 registry (Debian's docker-registry on 127.0.0.1, htpasswd auth) through the real
+Docker engine: round trip + pull back, a fault-injecting proxy, wrong password, unchanged images, TLS.
+
+Images are tiny `FROM scratch` chains (base -> runtime -> dev) named ibdev-push-*; everything created is removed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions
+from imagebuild.push import (
+    PushAuthError,
+    Pusher,
+    RegistryAuth,
+    RegistryClient,
+    alias_owners,
+    push_plan,
+    repository_path,
+)
+
+sys.path.insert(0, str(Path(__file__).parent))
+from faultproxy import Fault, FaultProxy, from_docker  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.registry]
+
+ROOT = Path(__file__).resolve().parents[2]
+REGISTRY_SH = ROOT / "scripts" / "registry.sh"
+USER, PASSWORD = "ibuser", "ib-" + secrets.token_hex(8)
+MTIME = 1_700_000_000
+
+
+# -- fixtures ----------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def docker_client():
+    docker = pytest.importorskip("docker")
+    if not Path("/usr/bin/docker-registry").exists() and not shutil.which("docker-registry"):
+        pytest.skip("docker-registry not installed (apt-get install docker-registry)")
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except Exception as exc:  # no engine
+        pytest.skip(f"no Docker engine: {exc}")
+    yield client
+    client.close()
+
+
+def start_registry(*extra: str) -> dict[str, str]:
+    env = dict(os.environ, REGISTRY_PASSWORD=PASSWORD)
+    out = subprocess.run(["bash", str(REGISTRY_SH), "--user", USER, "--quiet", *extra], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    info = dict(line.split("=", 1) for line in out.stdout.split() if "=" in line)
+    assert PASSWORD not in (Path(info["REGISTRY_DIR"]) / "config.yml").read_text()
+    return info
+
+
+def stop_registry(info: dict[str, str]) -> None:
+    subprocess.run(["bash", str(REGISTRY_SH), "--stop", "--dir", info["REGISTRY_DIR"]], timeout=30, check=False)
+
+
+@pytest.fixture(scope="module")
+def registry(docker_client):
+    info = start_registry()
+    yield info
+    stop_registry(info)
+
+
+class Images:
+    """Builds tiny image chains and removes every tag it made (plus pushed aliases and pulled copies)."""
+
+    def __init__(self, client):
+        self.client = client
+        self.refs: set[str] = set()
+        self.ids: list[str] = []
+
+    def build(self, files: dict[str, bytes], parent: str | None, tag: str) -> str:
+        buf = io.BytesIO()
+        lines = [f"FROM {parent or 'scratch'}"] + [f"COPY {name} /{name}" for name in files]
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for name, data in {"Dockerfile": "\n".join(lines).encode() + b"\n", **files}.items():
+                ti = tarfile.TarInfo(name)
+                ti.size, ti.mtime = len(data), MTIME
+                tar.addfile(ti, io.BytesIO(data))
+        buf.seek(0)
+        image, _ = self.client.images.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True)
+        self.refs.add(tag)
+        self.ids.append(image.id)
+        return image.id
+
+    def tag(self, image_id: str, ref: str) -> None:
+        repo, tag = ref.rsplit(":", 1)
+        self.client.api.tag(image_id, repo, tag)
+        self.refs.add(ref)
+
+    def chain(self, registry: str, sizes=(1 << 20, 512 << 10, 64 << 10), seed: bytes | None = None,
+              torch="2.9.1") -> list[ImagePlan]:
+        """base -> runtime -> dev with random payloads; returns their ImagePlans (tags in `registry`)."""
+        plans: list[ImagePlan] = []
+        parent_id = None
+        for flavor, size in zip(("base", "runtime", "dev"), sizes, strict=True):
+            data = (seed or b"") + os.urandom(size)
+            plan = image_plan(registry, flavor, plans[-1].tag if plans else None, torch)
+            parent_id = self.build({f"{flavor}.bin": data}, parent_id, plan.tag)
+            plans.append(plan)
+        for p in plans:
+            self.refs.update(alias_owners(plans)[p.tag])
+        return plans
+
+    def cleanup(self) -> None:
+        for ref in sorted(self.refs, key=len, reverse=True):
+            try:
+                self.client.api.remove_image(ref, force=True, noprune=False)
+            except Exception:
+                pass
+        for image_id in reversed(self.ids):
+            try:
+                self.client.api.remove_image(image_id, force=True)
+            except Exception:
+                pass
+
+
+@pytest.fixture
+def images(docker_client):
+    imgs = Images(docker_client)
+    yield imgs
+    imgs.cleanup()
+
+
+def image_plan(registry: str, flavor: str, parent: str | None, torch: str = "2.9.1") -> ImagePlan:
+    osinfo = OSInfo("debian12", "debian", "12", "bookworm", "3.11", (), "http://deb.debian.org/debian", "2.36")
+    key = f"{torch}-cpu-py3.11-debian12"
+    variant = ResolvedVariant(
+        key=key, name="pytorch", registry=registry, versions=Versions(torch, "cpu", "3.11", "debian12"),
+        cuda_tag="cpu", os=osinfo, base=BaseSource("bootstrap"), torch_index_url=None,
+        flavors=("base", "runtime", "dev"), tf32=True, gpu_archs=(), arch_list=(), min_driver=None)
+    repo = f"{registry}/pytorch"
+    minor = ".".join(torch.split(".")[:2])
+    return ImagePlan(id=f"{key}-{flavor}", tag=f"{repo}:{key}-{flavor}", flavor=flavor, parent=parent,
+                     variant=variant, dockerfile="", build_args={}, context_files={}, labels={},
+                     inputs_hash=f"{key}-{flavor}", aliases=(f"{repo}:{minor}-cpu-{flavor}",))
+
+
+def ns() -> str:
+    return "ibdev-push-" + secrets.token_hex(4)
+
+
+def auth(address: str, password: str = PASSWORD) -> RegistryAuth:
+    return RegistryAuth(address, USER, password, source="options")
+
+
+def direct_digest(registry: dict, ref: str, ca: str | None = None) -> str | None:
+    client = RegistryClient(auth(registry["REGISTRY"]), ca_file=ca or registry.get("REGISTRY_CA"))
+    return client.manifest_digest(repository_path(ref), ref.rsplit(":", 1)[1])
+
+
+# -- tests -------------------------------------------------------------------------------------------------------
+
+def test_push_chain_then_pull_back_under_new_name(docker_client, registry, images):
+    reg = f"{registry['REGISTRY']}/{ns()}"
+    plans = images.chain(reg)
+    plan = Plan("test.yaml", plans)
+    logs: list[str] = []
+    t0 = time.monotonic()
+    results = push_plan(plan, client=docker_client, auth_for=lambda r: auth(r), require_tests=False,
+                        log=logs.append)
+    seconds = time.monotonic() - t0
+    assert [r.push["status"] for r in results] == ["pushed"] * 3, [r.push for r in results]
+    for res in results:
+        assert res.push["digest"].startswith("sha256:")
+        for ref in res.push["tags"]:
+            assert direct_digest(registry, ref) == res.push["digest"]
+    assert results[0].push["tags"][1].endswith(":2.9-cpu-base")
+    print(f"\npush of 3 tiny images: {seconds:.1f}s, {sum(r.push['bytes'] for r in results)} bytes (engine count)")
+
+    dev = plans[-1]
+    original = docker_client.api.inspect_image(dev.tag)
+    payload = None
+    for ref in [dev.tag] + alias_owners(plans)[dev.tag][1:]:
+        docker_client.api.remove_image(ref, force=True)
+    repo, tag = dev.tag.rsplit(":", 1)
+    out = list(docker_client.api.pull(repo, tag, stream=True, decode=True,
+                                      auth_config=auth(registry["REGISTRY"]).sdk_auth_config()))
+    assert not [c for c in out if "error" in c], out
+    new_name = f"ibdev-push-pulled-{secrets.token_hex(3)}:copy"
+    images.tag(f"{repo}:{tag}", new_name)
+    pulled = docker_client.api.inspect_image(new_name)
+    assert pulled["Id"] == original["Id"]
+    container = docker_client.api.create_container(new_name, command=["/none"])
+    try:
+        stream, _ = docker_client.api.get_archive(container["Id"], "/base.bin")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            payload = tar.extractfile("base.bin").read()
+    finally:
+        docker_client.api.remove_container(container["Id"], force=True)
+    assert len(payload) == 1 << 20
+
+
+def test_flaky_registry_503_twice_then_reset_mid_upload(docker_client, registry, images):
+    host, port = registry["REGISTRY"].split(":")
+    faults = [Fault("503"), Fault("503", from_docker), Fault("reset-upload", from_docker)]
+    with FaultProxy((host, int(port)), faults) as proxy:
+        reg = f"{proxy.address}/{ns()}"
+        base = image_plan(reg, "base", None)
+        images.build({"base.bin": os.urandom(2 << 20)}, None, base.tag)
+        logs: list[str] = []
+        # scheme given: no discovery ping, so the first 503 hits imagebuild's own credential check (retried there),
+        # the second the engine's push (its stream says "unauthorized": the 503 ate the auth challenge)
+        client = RegistryClient(auth(proxy.address), scheme="http", backoff=0.2, log=logs.append)
+        pusher = Pusher(docker_client, auth(proxy.address), registry_client=client, retries=4, backoff=0.5,
+                        log=logs.append)
+        rec = pusher.push_image(base)
+        assert rec["status"] == "pushed", (rec, logs, proxy.log)
+        assert proxy.pending_faults() == []
+        actions = [e.action for e in proxy.log]
+        assert actions.count("503") == 2 and actions.count("reset-upload") == 1
+        assert not from_docker_entry(proxy.log[0]) and proxy.log[0].action == "503"
+        assert any("HTTP 503" in m for m in logs)
+        reset = next(e for e in proxy.log if e.action == "reset-upload")
+        assert reset.method in ("PATCH", "PUT") and 0 < reset.up < (2 << 20)
+        # the digest the registry itself serves (asked directly, not through the proxy) is the one recorded
+        direct_ref = base.tag.replace(proxy.address, registry["REGISTRY"])
+        assert direct_digest(registry, direct_ref) == rec["digest"]
+        print(f"\nflaky push: {rec['attempts']} engine attempt(s), {rec['seconds']}s; log: {logs}")
+
+
+def test_wrong_password_exits_1_with_registry_message_and_no_retries(docker_client, registry, images, tmp_path,
+                                                                     monkeypatch, capsys):
+    host, port = registry["REGISTRY"].split(":")
+    with FaultProxy((host, int(port))) as proxy:
+        reg = f"{proxy.address}/{ns()}"
+        base = image_plan(reg, "base", None)
+        images.build({"base.bin": os.urandom(4096)}, None, base.tag)
+        plan = Plan("test.yaml", [base])
+        report = tmp_path / "reports"
+        report.mkdir()
+        (report / "build-report.json").write_text(json.dumps(
+            {"images": [{"tag": base.tag, "status": "built", "tests": {"passed": 1, "failed": 0}}]}))
+        monkeypatch.setattr("imagebuild.commands.push._load_plan", lambda m, r: plan)
+        monkeypatch.setattr(sys, "argv", ["imagebuild", "push", "-m", "x.yaml", "-u", USER, "--password-stdin",
+                                          "--report-dir", str(report)])
+        monkeypatch.setattr(sys, "stdin", io.StringIO("definitely-wrong\n"))
+        from imagebuild.cli import main
+
+        t0 = time.monotonic()
+        with pytest.raises(SystemExit) as exc:
+            main()
+        assert exc.value.code == 1
+        assert time.monotonic() - t0 < 10  # no backoff
+        err = capsys.readouterr().err
+        assert "unauthorized: authentication required" in err and "definitely-wrong" not in err
+        assert not [e for e in proxy.log if from_docker_entry(e)], "the engine was never asked to push"
+        assert sum(1 for e in proxy.log if e.path == "/v2/") <= 3
+
+
+def from_docker_entry(entry) -> bool:
+    return entry.user_agent.lower().startswith("docker/")
+
+
+def test_unchanged_image_is_skipped_on_second_push(docker_client, registry, images):
+    host, port = registry["REGISTRY"].split(":")
+    with FaultProxy((host, int(port))) as proxy:
+        reg = f"{proxy.address}/{ns()}"
+        plans = images.chain(reg, sizes=(256 << 10, 128 << 10, 4096))
+        plan = Plan("test.yaml", plans)
+        first = push_plan(plan, client=docker_client, auth_for=auth, require_tests=False)
+        assert [r.push["status"] for r in first] == ["pushed"] * 3
+        proxy.reset_counters()
+        second = push_plan(plan, client=docker_client, auth_for=auth, require_tests=False)
+        assert [r.push["status"] for r in second] == ["unchanged"] * 3
+        assert [r.push["digest"] for r in second] == [r.push["digest"] for r in first]
+        assert not [e for e in proxy.log if from_docker_entry(e)]
+        assert all(e.method in ("GET", "HEAD") for e in proxy.log)
+
+
+def test_tls_registry_with_generated_ca(docker_client, images):
+    info = start_registry("--tls")
+    try:
+        assert info["REGISTRY_SCHEME"] == "https" and Path(info["REGISTRY_CA"]).is_file()
+        reg = f"{info['REGISTRY']}/{ns()}"
+        base = image_plan(reg, "base", None)
+        images.build({"base.bin": os.urandom(8192)}, None, base.tag)
+        pusher = Pusher(docker_client, auth(info["REGISTRY"]), ca_file=info["REGISTRY_CA"])
+        rec = pusher.push_image(base, [base.tag])
+        assert rec["status"] == "pushed", rec
+        assert direct_digest(info, base.tag, ca=info["REGISTRY_CA"]) == rec["digest"]
+        with pytest.raises(PushAuthError):
+            Pusher(docker_client, auth(info["REGISTRY"], "nope-nope"), ca_file=info["REGISTRY_CA"]).push_image(base)
+    finally:
+        stop_registry(info)

@@ -1,0 +1,153 @@
+"""`imagebuild bake`: bake's JSON shape, targets/tags equal to the plan, parent chaining, escaping, contexts on disk."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from imagebuild.bake import OS_CONTEXT, PARENT_CONTEXT, bake_document, target_name, write_bake
+from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions
+
+# attributes of a bake target (https://docs.docker.com/build/bake/reference/#target)
+TARGET_ATTRS = {"args", "annotations", "attest", "cache-from", "cache-to", "call", "context", "contexts",
+                "description", "dockerfile", "dockerfile-inline", "entitlements", "extra-hosts", "inherits",
+                "labels", "matrix", "name", "network", "no-cache", "no-cache-filter", "output", "platforms",
+                "pull", "secret", "shm-size", "ssh", "tags", "target", "ulimits"}
+NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+def variant(torch="2.9.1", base=None, os_id="debian12"):
+    osinfo = OSInfo(os_id, "debian", "12", "bookworm", "3.11", (), "http://deb.debian.org/debian", "2.36")
+    return ResolvedVariant(
+        key=f"{torch}-cpu-py3.11-{os_id}", name="pytorch", registry="127.0.0.1:5000/ml",
+        versions=Versions(torch, "cpu", "3.11", os_id), cuda_tag="cpu", os=osinfo,
+        base=base or BaseSource("bootstrap"), torch_index_url=None, flavors=("base", "runtime", "dev"), tf32=True,
+        gpu_archs=(), arch_list=(), min_driver=None)
+
+
+def chain(v, with_aliases=True):
+    images, parent = [], None
+    for flavor in ("base", "runtime", "dev"):
+        tag = f"127.0.0.1:5000/ml/pytorch:{v.key}-{flavor}"
+        img = ImagePlan(
+            id=f"{v.key}-{flavor}", tag=tag, flavor=flavor, parent=parent.tag if parent else None, variant=v,
+            dockerfile=f"ARG BASE_IMAGE\nFROM ${{BASE_IMAGE}}\nRUN echo {flavor}\n",
+            build_args={"PYTHON": "3.11", "PIP_FLAGS": "--no-cache-dir ${NOT_A_VAR}"},
+            context_files={"files/imagebuild_tf32.pth": b"import x\n"},
+            labels={"io.imagebuild.flavor": flavor, "io.imagebuild.torch": v.versions.torch},
+            inputs_hash=f"h-{flavor}",
+            secret_build_args={"PIP_INDEX_URL": "https://u:p@idx/simple"} if flavor == "runtime" else {},
+            aliases=(f"127.0.0.1:5000/ml/pytorch:2.9-cpu-{flavor}",) if with_aliases else (),
+        )
+        img.build_args["PIP_INDEX_URL"] = "https://u:p@idx/simple" if flavor == "runtime" else "x"
+        if flavor != "runtime":
+            img.build_args.pop("PIP_INDEX_URL")
+        images.append(img)
+        parent = img
+    return images
+
+
+def make_plan():
+    a = chain(variant("2.9.1"))
+    b = chain(variant("2.8.0", base=BaseSource("registry", ref="debian:12@sha256:" + "e" * 64), os_id="debian12b"),
+              with_aliases=False)
+    return Plan("images/cpu.yaml", a + b)
+
+
+def check_bake_shape(doc):
+    assert set(doc) <= {"variable", "group", "target", "function"}
+    targets = doc["target"]
+    for name, t in targets.items():
+        assert NAME.match(name), name
+        assert set(t) <= TARGET_ATTRS, set(t) - TARGET_ATTRS
+        assert isinstance(t["context"], str) and isinstance(t["dockerfile"], str)
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in t["args"].items())
+        assert all(isinstance(x, str) for x in t["tags"])
+        for ref in t.get("contexts", {}).values():
+            assert ref.startswith(("target:", "docker-image://"))
+            if ref.startswith("target:"):
+                assert ref[len("target:"):] in targets
+    for name, g in doc["group"].items():
+        assert NAME.match(name)
+        assert all(t in targets for t in g["targets"])
+    for name, v in doc.get("variable", {}).items():
+        assert NAME.match(name) and "default" in v
+
+
+def test_shape_targets_and_tags_equal_plan():
+    plan = make_plan()
+    doc = bake_document(plan, {i.id: f"ctx/{i.id}" for i in plan.images})
+    check_bake_shape(json.loads(json.dumps(doc)))
+    assert doc["group"]["default"]["targets"] == [target_name(i.id) for i in plan.images]
+    for img in plan.images:
+        t = doc["target"][target_name(img.id)]
+        assert t["tags"] == [img.tag, *img.aliases]
+        assert t["labels"] == img.labels
+        assert t["context"] == f"ctx/{img.id}" and t["dockerfile"] == "Dockerfile"
+    assert set(doc["group"]) >= {"default", "base", "runtime", "dev", "2_9_1-cpu-py3_11-debian12"}
+
+
+def test_parent_chain_through_named_contexts():
+    plan = make_plan()
+    doc = bake_document(plan, {i.id: i.id for i in plan.images}, os_images={"debian12": "reg/os/debian:12"})
+    by_tag = {i.tag: i for i in plan.images}
+    for img in plan.images:
+        t = doc["target"][target_name(img.id)]
+        if img.parent:
+            assert t["args"]["BASE_IMAGE"] == PARENT_CONTEXT
+            assert t["contexts"] == {PARENT_CONTEXT: "target:" + target_name(by_tag[img.parent].id)}
+        else:
+            assert t["args"]["BASE_IMAGE"] == OS_CONTEXT
+    base_boot = doc["target"]["2_9_1-cpu-py3_11-debian12-base"]
+    assert base_boot["contexts"] == {OS_CONTEXT: "docker-image://${OS_IMAGE_debian12}"}
+    assert doc["variable"]["OS_IMAGE_debian12"] == {"default": "reg/os/debian:12"}
+    base_reg = doc["target"]["2_8_0-cpu-py3_11-debian12b-base"]
+    assert base_reg["contexts"] == {OS_CONTEXT: "docker-image://debian:12@sha256:" + "e" * 64}
+
+
+def test_secrets_never_written_and_literals_escaped():
+    plan = make_plan()
+    doc = bake_document(plan, {i.id: i.id for i in plan.images})
+    text = json.dumps(doc)
+    assert "u:p@idx" not in text and "PIP_INDEX_URL" not in text
+    t = doc["target"]["2_9_1-cpu-py3_11-debian12-runtime"]
+    assert t["args"]["PIP_FLAGS"] == "--no-cache-dir $${NOT_A_VAR}"
+    assert t["args"]["CREATED"] == "${CREATED}" and doc["variable"]["CREATED"] == {"default": ""}
+
+
+def test_write_bake_materializes_contexts(tmp_path):
+    plan = make_plan()
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.9.1-cp311-none-any.whl").write_bytes(b"PK")
+    plan.images[1].context_dirs = {"wheelhouse": wheels}
+    out = tmp_path / "out" / "docker-bake.json"
+    doc = write_bake(plan, out)
+    assert json.loads(out.read_text()) == doc
+    rt = doc["target"]["2_9_1-cpu-py3_11-debian12-runtime"]
+    assert rt["context"] == "bake-context/2.9.1-cpu-py3.11-debian12-runtime"
+    ctx = out.parent / rt["context"]
+    assert (ctx / "Dockerfile").read_text() == plan.images[1].dockerfile
+    assert (ctx / "files/imagebuild_tf32.pth").read_bytes() == b"import x\n"
+    assert (ctx / "wheelhouse/torch-2.9.1-cp311-none-any.whl").read_bytes() == b"PK"
+    write_bake(plan, out)  # idempotent
+
+
+def test_bake_command_with_only(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import imagebuild.plan as plan_mod
+    from imagebuild.commands.bake import command
+
+    plan = make_plan()
+    monkeypatch.setattr(plan_mod, "make_plan", lambda *a, **k: plan)
+    monkeypatch.setattr("imagebuild.commands.bake.resolve_matrix_path", lambda m: m)
+    out = tmp_path / "b.json"
+    r = CliRunner().invoke(command, ["--matrix", "cpu.yaml", "-o", str(out), "--only", "2.8.0-*",
+                                     "--os-image", "debian12=r/os:12"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert sorted(doc["target"]) == ["2_8_0-cpu-py3_11-debian12b-base", "2_8_0-cpu-py3_11-debian12b-dev",
+                                     "2_8_0-cpu-py3_11-debian12b-runtime"]
+    r = CliRunner().invoke(command, ["--matrix", "cpu.yaml", "-o", str(out), "--os-image", "bad"])
+    assert r.exit_code != 0

@@ -1,0 +1,104 @@
+"""`imagebuild push` end to end with a fake engine and registry: dry run, credentials, exit codes, report."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from click.testing import CliRunner
+from test_push_pusher import REG, FakeAPI, FakeClient, FakeRegistry, make_image
+
+from imagebuild.models import Plan
+
+
+@pytest.fixture
+def setup(monkeypatch, tmp_path):
+    base = make_image(flavor="base", aliases=("2.9-cuda12.8-base",))
+    rt = make_image(parent=base.tag, aliases=("2.9-cuda12.8-runtime",))
+    plan = Plan("images/h100.yaml", [base, rt])
+    reg = FakeRegistry()
+    api = FakeAPI(reg)
+    for img in plan.images:
+        api.add(img.tag, image_id="sha256:" + img.flavor)
+    monkeypatch.setattr("imagebuild.commands.push._load_plan", lambda m, r: plan)
+    monkeypatch.setattr("imagebuild.push.connect_engine", lambda *a, **k: FakeClient(api))
+    monkeypatch.setattr("imagebuild.push.pusher.RegistryClient", lambda *a, **k: reg)
+    monkeypatch.setattr("imagebuild.push.pusher.time.sleep", lambda s: None)
+    monkeypatch.delenv("IMAGEBUILD_REGISTRY_USER", raising=False)
+    monkeypatch.delenv("IMAGEBUILD_REGISTRY_PASSWORD", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "dockercfg"))
+    report = tmp_path / "reports"
+    report.mkdir()
+    rows = [{"tag": i.tag, "flavor": i.flavor, "status": "built", "tests": {"passed": 5, "failed": 0}}
+            for i in plan.images]
+    (report / "build-report.json").write_text(json.dumps({"schema": 1, "images": rows}))
+    return plan, api, reg, report
+
+
+def run(args, stdin=None):
+    from imagebuild.commands.push import command
+
+    r = CliRunner().invoke(command, args, input=stdin, standalone_mode=False)
+    r.code = r.return_value if r.exception is None else 2  # the CLI's main() exits with the returned code
+    return r
+
+
+def test_dry_run_prints_where(setup):
+    plan, api, reg, report = setup
+    r = run(["-m", "h100.yaml", "--dry-run", "--report-dir", str(report)])
+    assert r.code == 0, r.output
+    assert f"{plan.images[1].tag}\n    + alias 2.9-cuda12.8-runtime\n    -> {REG}" in r.output
+    assert api.push_calls == [] and reg.auth_checks == 0
+
+
+def test_push_with_password_stdin_writes_report(setup):
+    plan, api, reg, report = setup
+    r = run(["-m", "h100.yaml", "-u", "alice", "--password-stdin", "--report-dir", str(report)],
+            stdin="pw-from-stdin\n")
+    assert r.code == 0, r.output
+    assert "pw-from-stdin" not in r.output
+    assert [c[2]["password"] for c in api.push_calls] == ["pw-from-stdin"] * 4  # 2 images x (tag + alias)
+    doc = json.loads((report / "build-report.json").read_text())
+    assert [row["push"]["status"] for row in doc["images"]] == ["pushed", "pushed"]
+    assert all(row["tests"]["passed"] == 5 for row in doc["images"])  # earlier results kept
+    assert "pw-from-stdin" not in (report / "build-report.json").read_text()
+    r = run(["-m", "h100.yaml", "-u", "alice", "--password-stdin", "--report-dir", str(report)],
+            stdin="pw-from-stdin\n")
+    assert r.code == 0
+    assert sum(line.lstrip().startswith("unchanged ") for line in r.output.splitlines()) == 2
+    assert len(api.push_calls) == 4
+
+
+def test_untested_images_are_not_pushed_by_default(setup):
+    plan, api, reg, report = setup
+    (report / "build-report.json").write_text(json.dumps({"images": [
+        {"tag": plan.images[0].tag, "status": "built", "tests": {"passed": 1, "failed": 0}},
+        {"tag": plan.images[1].tag, "status": "built"}]}))
+    args = ["-m", "h100.yaml", "--report-dir", str(report)]
+    r = run(args)
+    assert r.code == 1 and "not tested" in r.output
+    api.push_calls.clear()
+    r = run(args + ["--untested", "--only", "*-runtime"])
+    assert r.code == 0, r.output
+
+
+def test_password_stdin_needs_username(setup):
+    r = run(["-m", "h100.yaml", "--password-stdin"], stdin="x\n")
+    assert r.code == 2 and "needs --username" in str(r.exception)
+
+
+def test_wrong_password_exit_1_with_registry_message(setup, monkeypatch, capsys):
+    plan, api, reg, report = setup
+    reg.bad_auth = True
+    monkeypatch.setattr(sys, "argv", ["imagebuild", "push", "-m", "h100.yaml", "-u", "alice", "--password-stdin",
+                                      "--report-dir", str(report)])
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO("wrong-password\n"))
+    from imagebuild.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert "unauthorized: authentication required" in err and "wrong-password" not in err
+    assert api.push_calls == [] and reg.auth_checks == 1

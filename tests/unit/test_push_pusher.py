@@ -1,0 +1,307 @@
+"""Pusher against a fake engine and a fake registry: stream errors, retries, auth, skip-if-unchanged, verify."""
+
+from __future__ import annotations
+
+import docker.errors
+import pytest
+
+from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions
+from imagebuild.push import PushAuthError, Pusher, RegistryAuth, RegistryAuthError, push_plan
+from imagebuild.push.pusher import alias_owners
+
+REG = "127.0.0.1:5999"
+D1 = "sha256:" + "1" * 64
+D2 = "sha256:" + "2" * 64
+
+
+def make_image(torch="2.9.1", flavor="runtime", aliases=(), parent=None, registry=REG, cuda="12.8"):
+    osinfo = OSInfo("debian12", "debian", "12", "bookworm", "3.11", (), "http://deb.debian.org/debian", "2.36")
+    key = f"{torch}-cuda{cuda}-py3.11-debian12"
+    variant = ResolvedVariant(
+        key=key, name="pytorch", registry=registry, versions=Versions(torch, cuda, "3.11", "debian12", "9.10.2.21"),
+        cuda_tag="cu128", os=osinfo, base=BaseSource("bootstrap"), torch_index_url=None,
+        flavors=("base", "runtime"), tf32=True, gpu_archs=("sm_90",), arch_list=("sm_80", "sm_90"), min_driver="525",
+    )
+    repo = f"{registry}/pytorch" if registry else "pytorch"
+    return ImagePlan(id=f"{key}-{flavor}", tag=f"{repo}:{key}-{flavor}", flavor=flavor, parent=parent,
+                     variant=variant, dockerfile="FROM x\n", build_args={}, context_files={}, labels={},
+                     inputs_hash="h-" + key + flavor, aliases=tuple(f"{repo}:{a}" for a in aliases))
+
+
+def ok_stream(tag, digest=D1, layers=(("aaa", 1000),)):
+    chunks = [{"status": f"The push refers to repository [{REG}/pytorch]"}]
+    for lid, size in layers:
+        chunks += [{"status": "Preparing", "id": lid},
+                   {"status": "Pushing", "id": lid, "progressDetail": {"current": size // 2, "total": size}},
+                   {"status": "Pushed", "id": lid}]
+    chunks += [{"status": f"{tag}: digest: {digest} size: 528"},
+               {"aux": {"Tag": tag, "Digest": digest, "Size": 528}, "progressDetail": {}}]
+    return chunks
+
+
+class FakeRegistry:
+    def __init__(self, bad_auth=False):
+        self.manifests: dict[tuple[str, str], str] = {}
+        self.bad_auth = bad_auth
+        self.auth_checks = 0
+        self.serve_override: str | None = None
+
+    def check_auth(self, repo, actions="pull,push"):
+        self.auth_checks += 1
+        if self.bad_auth:
+            raise RegistryAuthError(f"{REG}: unauthorized: authentication required (HTTP 401)")
+
+    def manifest_digest(self, repo, tag):
+        if self.bad_auth:
+            raise RegistryAuthError(f"{REG}: unauthorized: authentication required (HTTP 401)")
+        return self.serve_override or self.manifests.get((repo, tag))
+
+
+class FakeAPI:
+    def __init__(self, registry: FakeRegistry, scripts=None):
+        self.images: dict[str, dict] = {}
+        self.registry = registry
+        self.scripts = list(scripts or [])
+        self.push_calls: list[tuple[str, str, dict | None]] = []
+        self.tag_calls: list[tuple[str, str, str]] = []
+
+    def add(self, ref, image_id="sha256:img1", repo_digests=()):
+        self.images[ref] = {"Id": image_id, "RepoDigests": list(repo_digests)}
+
+    def inspect_image(self, ref):
+        if ref in self.images:
+            return self.images[ref]
+        for info in self.images.values():
+            if info["Id"] == ref:
+                return info
+        raise docker.errors.ImageNotFound(f"No such image: {ref}")
+
+    def tag(self, image, repo, tag, force=False):
+        self.tag_calls.append((image, repo, tag))
+        self.images[f"{repo}:{tag}"] = self.inspect_image(image)
+
+    def push(self, repo, tag, stream, decode, auth_config=None):
+        assert stream and decode
+        self.push_calls.append((repo, tag, auth_config))
+        step = self.scripts.pop(0) if self.scripts else ok_stream(tag)
+        if isinstance(step, Exception):
+            raise step
+        digest = None
+        for c in step:
+            if "aux" in c:
+                digest = c["aux"]["Digest"]
+        if digest:
+            self.registry.manifests[(repo.split("/", 1)[1], tag)] = digest
+            info = self.images[f"{repo}:{tag}"]
+            if f"{repo}@{digest}" not in info["RepoDigests"]:
+                info["RepoDigests"].append(f"{repo}@{digest}")
+        return iter(step)
+
+
+class FakeClient:
+    def __init__(self, api):
+        self.api = api
+
+
+def make_pusher(scripts=None, bad_auth=False, retries=3):
+    reg = FakeRegistry(bad_auth)
+    api = FakeAPI(reg, scripts)
+    sleeps: list[float] = []
+    logs: list[str] = []
+    auth = RegistryAuth(REG, "alice", "pw-secret-1", source="options")
+    pusher = Pusher(FakeClient(api), auth, registry_client=reg, retries=retries, backoff=1.0,
+                    sleep=sleeps.append, log=logs.append)
+    return pusher, api, reg, sleeps, logs
+
+
+def test_push_records_digest_bytes_and_aliases():
+    img = make_image(aliases=("2.9-cuda12.8-runtime",))
+    pusher, api, reg, sleeps, _ = make_pusher()
+    api.add(img.tag)
+    rec = pusher.push_image(img, alias_owners([img])[img.tag])
+    assert rec["status"] == "pushed"
+    assert rec["digest"] == D1
+    assert rec["pushed"] == [img.tag, f"{REG}/pytorch:2.9-cuda12.8-runtime"]
+    assert [c[1] for c in api.push_calls] == [img.tag.rsplit(":", 1)[1], "2.9-cuda12.8-runtime"]
+    assert api.tag_calls == [("sha256:img1", f"{REG}/pytorch", "2.9-cuda12.8-runtime")]
+    assert rec["bytes"] == 2000 and rec["layers_pushed"] == 2
+    assert api.push_calls[0][2] == {"username": "alice", "password": "pw-secret-1", "serveraddress": REG}
+    assert sleeps == []
+
+
+def test_error_chunk_after_success_lines_fails_the_push():
+    img = make_image()
+    tag = img.short_tag
+    bad = ok_stream(tag)[:-2] + [{"errorDetail": {"message": "manifest invalid: manifest invalid"},
+                                  "error": "manifest invalid: manifest invalid"}]
+    pusher, api, *_ = make_pusher([bad])
+    api.add(img.tag)
+    rec = pusher.push_image(img)
+    assert rec["status"] == "failed"
+    assert "manifest invalid" in rec["error"]
+    assert len(api.push_calls) == 1  # fatal: no retry
+
+
+def test_transient_errors_retried_with_exponential_backoff():
+    img = make_image()
+    e503 = [{"status": "Preparing", "id": "a"},
+            {"error": "received unexpected HTTP status: 503 Service Unavailable",
+             "errorDetail": {"message": "received unexpected HTTP status: 503 Service Unavailable"}}]
+    reset = [{"error": "Put http://x/v2/…: read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"}]
+    unknown = [{"error": "blob upload unknown"}]
+    pusher, api, reg, sleeps, logs = make_pusher([e503, reset, unknown], retries=3)
+    api.add(img.tag)
+    rec = pusher.push_image(img)
+    assert rec["status"] == "pushed", rec
+    assert rec["attempts"] == 4
+    assert sleeps == [1.0, 2.0, 4.0]
+    assert any("retry 1/3" in m for m in logs)
+
+
+def test_transient_errors_give_up_after_bounded_attempts():
+    img = make_image()
+    e = [{"error": "received unexpected HTTP status: 502 Bad Gateway"}]
+    pusher, api, reg, sleeps, _ = make_pusher([e] * 10, retries=2)
+    api.add(img.tag)
+    rec = pusher.push_image(img)
+    assert rec["status"] == "failed"
+    assert "gave up after 3 attempts" in rec["error"]
+    assert len(api.push_calls) == 3
+
+
+def test_engine_timeout_is_transient():
+    import requests.exceptions
+
+    img = make_image()
+    pusher, api, reg, sleeps, _ = make_pusher([requests.exceptions.ReadTimeout("read timed out")])
+    api.add(img.tag)
+    assert pusher.push_image(img)["status"] == "pushed"
+    assert len(api.push_calls) == 2
+
+
+def test_wrong_credentials_fail_before_any_push_and_are_not_retried():
+    img = make_image()
+    pusher, api, reg, sleeps, _ = make_pusher(bad_auth=True)
+    api.add(img.tag)
+    with pytest.raises(PushAuthError, match="unauthorized: authentication required"):
+        pusher.push_image(img)
+    assert api.push_calls == [] and sleeps == [] and reg.auth_checks == 1
+
+
+def test_denied_in_stream_is_an_auth_failure_without_retry():
+    img = make_image()
+    denied = [{"error": "denied: requested access to the resource is denied"}]
+    pusher, api, reg, sleeps, _ = make_pusher([denied])
+    api.add(img.tag)
+    with pytest.raises(PushAuthError, match="requested access to the resource is denied"):
+        pusher.push_image(img)
+    assert len(api.push_calls) == 1 and sleeps == []
+
+
+def test_unauthorized_from_engine_with_good_credentials_is_retried():
+    """The engine reports 'unauthorized' when a 5xx ate its auth challenge; the credentials still check out."""
+    img = make_image()
+    unauth = [{"error": "unauthorized: authentication required"}]
+    pusher, api, reg, sleeps, _ = make_pusher([unauth])
+    api.add(img.tag)
+    assert pusher.push_image(img)["status"] == "pushed"
+    assert len(api.push_calls) == 2 and reg.auth_checks == 2
+
+
+def test_unchanged_image_is_skipped():
+    img = make_image()
+    pusher, api, reg, *_ = make_pusher()
+    api.add(img.tag, repo_digests=[f"{REG}/pytorch@{D1}"])
+    reg.manifests[("pytorch", img.short_tag)] = D1
+    rec = pusher.push_image(img)
+    assert rec["status"] == "unchanged" and rec["digest"] == D1 and api.push_calls == []
+
+
+def test_tag_pointing_elsewhere_is_pushed():
+    img = make_image()
+    pusher, api, reg, *_ = make_pusher()
+    api.add(img.tag, repo_digests=[f"{REG}/pytorch@{D1}", f"otherreg:5000/pytorch@{D2}"])
+    reg.manifests[("pytorch", img.short_tag)] = D2  # same digest, but our RepoDigest for it is another registry's
+    pusher.client.api.scripts = [ok_stream(img.short_tag, D1)]
+    assert pusher.push_image(img)["status"] == "pushed"
+
+
+def test_digest_mismatch_after_push_fails():
+    img = make_image()
+    pusher, api, reg, *_ = make_pusher()
+    api.add(img.tag)
+    reg.serve_override = D2
+    rec = pusher.push_image(img)
+    assert rec["status"] == "failed"
+    assert "registry serves" in rec["error"]
+
+
+def test_stream_without_digest_is_a_failure():
+    img = make_image()
+    pusher, api, reg, *_ = make_pusher([[{"status": "Preparing", "id": "a"}]] * 5, retries=1)
+    api.add(img.tag)
+    rec = pusher.push_image(img)
+    assert rec["status"] == "failed" and "without a digest" in rec["error"]
+
+
+def test_missing_local_image_is_reported():
+    img = make_image()
+    pusher, *_ = make_pusher()
+    rec = pusher.push_image(img)
+    assert rec["status"] == "failed" and "not built" in rec["error"]
+
+
+def test_moving_alias_goes_to_newest_patch():
+    old = make_image("2.9.0", aliases=("2.9-cuda12.8-runtime",))
+    new = make_image("2.9.1", aliases=("2.9-cuda12.8-runtime",))
+    newer_minor = make_image("2.10.0", aliases=("2.10-cuda12.8-runtime",))
+    owners = alias_owners([old, new, newer_minor])
+    assert owners[old.tag] == [old.tag]
+    assert owners[new.tag] == [new.tag, f"{REG}/pytorch:2.9-cuda12.8-runtime"]
+    assert owners[newer_minor.tag][1].endswith(":2.10-cuda12.8-runtime")
+
+
+def test_push_plan_gates_on_build_and_tests():
+    base = make_image(flavor="base")
+    rt = make_image(parent=base.tag)
+    dev = make_image(flavor="dev", parent=rt.tag)
+    plan = Plan("m.yaml", [base, rt, dev])
+    reg = FakeRegistry()
+    api = FakeAPI(reg)
+    for img in plan.images:
+        api.add(img.tag)
+    rows = {base.tag: {"status": "built", "tests": {"passed": 3, "failed": 0}},
+            rt.tag: {"status": "built", "tests": {"passed": 2, "failed": 1}},
+            dev.tag: {"status": "built"}}
+    import imagebuild.push.pusher as pm
+
+    orig = pm.RegistryClient
+    pm.RegistryClient = lambda *a, **k: reg
+    try:
+        results = push_plan(plan, client=FakeClient(api), auth_for=lambda r: RegistryAuth(r, "u", "pw-1234"),
+                            report_rows=rows, sleep=lambda s: None)
+        assert [r.push["status"] for r in results] == ["pushed", "skipped", "skipped"]
+        assert "1 smoke test(s) failed" in results[1].push["reason"]
+        assert "not tested" in results[2].push["reason"]
+        results = push_plan(plan, client=FakeClient(api), auth_for=lambda r: RegistryAuth(r, "u", "pw-1234"),
+                            report_rows=rows, require_tests=False, sleep=lambda s: None)
+        assert [r.push["status"] for r in results] == ["unchanged", "pushed", "pushed"]
+    finally:
+        pm.RegistryClient = orig
+
+
+def test_push_plan_refuses_tags_without_registry():
+    img = make_image(registry="")
+    results = push_plan(Plan("m", [img]), client=None, auth_for=lambda r: None, require_tests=False)
+    assert results[0].push["status"] == "skipped"
+    assert "no registry" in results[0].push["reason"]
+
+
+def test_moving_alias_local_tag_on_previous_build_is_retagged():
+    img = make_image(aliases=("2.9-cuda12.8-runtime",))
+    pusher, api, reg, *_ = make_pusher()
+    api.add(img.tag, image_id="sha256:new")
+    api.add(f"{REG}/pytorch:2.9-cuda12.8-runtime", image_id="sha256:old")
+    rec = pusher.push_image(img, alias_owners([img])[img.tag])
+    assert rec["status"] == "pushed"
+    assert api.tag_calls == [("sha256:new", f"{REG}/pytorch", "2.9-cuda12.8-runtime")]

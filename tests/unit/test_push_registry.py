@@ -1,0 +1,195 @@
+"""RegistryClient against a small fake Distribution v2 server (stdlib http.server on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from imagebuild.push import RegistryAuth, RegistryAuthError, RegistryClient, RegistryError
+from imagebuild.push.registry import MANIFEST_TYPES, registry_message
+
+MANIFEST = b'{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}'
+DIGEST = "sha256:" + hashlib.sha256(MANIFEST).hexdigest()
+UNAUTH = b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required","detail":null}]}'
+
+
+class FakeRegistry:
+    def __init__(self, mode="basic", user="alice", password="s3cret-pw", fail_first=0, send_digest=True):
+        self.mode, self.user, self.password = mode, user, password
+        self.fail_first = fail_first
+        self.send_digest = send_digest
+        self.requests: list[tuple[str, str, dict]] = []
+        self.token_requests: list[str] = []
+        handler = self._handler()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.port}"
+
+    def _handler(self):
+        reg = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, code, body=b"", headers=None):
+                self.send_response(code)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _authorized(self):
+                got = self.headers.get("Authorization", "")
+                if reg.mode == "none":
+                    return True
+                if reg.mode == "basic":
+                    want = "Basic " + base64.b64encode(f"{reg.user}:{reg.password}".encode()).decode()
+                    return got == want
+                return got == "Bearer tok-123"
+
+            def _challenge(self):
+                if reg.mode == "basic":
+                    return {"WWW-Authenticate": 'Basic realm="test"'}
+                return {"WWW-Authenticate": f'Bearer realm="http://{reg.address}/token",service="fake-reg"'}
+
+            def handle_one(self):
+                reg.requests.append((self.command, self.path, dict(self.headers)))
+                if self.path.startswith("/token"):
+                    reg.token_requests.append(self.path)
+                    want = "Basic " + base64.b64encode(f"{reg.user}:{reg.password}".encode()).decode()
+                    if self.headers.get("Authorization") != want:
+                        return self._send(401, b'{"details":"incorrect username or password"}')
+                    return self._send(200, json.dumps({"token": "tok-123"}).encode())
+                if reg.fail_first > 0:
+                    reg.fail_first -= 1
+                    return self._send(503, b'{"errors":[{"code":"UNAVAILABLE","message":"busy"}]}')
+                if not self._authorized():
+                    return self._send(401, UNAUTH, self._challenge())
+                if self.path == "/v2/":
+                    return self._send(200, b"{}")
+                if self.path == "/v2/ml/pytorch/manifests/2.9-cpu":
+                    headers = {"Content-Type": "application/vnd.docker.distribution.manifest.v2+json"}
+                    if reg.send_digest:
+                        headers["Docker-Content-Digest"] = DIGEST
+                    return self._send(200, MANIFEST, headers)
+                return self._send(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}')
+
+            do_GET = do_HEAD = do_POST = handle_one
+
+        return H
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def client(reg, user="alice", password="s3cret-pw", **kw):
+    kw.setdefault("sleep", lambda s: None)
+    return RegistryClient(RegistryAuth(reg.address, user, password), **kw)
+
+
+def test_basic_auth_manifest_digest_and_accept_header():
+    with FakeRegistry("basic") as reg:
+        c = client(reg)
+        c.check_auth("ml/pytorch")
+        assert c.manifest_digest("ml/pytorch", "2.9-cpu") == DIGEST
+        assert c.manifest_digest("ml/pytorch", "missing") is None
+        heads = [r for r in reg.requests if r[0] == "HEAD"]
+        for _m, _p, headers in heads:
+            for media_type in MANIFEST_TYPES:
+                assert media_type in headers["Accept"]
+        assert heads[-1][2]["User-Agent"].startswith("imagebuild/")
+
+
+def test_wrong_password_quotes_the_registry():
+    with FakeRegistry("basic") as reg:
+        with pytest.raises(RegistryAuthError) as err:
+            client(reg, password="wrong-pw").check_auth("ml/pytorch")
+        assert "unauthorized: authentication required" in str(err.value)
+        assert "HTTP 401" in str(err.value)
+        assert "wrong-pw" not in str(err.value)
+        with_creds = [r for r in reg.requests if "Authorization" in r[2]]
+        assert len(with_creds) == 1  # one try with the credentials: no retries
+
+
+def test_no_credentials_for_a_protected_registry():
+    with FakeRegistry("basic") as reg:
+        c = RegistryClient(RegistryAuth(reg.address), sleep=lambda s: None)
+        with pytest.raises(RegistryAuthError, match="no credentials"):
+            c.manifest_digest("ml/pytorch", "2.9-cpu")
+
+
+def test_bearer_token_flow_with_scope():
+    with FakeRegistry("bearer") as reg:
+        c = client(reg)
+        c.check_auth("ml/pytorch")
+        assert c.manifest_digest("ml/pytorch", "2.9-cpu") == DIGEST
+        assert any("scope=repository%3Aml%2Fpytorch%3Apull%2Cpush" in t for t in reg.token_requests)
+        assert any("scope=repository%3Aml%2Fpytorch%3Apull" in t and "push" not in t for t in reg.token_requests)
+        assert all("service=fake-reg" in t and "account=alice" in t for t in reg.token_requests)
+        n = len(reg.token_requests)
+        c.manifest_digest("ml/pytorch", "2.9-cpu")
+        assert len(reg.token_requests) == n  # token cached per scope
+
+
+def test_bearer_token_endpoint_refusal():
+    with FakeRegistry("bearer") as reg:
+        with pytest.raises(RegistryAuthError, match="incorrect username or password"):
+            client(reg, password="nope-nope").check_auth("ml/pytorch")
+
+
+def test_503_retried_with_backoff():
+    with FakeRegistry("none", fail_first=3) as reg:  # the scheme ping gets the first 503
+        sleeps = []
+        c = client(reg, sleep=sleeps.append, backoff=0.5)
+        assert c.manifest_digest("ml/pytorch", "2.9-cpu") == DIGEST
+        assert sleeps == [0.5, 1.0]
+
+
+def test_503_gives_up():
+    with FakeRegistry("none", fail_first=10) as reg:
+        c = client(reg, retries=2)
+        with pytest.raises(RegistryError) as err:
+            c.manifest_digest("ml/pytorch", "2.9-cpu")
+        assert err.value.transient and "HTTP 503" in str(err.value)  # HEAD answers carry no body
+
+
+def test_digest_computed_when_header_missing():
+    with FakeRegistry("none", send_digest=False) as reg:
+        assert client(reg).manifest_digest("ml/pytorch", "2.9-cpu") == DIGEST
+
+
+def test_connection_refused_is_transient():
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    c = RegistryClient(RegistryAuth(f"127.0.0.1:{port}"), retries=1, sleep=lambda s: None, timeout=2)
+    with pytest.raises(RegistryError) as err:
+        c.manifest_digest("a/b", "c")
+    assert err.value.transient
+
+
+def test_registry_message():
+    assert registry_message(UNAUTH) == "unauthorized: authentication required"
+    assert registry_message(b'{"details":"bad creds"}') == "bad creds"
+    assert registry_message(b"", "fallback") == "fallback"
+    assert registry_message(b"plain text") == "plain text"
