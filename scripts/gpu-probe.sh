@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Run imagebuild's in-image probe directly on a GPU host (no Docker): prints its JSON, then a short table.
+#
+#   scripts/gpu-probe.sh [--python PY] [--out FILE] [--perf] [--sections a,b,c] [--timeout S]
+#
+# PY defaults to $PYTHON, else /opt/venv/bin/python, else python3 (it must have torch for the GPU sections).
+# Exit status: 0 when no check failed, 1 when one did, 2 when the probe printed no JSON.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+probe="$here/../src/imagebuild/smoke/probe.py"
+[ -f "$probe" ] || probe="$(python3 -c 'import imagebuild.smoke.probe as p; print(p.__file__)' 2>/dev/null || true)"
+[ -f "$probe" ] || { echo "gpu-probe: probe.py not found" >&2; exit 2; }
+
+py="${PYTHON:-}"
+out="gpu-probe.json"
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --python) py="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+if [ -z "$py" ]; then
+  if [ -x /opt/venv/bin/python ]; then py=/opt/venv/bin/python; else py=python3; fi
+fi
+case " ${args[*]:-} " in
+  *" --sections "*) ;;
+  *) args+=(--sections system,versions,libraries,gpu,tf32,amp,distributed,te) ;;
+esac
+
+err="${out%.json}.stderr.log"
+set +e
+"$py" "$probe" "${args[@]}" --output "$out" 2>"$err" >/dev/null
+rc=$?
+set -e
+if [ ! -s "$out" ]; then
+  echo "gpu-probe: no JSON (exit $rc); last stderr lines:" >&2
+  tail -n 20 "$err" >&2
+  exit 2
+fi
+cat "$out"
+echo
+"$py" "$probe" --table "$out"
+echo "(JSON: $out, stderr incl. NCCL_DEBUG output: $err)"
+"$py" - "$out" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+sys.exit(1 if any(c["status"] == "failed" for c in doc["checks"]) else 0)
+PY

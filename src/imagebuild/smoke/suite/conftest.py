@@ -1,0 +1,458 @@
+"""testinfra smoke suite: one in-image probe per host, its JSON asserted on by short test files.
+
+Run against any image someone already has:
+
+    docker run -d --name x --shm-size 2g <image> sleep infinity
+    pytest --hosts=docker://x src/imagebuild/smoke/suite [--expect torch=2.9.1 ...] [--require-gpu] [--perf]
+
+Flavor (`io.imagebuild.flavor` label, `--flavor`, or `--expect flavor=`) selects the checks: `base` files run on
+every flavor, `@pytest.mark.flavor("runtime")` on runtime and dev, `@pytest.mark.flavor("dev")` on dev only.
+Expectations come from `--expect KEY=VALUE` and the image's `io.imagebuild.*` labels; a mismatch names the key, the
+expected value (and where it came from) and the found value. This file does not import imagebuild.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+
+SUITE_DIR = Path(__file__).resolve().parent
+PROBE_PATH = SUITE_DIR.parent / "probe.py"
+FLAVOR_RANK = {"base": 0, "runtime": 1, "dev": 2}
+LABEL_PREFIX = "io.imagebuild."
+PY_CANDIDATES = ("/opt/venv/bin/python", "python3", "python")
+# what an imagebuild image promises beyond its labels (docs/ARCHITECTURE.md "Image layout")
+IMAGEBUILD_DEFAULTS = {"user": "ml", "uid": "1000", "venv": "/opt/venv", "entrypoint": "tini",
+                       "workdir": "/workspace"}
+SECTIONS_BY_FLAVOR = {
+    "base": ("system", "versions", "libraries"),
+    "runtime": ("system", "versions", "libraries", "gpu", "tf32", "amp", "distributed", "te"),
+    "dev": ("system", "versions", "libraries", "gpu", "tf32", "amp", "distributed", "te", "dev"),
+}
+
+
+def _load_probe():
+    spec = importlib.util.spec_from_file_location("imagebuild_smoke_probe", PROBE_PATH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+P = _load_probe()
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("imagebuild smoke")
+    g.addoption("--expect", action="append", default=[], metavar="KEY=VALUE",
+                help="expected value (torch=2.9.1, cuda=12.8, os=ubuntu24.04, flavor=dev, user=ml, "
+                     "perf_min.bf16_tflops=600 ...); wins over the io.imagebuild.* labels")
+    g.addoption("--flavor", choices=sorted(FLAVOR_RANK), default=None,
+                help="flavor of the image (default: io.imagebuild.flavor label, else runtime)")
+    g.addoption("--require-gpu", action="store_true", default=False,
+                help="GPU checks that cannot run fail instead of being skipped")
+    g.addoption("--perf", action="store_true", default=False, help="run the performance probe (GPU)")
+    g.addoption("--probe-python", default=None, help="python inside the image (default: /opt/venv/bin/python, "
+                                                    "python3, python)")
+    g.addoption("--probe-timeout", type=float, default=900.0, help="seconds for the in-image probe")
+    g.addoption("--smoke-json", default=None, metavar="FILE", help="write a JSON result (checks + probe) here")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "flavor(name): lowest image flavor the test applies to (base|runtime|dev)")
+    config.addinivalue_line("markers", "perf: performance probe, only with --perf")
+    config._ib_images = {}
+    path = config.getoption("smoke_json", None)
+    if path:
+        config.pluginmanager.register(SmokeJson(config, path), "imagebuild-smoke-json")
+
+
+def parse_expect(values) -> dict:
+    out = {}
+    for item in values or ():
+        if "=" not in item:
+            raise pytest.UsageError(f"--expect {item!r}: want KEY=VALUE")
+        k, v = item.split("=", 1)
+        out[_norm_key(k)] = v.strip()
+    return out
+
+
+def _norm_key(k: str) -> str:
+    k = k.strip()
+    if k.startswith(LABEL_PREFIX):
+        k = k[len(LABEL_PREFIX):]
+    return k.replace("-", "_").lower()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# one image under test (per testinfra host)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class ImageUnderTest:
+    def __init__(self, host, config):
+        self.host = host
+        self.config = config
+        self.id = host.backend.get_pytest_id()
+        self.inspect = _inspect(host)
+        cfg = (self.inspect or {}).get("Config") or {}
+        self.labels = {k: v for k, v in (cfg.get("Labels") or {}).items()}
+        self.is_imagebuild = any(k.startswith(LABEL_PREFIX) for k in self.labels)
+        self.options = parse_expect(config.getoption("expect"))
+        self.require_gpu = config.getoption("require_gpu")
+        self.perf = config.getoption("perf")
+        flavor = config.getoption("flavor") or self.options.get("flavor") or self.labels.get(LABEL_PREFIX + "flavor")
+        self.flavor_source = ("--flavor" if config.getoption("flavor") else "--expect" if self.options.get("flavor")
+                              else "label" if flavor else "assumed")
+        self.flavor = flavor if flavor in FLAVOR_RANK else "runtime"
+        self.execs = 0
+        self._probe = None
+        self.probe_error = None
+        self.probe_wall = None
+        self.probe_stderr = ""
+
+    # expectations -----------------------------------------------------------------------------------------------
+    def expected(self, key: str) -> list[tuple[str, str]]:
+        """[(source, value)]: from --expect and from the label (both checked); else imagebuild defaults."""
+        key = _norm_key(key)
+        out = []
+        if key in self.options:
+            out.append((f"--expect {key}", self.options[key]))
+        for lk, lv in self.labels.items():
+            if lk.startswith(LABEL_PREFIX) and _norm_key(lk) == key:
+                out.append((f"label {lk}", lv))
+        if not out and self.is_imagebuild and key in IMAGEBUILD_DEFAULTS:
+            out.append(("imagebuild image layout", IMAGEBUILD_DEFAULTS[key]))
+        if not out and key in ("cudnn", "nccl") and self.cpu_variant():
+            out.append(("implied by cuda=cpu", ""))
+        return out
+
+    def expected_value(self, key):
+        exps = self.expected(key)
+        return exps[0][1] if exps else None
+
+    def cpu_variant(self) -> bool:
+        exps = self.expected("cuda")  # --expect first, then the label
+        if exps:
+            return str(exps[0][1]).lower() == "cpu"
+        if self._probe is not None:
+            return bool(self.probe.get("versions", {}).get("torch")) and not self.probe["versions"].get("cuda")
+        return False
+
+    def perf_min(self) -> dict:
+        out = {}
+        for key, value in list(self.options.items()) + [(_norm_key(k), v) for k, v in self.labels.items()
+                                                        if k.startswith(LABEL_PREFIX)]:
+            if key.startswith("perf_min.") or key.startswith("perf_min_"):
+                metric = key[len("perf_min."):]
+                try:
+                    out.setdefault(metric, float(value))
+                except ValueError:
+                    pass
+        return out
+
+    # probe ------------------------------------------------------------------------------------------------------
+    def sections(self):
+        s = list(SECTIONS_BY_FLAVOR[self.flavor])
+        if self.perf:
+            s.append("perf")
+        return s
+
+    def run(self, command: str):
+        self.execs += 1
+        return self.host.run(command)
+
+    @property
+    def probe(self) -> dict:
+        if self._probe is None and self.probe_error is None:
+            self._run_probe()
+        if self.probe_error:
+            pytest.fail(f"in-image probe did not run: {self.probe_error}", pytrace=False)
+        return self._probe
+
+    def _run_probe(self):
+        blob = base64.b64encode(zlib.compress(PROBE_PATH.read_bytes(), 9)).decode()
+        cands = [self.config.getoption("probe_python")] if self.config.getoption("probe_python") else PY_CANDIDATES
+        timeout = self.config.getoption("probe_timeout")
+        script = (
+            'PY=""; for c in ' + " ".join(cands) + '; do if command -v "$c" >/dev/null 2>&1; then PY="$c"; '
+            'break; fi; done; [ -n "$PY" ] || { echo "no python found in the image (' + " ".join(cands)
+            + ')" >&2; exit 127; }; '
+            'D=$(mktemp -d 2>/dev/null || { mkdir -p /tmp/ibprobe.$$ && echo /tmp/ibprobe.$$; }); '
+            '"$PY" -c "import base64,sys,zlib; open(sys.argv[1],\'wb\').write(zlib.decompress('
+            'base64.b64decode(sys.argv[2])))" "$D/probe.py" ' + blob + ' && '
+            '"$PY" "$D/probe.py" --sections ' + ",".join(self.sections())
+            + f' --timeout {timeout:.0f}; rc=$?; rm -rf "$D"; exit $rc'
+        )
+        t0 = time.time()
+        try:
+            res = self.run(script)
+        except Exception as exc:  # docker CLI missing, container gone ...
+            self.probe_error = f"{type(exc).__name__}: {exc}"
+            return
+        self.probe_wall = round(time.time() - t0, 2)
+        self.probe_stderr = res.stderr[-4000:]
+        doc = None
+        out = res.stdout.strip()
+        try:
+            doc = json.loads(out)
+        except ValueError:
+            for line in reversed(out.splitlines()):
+                if line.startswith("{"):
+                    try:
+                        doc = json.loads(line)
+                        break
+                    except ValueError:
+                        continue
+        if doc is None:
+            tail = " | ".join(ln for ln in res.stderr.strip().splitlines()[-4:])
+            self.probe_error = f"exit {res.rc}, no JSON on stdout: {tail[-1500:]}"
+            return
+        self._probe = doc
+
+    def check(self, name):
+        for c in self.probe.get("checks", []):
+            if c["name"] == name:
+                return c
+        return None
+
+    def summary(self) -> dict:
+        return {"flavor": self.flavor, "flavor_source": self.flavor_source, "docker_exec": self.execs,
+                "probe_wall_seconds": self.probe_wall, "probe_error": self.probe_error,
+                "probe": self._probe, "probe_stderr_tail": self.probe_stderr[-2000:] if self.probe_error else "",
+                "expectations": {k: v for k, v in self.options.items()},
+                "labels": {k: v for k, v in self.labels.items() if k.startswith(LABEL_PREFIX)}}
+
+
+def _inspect(host) -> dict | None:
+    """Container config (labels, user, entrypoint) for the docker backend: no exec needed."""
+    backend = host.backend
+    if getattr(backend, "NAME", "") != "docker":
+        return None
+    name = backend.name
+    try:
+        import docker
+
+        client = docker.from_env()
+        try:
+            return client.api.inspect_container(name)
+        finally:
+            client.close()
+    except Exception:
+        pass
+    exe = shutil.which("docker")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "inspect", name], capture_output=True, text=True, timeout=60)
+        data = json.loads(out.stdout)
+        return data[0] if data else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def image_for(config, host) -> ImageUnderTest:
+    key = host.backend.get_pytest_id()
+    if key not in config._ib_images:
+        config._ib_images[key] = ImageUnderTest(host, config)
+    return config._ib_images[key]
+
+
+def pytest_collection_modifyitems(session, config, items):
+    keep, drop = [], []
+    for item in items:
+        host = getattr(item, "callspec", None) and item.callspec.params.get("_testinfra_host")
+        marker = item.get_closest_marker("flavor")
+        want = marker.args[0] if marker else "base"
+        if item.get_closest_marker("perf") and not config.getoption("perf"):
+            drop.append(item)
+            continue
+        if host is not None:
+            img = image_for(config, host)
+            if FLAVOR_RANK[img.flavor] < FLAVOR_RANK[want]:
+                drop.append(item)
+                continue
+        keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# fixtures used by the test files
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smoke(host, request) -> ImageUnderTest:
+    return image_for(request.config, host)
+
+
+@pytest.fixture
+def probe(smoke) -> dict:
+    return smoke.probe
+
+
+@pytest.fixture(scope="session")
+def probe_lib():
+    """The probe module (pure parsing/comparison helpers)."""
+    return P
+
+
+@pytest.fixture
+def figures(request):
+    """figures(dict): attach figures to this check (JSON result and JUnit property)."""
+
+    def add(fig: dict):
+        if fig:
+            request.node.user_properties.append(("figures", json.dumps(fig, default=str, sort_keys=True)))
+
+    return add
+
+
+@pytest.fixture
+def check(smoke, figures, request):
+    """check(name, gpu=False): turn a probe check into this test's outcome."""
+
+    def run(name: str, gpu: bool = False):
+        c = smoke.check(name)
+        if c is None:
+            # the probe emits nothing for GPU-only checks it could not reach: use the GPU reason
+            avail = smoke.check("gpu.available")
+            if gpu and avail is not None and avail["status"] == "skipped":
+                c = {"name": name, "status": "skipped", "reason": avail["reason"], "figures": {}}
+            else:
+                pytest.fail(f"the probe reported no '{name}' check (sections: "
+                            f"{','.join(smoke.probe.get('probe', {}).get('sections', []))})", pytrace=False)
+        figures(c.get("figures") or {})
+        if c["status"] == "passed":
+            if c.get("reason"):
+                request.node.user_properties.append(("note", c["reason"]))
+            return c
+        if c["status"] == "failed":
+            pytest.fail(f"{name}: {c['reason']}", pytrace=False)
+        reason = c["reason"]
+        if gpu and smoke.require_gpu and reason.startswith(P.NO_GPU) and not smoke.cpu_variant():
+            pytest.fail(f"{reason} (--require-gpu)", pytrace=False)
+        pytest.skip(reason)
+
+    return run
+
+
+@pytest.fixture
+def expect_value(smoke, figures, request):
+    """expect_value(key, found, shown=None): compare with every expectation; skip when there is none."""
+
+    def run(key: str, found, shown=None, required=False):
+        exps = smoke.expected(key)
+        figures({"key": key, "found": found, "expected": {src: v for src, v in exps}})
+        if not exps:
+            if required:
+                pytest.fail(f"{key}: no expectation (no io.imagebuild.{key.replace('_', '-')} label, no --expect "
+                            f"{key}=)", pytrace=False)
+            pytest.skip(f"no expectation for {key} (no io.imagebuild.{key.replace('_', '-')} label, "
+                        f"no --expect {key}=); found {shown or found}")
+        shown = shown if shown is not None else ("not installed" if found in (None, "") else found)
+        bad = [f"{key}: expected {v if str(v).strip() else 'absent'} ({src}), found {shown}"
+               for src, v in exps if not P.versions_match(key, v, found)]
+        if bad:
+            pytest.fail("; ".join(bad), pytrace=False)
+        request.node.user_properties.append(("note", f"{key} {shown} matches " + ", ".join(
+            f"{v if str(v).strip() else 'absent'} ({src})" for src, v in exps)))
+        return found
+
+    return run
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# JSON result (`--smoke-json FILE`): what the runner turns into ImageResult.tests
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def check_name(item) -> str:
+    module = Path(str(item.fspath)).stem
+    module = module[5:] if module.startswith("test_") else module
+    func = item.originalname if getattr(item, "originalname", None) else item.name.split("[")[0]
+    func = func[5:] if func.startswith("test_") else func
+    params = []
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        for k, v in callspec.params.items():
+            if k != "_testinfra_host":
+                params.append(str(v))
+    return f"{module}/{func}" + (f"[{'-'.join(params)}]" if params else "")
+
+
+class SmokeJson:
+    def __init__(self, config, path):
+        self.config = config
+        self.path = Path(path)
+        self.rows: dict[str, dict] = {}
+        self.t0 = time.time()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        rep = outcome.get_result()
+        host = getattr(item, "callspec", None) and item.callspec.params.get("_testinfra_host")
+        row = self.rows.setdefault(item.nodeid, {
+            "name": check_name(item), "status": "passed", "reason": "", "figures": {}, "seconds": 0.0,
+            "host": host.backend.get_pytest_id() if host is not None else None})
+        row["seconds"] = round(row["seconds"] + rep.duration, 3)
+        if rep.when == "call" or rep.failed or rep.skipped:
+            for k, v in item.user_properties:
+                if k == "figures":
+                    try:
+                        row["figures"].update(json.loads(v))
+                    except (TypeError, ValueError):
+                        pass
+                elif k == "note" and row["status"] == "passed" and rep.passed:
+                    row["reason"] = str(v)
+        if rep.failed and row["status"] != "failed":
+            row["status"] = "failed"
+            row["reason"] = _reason(rep)
+            if rep.when != "call":
+                row["reason"] = f"{rep.when}: {row['reason']}"
+        elif rep.skipped and row["status"] == "passed":
+            row["status"] = "skipped"
+            row["reason"] = _reason(rep)
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        checks = list(self.rows.values())
+        doc = {
+            "passed": sum(1 for c in checks if c["status"] == "passed"),
+            "failed": sum(1 for c in checks if c["status"] == "failed"),
+            "skipped": sum(1 for c in checks if c["status"] == "skipped"),
+            "checks": checks,
+            "seconds": round(time.time() - self.t0, 2),
+            "hosts": {k: v.summary() for k, v in self.config._ib_images.items()},
+            "pytest_exit": int(exitstatus),
+            "python": sys.version.split()[0],
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(doc, indent=2, default=str))
+
+
+def _reason(rep) -> str:
+    lr = rep.longrepr
+    if lr is None:
+        return ""
+    if isinstance(lr, tuple) and len(lr) == 3:
+        text = str(lr[2])
+        return text[len("Skipped: "):] if text.startswith("Skipped: ") else text
+    crash = getattr(lr, "reprcrash", None)
+    if crash is not None and crash.message:
+        msg = crash.message
+        for prefix in ("Failed: ", "AssertionError: "):
+            if msg.startswith(prefix):
+                msg = msg[len(prefix):]
+        return msg[:2000]
+    return str(lr).strip().splitlines()[-1][:2000] if str(lr).strip() else ""

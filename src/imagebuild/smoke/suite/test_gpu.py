@@ -1,0 +1,33 @@
+"""GPU: visible devices, names and compute capability, torch arch list, nvidia-smi -L (MIG included)."""
+
+import pytest
+
+pytestmark = pytest.mark.flavor("runtime")
+
+
+def test_gpu_available(check):
+    check("gpu.available", gpu=True)
+
+
+def test_nvidia_smi(check):
+    check("gpu.nvidia_smi", gpu=True)
+
+
+def test_device_arch(check):
+    check("gpu.device_arch", gpu=True)
+
+
+def test_gpu_archs_in_wheel(probe, smoke, figures, probe_lib):
+    """Each matrix gpu_arch is compiled into torch (compile-time list: needs no GPU)."""
+    archs = probe["gpu"].get("arch_list") or []
+    want = smoke.expected_value("gpu_archs")
+    figures({"arch_list": archs, "expected": want})
+    if smoke.cpu_variant() or not probe["versions"].get("cuda"):
+        pytest.skip("CPU variant: torch carries no GPU archs")
+    if not want:
+        pytest.skip("no gpu_archs expectation (no io.imagebuild.gpu-archs label, no --expect gpu_archs=)")
+    have = {probe_lib.normalize_arch(a) for a in archs}
+    missing = [a for a in (probe_lib.normalize_arch(x) for x in want.replace(" ", ",").split(",") if x) if a not in have]
+    if missing:
+        pytest.fail(f"gpu_archs: expected {want}, torch arch list lacks {', '.join(missing)} (has {' '.join(archs)})",
+                    pytrace=False)

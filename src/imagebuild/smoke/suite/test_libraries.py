@@ -1,0 +1,31 @@
+"""One copy: exactly one libcudnn / libnccl / libcublas of each major (system paths and site-packages)."""
+
+import pytest
+
+
+def _major(v):
+    return str(v).split(".")[0] if v and str(v).strip() else None
+
+
+@pytest.mark.parametrize("family", ["cudnn", "nccl", "cublas"])
+def test_one_copy(probe, smoke, figures, probe_lib, family):
+    copies = {k: v for k, v in probe["libraries"]["copies"].items() if probe_lib.library_family(k) == family}
+    figures({"copies": copies})
+    dups = {k: v for k, v in copies.items() if len(v) > 1}
+    if dups:
+        pytest.fail("; ".join(f"{k}: {len(v)} copies: {', '.join(v)}" for k, v in dups.items()), pytrace=False)
+    required = None
+    if smoke.flavor != "base" and not smoke.cpu_variant():
+        if family == "cudnn":
+            major = _major(smoke.expected_value("cudnn")) or _major(probe["versions"].get("cudnn"))
+            required = f"libcudnn.so.{major}" if major else None
+        elif family == "nccl":
+            major = _major(smoke.expected_value("nccl")) or _major(probe["versions"].get("nccl"))
+            required = f"libnccl.so.{major}" if major else None
+        else:
+            major = _major(smoke.expected_value("cuda")) or _major(probe["versions"].get("cuda"))
+            required = f"libcublas.so.{major}" if major else None
+    if required and required not in copies:
+        pytest.fail(f"{required}: expected exactly one copy, found none", pytrace=False)
+    if not copies:
+        pytest.skip(f"no {family} library in the image" + (" (CPU variant)" if smoke.cpu_variant() else ""))

@@ -1,0 +1,15 @@
+"""Performance probe (--perf, GPU): GEMM TFLOP/s and NCCL bus bandwidth against the matrix's perf_min."""
+
+import pytest
+
+pytestmark = [pytest.mark.flavor("runtime"), pytest.mark.perf]
+
+
+@pytest.mark.parametrize("kind", ["gemm_fp32", "gemm_tf32", "gemm_bf16", "allreduce"])
+def test_perf(check, smoke, kind):
+    c = check(f"perf.{kind}", gpu=True)
+    metric = c["figures"].get("metric")
+    value = c["figures"].get("tflops", c["figures"].get("busbw_gbps"))
+    floor = smoke.perf_min().get(metric)
+    if floor is not None and value is not None and value < floor:
+        pytest.fail(f"perf_min.{metric}: expected >= {floor:g}, found {value:g}", pytrace=False)

@@ -1,0 +1,29 @@
+"""Truth of the image: the versions inside equal the plan's pins / the image's io.imagebuild.* labels."""
+
+import pytest
+
+RUNTIME_KEYS = ["torch", "cuda", "cudnn", "nccl", "torchvision", "torchaudio", "transformer_engine", "triton"]
+
+
+def test_python(probe, expect_value):
+    expect_value("python", probe["versions"]["python"])
+
+
+def test_os(probe, expect_value):
+    osr = probe["system"]["os"]
+    expect_value("os", osr.get("key"), shown=f"{osr.get('key')} ({osr.get('pretty_name')})")
+
+
+@pytest.mark.flavor("runtime")
+@pytest.mark.parametrize("key", RUNTIME_KEYS)
+def test_version(probe, expect_value, key):
+    v = probe["versions"]
+    err = v.get("import_errors", {}).get(key if key != "transformer_engine" else "transformer_engine")
+    found = v.get(key)
+    if key == "cuda" and v.get("torch") and not found:
+        shown = "cpu (torch built without CUDA)"
+    else:
+        shown = found if found else (f"import failed: {err}" if err else "not installed")
+    expect_value(key, found, shown=shown)
+    if err and key in ("torch", "torchvision", "torchaudio"):
+        pytest.fail(f"{key} is installed but does not import: {err}", pytrace=False)

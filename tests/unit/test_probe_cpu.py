@@ -1,0 +1,145 @@
+"""Run the probe for real on this host: with plain python (no torch), and with a CPU torch venv when one exists.
+
+The torch venv: IMAGEBUILD_SMOKE_PYTHON, else /tmp/ibsmoke/bin/python
+(`python -m venv /tmp/ibsmoke && /tmp/ibsmoke/bin/pip install torch==2.13.0` from /opt/wheels).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from imagebuild.smoke import probe as P
+
+PROBE = Path(P.__file__)
+
+
+def _torch_python() -> str | None:
+    cand = os.environ.get("IMAGEBUILD_SMOKE_PYTHON") or "/tmp/ibsmoke/bin/python"
+    if not Path(cand).exists():
+        return None
+    ok = subprocess.run([cand, "-c", "import torch"], capture_output=True, timeout=120).returncode == 0
+    return cand if ok else None
+
+
+def _run(python, *args, timeout=300):
+    out = subprocess.run([python, str(PROBE), *args], capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout), out
+
+
+def _checks(doc):
+    return {c["name"]: c for c in doc["checks"]}
+
+
+def test_probe_without_torch_prints_one_json_document(tmp_path):
+    env_py = sys.executable
+    doc, out = _run(env_py, "--sections", "system,libraries,tf32,amp", "--output", str(tmp_path / "p.json"))
+    assert out.stdout.count("\n") == 1  # exactly one line: the JSON
+    assert json.loads((tmp_path / "p.json").read_text()) == doc
+    assert doc["probe"]["sections"] == ["system", "libraries", "tf32", "amp"]
+    s = doc["system"]
+    assert s["user"]["uid"] == os.getuid() and s["python"]["version"]
+    assert set(s["env"]["nvidia"]) == set(P.NVIDIA_ENV)
+    c = _checks(doc)
+    if not doc.get("torch_import", {}).get("error"):
+        pytest.skip("this interpreter has torch")
+    assert c["amp.cpu_bf16"]["status"] == "skipped" and c["amp.cpu_bf16"]["reason"] == P.NO_TORCH
+    for ch in doc["checks"]:
+        assert ch["status"] in ("passed", "failed", "skipped") and "reason" in ch and "figures" in ch
+
+
+def test_probe_secret_env_reports_names_only():
+    env = dict(os.environ, IB_TEST_PASSWORD="do-not-print-me", IB_PROXY="http://u:pw-secret@proxy:3128")
+    out = subprocess.run([sys.executable, str(PROBE), "--sections", "system"], capture_output=True, text=True,
+                         env=env, timeout=60)
+    doc = json.loads(out.stdout)
+    names = [f["name"] for f in doc["system"]["env"]["secret_names"]]
+    assert "IB_TEST_PASSWORD" in names and "IB_PROXY" in names
+    assert "do-not-print-me" not in out.stdout and "pw-secret" not in out.stdout
+
+
+def test_probe_rejects_unknown_section():
+    out = subprocess.run([sys.executable, str(PROBE), "--sections", "nope"], capture_output=True, text=True)
+    assert out.returncode == 2 and "unknown section" in out.stderr
+
+
+def test_probe_table_mode(tmp_path):
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"probe": {"seconds": 1}, "checks": [{"name": "x.y", "status": "passed", "reason": "r"}]}))
+    out = subprocess.run([sys.executable, str(PROBE), "--table", str(f)], capture_output=True, text=True)
+    assert "x.y" in out.stdout and "1 passed" in out.stdout
+
+
+def test_probe_cpu_torch():
+    py = _torch_python()
+    if not py:
+        pytest.skip("no CPU torch venv (set IMAGEBUILD_SMOKE_PYTHON or create /tmp/ibsmoke)")
+    doc, _ = _run(py, "--sections", "system,versions,libraries,gpu,tf32,amp,distributed,te", "--timeout", "240")
+    c = _checks(doc)
+    assert doc["versions"]["torch"].startswith("2.") and doc["probe"]["errors"] == []
+    assert c["amp.cpu_bf16"]["status"] == "passed", c["amp.cpu_bf16"]
+    assert c["amp.cpu_bf16"]["figures"]["mode"] == "cpu-bf16"
+    assert c["amp.cpu_bf16"]["figures"]["autocast_dtype"] == "torch.bfloat16"
+    assert c["amp.cpu_bf16"]["figures"]["last_loss"] < c["amp.cpu_bf16"]["figures"]["first_loss"]
+    assert c["distributed.gloo"]["status"] == "passed", c["distributed.gloo"]
+    assert c["distributed.gloo"]["figures"]["backend"] == "gloo"
+    assert c["distributed.gloo"]["figures"]["world_size"] == 2
+    assert c["tf32.policy"]["status"] == "passed"
+    assert {"matmul_allow_tf32", "matmul_fp32_precision", "float32_matmul_precision"} <= set(doc["tf32_at_import"])
+    if not doc["versions"]["cuda"]:
+        for name in ("gpu.available", "amp.cuda_fp16", "amp.cuda_bf16", "distributed.nccl", "tf32.speedup"):
+            assert c[name]["status"] == "skipped" and c[name]["reason"].startswith(P.NO_GPU), name
+    assert not [x for x in doc["checks"] if x["status"] == "failed"]
+
+
+def test_probe_watchdog_emits_partial_json():
+    py = _torch_python()
+    if not py:
+        pytest.skip("no CPU torch venv")
+    # 1 s is not enough for the gloo workers: the watchdog must still print a JSON document, marked timed out
+    out = subprocess.run([py, str(PROBE), "--sections", "versions,distributed", "--timeout", "1"],
+                         capture_output=True, text=True, timeout=120)
+    doc = json.loads(out.stdout)
+    assert out.returncode == 3 and doc["probe"]["timed_out"] is True
+    assert any("timed out" in e for e in doc["probe"]["errors"])
+
+
+def test_probe_te_import_failure_is_reported(tmp_path):
+    """A TE that is installed but does not import (BRIEF: cudart loader mismatch) fails te.import with the reason."""
+    pkg = tmp_path / "transformer_engine"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('cudart shared object not found')\n")
+    info = tmp_path / "transformer_engine-2.12.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: transformer_engine\nVersion: 2.12.0\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    out = subprocess.run([sys.executable, str(PROBE), "--sections", "te"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    doc = json.loads(out.stdout)
+    c = _checks(doc)
+    assert doc["te"]["installed"] == "2.12.0"
+    assert c["te.import"]["status"] == "failed" and "cudart shared object not found" in c["te.import"]["reason"]
+    assert c["te.fp8"]["status"] == "skipped"
+
+
+def test_probe_runs_nvidia_smi_from_path(tmp_path):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n"
+                   "if [ \"$1\" = -L ]; then\n"
+                   "echo 'GPU 0: NVIDIA H200 (UUID: GPU-aa11bb22-cc33-dd44-ee55-ff6677889900)'\n"
+                   "echo '  MIG 1g.18gb     Device  0: (UUID: MIG-00000000-1111-2222-3333-444444444444)'\n"
+                   "else echo 570.86.15; fi\n")
+    smi.chmod(0o755)
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}")
+    out = subprocess.run([sys.executable, str(PROBE), "--sections", "gpu"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    g = json.loads(out.stdout)["gpu"]
+    assert g["nvidia_smi"]["gpu_count"] == 1 and g["nvidia_smi"]["mig_count"] == 1
+    assert g["nvidia_smi"]["gpus"][0]["mig"][0]["profile"] == "1g.18gb"
+    assert g["driver"] == "570.86.15"
