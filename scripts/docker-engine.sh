@@ -117,6 +117,13 @@ cmd_fresh() {
     echo "export DOCKER_HOST=$host"
 }
 
+unmount_under() {  # dockerd can leave mounts behind (exec-root/netns/default): unmount them so DIR can go
+    local dir="$1" m
+    awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
+        as_root umount -l "$m" 2>/dev/null || log "could not unmount $m"
+    done
+}
+
 cmd_stop() {
     local dir="$1" pid="" i
     [ -d "$dir" ] || die "no such directory: $dir"
@@ -126,6 +133,7 @@ cmd_stop() {
     fi
     if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then
         log "no private engine running in $dir"
+        unmount_under "$dir"
         return 0
     fi
     # refuse to stop an engine that is not the private one of DIR (never the shared default engine)
@@ -135,7 +143,7 @@ cmd_stop() {
     log "stopping private dockerd pid $pid"
     as_root kill -TERM "$pid"
     for ((i = 0; i < 60; i++)); do
-        kill -0 "$pid" 2>/dev/null || { log "stopped"; rm -f "$dir/.launcher.pid"; return 0; }
+        kill -0 "$pid" 2>/dev/null || { log "stopped"; rm -f "$dir/.launcher.pid"; unmount_under "$dir"; return 0; }
         sleep 0.5
     done
     die "dockerd pid $pid did not stop within 30s"

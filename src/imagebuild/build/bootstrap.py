@@ -1,0 +1,346 @@
+"""The `bootstrap` base source: an OS root filesystem built from a distribution mirror, imported into the engine.
+
+`mmdebstrap --variant=minbase` (fallback: `debootstrap --variant=minbase` + tar) of `variant.os.codename` from
+`variant.base.mirror or variant.os.mirror` with python3, python3-venv, ca-certificates, tini and
+`variant.base.packages`, optionally from a snapshot date. The tar goes through the SDK's low-level `import_image`,
+tagged `imagebuild-os/<os id>:<hash12>` and labelled `io.imagebuild.bootstrap-hash=<hash>`. The image is reused
+while the inputs (suites, mirror, components, packages, snapshot) are unchanged. Needs root.
+
+This is how air-gapped sites build from an internal mirror, and the only way to get a base without a registry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagebuild.errors import ImagebuildError
+from imagebuild.models import ResolvedVariant
+from imagebuild.secrets import has_credentials, redact, register_secret
+
+BOOTSTRAP_FORMAT = "1"  # bump when the way the rootfs is made changes (invalidates every bootstrap image)
+REQUIRED_PACKAGES = ("python3", "python3-venv", "ca-certificates", "tini")
+HASH_LABEL = "io.imagebuild.bootstrap-hash"
+REPOSITORY = "imagebuild-os"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# keep the rootfs small: no man pages, docs (but licences) or translations; children inherit the dpkg filter
+DPKG_FILTERS = (
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/info/*",
+    "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",
+    "path-exclude=/usr/share/locale/*",
+    "path-include=/usr/share/locale/locale.alias",
+)
+UBUNTU_KEYRING = "/usr/share/keyrings/ubuntu-archive-keyring.gpg"
+DEBIAN_DEFAULT_HOSTS = ("deb.debian.org", "ftp.debian.org", "httpredir.debian.org")
+UBUNTU_DEFAULT_HOSTS = ("archive.ubuntu.com", "ports.ubuntu.com", "security.ubuntu.com")
+
+
+_URL_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+
+
+class BootstrapError(ImagebuildError):
+    pass
+
+
+_running: set[subprocess.Popen] = set()
+_running_lock = threading.Lock()
+
+
+def terminate_all() -> None:
+    """Stop every bootstrap subprocess (interrupt handling)."""
+    with _running_lock:
+        procs = list(_running)
+    for proc in procs:
+        try:
+            proc.terminate()
+        except OSError:
+            pass
+
+
+@dataclass(frozen=True)
+class BootstrapSpec:
+    os_id: str
+    family: str  # "debian" | "ubuntu"
+    codename: str
+    mirror: str  # may carry credentials: never hashed/labelled/logged in clear
+    components: tuple[str, ...]
+    packages: tuple[str, ...]
+    snapshot: str | None = None
+    variant: str = "minbase"
+    repository: str = REPOSITORY  # not hashed: where the image is tagged (tests use their own)
+
+    @property
+    def is_ubuntu(self) -> bool:
+        return self.family == "ubuntu" or "ubuntu" in urllib.parse.urlsplit(self.mirror).netloc + self.mirror
+
+    def sources(self) -> list[str]:
+        """One-line sources entries handed to mmdebstrap (mirror as given, credentials included)."""
+        comps = " ".join(self.components)
+        mirror = _snapshot_url(self.mirror, self.snapshot, self.is_ubuntu)
+        lines = [f"deb {mirror} {self.codename} {comps}"]
+        host = urllib.parse.urlsplit(self.mirror).hostname or ""
+        default = host in (UBUNTU_DEFAULT_HOSTS if self.is_ubuntu else DEBIAN_DEFAULT_HOSTS)
+        if default or self.snapshot:
+            lines.append(f"deb {mirror} {self.codename}-updates {comps}")
+            if self.is_ubuntu:
+                lines.append(f"deb {mirror} {self.codename}-security {comps}")
+            elif default:
+                sec = _snapshot_url(self.mirror.rstrip("/") + "-security", self.snapshot, False, security=True)
+                lines.append(f"deb {sec} {self.codename}-security {comps}")
+        return lines
+
+    def hash(self) -> str:
+        doc = {
+            "format": BOOTSTRAP_FORMAT,
+            "os": self.os_id,
+            "codename": self.codename,
+            # credentials change nothing in the content: hash the sources without them
+            "sources": [_URL_USERINFO.sub(r"\1", s) for s in self.sources()],
+            "packages": sorted(set(self.packages)),
+            "snapshot": self.snapshot,
+            "variant": self.variant,
+            "dpkg": list(DPKG_FILTERS),
+        }
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+    @property
+    def tag(self) -> str:
+        return f"{self.repository}/{self.os_id}:{self.hash()[:12]}"
+
+
+def _snapshot_url(mirror: str, snapshot: str | None, ubuntu: bool, security: bool = False) -> str:
+    if not snapshot:
+        return mirror
+    if "{snapshot}" in mirror:
+        return mirror.replace("{snapshot}", snapshot)
+    host = urllib.parse.urlsplit(mirror).hostname or ""
+    if ubuntu and host in UBUNTU_DEFAULT_HOSTS:
+        return f"http://snapshot.ubuntu.com/ubuntu/{snapshot}/"
+    if host in DEBIAN_DEFAULT_HOSTS:
+        return f"http://snapshot.debian.org/archive/{'debian-security' if security else 'debian'}/{snapshot}/"
+    # an internal mirror: snapshots must be spelled in the URL ("{snapshot}"), or the mirror is the snapshot
+    return mirror
+
+
+def spec_for(variant: ResolvedVariant) -> BootstrapSpec:
+    base, osinfo = variant.base, variant.os
+    mirror = base.mirror or osinfo.mirror
+    packages = tuple(dict.fromkeys((*REQUIRED_PACKAGES, *base.packages)))
+    return BootstrapSpec(
+        os_id=osinfo.id,
+        family=osinfo.family,
+        codename=osinfo.codename,
+        mirror=mirror,
+        components=tuple(osinfo.components) or ("main",),
+        packages=packages,
+        snapshot=base.snapshot,
+    )
+
+
+@dataclass
+class BootstrapResult:
+    image_id: str
+    tag: str
+    reused: bool
+    seconds: float = 0.0
+    tool: str = ""
+    log_path: str | None = None
+
+
+def find_existing(client, spec: BootstrapSpec) -> str | None:
+    """Image ID of an existing bootstrap image for `spec` (tag + label must both match)."""
+    import docker
+
+    h = spec.hash()
+    try:
+        info = client.api.inspect_image(spec.tag)
+        if (info.get("Config") or {}).get("Labels", {}).get(HASH_LABEL) == h:
+            return info["Id"]
+    except docker.errors.ImageNotFound:
+        pass
+    for img in client.api.images(filters={"label": f"{HASH_LABEL}={h}"}):
+        client.api.tag(img["Id"], *spec.tag.rsplit(":", 1))
+        return img["Id"]
+    return None
+
+
+def choose_tool() -> str:
+    for tool in ("mmdebstrap", "debootstrap"):
+        if shutil.which(tool):
+            return tool
+    raise BootstrapError(
+        "bootstrap base needs mmdebstrap or debootstrap on this machine (apt-get install mmdebstrap)"
+    )
+
+
+def _strip_credentials(spec: BootstrapSpec, tmp: Path) -> tuple[list[str], Path | None]:
+    """Sources without credentials + an apt auth.conf (outside the rootfs) holding them."""
+    sources = spec.sources()
+    if not has_credentials(spec.mirror):
+        return sources, None
+    auth_lines, clean = [], []
+    for line in sources:
+        kind, url, rest = line.split(" ", 2)
+        parts = urllib.parse.urlsplit(url)
+        if parts.username:
+            register_secret(parts.password)
+            host = parts.hostname + (f":{parts.port}" if parts.port else "")
+            auth_lines.append(
+                f"machine {host}{parts.path} login {urllib.parse.unquote(parts.username)} "
+                f"password {urllib.parse.unquote(parts.password or '')}"
+            )
+            url = urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+        clean.append(f"{kind} {url} {rest}")
+    auth = tmp / "auth.conf"
+    auth.write_text("\n".join(auth_lines) + "\n")
+    auth.chmod(0o600)
+    return clean, auth
+
+
+def _command(tool: str, spec: BootstrapSpec, out_tar: Path, tmp: Path) -> tuple[list[str], dict]:
+    env = dict(os.environ)
+    sources, auth = _strip_credentials(spec, tmp)
+    keyring = []
+    if spec.is_ubuntu:
+        if not Path(UBUNTU_KEYRING).is_file():
+            raise BootstrapError(
+                f"bootstrapping {spec.os_id} needs the Ubuntu archive keyring {UBUNTU_KEYRING} "
+                "(apt-get install ubuntu-keyring)"
+            )
+        keyring = [f"--keyring={UBUNTU_KEYRING}"]
+    if spec.snapshot:
+        env["SOURCE_DATE_EPOCH"] = _epoch(spec.snapshot)
+    if tool == "mmdebstrap":
+        cmd = [
+            "mmdebstrap",
+            f"--variant={spec.variant}",
+            f"--components={','.join(spec.components)}",
+            f"--include={','.join(spec.packages)}",
+            "--format=tar",
+            *keyring,
+            *[f"--dpkgopt={f}" for f in DPKG_FILTERS],
+        ]
+        if spec.snapshot:
+            cmd.append('--aptopt=Acquire::Check-Valid-Until "false"')
+        if auth:
+            cmd += [f'--aptopt=Dir::Etc::netrc "{auth}"',
+                    '--customize-hook=sed -i "/Dir::Etc::netrc/d" "$1/etc/apt/apt.conf.d/99mmdebstrap"']
+        cmd += [spec.codename, str(out_tar), *sources]
+        return cmd, env
+    # debootstrap: one mirror only, into a folder; the caller tars it up
+    if auth:
+        raise BootstrapError("debootstrap cannot use a mirror with credentials; install mmdebstrap")
+    mirror = sources[0].split(" ")[1]
+    cmd = [
+        "debootstrap", f"--variant={spec.variant}", f"--components={','.join(spec.components)}",
+        f"--include={','.join(spec.packages)}", *keyring, spec.codename, str(tmp / "rootfs"), mirror,
+    ]
+    return cmd, env
+
+
+def _epoch(snapshot: str) -> str:
+    from datetime import datetime, timezone
+
+    for fmt in ("%Y%m%dT%H%M%SZ", "%Y%m%d", "%Y-%m-%d"):
+        try:
+            return str(int(datetime.strptime(snapshot, fmt).replace(tzinfo=timezone.utc).timestamp()))
+        except ValueError:
+            continue
+    raise BootstrapError(f"snapshot {snapshot!r} is not a date like 20251101T000000Z")
+
+
+def _run(cmd: list[str], env: dict, log, on_line: Callable[[str], None] | None) -> int:
+    log.write("$ " + redact(" ".join(cmd)) + "\n")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", start_new_session=False)
+    with _running_lock:
+        _running.add(proc)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = redact(line.rstrip("\n"))
+            log.write(line + "\n")
+            if on_line:
+                on_line(line)
+        return proc.wait()
+    finally:
+        with _running_lock:
+            _running.discard(proc)
+
+
+def _import(client, tar_path: Path, spec: BootstrapSpec, h: str) -> str:
+    repo, tag = spec.tag.rsplit(":", 1)
+    labels = {
+        HASH_LABEL: h,
+        "io.imagebuild.os": spec.os_id,
+        "io.imagebuild.bootstrap-suite": spec.codename,
+        "io.imagebuild.bootstrap-mirror": redact(spec.mirror),
+        "io.imagebuild.bootstrap-packages": ",".join(spec.packages),
+    }
+    if spec.snapshot:
+        labels["io.imagebuild.bootstrap-snapshot"] = spec.snapshot
+    changes = [f"LABEL {k}={json.dumps(v)}" for k, v in labels.items()]
+    changes += [f"ENV PATH={DEFAULT_PATH}", "ENV LANG=C.UTF-8", 'CMD ["bash"]']
+    with open(tar_path, "rb") as fh:
+        text = client.api.import_image(src=fh, repository=repo, tag=tag, changes=changes)
+    for line in str(text).splitlines():
+        try:
+            chunk = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(chunk, dict) and (chunk.get("error") or chunk.get("errorDetail")):
+            msg = chunk.get("error") or chunk["errorDetail"].get("message")
+            raise BootstrapError(f"importing the {spec.os_id} root filesystem failed: {redact(str(msg))}")
+    return client.api.inspect_image(spec.tag)["Id"]
+
+
+def ensure_bootstrap(client, spec: BootstrapSpec, *, force: bool = False, log_dir: Path | None = None,
+                     workdir: Path | None = None, on_line: Callable[[str], None] | None = None) -> BootstrapResult:
+    """Reuse or build the bootstrap image for `spec`; returns its image ID."""
+    h = spec.hash()
+    if not force:
+        existing = find_existing(client, spec)
+        if existing:
+            return BootstrapResult(existing, spec.tag, reused=True)
+    if os.geteuid() != 0:
+        raise BootstrapError(
+            f"bootstrapping {spec.os_id} needs root (mmdebstrap/debootstrap write device nodes and owners); "
+            "run as root or use a registry base (base: {ref: ...})"
+        )
+    tool = choose_tool()
+    start = time.monotonic()
+    log_dir = Path(log_dir or tempfile.gettempdir())
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"bootstrap-{spec.os_id}-{h[:12]}.log"
+    with tempfile.TemporaryDirectory(prefix="imagebuild-bootstrap-", dir=workdir) as tmpname, \
+            open(log_path, "w", encoding="utf-8") as log:
+        tmp = Path(tmpname)
+        out_tar = tmp / "rootfs.tar"
+        cmd, env = _command(tool, spec, out_tar, tmp)
+        rc = _run(cmd, env, log, on_line)
+        if rc == 0 and tool == "debootstrap":
+            rc = _run(["tar", "--numeric-owner", "--xattrs", "-C", str(tmp / "rootfs"), "-cf", str(out_tar),
+                       "."], env, log, None)
+        if rc != 0:
+            log.flush()
+            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+            raise BootstrapError(
+                f"{tool} of {spec.codename} from {redact(spec.mirror)} failed (exit {rc}); "
+                f"full log: {log_path}\n{tail}"
+            )
+        image_id = _import(client, out_tar, spec, h)
+    return BootstrapResult(image_id, spec.tag, reused=False, seconds=time.monotonic() - start, tool=tool,
+                           log_path=str(log_path))

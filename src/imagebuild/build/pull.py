@@ -1,0 +1,66 @@
+"""Registry base references (`ubuntu:24.04@sha256:...`): pulled with the SDK when missing, errors from the stream."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from imagebuild.errors import ImagebuildError
+from imagebuild.secrets import redact
+
+
+class PullError(ImagebuildError):
+    pass
+
+
+def split_ref(ref: str) -> tuple[str, str | None, str | None]:
+    """`repo[:tag][@digest]` -> (repo, tag, digest)."""
+    digest = None
+    if "@" in ref:
+        ref, digest = ref.split("@", 1)
+    tag = None
+    last = ref.rsplit("/", 1)[-1]
+    if ":" in last:
+        ref, tag = ref.rsplit(":", 1)
+    return ref, tag, digest
+
+
+def has_digest(ref: str) -> bool:
+    return split_ref(ref)[2] is not None
+
+
+def digest_warning(ref: str) -> str | None:
+    if has_digest(ref):
+        return None
+    return (f"base image {ref} is not pinned by digest: upstream tags move; "
+            f"pin it as {ref.split('@')[0]}@sha256:<digest>")
+
+
+def ensure_pulled(client, ref: str, warn: Callable[[str], None] | None = None,
+                  on_line: Callable[[str], None] | None = None) -> str:
+    """Image ID of `ref`, pulling it when the engine does not have it. Errors in the pull stream fail."""
+    import docker
+
+    w = digest_warning(ref)
+    if w and warn:
+        warn(w)
+    try:
+        return client.api.inspect_image(ref)["Id"]
+    except docker.errors.ImageNotFound:
+        pass
+    repo, tag, digest = split_ref(ref)
+    try:
+        stream = client.api.pull(repo, tag=digest or tag or "latest", stream=True, decode=True)
+        for chunk in stream:
+            if not isinstance(chunk, dict):
+                continue
+            if chunk.get("error") or chunk.get("errorDetail"):
+                msg = chunk.get("error") or (chunk.get("errorDetail") or {}).get("message")
+                raise PullError(f"pulling base image {ref} failed: {redact(str(msg))}")
+            if on_line and chunk.get("status") and "progress" not in chunk:
+                on_line(f"{chunk.get('id', '')} {chunk['status']}".strip())
+    except docker.errors.APIError as exc:
+        raise PullError(f"pulling base image {ref} failed: {redact(exc.explanation or str(exc))}") from None
+    try:
+        return client.api.inspect_image(ref)["Id"]
+    except docker.errors.ImageNotFound:
+        raise PullError(f"pulling base image {ref} finished but the engine does not have it") from None

@@ -1,0 +1,157 @@
+"""`imagebuild build`: build every planned image through the Docker engine, in dependency order."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+
+import click
+
+from imagebuild.commands._options import build_input_options, matrix_option, registry_option
+from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
+
+
+@click.command("build")
+@matrix_option
+@registry_option
+@build_input_options
+@click.option("--only", "only", multiple=True, metavar="PATTERN",
+              help="Build only images whose tag, short tag or id matches (fnmatch); their parents come along. "
+                   "Repeatable.")
+@click.option("--force", is_flag=True, help="Rebuild even when an image with the same inputs hash exists.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Independent images built in parallel (default: chosen for this machine).")
+@click.option("--keep-going", "-k", is_flag=True,
+              help="After a failure, finish the images that do not depend on it.")
+@click.option("--plain", is_flag=True, help="One line per event instead of the live view (default without a TTY).")
+@click.option("--verbose", "-v", is_flag=True, help="Stream the build output.")
+@click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/logs"),
+              show_default=True, help="Full build logs (credentials redacted), one file per image.")
+@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
+              show_default=True, help="Where build-report.json/.md go (when the report stage is installed).")
+@click.option("--test", "run_tests", is_flag=True, help="Run the smoke suite on the images afterwards.")
+@click.option("--push", "run_push", is_flag=True, help="Push the built (and tested) images afterwards.")
+def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verbose, log_dir, report_dir,
+            run_tests, run_push):
+    """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
+
+    \b
+    Example:
+      imagebuild build --matrix images/cpu.yaml --wheelhouse /opt/wheels
+      imagebuild build --matrix h100.yaml --only '*2.9.1*runtime' --jobs 2 --plain
+      imagebuild build --matrix images/cpu.yaml --ca-cert corp-ca.pem --pip-index-url https://u:p@pypi.corp/simple
+    """
+    from imagebuild.build import BuildOptions, build_plan, connect, make_progress
+
+    check_inputs(inputs)
+    plan = load_plan(matrix, inputs, registry)
+    client = connect()
+    progress = make_progress(plain=plain, verbose=verbose)
+    options = BuildOptions(force=force, only=tuple(only), keep_going=keep_going, log_dir=log_dir)
+    if jobs:
+        options.jobs = jobs
+    results = build_plan(client, plan, options, progress)
+    progress.summary(results)
+    ok = all(r.status in ("built", "up-to-date", "skipped") for r in results)
+
+    by_tag = {r.tag: r for r in results}
+    ready = [i for i in plan.images if by_tag[i.tag].status in ("built", "up-to-date")]
+    if run_tests and ready and (ok or keep_going):
+        ok = smoke_test(client, ready, by_tag, report_dir) and ok
+    if run_push and ok:
+        ok = push(client, plan, ready, by_tag, report_dir, require_tests=run_tests) and ok
+    call_hook("imagebuild.report", ("write_reports",), required=False, results=results, plan=plan,
+              report_dir=report_dir)
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def smoke_test(client, images, by_tag, report_dir: Path) -> bool:
+    """--test: the smoke suite in every built/up-to-date image; fills ImageResult.tests. False when a check failed."""
+    try:
+        from imagebuild.smoke import runner
+    except ImportError:
+        click.echo("note: the smoke stage is not installed; --test skipped", err=True)
+        return True
+    rows = runner.test_images(images, by_tag, client=client, junit_dir=Path(report_dir) / "junit",
+                              result_dir=Path(report_dir) / "tests", echo=lambda m: click.echo(m, err=True))
+    click.echo(runner.summary_table([(img.tag, tests) for img, tests in rows]))
+    return not any(t.get("failed") for _, t in rows)
+
+
+def push(client, plan, images, by_tag, report_dir: Path, require_tests: bool) -> bool:
+    """--push: push built (and, with --test, tested) images; fills ImageResult.push. False when one failed."""
+    try:
+        from imagebuild.push import push_plan, resolve_auth
+        from imagebuild.report.writer import result_to_row
+    except ImportError:
+        click.echo("note: the push stage is not installed; --push skipped", err=True)
+        return True
+    from imagebuild.secrets import redact
+
+    auths: dict = {}
+
+    def auth_for(registry: str):
+        if registry not in auths:
+            auths[registry] = resolve_auth(registry)
+        return auths[registry]
+
+    client.api.timeout = max(getattr(client.api, "timeout", 0) or 0, 1800)  # multi-GB layers
+    pushed = push_plan(plan, client=client, auth_for=auth_for, images=images,
+                       report_rows={t: result_to_row(r) for t, r in by_tag.items()}, require_tests=require_tests,
+                       log=lambda m: click.echo(redact(m), err=True))
+    for res in pushed:
+        by_tag[res.tag].push = res.push
+        p = res.push or {}
+        click.echo(redact(f"{p.get('status', '?'):>9}  {res.tag}  {p.get('digest') or p.get('reason') or ''}"))
+    return not any((r.push or {}).get("status") == "failed" for r in pushed)
+
+
+def check_inputs(inputs) -> None:
+    """Bad paths are input errors (exit 2) before anything is planned or built."""
+    for ca in inputs.ca_certs:
+        p = Path(ca)
+        if not p.is_file():
+            raise UsageError(f"--ca-cert {p}: no such file")
+        try:
+            head = p.read_bytes()[:1 << 16]
+        except OSError as exc:
+            raise UsageError(f"--ca-cert {p}: cannot read it ({exc.strerror})") from None
+        if b"-----BEGIN CERTIFICATE-----" not in head:
+            raise UsageError(f"--ca-cert {p}: not a PEM certificate (no '-----BEGIN CERTIFICATE-----' line)")
+    if inputs.wheelhouse is not None and not Path(inputs.wheelhouse).is_dir():
+        raise UsageError(f"--wheelhouse {inputs.wheelhouse}: no such folder")
+
+
+def load_plan(matrix: str, inputs, registry):
+    try:
+        from imagebuild.commands._options import resolve_matrix_path
+        from imagebuild.plan import make_plan
+    except ImportError as exc:  # the plan stage is not installed in this build of the tool
+        raise UsageError(f"the plan stage is not available ({exc})") from None
+    return make_plan(resolve_matrix_path(matrix), inputs, registry)
+
+
+def call_hook(module: str, names: tuple[str, ...], required: bool = True, **kwargs):
+    """Call the first of `names` in `module` with the keyword arguments its signature accepts.
+
+    A missing module is skipped (with a note when `required`), so the stages can land independently.
+    """
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            if required:
+                click.echo(f"note: {module} is not installed; skipped", err=True)
+            return None
+        raise
+    for name in names:
+        func = getattr(mod, name, None)
+        if callable(func):
+            params = inspect.signature(func).parameters
+            if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+                return func(**kwargs)
+            return func(**{k: v for k, v in kwargs.items() if k in params})
+    if required:
+        click.echo(f"note: {module} has none of {', '.join(names)}; skipped", err=True)
+    return None

@@ -1,0 +1,244 @@
+"""Build context tars, bootstrap specs/commands, pull references, engine connection errors, build command inputs."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import pytest
+from click.testing import CliRunner
+from test_build_support import DEBIAN12, image, variant
+
+from imagebuild.build import bootstrap
+from imagebuild.build.context import build_context
+from imagebuild.build.engine import connect
+from imagebuild.build.pull import digest_warning, split_ref
+from imagebuild.errors import EngineUnavailable
+from imagebuild.models import BaseSource, OSInfo
+
+UBUNTU = OSInfo(id="ubuntu24.04", family="ubuntu", version="24.04", codename="noble", system_python="3.12",
+                installable_pythons=("3.12",), mirror="http://archive.ubuntu.com/ubuntu", glibc="2.39",
+                components=("main", "universe"))
+
+
+# -- context ----------------------------------------------------------------------------------------------------
+def _ctx(img):
+    f = build_context(img)
+    data = f.read()
+    f.close()
+    return data
+
+
+def test_context_is_deterministic_and_holds_files_and_dirs(tmp_path):
+    wh = tmp_path / "wheels"
+    (wh / "sub").mkdir(parents=True)
+    (wh / "a-1.whl").write_bytes(b"A" * 10)
+    (wh / "sub" / "b.txt").write_bytes(b"B")
+    img = image("a", "runtime", None, context_files={"etc/ca/x.crt": b"PEM", "run.sh": b"#!/bin/sh\n"},
+                context_dirs={"wheelhouse": wh})
+    one, two = _ctx(img), _ctx(img)
+    assert one == two
+    with tarfile.open(fileobj=io.BytesIO(one)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert tar.extractfile("Dockerfile").read().decode() == img.dockerfile
+        assert tar.extractfile("wheelhouse/a-1.whl").read() == b"A" * 10
+        assert tar.extractfile("wheelhouse/sub/b.txt").read() == b"B"
+        assert tar.extractfile("etc/ca/x.crt").read() == b"PEM"
+    assert all(m.mtime == 0 and m.uid == 0 for m in members.values())
+    assert members["run.sh"].mode == 0o755 and members["etc/ca/x.crt"].mode == 0o644
+    assert members["etc/ca"].isdir()
+
+
+def test_context_rejects_escaping_paths():
+    with pytest.raises(ValueError, match="escapes"):
+        build_context(image("a", "base", None, context_files={"../x": b""}))
+    with pytest.raises(ValueError, match="Dockerfile"):
+        build_context(image("a", "base", None, context_files={"Dockerfile": b""}))
+
+
+def test_missing_context_dir_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        build_context(image("a", "base", None, context_dirs={"wheelhouse": tmp_path / "nope"}))
+
+
+# -- bootstrap --------------------------------------------------------------------------------------------------
+def _spec(os=DEBIAN12, **base):
+    return bootstrap.spec_for(variant(base=BaseSource(kind="bootstrap", **base), osinfo=os))
+
+
+def test_bootstrap_spec_defaults_and_hash_inputs():
+    s = _spec()
+    assert s.mirror == "http://deb.debian.org/debian" and s.codename == "bookworm"
+    assert s.packages[:4] == ("python3", "python3-venv", "ca-certificates", "tini")
+    assert s.tag == f"imagebuild-os/debian12:{s.hash()[:12]}"
+    assert s.sources() == [
+        "deb http://deb.debian.org/debian bookworm main",
+        "deb http://deb.debian.org/debian bookworm-updates main",
+        "deb http://deb.debian.org/debian-security bookworm-security main",
+    ]
+    assert _spec(packages=("curl",)).hash() != s.hash()
+    assert _spec(mirror="http://mirror.corp/debian").hash() != s.hash()
+    assert _spec(snapshot="20251101T000000Z").hash() != s.hash()
+    assert _spec(packages=("curl",)).hash() == _spec(packages=("curl", "curl")).hash()
+
+
+def test_internal_mirror_uses_only_the_suite_and_credentials_do_not_change_the_hash():
+    a = _spec(mirror="http://mirror.corp/debian")
+    b = _spec(mirror="http://user:pa55word@mirror.corp/debian")
+    assert a.sources() == ["deb http://mirror.corp/debian bookworm main"]
+    assert a.hash() == b.hash()
+
+
+def test_snapshot_urls():
+    s = _spec(snapshot="20251101T000000Z")
+    assert s.sources()[0] == "deb http://snapshot.debian.org/archive/debian/20251101T000000Z/ bookworm main"
+    assert "archive/debian-security/20251101T000000Z/ bookworm-security" in s.sources()[2]
+    t = _spec(mirror="http://mirror.corp/snap/{snapshot}/debian", snapshot="20250101")
+    assert t.sources() == ["deb http://mirror.corp/snap/20250101/debian bookworm main",
+                           "deb http://mirror.corp/snap/20250101/debian bookworm-updates main"]
+
+
+def test_ubuntu_suites_and_components():
+    s = _spec(os=UBUNTU)
+    assert s.is_ubuntu
+    assert s.sources() == [
+        "deb http://archive.ubuntu.com/ubuntu noble main universe",
+        "deb http://archive.ubuntu.com/ubuntu noble-updates main universe",
+        "deb http://archive.ubuntu.com/ubuntu noble-security main universe",
+    ]
+
+
+def test_mmdebstrap_command(tmp_path, monkeypatch):
+    s = _spec(packages=("curl",), snapshot="20251101T000000Z")
+    cmd, env = bootstrap._command("mmdebstrap", s, tmp_path / "r.tar", tmp_path)
+    assert cmd[:2] == ["mmdebstrap", "--variant=minbase"]
+    assert "--include=python3,python3-venv,ca-certificates,tini,curl" in cmd
+    assert "--format=tar" in cmd and 'Acquire::Check-Valid-Until "false"' in " ".join(cmd)
+    assert cmd[cmd.index("bookworm") + 1] == str(tmp_path / "r.tar")
+    assert env["SOURCE_DATE_EPOCH"] == "1761955200"
+
+
+def test_mirror_credentials_go_to_an_auth_file_not_the_sources(tmp_path):
+    s = _spec(mirror="http://user:pa55word@mirror.corp/debian")
+    cmd, _ = bootstrap._command("mmdebstrap", s, tmp_path / "r.tar", tmp_path)
+    joined = " ".join(cmd)
+    assert "pa55word" not in joined and "deb http://mirror.corp/debian bookworm main" in cmd
+    assert "machine mirror.corp/debian login user password pa55word" in (tmp_path / "auth.conf").read_text()
+    assert "Dir::Etc::netrc" in joined
+
+
+def test_ubuntu_without_keyring_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(bootstrap, "UBUNTU_KEYRING", str(tmp_path / "missing.gpg"))
+    with pytest.raises(bootstrap.BootstrapError, match="ubuntu-keyring"):
+        bootstrap._command("mmdebstrap", _spec(os=UBUNTU), tmp_path / "r.tar", tmp_path)
+
+
+def test_existing_bootstrap_is_reused():
+    from test_build_support import FakeClient
+
+    c = FakeClient()
+    s = _spec()
+    iid = c.api.add_image(None, {bootstrap.HASH_LABEL: s.hash()})
+    res = bootstrap.ensure_bootstrap(c, s)
+    assert res.reused and res.image_id == iid and c.api.tags[s.tag] == iid
+
+
+# -- pull / engine ----------------------------------------------------------------------------------------------
+def test_split_ref_and_digest_warning():
+    assert split_ref("ubuntu:24.04@sha256:abc") == ("ubuntu", "24.04", "sha256:abc")
+    assert split_ref("localhost:5000/x/y:1") == ("localhost:5000/x/y", "1", None)
+    assert split_ref("localhost:5000/x/y") == ("localhost:5000/x/y", None, None)
+    assert digest_warning("ubuntu:24.04@sha256:abc") is None
+    assert "not pinned by digest" in digest_warning("nvidia/cuda:12.8.1-base-ubuntu24.04")
+
+
+def test_connect_failure_is_one_line_with_hint(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/nothing.sock")
+    with pytest.raises(EngineUnavailable) as exc:
+        connect(timeout=2)
+    msg = str(exc.value)
+    assert "\n" not in msg and f"DOCKER_HOST=unix://{tmp_path}/nothing.sock" in msg
+    assert "scripts/docker-engine.sh" in msg
+
+
+# -- command ----------------------------------------------------------------------------------------------------
+def _invoke(args):
+    from imagebuild.cli import cli
+
+    return CliRunner().invoke(cli, args, standalone_mode=False)
+
+
+def test_build_command_bad_ca_path_is_a_clear_input_error(tmp_path):
+    from imagebuild.errors import UsageError
+
+    res = _invoke(["build", "--matrix", "x.yaml", "--ca-cert", str(tmp_path / "nope.pem")])
+    assert isinstance(res.exception, UsageError) and res.exception.exit_code == 2
+    assert str(res.exception) == f"--ca-cert {tmp_path / 'nope.pem'}: no such file"
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a cert")
+    res = _invoke(["build", "--matrix", "x.yaml", "--ca-cert", str(bad)])
+    assert "not a PEM certificate" in str(res.exception)
+
+
+def test_build_command_help_lists_options():
+    res = CliRunner().invoke(__import__("imagebuild.cli", fromlist=["cli"]).cli, ["build", "--help"])
+    assert res.exit_code == 0
+    for opt in ("--only", "--force", "--jobs", "--keep-going", "--plain", "--ca-cert", "--wheelhouse",
+                "--torch-index-url", "--log-dir", "--report-dir", "--test", "--push", "--registry"):
+        assert opt in res.output
+
+
+def test_call_hook_skips_missing_modules_and_filters_kwargs(monkeypatch):
+    import sys
+    import types
+
+    from imagebuild.commands.build import call_hook
+
+    assert call_hook("imagebuild.no_such_stage", ("x",), required=False, a=1) is None
+    mod = types.ModuleType("ibtest_hook")
+    mod.write_reports = lambda results, report_dir: (results, report_dir)
+    monkeypatch.setitem(sys.modules, "ibtest_hook", mod)
+    assert call_hook("ibtest_hook", ("write_reports",), results=[1], report_dir="d", plan=None) == ([1], "d")
+
+
+class _PullAPI:
+    def __init__(self, chunks):
+        self.chunks, self.have, self.pulled = chunks, False, []
+
+    def inspect_image(self, ref):
+        import docker
+
+        if not self.have:
+            raise docker.errors.ImageNotFound(ref)
+        return {"Id": "sha256:" + "a" * 64}
+
+    def pull(self, repo, tag=None, stream=False, decode=False):
+        self.pulled.append((repo, tag))
+
+        def gen():
+            yield from self.chunks
+            if not any("error" in c for c in self.chunks):
+                self.have = True
+        return gen()
+
+
+def test_pull_when_missing_by_digest_and_warn_without_digest():
+    from imagebuild.build.pull import ensure_pulled
+
+    api = _PullAPI([{"status": "Pulling from library/ubuntu"}, {"status": "Digest: sha256:abc"}])
+    client = type("C", (), {"api": api})()
+    warnings = []
+    assert ensure_pulled(client, "ubuntu:24.04@sha256:" + "b" * 64, warn=warnings.append) == "sha256:" + "a" * 64
+    assert api.pulled == [("ubuntu", "sha256:" + "b" * 64)] and warnings == []
+    api2 = _PullAPI([])
+    ensure_pulled(type("C", (), {"api": api2})(), "nvidia/cuda:12.8.1-base-ubuntu24.04", warn=warnings.append)
+    assert api2.pulled == [("nvidia/cuda", "12.8.1-base-ubuntu24.04")] and "not pinned by digest" in warnings[0]
+
+
+def test_pull_error_in_stream_under_http_200_fails():
+    from imagebuild.build.pull import PullError, ensure_pulled
+
+    api = _PullAPI([{"status": "Pulling"}, {"errorDetail": {"message": "manifest unknown"},
+                                           "error": "manifest unknown"}])
+    with pytest.raises(PullError, match="manifest unknown"):
+        ensure_pulled(type("C", (), {"api": api})(), "ubuntu:99.04@sha256:" + "c" * 64)
