@@ -8,74 +8,19 @@ settings in the images, and a second build that is all "up to date". On a fresh 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import uuid
-from pathlib import Path
 
 import pytest
+from conftest import imagebuild
 
-from imagebuild.build import connect
 from imagebuild.build.executor import BASE_LABEL, INPUTS_LABEL
-from imagebuild.errors import EngineUnavailable
-from imagebuild.inputs import BuildInputs
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-WHEELHOUSE = Path(os.environ.get("IMAGEBUILD_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS") or "/opt/wheels")
-CA = os.environ.get("IMAGEBUILD_CA_CERT") or os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
-REGISTRY = f"ibdev-build-{uuid.uuid4().hex[:8]}"
-
-
-def _args(tmp: Path) -> list[str]:
-    return ["--matrix", str(ROOT / "images" / "cpu.yaml"), "--registry", REGISTRY, "--wheelhouse", str(WHEELHOUSE),
-            "--ca-cert", CA, "--torch-index-url", "none", "--plain", "--log-dir", str(tmp / "logs"),
-            "--report-dir", str(tmp / "report")]
-
-
-def _imagebuild(args: list[str], env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "imagebuild", "build", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=1800)
-
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    if not list(WHEELHOUSE.glob("torch-2.13.0*cp311*.whl")):
-        pytest.skip(f"no torch 2.13.0 cp311 wheel in {WHEELHOUSE}")
-    try:
-        client = connect(timeout=600)
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
-    from imagebuild.plan import make_plan
-
-    tmp = tmp_path_factory.mktemp("cpu")
-    plan = make_plan(ROOT / "images" / "cpu.yaml", BuildInputs(ca_certs=(Path(CA),), torch_index_url="none",
-                                                               wheelhouse=WHEELHOUSE), REGISTRY)
-    first = _imagebuild([*_args(tmp), "--force"], {"no_proxy": "ibtest-noproxy.invalid"})
-    yield client, plan, first, tmp
-    ours = set()
-    for img in plan.images:
-        try:
-            ours.add(client.api.inspect_image(img.tag)["Id"])
-        except Exception:
-            pass
-    for img in plan.images:
-        for ref in (img.tag, *img.aliases):
-            try:
-                client.api.remove_image(ref if ":" in ref.rsplit("/", 1)[-1] else f"{img.repository}:{ref}")
-            except Exception:
-                pass
-    # builder stages (pip, ...) stay behind as untagged images FROM our images: remove them too
-    for entry in client.api.images(filters={"dangling": True}):
-        try:
-            if ours & {h["Id"] for h in client.api.history(entry["Id"])}:
-                client.api.remove_image(entry["Id"])
-        except Exception:
-            pass
-    client.close()
+def built(cpu_build):
+    """The session's real build of images/cpu.yaml (tests/integration/conftest.py)."""
+    return cpu_build.client, cpu_build.plan, cpu_build.result, cpu_build.tmp
 
 
 def test_cpu_matrix_builds_every_image(built):
@@ -126,9 +71,9 @@ def test_inside_runtime_and_dev(built):
         assert found == "", f"wheels left in {img.tag}: {found}"
 
 
-def test_second_build_is_all_up_to_date(built):
-    _, _, first, tmp = built
+def test_second_build_is_all_up_to_date(cpu_build):
+    first = cpu_build.result
     assert first.returncode == 0
-    again = _imagebuild(_args(tmp))
+    again = imagebuild("build", *cpu_build.build_args())
     assert again.returncode == 0, again.stdout[-3000:]
     assert "3 up-to-date" in again.stdout, again.stdout[-3000:]

@@ -1,16 +1,13 @@
 """The smoke suite against real images on a real engine.
 
-Images: IMAGEBUILD_SMOKE_IMAGE (a runtime image with truthful io.imagebuild.* labels, e.g. the runtime image of
-images/cpu.yaml) and IMAGEBUILD_SMOKE_DEV_IMAGE (a dev image). Without them the module builds small stand-ins
-(`ibdev-smoke-*`): Debian 12 minbase from mmdebstrap + the CPU torch wheel from IMAGEBUILD_WHEELHOUSE (/opt/wheels),
-deps from PyPI with IMAGEBUILD_CA_CERT as PIP_CERT; ~1 min, ~2 more for the dev image (IMAGEBUILD_SMOKE_SKIP_DEV=1
-skips it). A deliberately broken image (wrong torch label, default user without a passwd entry) is derived from the
-runtime image. Built images are removed at the end unless IMAGEBUILD_SMOKE_KEEP=1.
+Images: the real runtime and dev images of images/cpu.yaml, built once per session (conftest.cpu_build), or
+IMAGEBUILD_SMOKE_IMAGE / IMAGEBUILD_SMOKE_DEV_IMAGE (any image with truthful io.imagebuild.* labels). A deliberately
+broken image (wrong torch label, default user without a passwd entry) is derived from the runtime image and removed
+at the end unless IMAGEBUILD_SMOKE_KEEP=1.
 """
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
@@ -31,37 +28,6 @@ pytestmark = pytest.mark.integration
 PREFIX = "ibdev-smoke"
 WHEELHOUSE = os.environ.get("IMAGEBUILD_WHEELHOUSE", "/opt/wheels")
 CA = os.environ.get("IMAGEBUILD_CA_CERT", os.environ.get("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt"))
-
-RUNTIME_DOCKERFILE = """\
-FROM {os_image}
-COPY host-ca.crt /etc/ssl/host-ca.crt
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN apt-get update -o Acquire::https::CaInfo=/etc/ssl/host-ca.crt \\
- && apt-get install -y --no-install-recommends tini && rm -rf /var/lib/apt/lists/*
-RUN python3 -m venv /opt/venv
-COPY {wheel} /tmp/
-RUN PIP_CERT=/etc/ssl/host-ca.crt /opt/venv/bin/pip install --no-cache-dir /tmp/{wheel} && rm /tmp/*.whl
-RUN useradd -m -u 1000 -s /bin/bash ml && mkdir -p /workspace && chown ml /workspace
-ENV PATH=/opt/venv/bin:$PATH NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility \\
-    TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1
-USER ml
-WORKDIR /workspace
-ENTRYPOINT ["/usr/bin/tini", "--"]
-LABEL io.imagebuild.flavor=runtime io.imagebuild.torch={torch} io.imagebuild.cuda=cpu io.imagebuild.python=3.11 \\
-      io.imagebuild.os=debian12 io.imagebuild.tf32=true
-"""
-
-DEV_DOCKERFILE = """\
-FROM {runtime}
-USER root
-RUN apt-get update -o Acquire::https::CaInfo=/etc/ssl/host-ca.crt \\
- && apt-get install -y --no-install-recommends g++ python3-dev openssh-server \\
- && rm -rf /var/lib/apt/lists/* \\
- && printf 'PasswordAuthentication no\\nKbdInteractiveAuthentication no\\n' > /etc/ssh/sshd_config.d/10-imagebuild.conf
-RUN PIP_CERT=/etc/ssl/host-ca.crt /opt/venv/bin/pip install --no-cache-dir jupyterlab ninja
-USER ml
-LABEL io.imagebuild.flavor=dev
-"""
 
 BROKEN_DOCKERFILE = """\
 FROM {runtime}
@@ -117,23 +83,6 @@ class Images:
         self.built.append(tag)
         return tag
 
-    def os_image(self) -> str:
-        tag = f"{PREFIX}-os:bookworm"
-        try:
-            self.client.images.get(tag)
-            return tag
-        except Exception:
-            pass
-        if not shutil.which("mmdebstrap"):
-            pytest.skip("mmdebstrap not installed (or set IMAGEBUILD_SMOKE_IMAGE)")
-        cmd = (f"mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates,passwd bookworm - "
-               f"| docker import - {tag}")
-        out = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=900)
-        if out.returncode != 0:
-            pytest.skip(f"cannot bootstrap Debian 12: {out.stderr.strip()[-300:]}")
-        self.built.append(tag)
-        return tag
-
     def cleanup(self):
         if os.environ.get("IMAGEBUILD_SMOKE_KEEP") == "1":
             return
@@ -151,29 +100,21 @@ def images(client, tmp_path_factory):
     imgs.cleanup()
 
 
-@pytest.fixture(scope="module")
-def runtime_image(images):
-    ref = os.environ.get("IMAGEBUILD_SMOKE_IMAGE")
-    if ref:
-        return ref
-    wheels = sorted(glob.glob(os.path.join(WHEELHOUSE, "torch-*+cpu-cp311-*.whl")))
-    if not wheels:
-        pytest.skip(f"no CPU torch cp311 wheel in {WHEELHOUSE} (or set IMAGEBUILD_SMOKE_IMAGE)")
-    wheel = Path(wheels[-1])
-    torch_version = wheel.name.split("-")[1].split("+")[0]
-    os_image = images.os_image()
-    df = RUNTIME_DOCKERFILE.format(os_image=os_image, wheel=wheel.name, torch=torch_version)
-    return images.build("torch", df, {wheel.name: wheel, "host-ca.crt": Path(CA)})
+def _cpu_image(request, flavor: str) -> str:
+    """The real images/cpu.yaml image of `flavor`, built once per session (conftest.cpu_build)."""
+    build = request.getfixturevalue("cpu_build")
+    assert build.result.returncode == 0, build.result.stdout[-3000:] + build.result.stderr[-3000:]
+    return next(i.tag for i in build.plan.images if i.flavor == flavor)
 
 
 @pytest.fixture(scope="module")
-def dev_image(images, runtime_image):
-    ref = os.environ.get("IMAGEBUILD_SMOKE_DEV_IMAGE")
-    if ref:
-        return ref
-    if os.environ.get("IMAGEBUILD_SMOKE_SKIP_DEV") == "1" or os.environ.get("IMAGEBUILD_SMOKE_IMAGE"):
-        pytest.skip("no dev image (set IMAGEBUILD_SMOKE_DEV_IMAGE)")
-    return images.build("dev", DEV_DOCKERFILE.format(runtime=runtime_image))
+def runtime_image(request):
+    return os.environ.get("IMAGEBUILD_SMOKE_IMAGE") or _cpu_image(request, "runtime")
+
+
+@pytest.fixture(scope="module")
+def dev_image(request):
+    return os.environ.get("IMAGEBUILD_SMOKE_DEV_IMAGE") or _cpu_image(request, "dev")
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,18 @@ def parse_expect(values) -> dict[str, str]:
     return out
 
 
+def _result_row(client, img, tests: dict):
+    """The report row of one tested image: the image ID tested, so a later rebuild invalidates these results."""
+    from imagebuild.models import ImageResult
+
+    try:
+        image_id = client.api.inspect_image(img.tag)["Id"]
+    except Exception:  # not built: the smoke run already reported it as a failed check
+        image_id = None
+    return ImageResult(tag=img.tag, flavor=img.flavor, inputs_hash=img.inputs_hash,
+                       versions=img.variant.versions.as_dict(), parent=img.parent, image_id=image_id, tests=tests)
+
+
 @click.command("test")
 @click.option("--matrix", "matrix", type=str, help="matrix file (name or path): test its planned images by tag")
 @click.option("--image", "image", type=str, help="test one image someone already has (tag, reference or ID)")
@@ -38,8 +50,10 @@ def parse_expect(values) -> dict[str, str]:
 @click.option("--timeout", type=float, default=1800.0, show_default=True, help="seconds per image")
 @click.option("--registry", default=None, help="with --matrix: registry prefix the plan's tags carry")
 @click.option("--json", "json_out", is_flag=True, help="print the results as JSON instead of a table")
+@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
+              show_default=True, help="with --matrix: merge the results into build-report.json/.md here")
 def command(matrix, image, only, expect, flavor, junit_dir, result_dir, require_gpu, perf, timeout, registry,
-            json_out):
+            json_out, report_dir):
     """Start each image, run the smoke suite in it, remove it; exit 1 when any check failed.
 
     \b
@@ -71,9 +85,15 @@ def command(matrix, image, only, expect, flavor, junit_dir, result_dir, require_
         images = [i for i in plan.images if not only or runner.matches(i, only)]
         if not images:
             raise UsageError(f"--only {only!r} matches no image of {path}")
+        results = []
         for img in images:
             exp = dict(runner.expectations_for(img), **expectations)
-            rows.append((img.tag, runner.run_smoke(img.tag, img.flavor, exp, label=img.tag, **kwargs)))
+            tests = runner.run_smoke(img.tag, img.flavor, exp, label=img.tag, **kwargs)
+            rows.append((img.tag, tests))
+            results.append(_result_row(client, img, tests))
+        from imagebuild.report import write_reports
+
+        write_reports(results, report_dir, plan)
     if json_out:
         click.echo(json.dumps([{"image": ref, **t} for ref, t in rows], indent=2, default=str))
     else:

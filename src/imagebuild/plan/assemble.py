@@ -7,7 +7,7 @@ from pathlib import Path
 from imagebuild.inputs import BuildInputs
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ImagePlan, Plan, ResolvedVariant
 from imagebuild.plan import tags
-from imagebuild.plan.hashing import inputs_hash
+from imagebuild.plan.hashing import inputs_hash, save_cache
 
 
 def default_render_dir(matrix_path: str | Path) -> Path:
@@ -83,6 +83,7 @@ def plan_from_variants(
             )
             images.append(plan)
             parent = plan
+    save_cache()
     return Plan(matrix_file=matrix_file, images=images)
 
 

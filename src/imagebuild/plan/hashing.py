@@ -10,22 +10,60 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 
-_CACHE: dict[tuple[str, int, int], str] = {}
+_CACHE: dict[str, str] | None = None
+_DIRTY = False
+
+
+def _cache_path() -> Path:
+    root = os.environ.get("IMAGEBUILD_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "imagebuild")
+    return Path(root) / "file-digests.json"
+
+
+def _cache() -> dict[str, str]:
+    global _CACHE
+    if _CACHE is None:
+        try:
+            _CACHE = json.loads(_cache_path().read_text())
+        except (OSError, ValueError):
+            _CACHE = {}
+    return _CACHE
+
+
+def save_cache() -> None:
+    """Persist digests of big context files (wheelhouse) so the next process doesn't re-read them."""
+    global _DIRTY
+    if not _DIRTY or _CACHE is None:
+        return
+    path = _cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".digests-")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(_CACHE, fh)
+        os.replace(tmp, path)
+        _DIRTY = False
+    except OSError:
+        pass  # a cache only: a read-only home just means hashing again next time
 
 
 def file_digest(path: Path) -> str:
-    """sha256 of a file, cached per (path, size, mtime) so no-op rebuilds don't re-read big wheels."""
+    """sha256 of a file, cached per (path, inode, size, mtime): a no-op rebuild doesn't re-read big wheels."""
+    global _DIRTY
     st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _CACHE:
+    key = f"{path.resolve()}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}"
+    cache = _cache()
+    if key not in cache:
         h = hashlib.sha256()
         with path.open("rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
-        _CACHE[key] = h.hexdigest()
-    return _CACHE[key]
+        cache[key] = h.hexdigest()
+        _DIRTY = st.st_size >= 1 << 20 or _DIRTY  # only worth persisting for big files
+    return cache[key]
 
 
 def dir_digest(root: Path) -> str:

@@ -68,10 +68,12 @@ def print_table(plan: Plan, console=None) -> None:
     from rich.table import Table
 
     console = console or Console()
+    if not console.is_terminal:  # piped or CI logs: don't squeeze the table to 80 columns
+        console = Console(width=200)
     repos = sorted({i.repository for i in plan.images})
     table = Table(title=f"{plan.matrix_file}: {len(plan.images)} images -> {', '.join(repos)}", show_lines=False)
     for col in ("tag", "flavor", "parent", "torch", "cuda", "cudnn", "nccl", "py", "os", "TE", "hash"):
-        table.add_column(col, overflow="fold", no_wrap=True)
+        table.add_column(col, overflow="fold", no_wrap=col != "tag", min_width=len(col))
     by_tag = plan.by_tag()
     for image in plan.images:
         v = image.variant.versions

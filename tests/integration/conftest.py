@@ -1,0 +1,114 @@
+"""Shared integration fixtures: a real registry and the real CPU matrix, built once per test session.
+
+Everything here is real: the Docker engine `DOCKER_HOST` points at (scripts/run-tests.sh starts a private one with
+an empty data-root, so nothing can pass on leftovers), Debian's docker-registry on 127.0.0.1 with htpasswd auth,
+images bootstrapped from the Debian mirror. Image names carry the registry's random port and a random namespace, and
+`--force` makes even a warm engine run every build step's cache check again.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+WHEELHOUSE = Path(os.environ.get("IMAGEBUILD_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS") or "/opt/wheels")
+CA = os.environ.get("IMAGEBUILD_CA_CERT") or os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
+USER = "ibci"
+
+
+def imagebuild(*args: str, stdin: str | None = None, timeout: int = 1800, env: dict | None = None):
+    """Run the real CLI in a subprocess (as a user would), from the repository root."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "imagebuild", *args], input=stdin, capture_output=True, text=True,
+                          cwd=ROOT, env=full_env, timeout=timeout)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _required_parts():
+    """Under `make test` / CI (IMAGEBUILD_REQUIRE_ENGINE=1) a missing engine or tool is an error, not a skip."""
+    if os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") != "1":
+        return
+    import docker
+
+    docker.from_env(timeout=30).ping()
+    for tool in ("mmdebstrap", "docker-registry", "htpasswd", "docker"):
+        assert shutil.which(tool), f"{tool} is not installed (scripts/system-deps.sh installs it)"
+    assert list(WHEELHOUSE.glob("torch-2.13.0*cp311*.whl")), f"no torch 2.13.0 cp311 wheel in {WHEELHOUSE}"
+
+
+@dataclass
+class Registry:
+    address: str  # 127.0.0.1:PORT
+    directory: str
+    user: str
+    password: str
+
+
+@pytest.fixture(scope="session")
+def auth_registry():
+    if not shutil.which("docker-registry"):
+        pytest.skip("docker-registry not installed (scripts/system-deps.sh)")
+    password = secrets.token_hex(12)
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--user", USER, "--quiet"],
+                         env={**os.environ, "REGISTRY_PASSWORD": password}, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    info = dict(line.split("=", 1) for line in out.stdout.split() if "=" in line)
+    yield Registry(info["REGISTRY"], info["REGISTRY_DIR"], USER, password)
+    subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--stop", "--dir", info["REGISTRY_DIR"]],
+                   timeout=30, check=False)
+
+
+@dataclass
+class CpuBuild:
+    client: object
+    plan: object
+    result: subprocess.CompletedProcess
+    tmp: Path
+    registry: Registry
+    prefix: str  # --registry given to every command: 127.0.0.1:PORT/ibtest-xxxx
+
+    def args(self, *extra: str) -> list[str]:
+        return ["--matrix", str(ROOT / "images" / "cpu.yaml"), "--registry", self.prefix, *extra]
+
+    def build_args(self) -> list[str]:
+        return self.args("--wheelhouse", str(WHEELHOUSE), "--ca-cert", CA, "--torch-index-url", "none", "--plain",
+                         "--log-dir", str(self.tmp / "logs"), "--report-dir", str(self.tmp / "report"))
+
+
+@pytest.fixture(scope="session")
+def cpu_build(auth_registry, tmp_path_factory):
+    """images/cpu.yaml built for real (bootstrap Debian 12 → base → runtime → dev), tagged for the test registry."""
+    from imagebuild.build import connect
+    from imagebuild.errors import EngineUnavailable
+    from imagebuild.inputs import BuildInputs
+    from imagebuild.plan import make_plan
+
+    if not list(WHEELHOUSE.glob("torch-2.13.0*cp311*.whl")):
+        pytest.skip(f"no torch 2.13.0 cp311 wheel in {WHEELHOUSE}")
+    try:
+        client = connect(timeout=900)
+    except EngineUnavailable as exc:
+        pytest.skip(str(exc))
+    tmp = tmp_path_factory.mktemp("cpu")
+    prefix = f"{auth_registry.address}/ibtest-{secrets.token_hex(4)}"
+    plan = make_plan(ROOT / "images" / "cpu.yaml",
+                     BuildInputs(ca_certs=(Path(CA),), torch_index_url="none", wheelhouse=WHEELHOUSE), prefix)
+    build = CpuBuild(client, plan, None, tmp, auth_registry, prefix)  # type: ignore[arg-type]
+    # a proxy variable that must never reach the image (build arg only)
+    build.result = imagebuild("build", *build.build_args(), "--force", env={"no_proxy": "ibtest-noproxy.invalid"})
+    yield build
+    for img in plan.images:
+        for ref in (img.tag, *img.aliases):
+            try:
+                client.api.remove_image(ref, force=True)
+            except Exception:
+                pass
+    client.close()

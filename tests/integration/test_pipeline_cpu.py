@@ -1,0 +1,90 @@
+"""The whole path on the real CPU matrix: build -> test -> push (htpasswd registry) -> pull back -> test the copy.
+
+Runs after tests/integration/test_build_cpu_matrix.py has checked the build itself (same session build).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import imagebuild
+
+pytestmark = [pytest.mark.integration, pytest.mark.registry]
+
+
+@pytest.fixture(scope="module")
+def tested(cpu_build):
+    assert cpu_build.result.returncode == 0, cpu_build.result.stdout[-3000:] + cpu_build.result.stderr[-3000:]
+    report_dir = cpu_build.tmp / "report"
+    res = imagebuild("test", *cpu_build.args("--report-dir", str(report_dir), "--junit", str(cpu_build.tmp / "junit"),
+                                             "--json"))
+    return cpu_build, res, report_dir
+
+
+def test_smoke_suite_passes_on_every_cpu_image_and_skips_gpu_with_reason(tested):
+    build, res, report_dir = tested
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    rows = json.loads(res.stdout)
+    assert [r["flavor"] for r in rows] == ["base", "runtime", "dev"]
+    for row in rows:
+        assert row["failed"] == 0, [c for c in row["checks"] if c["status"] == "failed"]
+        assert row["docker_exec"] <= 5
+    runtime = {c["name"]: c for c in rows[1]["checks"]}
+    gpu_checks = [c for name, c in runtime.items() if name.startswith("gpu/")]
+    assert gpu_checks and all(c["status"] == "skipped" for c in gpu_checks)
+    assert all("no GPU visible in the container" in c["reason"] for c in gpu_checks)
+    # the CPU substitutes really ran and passed
+    passed = {name for name, c in runtime.items() if c["status"] == "passed"}
+    assert any(name.startswith("amp/") for name in passed), sorted(passed)
+    assert any(name.startswith("distributed/") for name in passed), sorted(passed)
+    junit = list((build.tmp / "junit").glob("*.xml"))
+    assert len(junit) == 3
+    report = json.loads((report_dir / "build-report.json").read_text())
+    rows_by_tag = {r["tag"]: r for r in report["images"]}
+    for img in build.plan.images:
+        row = rows_by_tag[img.tag]
+        assert row["status"] == "built" and row["image_id"] and row["size"] > 0
+        assert row["tests"]["failed"] == 0 and row["tests"]["passed"] > 0
+
+
+def test_push_pull_back_and_test_the_copy(tested):
+    build, res, report_dir = tested
+    assert res.returncode == 0
+    registry = build.registry
+    push = imagebuild("push", *build.args("--report-dir", str(report_dir), "-u", registry.user, "--password-stdin"),
+                      stdin=registry.password + "\n")
+    assert push.returncode == 0, push.stdout[-3000:] + push.stderr[-3000:]
+    report_text = (report_dir / "build-report.json").read_text()
+    assert registry.password not in report_text + push.stdout + push.stderr
+    rows = {r["tag"]: r for r in json.loads(report_text)["images"]}
+    runtime = next(i for i in build.plan.images if i.flavor == "runtime")
+    digest = rows[runtime.tag]["push"]["digest"]
+    assert rows[runtime.tag]["push"]["status"] == "pushed" and digest.startswith("sha256:")
+
+    # pull it back under a new name through the registry, with credentials, and test the pulled copy
+    client = build.client
+    repo, tag = runtime.tag.rsplit(":", 1)
+    client.api.remove_image(runtime.tag)  # the dev image still holds the layers; the tag must come from the registry
+    auth = {"username": registry.user, "password": registry.password}
+    pulled = client.images.pull(repo, tag=tag, auth_config=auth)
+    assert any(d.endswith(digest) for d in pulled.attrs["RepoDigests"]), pulled.attrs["RepoDigests"]
+    copy = f"ibtest-pulled-{build.prefix.rsplit('-', 1)[1]}:runtime"
+    pulled.tag(copy)
+    try:
+        smoke = imagebuild("test", "--image", copy, "--json")
+        assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-3000:]
+        checks = json.loads(smoke.stdout)[0]["checks"]
+        versions = [c for c in checks if c["name"].startswith("versions/")]
+        assert versions and all(c["status"] in ("passed", "skipped") for c in versions)
+    finally:
+        client.api.remove_image(copy)
+
+    again = imagebuild("push", *build.args("--report-dir", str(report_dir), "-u", registry.user, "--password-stdin"),
+                       stdin=registry.password + "\n")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    rows = {r["tag"]: r for r in json.loads((report_dir / "build-report.json").read_text())["images"]}
+    assert all(rows[i.tag]["push"]["status"] == "unchanged" for i in build.plan.images), \
+        {t: r["push"]["status"] for t, r in rows.items()}
+    md = (report_dir / "build-report.md").read_text()
+    assert runtime.short_tag in md
