@@ -305,7 +305,9 @@ def test_test_command_matrix_uses_plan(monkeypatch, tmp_path):
 
     images = [_plan_image("base"), _plan_image("runtime")]
     fake_plan = types.ModuleType("imagebuild.plan")
-    fake_plan.make_plan = lambda path, inputs, registry: types.SimpleNamespace(images=images)
+    from imagebuild.models import Plan
+
+    fake_plan.make_plan = lambda path, inputs, registry: Plan(matrix_file=str(path), images=images)
     monkeypatch.setitem(sys.modules, "imagebuild.plan", fake_plan)
     if "imagebuild.matrix" not in sys.modules:
         fake_matrix = types.ModuleType("imagebuild.matrix")
@@ -317,10 +319,12 @@ def test_test_command_matrix_uses_plan(monkeypatch, tmp_path):
     monkeypatch.setattr(runner, "docker_client", lambda: object())
     monkeypatch.setattr(runner, "run_smoke", lambda ref, flavor, exp, **kw: runs.append((ref, flavor, exp, kw))
                         or {"passed": 1, "failed": 0, "skipped": 0, "checks": []})
-    r = CliRunner().invoke(cmd.command, ["--matrix", str(matrix), "--only", "runtime", "--expect", "user=ml"],
-                           standalone_mode=False)
+    r = CliRunner().invoke(cmd.command, ["--matrix", str(matrix), "--only", "runtime", "--expect", "user=ml",
+                                         "--report-dir", str(tmp_path / "report")], standalone_mode=False)
     assert r.exception is None, r.output
     assert r.return_value == 0 and len(runs) == 1
     ref, flavor, exp, kw = runs[0]
     assert ref == images[1].tag and flavor == "runtime" and exp["torch"] == "2.13.0" and exp["user"] == "ml"
     assert kw["label"] == images[1].tag
+    report = (tmp_path / "report" / "build-report.json").read_text()
+    assert images[1].tag in report  # the results were merged into the report
