@@ -387,6 +387,7 @@ def test_labels(rendered):
         "io.imagebuild.torchaudio": "2.9.1",
         "io.imagebuild.torchvision": "0.24.1",
         "io.imagebuild.transformer-engine": "2.9.0",
+        "io.imagebuild.triton": "3.5.1",
         "org.opencontainers.image.source": render_mod.data.SOURCE_URL,
         "org.opencontainers.image.title": "pytorch-runtime",
         "org.opencontainers.image.version": "2.9.1-cuda12.8-py3.12-ubuntu24.04",

@@ -156,6 +156,7 @@ def _labels(variant: ResolvedVariant, flavor: str) -> dict[str, str]:
         "io.imagebuild.python": v.python,
         "io.imagebuild.os": v.os,
         "io.imagebuild.transformer-engine": v.transformer_engine or "",
+        "io.imagebuild.triton": v.triton or "",
         "io.imagebuild.flavor": flavor,
         "io.imagebuild.gpu-archs": ",".join(variant.gpu_archs),
         "io.imagebuild.tf32": "true" if variant.tf32 else "false",

@@ -89,6 +89,7 @@ LABEL \
     io.imagebuild.torchaudio="" \
     io.imagebuild.torchvision="" \
     io.imagebuild.transformer-engine="" \
+    io.imagebuild.triton="" \
     org.opencontainers.image.source="https://github.com/imagebuild/imagebuild" \
     org.opencontainers.image.title="pytorch-cpu-dev" \
     org.opencontainers.image.version="2.13.0-cpu-py3.11-debian12"

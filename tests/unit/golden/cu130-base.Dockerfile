@@ -84,6 +84,7 @@ LABEL \
     io.imagebuild.torchaudio="2.9.1" \
     io.imagebuild.torchvision="0.24.1" \
     io.imagebuild.transformer-engine="" \
+    io.imagebuild.triton="3.5.1" \
     org.opencontainers.image.source="https://github.com/imagebuild/imagebuild" \
     org.opencontainers.image.title="pytorch-base" \
     org.opencontainers.image.version="2.9.1-cuda13.0-py3.13-ubuntu24.04"
