@@ -1,0 +1,63 @@
+"""Build args that are the same for every image of a run: proxies, CREATED, REVISION.
+
+None of them is part of the inputs hash (they would make every run "changed"); proxies are passed as Docker's
+predefined proxy ARGs only, so they never land in ENV or history. Any password in a URL is registered with
+`imagebuild.secrets` so logs and error messages redact it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from datetime import datetime, timezone
+
+from imagebuild.build.options import BuildOptions
+from imagebuild.secrets import register_secret
+
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")
+
+
+def proxy_build_args(env: dict[str, str] | None = None) -> dict[str, str]:
+    """Proxy settings as build args only (Docker's predefined ARGs: not persisted in ENV or history)."""
+    env = os.environ if env is None else env
+    out = {}
+    for name in PROXY_VARS:
+        for key in (name, name.lower()):
+            if env.get(key):
+                out[key] = env[key]
+                register_secret_url(env[key])
+    return out
+
+
+def register_secret_url(url: str) -> None:
+    import urllib.parse
+
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return
+    if parts.password:
+        register_secret(parts.password)
+        register_secret(urllib.parse.unquote(parts.password))
+
+
+def created_arg(options: BuildOptions) -> str:
+    """CREATED: the option, else SOURCE_DATE_EPOCH (reproducible builds), else now (UTC)."""
+    if options.created:
+        return options.created
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = datetime.fromtimestamp(int(epoch), timezone.utc) if epoch and epoch.isdigit() else datetime.now(timezone.utc)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def revision_arg(options: BuildOptions) -> str:
+    """REVISION: the option, else the checkout's HEAD, else "unknown" (not a git checkout, no git)."""
+    if options.revision:
+        return options.revision
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return "unknown"

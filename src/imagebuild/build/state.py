@@ -1,0 +1,55 @@
+"""The shared state of one build run.
+
+The scheduler, the one-image builder, the base sources and the interrupt cleanup all read and write the same
+results, cancel flag and in-flight bookkeeping; they are plain functions over this object (one module each) rather
+than one large class. `lock` guards the dicts and sets that worker threads touch.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+from pathlib import Path
+
+from imagebuild.build.buildargs import created_arg, proxy_build_args, register_secret_url, revision_arg
+from imagebuild.build.options import BuildOptions
+from imagebuild.build.order import select_images
+from imagebuild.build.progress import Progress
+from imagebuild.models import ImagePlan, ImageResult, Plan
+
+
+class RunState:
+    def __init__(self, client, plan: Plan, options: BuildOptions, progress: Progress):
+        self.client, self.plan, self.options, self.progress = client, plan, options, progress
+        self.images, self.selected = select_images(plan, options.only)
+        self.results: dict[str, ImageResult] = {}
+        self.tails: dict[str, str] = {}  # tag -> last lines of a failed build, for the failure report
+        self.cancel = threading.Event()
+        self.lock = threading.Lock()
+        self.responses: dict[str, object] = {}  # tag -> requests.Response of a running build
+        self.containers: set[str] = set()  # intermediate containers the engine announced
+        self.base_futures: dict[str, cf.Future] = {}  # base source key -> its OS image ID (bootstrapped/pulled once)
+        self.hash_locks: dict[str, threading.Lock] = {}  # inputs hash -> lock: identical entries build once
+        self.created = created_arg(options)
+        self.revision = revision_arg(options)
+        self.proxies = proxy_build_args() if options.proxies is None else dict(options.proxies)
+        for v in self.proxies.values():
+            register_secret_url(v)
+        self.log_dir = Path(options.log_dir)
+        self.running: dict[cf.Future, ImagePlan] = {}  # shared with the interrupt path, which waits on them
+        self.pool: cf.ThreadPoolExecutor | None = None
+
+    def result(self, img: ImagePlan) -> ImageResult:
+        """The image's result row, created on first use."""
+        with self.lock:
+            if img.tag not in self.results:
+                self.results[img.tag] = ImageResult(
+                    tag=img.tag, flavor=img.flavor, inputs_hash=img.inputs_hash,
+                    versions=img.variant.versions.as_dict(), parent=img.parent,
+                )
+            return self.results[img.tag]
+
+    def warn(self, text: str) -> None:
+        if self.options.on_warning:
+            self.options.on_warning(text)
+        self.progress.note(f"warning: {text}")
