@@ -112,9 +112,21 @@ def test_same_hash_under_another_tag_counts_as_up_to_date(client, tmp_path):
     a = chain("a")
     run(client, plan_of(a), tmp_path)
     base_id = client.api.tags[a[0].tag]
+    client.api.tags["renamed/repo:a-base"] = base_id  # the same finished image, known under another tag only
     del client.api.tags[a[0].tag]
     results = run(client, plan_of(a), tmp_path)
     assert results[0].status == "up-to-date" and client.api.tags[a[0].tag] == base_id
+
+
+def test_untagged_image_with_same_labels_is_not_adopted(client, tmp_path):
+    """A child's builder stage inherits its parent's labels; an untagged image must never be taken for the parent."""
+    a = chain("a")
+    run(client, plan_of(a), tmp_path)
+    del client.api.tags[a[0].tag]
+    for alias in [t for t, i in client.api.tags.items() if t.endswith("base")]:
+        del client.api.tags[alias]
+    results = run(client, plan_of(a), tmp_path)
+    assert results[0].status == "built"
 
 
 def test_only_builds_selected_and_parents(client, tmp_path):

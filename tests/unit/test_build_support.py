@@ -91,7 +91,8 @@ class FakeAPI:
         for iid, info in self.images_by_id.items():
             labels = info["Config"]["Labels"]
             if all(labels.get(w.split("=", 1)[0]) == w.split("=", 1)[1] for w in wanted):
-                out.append({"Id": iid, "Labels": labels})
+                repo_tags = sorted(t for t, i in self.tags.items() if i == iid)
+                out.append({"Id": iid, "Labels": labels, "RepoTags": repo_tags or ["<none>:<none>"]})
         return out
 
     def tag(self, image, repository, tag=None):

@@ -116,3 +116,12 @@ def test_report_command(tmp_path):
     assert json.loads(r.output)["images"][0]["tag"] == TAG_R
     r = CliRunner().invoke(command, ["--report-dir", str(tmp_path / "none")])
     assert r.exit_code != 0
+
+
+def test_same_image_with_other_inputs_hash_keeps_build_facts(tmp_path):
+    """`test`/`push` may plan without --ca-cert/--wheelhouse (another hash); the same image ID keeps size/tests."""
+    write_reports([built(TAG_R, "runtime", tests={"passed": 1, "failed": 0, "skipped": 0})], tmp_path)
+    write_reports([ImageResult(tag=TAG_R, flavor="runtime", inputs_hash="other", versions=VERS,
+                               image_id="sha256:aaa", push={"status": "pushed", "digest": "sha256:x"})], tmp_path)
+    row = load_report(tmp_path)["images"][0]
+    assert row["size"] == 1_234_000_000 and row["tests"]["passed"] == 1 and row["push"]["status"] == "pushed"

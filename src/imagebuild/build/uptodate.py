@@ -31,7 +31,11 @@ def find_up_to_date(client, img: ImagePlan, base_id: str) -> str | None:
     found = client.api.images(filters={"label": [f"{INPUTS_LABEL}={img.inputs_hash}",
                                                  f"{BASE_LABEL}={base_id}"]})
     for entry in found:
-        if ok(entry.get("Labels")):
+        # Builder stages (`FROM ${BASE_IMAGE} AS pip`) inherit the parent's labels, and the build API's labels only
+        # reach the final stage: an untagged image carrying these labels may be a child's intermediate stage (seen:
+        # a 1.3 GB pip stage matching its 0.2 GB base). Only tagged images are finished imagebuild images.
+        tags = [t for t in (entry.get("RepoTags") or []) if t and t != "<none>:<none>"]
+        if tags and ok(entry.get("Labels")):
             repo, tag = img.tag.rsplit(":", 1)
             client.api.tag(entry["Id"], repo, tag)
             return entry["Id"]

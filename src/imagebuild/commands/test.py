@@ -26,11 +26,15 @@ def _result_row(client, img, tests: dict):
     """The report row of one tested image: the image ID tested, so a later rebuild invalidates these results."""
     from imagebuild.models import ImageResult
 
+    inputs_hash = img.inputs_hash
     try:
-        image_id = client.api.inspect_image(img.tag)["Id"]
+        info = client.api.inspect_image(img.tag)
+        image_id = info["Id"]
+        # the hash the image was built with (this plan has no --ca-cert/--wheelhouse, so its hash may differ)
+        inputs_hash = ((info.get("Config") or {}).get("Labels") or {}).get("io.imagebuild.inputs-hash") or inputs_hash
     except Exception:  # not built: the smoke run already reported it as a failed check
         image_id = None
-    return ImageResult(tag=img.tag, flavor=img.flavor, inputs_hash=img.inputs_hash,
+    return ImageResult(tag=img.tag, flavor=img.flavor, inputs_hash=inputs_hash,
                        versions=img.variant.versions.as_dict(), parent=img.parent, image_id=image_id, tests=tests)
 
 

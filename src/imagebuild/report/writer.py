@@ -64,8 +64,9 @@ def _empty(v) -> bool:
 def merge_row(old: dict | None, new: dict) -> dict:
     if not old:
         return dict(new)
-    new_image = (new.get("inputs_hash") and old.get("inputs_hash") and new["inputs_hash"] != old["inputs_hash"]) \
-        or (new.get("image_id") and old.get("image_id") and new["image_id"] != old["image_id"])
+    # The image ID is the truth: a row for another image drops the old one's results. (The inputs hash is not used:
+    # `test`/`push` may plan without the build's --ca-cert/--wheelhouse, which changes the hash, not the image.)
+    new_image = bool(new.get("image_id") and old.get("image_id") and new["image_id"] != old["image_id"])
     out = dict(old)
     if new_image:
         for key in ("tests", "push", "error", "image_id", "size", "layers", "build_seconds", "log_path"):
