@@ -8,9 +8,11 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-probe="$here/../src/imagebuild/smoke/probe.py"
-[ -f "$probe" ] || probe="$(python3 -c 'import imagebuild.smoke.probe as p; print(p.__file__)' 2>/dev/null || true)"
-[ -f "$probe" ] || { echo "gpu-probe: probe.py not found" >&2; exit 2; }
+# the directory holding the probe package (probe/): only its files are needed, not an installed imagebuild
+pkg_parent="$here/../src/imagebuild/smoke"
+[ -f "$pkg_parent/probe/__main__.py" ] || pkg_parent="$(python3 -c 'import os, imagebuild.smoke.probe as p
+print(os.path.dirname(os.path.dirname(p.__file__)))' 2>/dev/null || true)"
+[ -f "$pkg_parent/probe/__main__.py" ] || { echo "gpu-probe: the probe package (probe/__main__.py) not found" >&2; exit 2; }
 
 py="${PYTHON:-}"
 out="gpu-probe.json"
@@ -30,6 +32,13 @@ case " ${args[*]:-} " in
   *" --sections "*) ;;
   *) args+=(--sections system,versions,libraries,gpu,tf32,amp,distributed,te) ;;
 esac
+
+# the same one-file zipapp the smoke suite ships into containers, built here from the package files
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+probe="$work/probe.pyz"
+PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$pkg_parent" "$py" -c 'import sys; from probe.pack import build_zipapp; build_zipapp(sys.argv[1])' \
+  "$probe" || { echo "gpu-probe: could not build the probe zipapp with $py" >&2; exit 2; }
 
 err="${out%.json}.stderr.log"
 set +e

@@ -1,5 +1,7 @@
 """Run the probe for real on this host: with plain python (no torch), and with a CPU torch venv when one exists.
 
+What runs is what the smoke suite ships: the one-file zipapp built from the package (P.zipapp_path()).
+
 The torch venv: IMAGEBUILD_SMOKE_PYTHON, else /tmp/ibsmoke/bin/python
 (`python -m venv /tmp/ibsmoke && /tmp/ibsmoke/bin/pip install torch==2.13.0` from /opt/wheels).
 """
@@ -16,7 +18,8 @@ import pytest
 
 from imagebuild.smoke import probe as P
 
-PROBE = Path(P.__file__)
+PROBE = P.zipapp_path()
+PKG_PARENT = Path(P.__file__).resolve().parent.parent  # the directory holding probe/
 
 
 def _torch_python() -> str | None:
@@ -143,3 +146,44 @@ def test_probe_runs_nvidia_smi_from_path(tmp_path):
     assert g["nvidia_smi"]["gpu_count"] == 1 and g["nvidia_smi"]["mig_count"] == 1
     assert g["nvidia_smi"]["gpus"][0]["mig"][0]["profile"] == "1g.18gb"
     assert g["driver"] == "570.86.15"
+
+
+def test_probe_zipapp_is_one_file_with_the_package():
+    import zipfile
+
+    names = zipfile.ZipFile(PROBE).namelist()
+    assert "__main__.py" in names and "probe/__main__.py" in names and "probe/distributed.py" in names
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert P.zipapp_path() == PROBE  # built once per process
+
+
+def test_probe_runs_from_the_package_files_without_imagebuild(tmp_path):
+    """`python -m probe` with only the package's parent on PYTHONPATH (gpu-probe.sh's files-only case)."""
+    env = dict(os.environ, PYTHONPATH=str(PKG_PARENT))
+    out = subprocess.run([sys.executable, "-c", "import sys, runpy; runpy.run_module('probe', run_name='__main__'); "
+                          "sys.exit(0)", "--sections", "system"], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout)["probe"]["sections"] == ["system"]
+    out = subprocess.run([sys.executable, "-m", "probe", "--sections", "system"], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0 and json.loads(out.stdout)["system"]["python"]["version"], out.stderr[-2000:]
+    assert "imagebuild" not in out.stderr
+
+
+def test_probe_children_run_from_the_zipapp_and_the_files(tmp_path):
+    """Child probes (gloo ranks, the TE child) re-run the same code: `python probe.pyz ...` from a zipapp,
+    `python -c BOOT <parent> ...` from the files."""
+    env = dict(os.environ, PYTHONPATH=str(PKG_PARENT))
+    code = "import json, probe.common as c; print(json.dumps(c.child_argv(['--te-child'])))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    argv = json.loads(out.stdout)
+    assert argv[0] == sys.executable and argv[1] == "-c" and argv[3:] == [str(PKG_PARENT), "--te-child"]
+    py = _torch_python()
+    if not py:
+        pytest.skip("no CPU torch venv")
+    for cmd, e in (([py, str(PROBE)], dict(os.environ)), ([py, "-m", "probe"], env)):
+        out = subprocess.run(cmd + ["--sections", "distributed", "--timeout", "240"], capture_output=True,
+                             text=True, env=e, cwd=tmp_path, timeout=300)
+        c = _checks(json.loads(out.stdout))
+        assert c["distributed.gloo"]["status"] == "passed", (cmd, c["distributed.gloo"])

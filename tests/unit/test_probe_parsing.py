@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from imagebuild.smoke import probe as P
@@ -275,5 +277,12 @@ def test_render_table():
 
 
 def test_probe_module_does_not_import_imagebuild():
-    src = open(P.__file__).read()
-    assert "import imagebuild" not in src and "from imagebuild" not in src
+    from pathlib import Path
+
+    files = sorted(Path(P.__file__).parent.glob("*.py"))
+    assert len(files) > 10
+    for f in files:
+        src = f.read_text()
+        assert "import imagebuild" not in src and "from imagebuild" not in src, f
+        assert not re.search(r"^\s*from \.", src, re.M), f  # modules import each other as probe.*, not relatively
+        assert len(src.splitlines()) < 300, f

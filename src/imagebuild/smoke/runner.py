@@ -26,7 +26,7 @@ from pathlib import Path
 from imagebuild.errors import EngineUnavailable
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
-PROBE_PATH = Path(__file__).resolve().parent / "probe.py"
+PROBE_PATH = Path(__file__).resolve().parent / "probe"  # the in-image probe package (shipped as a zipapp)
 DEFAULT_TIMEOUT = 1800.0
 SHM_SIZE = "2g"
 STACK_BYTES = 67108864
@@ -63,6 +63,13 @@ def expectations_for(image) -> dict[str, str]:
     for metric, floor in (v.perf_min or {}).items():
         out[f"perf_min.{metric}"] = str(floor)
     return out
+
+
+def probe_zipapp() -> Path:
+    """The in-image probe as one zipapp file, built (stdlib zipapp) once per process; the suite ships it."""
+    from imagebuild.smoke.probe import zipapp_path
+
+    return zipapp_path()
 
 
 def docker_client(timeout: int = 600):
@@ -313,7 +320,8 @@ def _run_in_container(client, image_ref, name, flavor, expectations, use_gpus, i
             cmd.append("--require-gpu")
         if perf:
             cmd.append("--perf")
-        cmd += ["--probe-timeout", str(int(max(60, timeout - 30)))] + pytest_args
+        cmd += ["--probe-timeout", str(int(max(60, timeout - 30))), "--probe-pyz", str(probe_zipapp())]
+        cmd += pytest_args
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
         if echo:
             echo(f"testing {label} in container {name}")

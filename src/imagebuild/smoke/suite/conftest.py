@@ -20,13 +20,12 @@ import shutil
 import subprocess
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import pytest
 
 SUITE_DIR = Path(__file__).resolve().parent
-PROBE_PATH = SUITE_DIR.parent / "probe.py"
+PROBE_DIR = SUITE_DIR.parent / "probe"  # the probe package; shipped as one zipapp file
 FLAVOR_RANK = {"base": 0, "runtime": 1, "dev": 2}
 LABEL_PREFIX = "io.imagebuild."
 PY_CANDIDATES = ("/opt/venv/bin/python", "python3", "python")
@@ -41,9 +40,21 @@ SECTIONS_BY_FLAVOR = {
 
 
 def _load_probe():
-    spec = importlib.util.spec_from_file_location("imagebuild_smoke_probe", PROBE_PATH)
+    """The probe package from its files, as top-level `probe` (the name its modules import each other by)."""
+    loaded = sys.modules.get("probe")
+    if loaded is not None:  # already loaded (e.g. via imagebuild.smoke.probe in this process)
+        if Path(getattr(loaded, "__file__", None) or ".").resolve().parent != PROBE_DIR:
+            raise ImportError(f"a different top-level module 'probe' is loaded: {loaded!r}")
+        return loaded
+    spec = importlib.util.spec_from_file_location("probe", PROBE_DIR / "__init__.py",
+                                                  submodule_search_locations=[str(PROBE_DIR)])
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    sys.modules["probe"] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop("probe", None)
+        raise
     return mod
 
 
@@ -63,6 +74,8 @@ def pytest_addoption(parser):
     g.addoption("--probe-python", default=None, help="python inside the image (default: /opt/venv/bin/python, "
                                                     "python3, python)")
     g.addoption("--probe-timeout", type=float, default=900.0, help="seconds for the in-image probe")
+    g.addoption("--probe-pyz", default=None, metavar="FILE",
+                help="the probe zipapp to ship (default: built from the probe package once per pytest process)")
     g.addoption("--smoke-json", default=None, metavar="FILE", help="write a JSON result (checks + probe) here")
 
 
@@ -179,7 +192,9 @@ class ImageUnderTest:
         return self._probe
 
     def _run_probe(self):
-        blob = base64.b64encode(zlib.compress(PROBE_PATH.read_bytes(), 9)).decode()
+        # ONE docker exec: write the zipapp (base64 on the command line; already deflate-compressed), run it, clean up
+        pyz = self.config.getoption("probe_pyz") or P.zipapp_path()
+        blob = base64.b64encode(Path(pyz).read_bytes()).decode()
         cands = [self.config.getoption("probe_python")] if self.config.getoption("probe_python") else PY_CANDIDATES
         timeout = self.config.getoption("probe_timeout")
         script = (
@@ -187,9 +202,9 @@ class ImageUnderTest:
             'break; fi; done; [ -n "$PY" ] || { echo "no python found in the image (' + " ".join(cands)
             + ')" >&2; exit 127; }; '
             'D=$(mktemp -d 2>/dev/null || { mkdir -p /tmp/ibprobe.$$ && echo /tmp/ibprobe.$$; }); '
-            '"$PY" -c "import base64,sys,zlib; open(sys.argv[1],\'wb\').write(zlib.decompress('
-            'base64.b64decode(sys.argv[2])))" "$D/probe.py" ' + blob + ' && '
-            '"$PY" "$D/probe.py" --sections ' + ",".join(self.sections())
+            '"$PY" -c "import base64,sys; open(sys.argv[1],\'wb\').write(base64.b64decode(sys.argv[2]))" '
+            '"$D/probe.pyz" ' + blob + ' && '
+            '"$PY" "$D/probe.pyz" --sections ' + ",".join(self.sections())
             + f' --timeout {timeout:.0f}; rc=$?; rm -rf "$D"; exit $rc'
         )
         t0 = time.time()

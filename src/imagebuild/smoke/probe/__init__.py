@@ -1,0 +1,72 @@
+"""In-image probe: a dependency-free package (standard library, plus torch and what the image ships) that runs
+inside an image with the image's own python and prints ONE JSON document. It never imports imagebuild.
+
+One module per kind of check (goss style), each with a `run(probe)` and the pure parsing helpers it needs:
+
+    system       python, OS release, default user, env (NVIDIA vars, secret-looking names), /dev/shm
+    versions     torch/CUDA/cuDNN/NCCL/... versions; versions_match (the suite's comparison rule)
+    libraries    one copy of each cuDNN/NCCL/cuBLAS library
+    gpu          devices, nvidia-smi -L (MIG), arch list
+    tf32         TF32 policy at import; GPU speed-up and accuracy
+    amp          autocast training steps (CUDA fp16/bf16, CPU bf16)
+    distributed  NCCL/gloo all_reduce in child processes; NCCL_DEBUG log parsing
+    te           transformer_engine import and FP8 (in a child process)
+    dev          C++ extension, nvcc; services: JupyterLab, sshd
+    perf         GEMM TFLOP/s, NCCL bus bandwidth
+    common       Probe (results, torch import, GPU state), subprocess helpers, watchdog, table
+    __main__     the command line: --sections --perf --timeout --output --table (+ hidden --dist-worker, --te-child)
+    pack         builds the one-file zipapp (probe.pyz) that is shipped into containers
+
+Inside the package, modules import each other by the top-level name `probe` (no relative imports), which is what
+they are in the zipapp and under `PYTHONPATH=<parent> python -m probe`. Imported as `imagebuild.smoke.probe` (unit
+tests, the runner), this file makes `probe` name this same package first.
+
+Every check in `checks` has name, section, status (passed|failed|skipped), reason and figures.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ != "probe":
+    _here = os.path.dirname(os.path.abspath(__file__))
+    _other = sys.modules.get("probe")
+    if _other is not None and os.path.dirname(os.path.abspath(getattr(_other, "__file__", "") or "")) != _here:
+        raise ImportError(f"a different top-level module 'probe' is loaded ({_other!r}): {__name__} imports its "
+                          f"modules as probe.*")
+    sys.modules.setdefault("probe", sys.modules[__name__])
+
+from probe.common import (  # noqa: E402
+    DEFAULT_SECTIONS,
+    NO_CUDA_TORCH,
+    NO_GPU,
+    NO_TORCH,
+    PROBE_VERSION,
+    RESULT_MARK,
+    SECTIONS,
+    Probe,
+    render_table,
+)
+from probe.distributed import dist_worker, nccl_transport_kind, parse_nccl_log  # noqa: E402
+from probe.gpu import normalize_arch, parse_nvidia_smi_list  # noqa: E402
+from probe.libraries import group_library_copies, library_family, library_key, parse_ldconfig  # noqa: E402
+from probe.pack import build_zipapp, zipapp_path  # noqa: E402
+from probe.services import parse_sshd_config_files, parse_sshd_T  # noqa: E402
+from probe.system import NVIDIA_ENV, REPORTED_ENV, find_secret_env, parse_os_release  # noqa: E402
+from probe.tf32 import tf32_state  # noqa: E402
+from probe.versions import ABSENT, TRUE, format_cudnn_version, versions_match  # noqa: E402
+
+if __name__ != "probe":  # a later import of <this package>.gpu gets the module already loaded as probe.gpu
+    for _name, _mod in list(sys.modules.items()):
+        if _name.startswith("probe."):
+            sys.modules.setdefault(__name__ + _name[len("probe"):], _mod)
+
+__all__ = [
+    "ABSENT", "DEFAULT_SECTIONS", "NO_CUDA_TORCH", "NO_GPU", "NO_TORCH", "NVIDIA_ENV", "PROBE_VERSION", "REPORTED_ENV",
+    "RESULT_MARK", "SECTIONS", "TRUE", "Probe", "build_zipapp", "dist_worker", "find_secret_env",
+    "format_cudnn_version", "group_library_copies", "library_family", "library_key",
+    "nccl_transport_kind", "normalize_arch", "parse_ldconfig", "parse_nccl_log", "parse_nvidia_smi_list",
+    "parse_os_release", "parse_sshd_T", "parse_sshd_config_files", "render_table", "tf32_state", "versions_match",
+    "zipapp_path",
+]

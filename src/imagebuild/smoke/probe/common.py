@@ -1,0 +1,210 @@
+"""Shared by every check module: constants, the Probe (results, torch import, GPU state, section loop), small
+process/file helpers, the watchdog and the table renderer. Standard library only; never imports imagebuild."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+PROBE_VERSION = 1
+SECTIONS = ("system", "versions", "libraries", "gpu", "tf32", "amp", "distributed", "te", "dev", "perf")
+DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ("dev", "perf"))
+NO_GPU = "no GPU visible in the container"
+NO_CUDA_TORCH = NO_GPU + " (CPU variant: torch built without CUDA)"
+NO_TORCH = "torch is not installed"
+RESULT_MARK = "IBPROBE-RESULT "
+CHILDREN: list = []  # Popen objects (own sessions) the watchdog kills on overrun
+
+
+class Probe:
+    def __init__(self, sections, perf=False, deadline=None):
+        self.sections = list(sections)
+        self.perf = perf
+        self.deadline = deadline
+        self.doc: dict = {"probe": {"version": PROBE_VERSION, "sections": self.sections, "errors": []}, "checks": []}
+        self.torch = None
+        self.torch_error = None
+        self._gpu = None
+
+    # results ----------------------------------------------------------------------------------------------------
+    def check(self, name, status, reason="", **figures):
+        section = name.split(".", 1)[0]
+        self.doc["checks"].append({"name": name, "section": section, "status": status, "reason": reason,
+                                   "figures": figures})
+        return status
+
+    def remaining(self, default):
+        if self.deadline is None:
+            return default
+        return max(5.0, min(default, self.deadline - time.time()))
+
+    # torch ------------------------------------------------------------------------------------------------------
+    def import_torch(self):
+        if self.torch is not None or self.torch_error is not None:
+            return self.torch
+        t0 = time.time()
+        try:
+            import warnings
+
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                import torch  # noqa: F401
+            self.torch = torch
+            self.doc["torch_import"] = {"seconds": round(time.time() - t0, 3),
+                                        "warnings": [str(w.message)[:300] for w in caught][:10]}
+            # the policy as a fresh process sees it, before any section touches a flag
+            from probe.tf32 import tf32_state
+
+            self.doc["tf32_at_import"] = tf32_state(torch)
+        except Exception as exc:  # ImportError, OSError on missing libs, RuntimeError ...
+            self.torch_error = f"{type(exc).__name__}: {exc}"
+            self.doc["torch_import"] = {"seconds": round(time.time() - t0, 3), "error": self.torch_error}
+        return self.torch
+
+    def gpu_state(self):
+        """(usable, reason): can GPU checks run?"""
+        if self._gpu is None:
+            torch = self.import_torch()
+            if torch is None:
+                self._gpu = (False, NO_TORCH if self.torch_error is None or "No module named" in self.torch_error
+                             else f"torch import failed: {self.torch_error}")
+            elif not getattr(torch.version, "cuda", None):
+                self._gpu = (False, NO_CUDA_TORCH)
+            else:
+                try:
+                    ok = torch.cuda.is_available() and torch.cuda.device_count() > 0
+                except Exception as exc:
+                    ok, self.doc["probe"]["errors"] = False, self.doc["probe"]["errors"] + [f"cuda: {exc}"]
+                self._gpu = (True, "") if ok else (False, NO_GPU)
+        return self._gpu
+
+    # run --------------------------------------------------------------------------------------------------------
+    def run(self, runners):
+        """Run the selected sections in SECTIONS order; `runners`: section -> function(probe)."""
+        t0 = time.time()
+        timings = {}
+        for section in SECTIONS:
+            if section not in self.sections:
+                continue
+            s0 = time.time()
+            try:
+                runners[section](self)
+            except Exception as exc:
+                tb = traceback.format_exc(limit=6)
+                self.doc["probe"]["errors"].append(f"{section}: {type(exc).__name__}: {exc}")
+                self.check(f"{section}.probe", "failed", f"probe section crashed: {type(exc).__name__}: {exc}",
+                           traceback=tb[-2000:])
+            timings[section] = round(time.time() - s0, 3)
+        self.doc["probe"]["section_seconds"] = timings
+        self.doc["probe"]["seconds"] = round(time.time() - t0, 3)
+        return self.doc
+
+
+def which(name):
+    for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/bin", "/usr/sbin", "/usr/local/bin", "/sbin"]:
+        p = os.path.join(d, name)
+        if d and os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    return None
+
+
+def rmtree(path):
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# the zipapp (or the directory holding the `probe` package) this process runs from: child probes re-run it
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from probe.__main__ import main; sys.exit(main())"
+
+
+def child_argv(args) -> list:
+    """The command line of a child probe (`--dist-worker`, `--te-child`) running this same probe code.
+
+    From a zipapp (`python probe.pyz`): `python probe.pyz ARGS`. From the package directory (`python -m probe`,
+    `imagebuild.smoke.probe`): `python -c BOOT PARENT ARGS`, which imports `probe` from its parent directory only.
+    """
+    if os.path.isfile(_ROOT):  # .../probe.pyz/probe/common.py
+        return [sys.executable, _ROOT] + list(args)
+    return [sys.executable, "-c", _BOOT, _ROOT] + list(args)
+
+
+def run_child(args, timeout):
+    try:
+        out = subprocess.run(child_argv(args), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"child probe timed out after {timeout:.0f} s"}
+    try:
+        return json.loads(out.stdout)
+    except ValueError:
+        tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
+        return {"error": f"child probe exited {out.returncode}: {' | '.join(tail)}"[:1500]}
+
+
+def listdir(d):
+    try:
+        return os.listdir(d)
+    except OSError:
+        return []
+
+
+def render_table(doc: dict) -> str:
+    v = doc.get("versions") or {}
+    g = doc.get("gpu") or {}
+    lines = [
+        "torch {t}  cuda {c}  cudnn {d}  nccl {n}  python {p}  te {te}".format(
+            t=v.get("torch"), c=v.get("cuda"), d=v.get("cudnn"), n=v.get("nccl"), p=v.get("python"),
+            te=v.get("transformer_engine")),
+        "gpus: " + (", ".join(f"{d['index']}:{d['name']}({d['sm']})" for d in g.get("devices", [])) or "none"),
+        "",
+        f"{'CHECK':<24} {'STATUS':<8} REASON",
+    ]
+    for c in doc.get("checks", []):
+        lines.append(f"{c['name']:<24} {c['status']:<8} {c.get('reason', '')[:100]}")
+    counts = {s: sum(1 for c in doc.get("checks", []) if c["status"] == s) for s in ("passed", "failed", "skipped")}
+    lines.append("")
+    lines.append(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped in "
+                 f"{(doc.get('probe') or {}).get('seconds', '?')} s")
+    return "\n".join(lines)
+
+
+def write_all(fd, data: bytes):
+    while data:
+        n = os.write(fd, data)
+        data = data[n:]
+
+
+def watchdog(seconds, probe, out_fd):
+    """On overrun, emit what was gathered so far (marked) and exit: the caller always gets JSON."""
+
+    def fire():
+        for p in CHILDREN:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, 9)
+                except OSError:
+                    pass
+        probe.doc["probe"]["errors"].append(f"probe timed out after {seconds:.0f} s")
+        probe.doc["probe"]["timed_out"] = True
+        try:
+            write_all(out_fd, json.dumps(probe.doc, default=str).encode() + b"\n")
+        finally:
+            os._exit(3)
+
+    t = threading.Timer(seconds, fire)
+    t.daemon = True
+    t.start()
+    return t

@@ -1,0 +1,107 @@
+"""system: python, OS release, default user, environment (NVIDIA vars, secret-looking names), /dev/shm."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+
+
+def parse_os_release(text: str) -> dict:
+    """/etc/os-release -> {"id", "version_id", "codename", "pretty_name", "key": "debian12"|"ubuntu24.04", ...}."""
+    fields: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        k, v = line.split("=", 1)
+        v = v.strip()
+        if len(v) >= 2 and v[0] == v[-1] and v[0] in "\"'":
+            v = v[1:-1]
+            v = re.sub(r"\\(.)", r"\1", v)
+        fields[k.strip().lower()] = v
+    os_id = fields.get("id", "").lower()
+    version_id = fields.get("version_id", "")
+    codename = fields.get("version_codename") or fields.get("ubuntu_codename") or ""
+    key = f"{os_id}{version_id}" if os_id and version_id else (f"{os_id}-{codename}" if os_id else "")
+    return {
+        "id": os_id,
+        "version_id": version_id,
+        "codename": codename,
+        "pretty_name": fields.get("pretty_name", ""),
+        "id_like": fields.get("id_like", ""),
+        "key": key,
+    }
+
+
+_SECRET_NAME = re.compile(r"PASSWORD|PASSWD|TOKEN|SECRET|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL", re.I)
+_URL_CREDS = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]+:[^@/\s]+@")
+NVIDIA_ENV = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA")
+REPORTED_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CPATH", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
+                "VIRTUAL_ENV", "HOME", "LANG", "LC_ALL", "PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
+
+
+def find_secret_env(environ: dict) -> list[dict]:
+    """Names (never values) of variables that look like they carry a secret."""
+    found = []
+    for name in sorted(environ):
+        value = environ.get(name) or ""
+        if not value.strip():
+            continue
+        if _SECRET_NAME.search(name):
+            found.append({"name": name, "why": "name looks like a secret"})
+        elif _URL_CREDS.search(value):
+            found.append({"name": name, "why": "value holds URL credentials (user:password@)"})
+    return found
+
+
+def run(p):
+    import platform
+
+    py = {
+        "version": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "prefix": sys.prefix,
+        "base_prefix": getattr(sys, "base_prefix", sys.prefix),
+        "in_venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix),
+    }
+    osr = {}
+    for path in ("/etc/os-release", "/usr/lib/os-release"):
+        try:
+            with open(path) as fh:
+                osr = parse_os_release(fh.read())
+            break
+        except OSError:
+            continue
+    user = {"uid": os.getuid(), "gid": os.getgid(), "name": None, "home": None, "shell": None,
+            "groups": sorted(os.getgroups())}
+    try:
+        import pwd
+
+        pw = pwd.getpwuid(os.getuid())
+        user.update(name=pw.pw_name, home=pw.pw_dir, shell=pw.pw_shell)
+    except (KeyError, ImportError):
+        pass
+    env = dict(os.environ)
+    shm = {"path": "/dev/shm", "bytes": None}
+    try:
+        st = os.statvfs("/dev/shm")
+        shm["bytes"] = st.f_blocks * st.f_frsize
+        shm["free_bytes"] = st.f_bavail * st.f_frsize
+    except OSError as exc:
+        shm["error"] = str(exc)
+    p.doc["system"] = {
+        "python": py,
+        "os": osr,
+        "user": user,
+        "env": {
+            "nvidia": {k: env.get(k) for k in NVIDIA_ENV},
+            "reported": {k: env.get(k) for k in REPORTED_ENV if k in env},
+            "secret_names": find_secret_env(env),
+        },
+        "shm": shm,
+        "hostname": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+    }

@@ -1,0 +1,83 @@
+"""te: transformer_engine imports, and on sm_89+ a te.Linear runs under fp8_autocast. Runs in a child probe
+(`--te-child`): a broken TE build can abort the process."""
+
+from __future__ import annotations
+
+import time
+
+from probe.common import run_child
+
+
+def run(p):
+    installed = None
+    try:
+        from importlib import metadata
+
+        for name in ("transformer_engine", "transformer-engine", "transformer_engine_torch"):
+            try:
+                installed = metadata.version(name)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    except Exception:
+        pass
+    p.doc["te"] = {"installed": installed}
+    if installed is None:
+        p.check("te.import", "skipped", "transformer_engine is not installed")
+        p.check("te.fp8", "skipped", "transformer_engine is not installed")
+        return
+    # isolated: a broken TE build can abort the process
+    res = run_child(["--sections", "te", "--te-child"], timeout=p.remaining(300))
+    if res.get("error"):
+        p.check("te.import", "failed", res["error"])
+        p.check("te.fp8", "skipped", "transformer_engine probe did not finish")
+        return
+    p.doc["te"].update(res.get("te", {}))
+    for c in res.get("checks", []):
+        p.doc["checks"].append(c)
+
+
+def child(p):
+    t = p.doc.setdefault("te", {})
+    t0 = time.time()
+    try:
+        import transformer_engine  # noqa: F401
+        import transformer_engine.pytorch as te
+    except Exception as exc:
+        p.check("te.import", "failed", f"import transformer_engine.pytorch: {type(exc).__name__}: {exc}")
+        p.check("te.fp8", "skipped", "transformer_engine does not import")
+        return
+    t["version"] = getattr(transformer_engine, "__version__", None)
+    t["import_seconds"] = round(time.time() - t0, 3)
+    p.check("te.import", "passed", f"transformer_engine {t['version']}", seconds=t["import_seconds"])
+    torch = p.import_torch()
+    usable, reason = p.gpu_state()
+    if not usable:
+        p.check("te.fp8", "skipped", reason)
+        return
+    cap = torch.cuda.get_device_capability(0)
+    if cap < (8, 9):
+        p.check("te.fp8", "skipped", f"FP8 needs sm_89+, GPU is sm_{cap[0]}{cap[1]}")
+        return
+    try:
+        from transformer_engine.common import recipe
+
+        torch.manual_seed(0)
+        layer = te.Linear(768, 768, bias=True).cuda()
+        x = torch.randn(32, 768, device="cuda", requires_grad=True)
+        rec = recipe.DelayedScaling(margin=0, fp8_format=recipe.Format.HYBRID)
+        fp8_ctx = getattr(te, "fp8_autocast", None) or te.autocast
+        with fp8_ctx(enabled=True, fp8_recipe=rec):
+            y = layer(x)
+        loss = y.float().pow(2).mean()
+        loss.backward()
+        torch.cuda.synchronize()
+        finite = bool(torch.isfinite(y).all().item()) and bool(torch.isfinite(x.grad).all().item())
+        wgrad = layer.weight.grad is not None and bool(torch.isfinite(layer.weight.grad).all().item())
+        fig = {"sm": f"sm_{cap[0]}{cap[1]}", "loss": float(loss.item()), "out_dtype": str(y.dtype)}
+        if finite and wgrad:
+            p.check("te.fp8", "passed", "te.Linear forward/backward under fp8_autocast", **fig)
+        else:
+            p.check("te.fp8", "failed", "non-finite output or gradient under fp8_autocast", **fig)
+    except Exception as exc:
+        p.check("te.fp8", "failed", f"{type(exc).__name__}: {exc}"[:1000])
