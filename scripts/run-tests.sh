@@ -17,5 +17,6 @@ else
   trap cleanup EXIT
   eval "$(scripts/docker-engine.sh --fresh "$run_dir")"
 fi
+export IMAGEBUILD_REQUIRE_ENGINE=1  # a missing engine/tool fails the run instead of skipping tests
 echo "run-tests: engine at ${DOCKER_HOST:-default socket}" >&2
 python -m pytest -q -p no:cacheprovider tests "$@"
