@@ -132,3 +132,13 @@ def test_github_matrix_one_job_per_variant():
     doc = json.loads(github_matrix(plan))
     assert len(doc["include"]) == 3
     assert {row["only"] for row in doc["include"]} == {f"{i.variant.key}-*" for i in plan.images}
+
+
+def test_variants_share_an_identical_base(h100_variants):
+    """torch 2.7.1 and 2.9.1 on CUDA 12.8/ubuntu24.04/py3.12 stand on the same base: one inputs hash, built once."""
+    plan = plan_from_variants(h100_variants, BuildInputs())
+    bases = {i.variant.key: i.inputs_hash for i in plan.images if i.flavor == "base"}
+    assert bases["2.7.1-cuda12.8-py3.12-ubuntu24.04"] == bases["2.9.1-cuda12.8-py3.12-ubuntu24.04"]
+    assert bases["2.9.1-cuda13.0-py3.12-ubuntu24.04"] != bases["2.9.1-cuda12.8-py3.12-ubuntu24.04"]
+    runtimes = {i.inputs_hash for i in plan.images if i.flavor == "runtime"}
+    assert len(runtimes) == 3

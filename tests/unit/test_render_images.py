@@ -396,8 +396,19 @@ def test_labels(rendered):
         for key, value in r.labels.items():
             assert f'    {key}="{value}"' in r.dockerfile
         assert "io.imagebuild.inputs-hash" not in r.labels  # the planner adds it at build time
-    cpu = rendered[("cpu", "base")].labels
+    cpu = rendered[("cpu", "runtime")].labels
     assert cpu["io.imagebuild.cudnn"] == "" and cpu["io.imagebuild.tf32"] == "false"
+    base = rendered[("cpu", "base")].labels  # only what the base holds, so variants can share it
+    assert "io.imagebuild.torch" not in base and base["io.imagebuild.matrix-key"] == "cpu-py3.11-debian12"
+
+
+def test_variants_differing_above_base_share_the_base():
+    import dataclasses
+
+    other = dataclasses.replace(CU128_TE, key="2.7.1-cuda12.8-py3.12-ubuntu24.04",
+                                versions=dataclasses.replace(CU128_TE.versions, torch="2.7.1", cudnn="9.7.1.26"))
+    assert render_image(other, "base") == render_image(CU128_TE, "base")
+    assert render_image(other, "runtime").dockerfile != render_image(CU128_TE, "runtime").dockerfile
 
 
 def test_api_edges():

@@ -141,7 +141,29 @@ def _ca_files(variant: ResolvedVariant, inputs: BuildInputs) -> dict[str, bytes]
     return files
 
 
+# The base flavor holds only the OS, its Python, CA files, the user and the NVIDIA runtime variables: nothing of torch.
+# Its Dockerfile and labels name only what it contains, so variants that differ above it (torch 2.7.1 vs 2.9.1 on the
+# same OS/Python/CUDA) share one base image: same inputs hash, built once, tagged for each variant.
+BASE_LABEL_KEYS = ("io.imagebuild.cuda", "io.imagebuild.python", "io.imagebuild.os", "io.imagebuild.flavor",
+                   "io.imagebuild.matrix-key", "org.opencontainers.image.title", "org.opencontainers.image.version",
+                   "org.opencontainers.image.source")
+
+
+def base_key(variant: ResolvedVariant) -> str:
+    v = variant.versions
+    accel = "cpu" if v.cuda == "cpu" else f"cuda{v.cuda}"
+    return f"{accel}-py{v.python}-{v.os}"
+
+
 def _labels(variant: ResolvedVariant, flavor: str) -> dict[str, str]:
+    labels = _variant_labels(variant, flavor)
+    if flavor == "base":
+        labels["io.imagebuild.matrix-key"] = labels["org.opencontainers.image.version"] = base_key(variant)
+        labels = {k: v for k, v in labels.items() if k in BASE_LABEL_KEYS}
+    return labels
+
+
+def _variant_labels(variant: ResolvedVariant, flavor: str) -> dict[str, str]:
     v = variant.versions
     labels = {
         "org.opencontainers.image.title": f"{variant.name}-{flavor}",
@@ -217,6 +239,7 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
     labels = _labels(variant, flavor)
     ctx: dict[str, object] = {
         "v": variant,
+        "header_key": base_key(variant) if flavor == "base" else variant.key,
         "flavor": flavor,
         "parent_flavor": PARENT_FLAVOR[flavor],
         "labels": labels,
