@@ -43,7 +43,7 @@ render-check: $(BIN)/imagebuild
 
 bench: install ## Benchmarks (print tables; not tests)
 	$(BIN)/python bench/bench_resolve.py
-	eval "$$(scripts/docker-engine.sh)" && $(BIN)/python bench/bench_build.py
+	eval "$$(scripts/docker-engine.sh)" && $(BIN)/python bench/bench_build.py && $(BIN)/python bench/bench_push.py
 
 e2e-cuda: install ## NOT in CI: real torch 2.9.1+cu128 runtime image from PyPI wheels (~4 GB download)
 	eval "$$(scripts/docker-engine.sh)" && scripts/e2e-cuda.sh
