@@ -24,11 +24,12 @@ CA = os.environ.get("IMAGEBUILD_CA_CERT") or os.environ.get("PIP_CERT") or "/etc
 USER = "ibci"
 
 
-def imagebuild(*args: str, stdin: str | None = None, timeout: int = 1800, env: dict | None = None):
-    """Run the real CLI in a subprocess (as a user would), from the repository root."""
+def imagebuild(*args: str, stdin: str | None = None, timeout: int = 1800, env: dict | None = None,
+               cwd: Path | None = None):
+    """Run the real CLI in a subprocess (as a user would), from the repository root unless `cwd` is given."""
     full_env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})}
     return subprocess.run([sys.executable, "-m", "imagebuild", *args], input=stdin, capture_output=True, text=True,
-                          cwd=ROOT, env=full_env, timeout=timeout)
+                          cwd=cwd or ROOT, env=full_env, timeout=timeout)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -89,3 +89,17 @@ def test_push_pull_back_and_test_the_copy(tested):
         {t: r["push"]["status"] for t, r in rows.items()}
     md = (report_dir / "build-report.md").read_text()
     assert runtime.short_tag in md
+
+
+def test_build_with_test_flag_and_relative_report_dir(cpu_build, tmp_path):
+    """`imagebuild build --test` as the README's main job runs it: relative --report-dir, from another folder."""
+    assert cpu_build.result.returncode == 0
+    args = [a for a in cpu_build.build_args()]
+    i = args.index("--report-dir")
+    args[i + 1] = "rel-reports"
+    res = imagebuild("build", *args, "--test", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "3 up-to-date" in res.stdout
+    rows = json.loads((tmp_path / "rel-reports" / "build-report.json").read_text())["images"]
+    assert all(r["tests"]["failed"] == 0 and r["tests"]["passed"] > 0 for r in rows)
+    assert len(list((tmp_path / "rel-reports" / "junit").glob("*.xml"))) == 3

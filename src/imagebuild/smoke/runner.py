@@ -295,7 +295,8 @@ def _run_in_container(client, image_ref, name, flavor, expectations, use_gpus, i
                            f"{state.get('Error') or logs[-800:] or 'no output'})", **extra)
         extra["start_seconds"] = round(time.time() - t0, 2)
 
-        out_dir = Path(result_dir) if result_dir else None
+        # absolute: pytest runs with cwd=SUITE_DIR, where a relative "reports/tests" would land elsewhere
+        out_dir = Path(result_dir).resolve() if result_dir else None
         if out_dir is None:
             tmp = tempfile.mkdtemp(prefix="imagebuild-smoke-")
             out_dir = Path(tmp)
@@ -309,7 +310,7 @@ def _run_in_container(client, image_ref, name, flavor, expectations, use_gpus, i
                "-q", "-rfs", "--smoke-json", str(raw_path)]
         if junit_dir:
             Path(junit_dir).mkdir(parents=True, exist_ok=True)
-            junit_path = Path(junit_dir) / f"{base}.xml"
+            junit_path = Path(junit_dir).resolve() / f"{base}.xml"
             cmd += ["--junitxml", str(junit_path), "-o", f"junit_suite_name={label}"]
             extra["junit"] = str(junit_path)
         if flavor:
