@@ -416,3 +416,10 @@ def test_api_edges():
         render_image(CPU, "devel")
     assert templates_dir() == Path(__file__).resolve().parents[2] / "templates"
     assert render_image(CPU, "base") == render_image(CPU, "base", BuildInputs())
+
+
+def test_cuda13_pip_toolchain_pins_every_part_to_the_variant_minor():
+    """nvcc 13.0 with an unpinned nvvm 13.5 fails: 'ptxas ... Unsupported .version 9.5' (seen in a real build)."""
+    dev = render_image(CU130, "dev").dockerfile
+    for pkg in ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl"):
+        assert f"{pkg}=={CU130.versions.cuda}.*" in dev, pkg

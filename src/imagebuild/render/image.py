@@ -210,6 +210,15 @@ def _pip_index(variant: ResolvedVariant, inputs: BuildInputs, with_torch: bool):
     return public, secret, sorted(values), comment
 
 
+def cuda_pip_toolchain(cuda: str) -> list[str]:
+    """The CUDA 13+ compiler from PyPI, every part pinned to the variant's CUDA minor.
+
+    nvidia-cuda-nvcc 13.0.88 requires nvidia-nvvm and nvidia-cuda-crt *unpinned*, so pip takes the newest (13.5):
+    cicc 13.5 then writes PTX 9.5 that ptxas 13.0 rejects ("Unsupported .version 9.5") — seen in a real build.
+    """
+    return [f"{pkg}=={cuda}.*" for pkg in ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl")]
+
+
 def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | None = None) -> RenderedImage:
     """Render `flavor` ("base" | "runtime" | "dev") of `variant`."""
     if flavor not in FLAVORS:
@@ -280,8 +289,8 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
                     *data.TE_BUILD_PIP,
                     f"transformer_engine=={v.transformer_engine}",
                     f"transformer_engine_{cu}=={v.transformer_engine}",
-                    f"nvidia-cuda-nvcc{suffix}=={v.cuda}.*",
-                    f"nvidia-cuda-cccl{suffix}=={v.cuda}.*",
+                    *(cuda_pip_toolchain(v.cuda) if not suffix else
+                      [f"nvidia-cuda-nvcc{suffix}=={v.cuda}.*", f"nvidia-cuda-cccl{suffix}=={v.cuda}.*"]),
                 ],
                 "requirements": [f"transformer_engine[pytorch,core-{cu}]=={v.transformer_engine}"],
             }
@@ -300,7 +309,7 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
         if major is not None and major >= data.CUDA_PIP_TOOLCHAIN_MIN_MAJOR:
             home = f"{venv_site}/nvidia/cu{major}"
             cuda_pip = {"home": home, "stage_home": f"{stage_site}/nvidia/cu{major}"}
-            dev_pip += [f"nvidia-cuda-nvcc=={v.cuda}.*", f"nvidia-cuda-cccl=={v.cuda}.*"]
+            dev_pip += cuda_pip_toolchain(v.cuda)
             cuda_env = [
                 ("CUDA_HOME", home),
                 ("PATH", f"{home}/bin:$PATH"),

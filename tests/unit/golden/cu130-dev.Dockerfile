@@ -21,6 +21,8 @@ RUN set -eux; \
         --prefix /opt/stage \
         jupyterlab==4.6.6 \
         'nvidia-cuda-nvcc==13.0.*' \
+        'nvidia-nvvm==13.0.*' \
+        'nvidia-cuda-crt==13.0.*' \
         'nvidia-cuda-cccl==13.0.*' \
         ipywidgets; \
     find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
