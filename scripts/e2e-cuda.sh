@@ -15,8 +15,10 @@ imagebuild validate --matrix "$matrix"
 imagebuild build --matrix "$matrix" --ca-cert "$ca" --plain --report-dir "$out" --log-dir "$out/logs"
 imagebuild test --matrix "$matrix" --only '*-runtime' --report-dir "$out" --junit "$out/junit" || echo "smoke: failures (see above)"
 
-runtime=$(imagebuild plan --matrix "$matrix" --ca-cert "$ca" --json | python -c 'import json,sys; r=json.load(sys.stdin); print(next(i["tag"] for i in r if i["flavor"]=="runtime"))')
-base=$(imagebuild plan --matrix "$matrix" --ca-cert "$ca" --json | python -c 'import json,sys; r=json.load(sys.stdin); print(next(i["tag"] for i in r if i["flavor"]=="base"))')
+read -r runtime base < <(imagebuild plan --matrix "$matrix" --ca-cert "$ca" --json | python -c '
+import json, sys
+tags = {i["flavor"]: i["tag"] for i in json.load(sys.stdin)}
+print(tags["runtime"], tags["base"])')
 python bench/bench_build.py --size-only "$runtime=$base"
 
 echo "== CUDA library copies in $runtime (every file, site-packages and system paths) =="

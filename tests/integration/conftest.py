@@ -53,18 +53,29 @@ class Registry:
     password: str
 
 
+def start_registry(user: str, password: str, *extra: str) -> dict[str, str]:
+    """scripts/registry.sh with htpasswd auth (password via the environment, never argv); its REGISTRY=… lines."""
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--user", user, "--quiet", *extra],
+                         env={**os.environ, "REGISTRY_PASSWORD": password}, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    info = dict(line.split("=", 1) for line in out.stdout.split() if "=" in line)
+    assert password not in (Path(info["REGISTRY_DIR"]) / "config.yml").read_text()
+    return info
+
+
+def stop_registry(info: dict[str, str]) -> None:
+    subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--stop", "--dir", info["REGISTRY_DIR"]],
+                   timeout=30, check=False)
+
+
 @pytest.fixture(scope="session")
 def auth_registry():
     if not shutil.which("docker-registry"):
         pytest.skip("docker-registry not installed (scripts/system-deps.sh)")
     password = secrets.token_hex(12)
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--user", USER, "--quiet"],
-                         env={**os.environ, "REGISTRY_PASSWORD": password}, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    info = dict(line.split("=", 1) for line in out.stdout.split() if "=" in line)
+    info = start_registry(USER, password)
     yield Registry(info["REGISTRY"], info["REGISTRY_DIR"], USER, password)
-    subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--stop", "--dir", info["REGISTRY_DIR"]],
-                   timeout=30, check=False)
+    stop_registry(info)
 
 
 @dataclass

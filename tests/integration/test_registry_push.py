@@ -11,7 +11,6 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
 import sys
 import tarfile
 import time
@@ -31,12 +30,13 @@ from imagebuild.push import (
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
+from conftest import start_registry as shared_start_registry  # noqa: E402
+from conftest import stop_registry  # noqa: E402
 from faultproxy import Fault, FaultProxy, from_docker  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
 
 ROOT = Path(__file__).resolve().parents[2]
-REGISTRY_SH = ROOT / "scripts" / "registry.sh"
 USER, PASSWORD = "ibuser", "ib-" + secrets.token_hex(8)
 MTIME = 1_700_000_000
 
@@ -58,17 +58,7 @@ def docker_client():
 
 
 def start_registry(*extra: str) -> dict[str, str]:
-    env = dict(os.environ, REGISTRY_PASSWORD=PASSWORD)
-    out = subprocess.run(["bash", str(REGISTRY_SH), "--user", USER, "--quiet", *extra], env=env,
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    info = dict(line.split("=", 1) for line in out.stdout.split() if "=" in line)
-    assert PASSWORD not in (Path(info["REGISTRY_DIR"]) / "config.yml").read_text()
-    return info
-
-
-def stop_registry(info: dict[str, str]) -> None:
-    subprocess.run(["bash", str(REGISTRY_SH), "--stop", "--dir", info["REGISTRY_DIR"]], timeout=30, check=False)
+    return shared_start_registry(USER, PASSWORD, *extra)
 
 
 @pytest.fixture(scope="module")

@@ -188,19 +188,6 @@ def test_build_command_help_lists_options():
         assert opt in res.output
 
 
-def test_call_hook_skips_missing_modules_and_filters_kwargs(monkeypatch):
-    import sys
-    import types
-
-    from imagebuild.commands.build import call_hook
-
-    assert call_hook("imagebuild.no_such_stage", ("x",), required=False, a=1) is None
-    mod = types.ModuleType("ibtest_hook")
-    mod.write_reports = lambda results, report_dir: (results, report_dir)
-    monkeypatch.setitem(sys.modules, "ibtest_hook", mod)
-    assert call_hook("ibtest_hook", ("write_reports",), results=[1], report_dir="d", plan=None) == ([1], "d")
-
-
 class _PullAPI:
     def __init__(self, chunks):
         self.chunks, self.have, self.pulled = chunks, False, []

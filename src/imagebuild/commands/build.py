@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from pathlib import Path
 
 import click
@@ -29,7 +27,7 @@ from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
 @click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/logs"),
               show_default=True, help="Full build logs (credentials redacted), one file per image.")
 @click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
-              show_default=True, help="Where build-report.json/.md go (when the report stage is installed).")
+              show_default=True, help="Where build-report.json/.md go.")
 @click.option("--test", "run_tests", is_flag=True, help="Run the smoke suite on the images afterwards.")
 @click.option("--push", "run_push", is_flag=True, help="Push the built (and tested) images afterwards.")
 def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verbose, log_dir, report_dir,
@@ -61,18 +59,16 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
         ok = smoke_test(client, ready, by_tag, report_dir) and ok
     if run_push and ok:
         ok = push(client, plan, ready, by_tag, report_dir, require_tests=run_tests) and ok
-    call_hook("imagebuild.report", ("write_reports",), required=False, results=results, plan=plan,
-              report_dir=report_dir)
+    from imagebuild.report import write_reports
+
+    write_reports(results, report_dir, plan)
     return EXIT_OK if ok else EXIT_FAILED
 
 
 def smoke_test(client, images, by_tag, report_dir: Path) -> bool:
     """--test: the smoke suite in every built/up-to-date image; fills ImageResult.tests. False when a check failed."""
-    try:
-        from imagebuild.smoke import runner
-    except ImportError:
-        click.echo("note: the smoke stage is not installed; --test skipped", err=True)
-        return True
+    from imagebuild.smoke import runner
+
     rows = runner.test_images(images, by_tag, client=client, junit_dir=Path(report_dir) / "junit",
                               result_dir=Path(report_dir) / "tests", echo=lambda m: click.echo(m, err=True))
     click.echo(runner.summary_table([(img.tag, tests) for img, tests in rows]))
@@ -81,12 +77,8 @@ def smoke_test(client, images, by_tag, report_dir: Path) -> bool:
 
 def push(client, plan, images, by_tag, report_dir: Path, require_tests: bool) -> bool:
     """--push: push built (and, with --test, tested) images; fills ImageResult.push. False when one failed."""
-    try:
-        from imagebuild.push import push_plan, resolve_auth
-        from imagebuild.report.writer import result_to_row
-    except ImportError:
-        click.echo("note: the push stage is not installed; --push skipped", err=True)
-        return True
+    from imagebuild.push import push_plan, resolve_auth
+    from imagebuild.report.writer import result_to_row
     from imagebuild.secrets import redact
 
     auths: dict = {}
@@ -124,34 +116,7 @@ def check_inputs(inputs) -> None:
 
 
 def load_plan(matrix: str, inputs, registry):
-    try:
-        from imagebuild.commands._options import resolve_matrix_path
-        from imagebuild.plan import make_plan
-    except ImportError as exc:  # the plan stage is not installed in this build of the tool
-        raise UsageError(f"the plan stage is not available ({exc})") from None
+    from imagebuild.commands._options import resolve_matrix_path
+    from imagebuild.plan import make_plan
+
     return make_plan(resolve_matrix_path(matrix), inputs, registry)
-
-
-def call_hook(module: str, names: tuple[str, ...], required: bool = True, **kwargs):
-    """Call the first of `names` in `module` with the keyword arguments its signature accepts.
-
-    A missing module is skipped (with a note when `required`), so the stages can land independently.
-    """
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and module.startswith(exc.name):
-            if required:
-                click.echo(f"note: {module} is not installed; skipped", err=True)
-            return None
-        raise
-    for name in names:
-        func = getattr(mod, name, None)
-        if callable(func):
-            params = inspect.signature(func).parameters
-            if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-                return func(**kwargs)
-            return func(**{k: v for k, v in kwargs.items() if k in params})
-    if required:
-        click.echo(f"note: {module} has none of {', '.join(names)}; skipped", err=True)
-    return None

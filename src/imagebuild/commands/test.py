@@ -80,11 +80,11 @@ def command(matrix, image, only, expect, flavor, junit_dir, result_dir, require_
             raise UsageError("--only goes with --matrix")
         rows.append((image, runner.run_smoke(image, flavor, expectations, **kwargs)))
     else:
+        from imagebuild.commands._options import resolve_matrix_path
         from imagebuild.inputs import BuildInputs
-        from imagebuild.matrix import find_matrix
         from imagebuild.plan import make_plan
 
-        path = Path(matrix) if Path(matrix).exists() else find_matrix(matrix)
+        path = resolve_matrix_path(matrix)
         plan = make_plan(path, BuildInputs(), registry)
         images = [i for i in plan.images if not only or runner.matches(i, only)]
         if not images:

@@ -12,6 +12,7 @@ then the newest Python, then the first in matrix order.
 
 from __future__ import annotations
 
+from imagebuild.compat import vtuple
 from imagebuild.models import ResolvedVariant
 
 
@@ -37,14 +38,6 @@ def alias_key(variant: ResolvedVariant, flavor: str) -> str:
     return f"{minor}-{accel}-{flavor}"
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    out = []
-    for part in text.split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        out.append(int(digits) if digits else 0)
-    return tuple(out)
-
-
 def assign_aliases(variants: list[ResolvedVariant], flavor: str, registry: str | None) -> dict[str, str]:
     """Map variant.key -> alias tag for the variants that own an alias for this flavor."""
     owners: dict[str, tuple[tuple, int, ResolvedVariant]] = {}
@@ -52,7 +45,7 @@ def assign_aliases(variants: list[ResolvedVariant], flavor: str, registry: str |
         if flavor not in variant.flavors:
             continue
         key = alias_key(variant, flavor)
-        rank = (_version_tuple(variant.versions.torch), _version_tuple(variant.versions.python))
+        rank = (vtuple(variant.versions.torch), vtuple(variant.versions.python))
         best = owners.get(key)
         if best is None or rank > best[0]:  # strictly newer wins; ties keep matrix order
             owners[key] = (rank, order, variant)

@@ -5,7 +5,8 @@
     msg = check_size_budget(result, budget_bytes)  # None or a failure naming the largest layers
 """
 
-from imagebuild.report.budget import check_size_budget, describe_step, format_size, largest_layers, parse_size
+from imagebuild.matrix.schema import parse_size  # the one size grammar (matrix `size_budget`)
+from imagebuild.report.budget import check_size_budget, describe_step, format_size, largest_layers
 from imagebuild.report.writer import (
     JSON_NAME,
     JUNIT_NAME,

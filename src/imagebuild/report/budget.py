@@ -1,4 +1,4 @@
-"""Sizes: parse/format, Dockerfile steps from image history, size budgets."""
+"""Sizes: format, Dockerfile steps from image history, size budgets (sizes are parsed by matrix.parse_size)."""
 
 from __future__ import annotations
 
@@ -6,23 +6,6 @@ import re
 
 from imagebuild.models import ImageResult
 from imagebuild.secrets import redact
-
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_size(text: str | int | float) -> int:
-    """`7.5GB` -> 7500000000 (decimal units, as `docker images` prints); `7GiB` -> binary; plain numbers: bytes."""
-    if isinstance(text, int | float):
-        return int(text)
-    m = _SIZE.match(str(text))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {text!r} (e.g. 7.5GB, 800MB, 2GiB)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
 def format_size(n: int | None) -> str:

@@ -23,8 +23,6 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from pathlib import Path
 
-from imagebuild.errors import EngineUnavailable
-
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 PROBE_PATH = Path(__file__).resolve().parent / "probe"  # the in-image probe package (shipped as a zipapp)
 DEFAULT_TIMEOUT = 1800.0
@@ -74,19 +72,8 @@ def probe_zipapp() -> Path:
 
 def docker_client(timeout: int = 600):
     """The engine connection every stage uses (`imagebuild.build.connect`): EngineUnavailable when none answers."""
-    try:
-        from imagebuild.build.engine import connect
-    except ImportError:  # build stage not installed: same contract, here
-        import docker
+    from imagebuild.build.engine import connect
 
-        try:
-            client = docker.from_env(timeout=timeout)
-            client.ping()
-            return client
-        except Exception as exc:
-            where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-            raise EngineUnavailable(f"no Docker engine answers at {where}: {exc}; start one with "
-                                    f"scripts/docker-engine.sh") from None
     return connect(timeout=timeout)
 
 
