@@ -5,10 +5,9 @@ Pure functions of the plan (no engine), so they fail fast with a UsageError befo
 
 from __future__ import annotations
 
-import fnmatch
-
 from imagebuild.errors import UsageError
 from imagebuild.models import ImagePlan, Plan
+from imagebuild.plan.assemble import matches, select
 
 
 def order_images(images: list[ImagePlan]) -> list[ImagePlan]:
@@ -38,25 +37,13 @@ def order_images(images: list[ImagePlan]) -> list[ImagePlan]:
     return out
 
 
-def _matches(img: ImagePlan, patterns: tuple[str, ...]) -> bool:
-    names = (img.tag, img.short_tag, img.id)
-    return any(fnmatch.fnmatchcase(n, p) for p in patterns for n in names)
-
-
 def select_images(plan: Plan, only: tuple[str, ...] = ()) -> tuple[list[ImagePlan], set[str]]:
     """(images to handle in dependency order, tags selected explicitly). Parents of selected images come along."""
     ordered = order_images(plan.images)
     if not only:
         return ordered, {i.tag for i in ordered}
-    by_tag = {i.tag: i for i in ordered}
-    chosen = {i.tag for i in ordered if _matches(i, only)}
+    chosen = {i.tag for i in ordered if matches(i, only)}
     if not chosen:
         raise UsageError(f"--only {' '.join(only)} matches no image of the plan; images: "
                          + ", ".join(i.id for i in ordered[:20]) + (" ..." if len(ordered) > 20 else ""))
-    needed = set(chosen)
-    for tag in list(chosen):
-        parent = by_tag[tag].parent
-        while parent is not None:
-            needed.add(parent)
-            parent = by_tag[parent].parent
-    return [i for i in ordered if i.tag in needed], chosen
+    return select(Plan(plan.matrix_file, ordered), only), chosen

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 
 from imagebuild.inputs import BuildInputs
@@ -109,16 +110,20 @@ def make_plan(
     )
 
 
-def select(plan: Plan, pattern: str | None) -> list[ImagePlan]:
-    """Images matching an fnmatch pattern (tag, short tag or id), plus the parents they need, in plan order."""
-    import fnmatch
+def matches(image: ImagePlan, patterns: str | tuple[str, ...]) -> bool:
+    """Does an fnmatch pattern match the image's tag, short tag or id?"""
+    patterns = (patterns,) if isinstance(patterns, str) else patterns
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns for name in (image.tag, image.short_tag, image.id))
 
-    if not pattern:
+
+def select(plan: Plan, patterns: str | tuple[str, ...] | None) -> list[ImagePlan]:
+    """Images matching any pattern (tag, short tag or id), plus the parents they need, in plan order."""
+    if not patterns:
         return list(plan.images)
     by_tag = plan.by_tag()
     chosen: set[str] = set()
     for image in plan.images:
-        if any(fnmatch.fnmatch(text, pattern) for text in (image.tag, image.short_tag, image.id)):
+        if matches(image, patterns):
             node: ImagePlan | None = image
             while node is not None and node.tag not in chosen:
                 chosen.add(node.tag)

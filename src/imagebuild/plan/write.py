@@ -38,9 +38,7 @@ def diff_rendered(plan: Plan, out: Path) -> list[str]:
         elif target.read_bytes() != data:
             problems.append(f"{target}: differs")
     if out.exists():
-        image_dirs = {rel.parts[0] for rel in expected}
         for path in sorted(out.rglob("*")):
-            rel = path.relative_to(out)
-            if path.is_file() and rel not in expected and rel.parts[0] in image_dirs | {p.name for p in out.iterdir()}:
+            if path.is_file() and path.relative_to(out) not in expected:
                 problems.append(f"{path}: stale (not rendered any more)")
     return problems
