@@ -34,10 +34,11 @@ sys.path.insert(0, str(ROOT / "src"))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from imagebuild.build import BuildOptions, build_plan, connect  # noqa: E402
-from imagebuild.build.context import build_context  # noqa: E402
-from imagebuild.build.executor import BASE_LABEL, INPUTS_LABEL, proxy_build_args  # noqa: E402
-from imagebuild.build.progress import Progress  # noqa: E402
+from imagebuild.builder import BuildOptions, build_plan  # noqa: E402
+from imagebuild.builder.context import build_context  # noqa: E402
+from imagebuild.builder.executor import BASE_LABEL, INPUTS_LABEL, proxy_build_args  # noqa: E402
+from imagebuild.builder.progress import Progress  # noqa: E402
+from imagebuild.engine import connect  # noqa: E402
 from imagebuild.inputs import BuildInputs  # noqa: E402
 from imagebuild.models import Plan  # noqa: E402
 

@@ -52,7 +52,7 @@ def _esc(value: str) -> str:
 
 def _default_os_ref(image: ImagePlan) -> str:
     try:
-        from imagebuild.build.bootstrap import spec_for
+        from imagebuild.builder.bootstrap import spec_for
 
         return spec_for(image.variant).tag
     except Exception:  # bootstrap module absent or the variant incomplete: a readable placeholder

@@ -98,7 +98,7 @@ class CpuBuild:
 @pytest.fixture(scope="session")
 def cpu_build(auth_registry, tmp_path_factory):
     """images/cpu.yaml built for real (bootstrap Debian 12 → base → runtime → dev), tagged for the test registry."""
-    from imagebuild.build import connect
+    from imagebuild.engine import connect
     from imagebuild.errors import EngineUnavailable
     from imagebuild.inputs import BuildInputs
     from imagebuild.plan import make_plan

@@ -11,7 +11,8 @@ import uuid
 
 import pytest
 
-from imagebuild.build import bootstrap, connect
+from imagebuild.builder import bootstrap
+from imagebuild.engine import connect
 from imagebuild.errors import EngineUnavailable
 from imagebuild.models import BaseSource, OSInfo, ResolvedVariant, Versions
 

@@ -12,7 +12,7 @@ import json
 import pytest
 from conftest import imagebuild
 
-from imagebuild.build.executor import BASE_LABEL, INPUTS_LABEL
+from imagebuild.builder.executor import BASE_LABEL, INPUTS_LABEL
 
 pytestmark = pytest.mark.integration
 

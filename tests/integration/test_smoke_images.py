@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.engine import ContainerSettings
 from imagebuild.smoke import probe as P
 from imagebuild.smoke import runner
 
@@ -189,7 +190,7 @@ def test_require_gpu_turns_gpu_skips_into_failures(client, runtime_image):
 
 def test_plain_pytest_against_a_running_container(client, runtime_image, tmp_path):
     name = f"{PREFIX}-plain-{uuid.uuid4().hex[:6]}"
-    kw = runner.container_kwargs(runtime_image, name, gpus=False)
+    kw = ContainerSettings(image=runtime_image, name=name).kwargs()
     kw["ulimits"] = kw["ulimits"][1:]  # engines in user namespaces refuse memlock=-1
     c = client.containers.run(**kw)
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_build_support import FakeClient, chain, plan_of
 
-from imagebuild.build.executor import (
+from imagebuild.builder.executor import (
     BASE_LABEL,
     INPUTS_LABEL,
     BuildOptions,
@@ -17,7 +17,7 @@ from imagebuild.build.executor import (
     order_images,
     select_images,
 )
-from imagebuild.build.progress import Progress
+from imagebuild.builder.progress import Progress
 from imagebuild.errors import UsageError
 
 BASE_REF = "example/os:1@sha256:" + "0" * 64
@@ -197,7 +197,7 @@ def test_proxies_and_secret_args_are_build_args_but_not_logged(client, tmp_path)
 
 
 def test_proxy_build_args_from_environment():
-    from imagebuild.build.executor import proxy_build_args
+    from imagebuild.builder.executor import proxy_build_args
 
     env = {"HTTPS_PROXY": "http://proxy:3128", "no_proxy": "localhost,127.0.0.1", "PATH": "/bin"}
     assert proxy_build_args(env) == {"HTTPS_PROXY": "http://proxy:3128", "no_proxy": "localhost,127.0.0.1"}
@@ -224,7 +224,7 @@ def test_cuda_estimate_is_bigger():
 def test_interrupt_removes_tracked_containers(client, tmp_path):
     import threading
 
-    from imagebuild.build.executor import _Run
+    from imagebuild.builder.executor import _Run
 
     a = chain("a", flavors=("base",))
     r = _Run(client, plan_of(a), BuildOptions(log_dir=tmp_path, check_disk=False, proxies={}), Progress())
@@ -237,7 +237,7 @@ def test_interrupt_removes_tracked_containers(client, tmp_path):
 def test_one_bootstrap_for_variants_sharing_an_os(client, tmp_path, monkeypatch):
     from test_build_support import image, variant
 
-    from imagebuild.build import bootstrap
+    from imagebuild.builder import bootstrap
     from imagebuild.models import BaseSource, Plan
 
     calls = []
@@ -266,7 +266,7 @@ def test_one_bootstrap_for_variants_sharing_an_os(client, tmp_path, monkeypatch)
 def test_bootstrap_failure_fails_every_image_on_it(client, tmp_path, monkeypatch):
     from test_build_support import image, variant
 
-    from imagebuild.build import bootstrap
+    from imagebuild.builder import bootstrap
     from imagebuild.models import BaseSource, Plan
 
     def boom(cl, spec, **kw):

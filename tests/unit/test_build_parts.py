@@ -9,10 +9,10 @@ import pytest
 from click.testing import CliRunner
 from test_build_support import DEBIAN12, image, variant
 
-from imagebuild.build import bootstrap
-from imagebuild.build.context import build_context
-from imagebuild.build.engine import connect
-from imagebuild.build.pull import digest_warning, split_ref
+from imagebuild.builder import bootstrap
+from imagebuild.builder.context import build_context
+from imagebuild.builder.pull import digest_warning, split_ref
+from imagebuild.engine import connect
 from imagebuild.errors import EngineUnavailable
 from imagebuild.models import BaseSource, OSInfo
 
@@ -210,7 +210,7 @@ class _PullAPI:
 
 
 def test_pull_when_missing_by_digest_and_warn_without_digest():
-    from imagebuild.build.pull import ensure_pulled
+    from imagebuild.builder.pull import ensure_pulled
 
     api = _PullAPI([{"status": "Pulling from library/ubuntu"}, {"status": "Digest: sha256:abc"}])
     client = type("C", (), {"api": api})()
@@ -223,7 +223,7 @@ def test_pull_when_missing_by_digest_and_warn_without_digest():
 
 
 def test_pull_error_in_stream_under_http_200_fails():
-    from imagebuild.build.pull import PullError, ensure_pulled
+    from imagebuild.builder.pull import PullError, ensure_pulled
 
     api = _PullAPI([{"status": "Pulling"}, {"errorDetail": {"message": "manifest unknown"},
                                            "error": "manifest unknown"}])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from imagebuild.build.stream import BuildStream
+from imagebuild.builder.stream import BuildStream
 from imagebuild.secrets import register_secret
 
 OK_STREAM = [

@@ -6,7 +6,7 @@ import types
 
 import docker
 
-from imagebuild.build.uptodate import BASE_LABEL, INPUTS_LABEL, find_up_to_date
+from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL, find_up_to_date
 
 
 class FakeAPI:

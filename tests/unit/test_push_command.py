@@ -22,7 +22,7 @@ def setup(monkeypatch, tmp_path):
     for img in plan.images:
         api.add(img.tag, image_id="sha256:" + img.flavor)
     monkeypatch.setattr("imagebuild.commands.push._load_plan", lambda m, r: plan)
-    monkeypatch.setattr("imagebuild.push.connect_engine", lambda *a, **k: FakeClient(api))
+    monkeypatch.setattr("imagebuild.engine.connect", lambda *a, **k: FakeClient(api))
     monkeypatch.setattr("imagebuild.push.pusher.RegistryClient", lambda *a, **k: reg)
     monkeypatch.setattr("imagebuild.push.pusher.time.sleep", lambda s: None)
     monkeypatch.delenv("IMAGEBUILD_REGISTRY_USER", raising=False)

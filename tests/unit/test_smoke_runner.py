@@ -12,6 +12,7 @@ import docker
 import pytest
 from click.testing import CliRunner
 
+from imagebuild.engine import ContainerSettings
 from imagebuild.errors import UsageError
 from imagebuild.models import BaseSource, ImagePlan, OSInfo, ResolvedVariant, Versions
 from imagebuild.smoke import runner
@@ -120,13 +121,13 @@ def no_host_gpus(monkeypatch):
 
 
 def test_container_kwargs_match_how_users_run_images():
-    kw = runner.container_kwargs("img:1", "ibdev-smoke-x", gpus=True)
+    kw = ContainerSettings(image="img:1", name="ibdev-smoke-x", gpus=True).kwargs()
     assert kw["network_mode"] == "none" and kw["shm_size"] == "2g" and "ipc_mode" not in kw
     limits = {u["Name"]: (u["Soft"], u["Hard"]) for u in kw["ulimits"]}
     assert limits == {"memlock": (-1, -1), "stack": (67108864, 67108864)}
     assert kw["device_requests"][0]["Count"] == -1 and kw["device_requests"][0]["Capabilities"] == [["gpu"]]
     assert kw["command"] == ["sleep", "infinity"] and "entrypoint" not in kw
-    kw = runner.container_kwargs("img:1", "n", gpus=False, ipc_host=True)
+    kw = ContainerSettings(image="img:1", name="n", ipc_host=True).kwargs()
     assert kw["ipc_mode"] == "host" and "shm_size" not in kw and "device_requests" not in kw
 
 

@@ -40,11 +40,12 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
       imagebuild build --matrix h100.yaml --only '*2.9.1*runtime' --jobs 2 --plain
       imagebuild build --matrix images/cpu.yaml --ca-cert corp-ca.pem --pip-index-url https://u:p@pypi.corp/simple
     """
-    from imagebuild.build import BuildOptions, build_plan, connect, make_progress
+    from imagebuild.builder import BuildOptions, build_plan, make_progress
+    from imagebuild.engine import connect
 
     check_inputs(inputs)
     plan = load_plan(matrix, inputs, registry)
-    client = connect()
+    client = connect("build")  # its timeout also fits --push of multi-GB layers
     progress = make_progress(plain=plain, verbose=verbose)
     options = BuildOptions(force=force, only=tuple(only), keep_going=keep_going, log_dir=log_dir)
     if jobs:
@@ -88,7 +89,6 @@ def push(client, plan, images, by_tag, report_dir: Path, require_tests: bool) ->
             auths[registry] = resolve_auth(registry)
         return auths[registry]
 
-    client.api.timeout = max(getattr(client.api, "timeout", 0) or 0, 1800)  # multi-GB layers
     pushed = push_plan(plan, client=client, auth_for=auth_for, images=images,
                        report_rows={t: result_to_row(r) for t, r in by_tag.items()}, require_tests=require_tests,
                        log=lambda m: click.echo(redact(m), err=True))

@@ -91,9 +91,9 @@ def command(matrix, registry, username, password_stdin, dry_run, only, retries, 
             click.echo(f"push: credentials {auths[reg].describe()}", err=True)
         return auths[reg]
 
-    from imagebuild.push import connect_engine
+    from imagebuild.engine import connect
 
-    client = connect_engine()
+    client = connect("push")
 
     def log(msg: str) -> None:
         click.echo(redact(msg), err=True)

@@ -26,7 +26,6 @@ from imagebuild.push.auth import RegistryAuth, registry_of, repository_path
 from imagebuild.push.registry import RegistryAuthError, RegistryClient, RegistryError
 from imagebuild.secrets import redact
 
-PUSH_CLIENT_TIMEOUT = 1800  # seconds; the SDK's 60 s default cuts multi-GB layer uploads
 DEFAULT_RETRIES = 4
 
 _DIGEST_LINE = re.compile(r"digest: (sha256:[0-9a-f]{64}) size: (\d+)")
@@ -143,7 +142,7 @@ def _split_ref(ref: str) -> tuple[str, str]:
 class Pusher:
     def __init__(
         self,
-        client,  # docker.DockerClient (timeout >= PUSH_CLIENT_TIMEOUT)
+        client,  # docker.DockerClient (from engine.connect("push"): its timeout fits multi-GB uploads)
         auth: RegistryAuth,
         *,
         registry_client: RegistryClient | None = None,

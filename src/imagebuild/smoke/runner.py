@@ -7,7 +7,6 @@ against it (one pytest process per image, JUnit XML + JSON result), and always r
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import re
@@ -21,17 +20,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from imagebuild.engine import ContainerSettings, connect, containers, host_has_gpus
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 PROBE_PATH = Path(__file__).resolve().parent / "probe"  # the in-image probe package (shipped as a zipapp)
 DEFAULT_TIMEOUT = 1800.0
-SHM_SIZE = "2g"
-STACK_BYTES = 67108864
 SMOKE_LABEL = "io.imagebuild.smoke"
-
-_LIVE: dict[str, object] = {}  # container id -> container, removed at exit if still around
-_LIVE_LOCK = threading.Lock()
 
 
 class Interrupted(KeyboardInterrupt):
@@ -70,68 +67,9 @@ def probe_zipapp() -> Path:
     return zipapp_path()
 
 
-def docker_client(timeout: int = 600):
-    """The engine connection every stage uses (`imagebuild.build.connect`): EngineUnavailable when none answers."""
-    from imagebuild.build.engine import connect
-
-    return connect(timeout=timeout)
-
-
-def host_has_gpus(client) -> bool:
-    """Does the engine's host have NVIDIA GPUs we can request?"""
-    if os.environ.get("IMAGEBUILD_SMOKE_GPUS", "").lower() in ("0", "no", "none", "false"):
-        return False
-    try:
-        runtimes = (client.info() or {}).get("Runtimes") or {}
-    except Exception:
-        runtimes = {}
-    return "nvidia" in runtimes or os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi") is not None
-
-
-def container_kwargs(image_ref: str, name: str, gpus: bool, ipc_host: bool = False) -> dict:
-    """What `docker run` the seeds' users do: all GPUs, big /dev/shm (or host IPC), memlock/stack ulimits."""
-    import docker
-
-    kw = {
-        "image": image_ref,
-        "command": ["sleep", "infinity"],  # the image's entrypoint (tini) stays PID 1
-        "name": name,
-        "detach": True,
-        "network_mode": "none",
-        "ulimits": [docker.types.Ulimit(name="memlock", soft=-1, hard=-1),
-                    docker.types.Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES)],
-        "labels": {SMOKE_LABEL: "1"},
-    }
-    if ipc_host:
-        kw["ipc_mode"] = "host"
-    else:
-        kw["shm_size"] = SHM_SIZE
-    if gpus:
-        kw["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-    return kw
-
-
-def _remove(container) -> str | None:
-    cid = getattr(container, "id", None)
-    try:
-        container.remove(force=True, v=True)
-        err = None
-    except Exception as exc:
-        if "No such container" in str(exc) or getattr(exc, "status_code", None) == 404:
-            err = None
-        else:
-            err = str(exc)
-    with _LIVE_LOCK:
-        _LIVE.pop(cid, None)
-    return err
-
-
-@atexit.register
-def _remove_leftovers() -> None:
-    with _LIVE_LOCK:
-        left = list(_LIVE.values())
-    for c in left:
-        _remove(c)
+def docker_client():
+    """The engine connection for smoke runs (`imagebuild.engine.connect`): EngineUnavailable when none answers."""
+    return connect("smoke")
 
 
 @contextmanager
@@ -171,42 +109,49 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def _start(client, kw: dict, extra: dict):
-    """Create + start (so a container that fails to start is still ours to remove). An engine that may not raise
-    memlock/stack limits (rootless, user namespaces) or has no GPU runtime gets a second try without them, noted in
-    `extra["notes"]`."""
-    import docker
-
-    kw = dict(kw)
-    kw.pop("detach", None)
-    for _ in range(4):
-        container = client.containers.create(**kw)
-        with _LIVE_LOCK:
-            _LIVE[container.id] = container
-        try:
-            container.start()
-            return container, None
-        except docker.errors.APIError as exc:
-            _remove(container)
-            msg = str(exc)
-            notes = extra.setdefault("notes", [])
-            if "rlimit" in msg and kw.get("ulimits"):
-                dropped = kw["ulimits"][0]
-                kw["ulimits"] = kw["ulimits"][1:]
-                notes.append(f"engine refused ulimit {dropped['Name']}={dropped['Soft']}: ran without it")
-                continue
-            if kw.get("device_requests") and ("device driver" in msg or "nvidia" in msg.lower()):
-                kw.pop("device_requests")
-                extra["gpus_requested"] = False
-                notes.append(f"GPU request failed ({msg[:200]}): ran without GPUs")
-                continue
-            return None, msg
-    return None, "gave up after retries"
-
-
 def _failed(reason: str, name: str = "container/start", **extra) -> dict:
     return {"passed": 0, "failed": 1, "skipped": 0,
             "checks": [{"name": name, "status": "failed", "reason": reason, "figures": {}}], **extra}
+
+
+@dataclass
+class SuiteRun:
+    """What one smoke run asks of the suite (everything but the container)."""
+
+    label: str  # the image's tag: names the JUnit suite and the result files
+    flavor: str | None = None
+    expectations: dict[str, str] = field(default_factory=dict)
+    require_gpu: bool = False
+    perf: bool = False
+    junit_dir: Path | None = None
+    result_dir: Path | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    pytest_args: list[str] = field(default_factory=list)
+    echo: Callable[[str], None] | None = None
+
+    def command(self, container_name: str, raw_path: Path) -> list[str]:
+        """The pytest command line that runs the suite against `container_name` over testinfra's docker backend."""
+        cmd = [sys.executable, "-m", "pytest", str(SUITE_DIR), f"--hosts=docker://{container_name}",
+               "-c", str(SUITE_DIR / "pytest.ini"), "--rootdir", str(SUITE_DIR), "-p", "no:cacheprovider",
+               "-q", "-rfs", "--smoke-json", str(raw_path)]
+        if self.junit_dir:
+            cmd += ["--junitxml", str(self.junit_path), "-o", f"junit_suite_name={self.label}"]
+        if self.flavor:
+            cmd += ["--flavor", self.flavor]
+        for k, v in sorted(self.expectations.items()):
+            cmd += ["--expect", f"{k}={v}"]
+        if self.require_gpu:
+            cmd.append("--require-gpu")
+        if self.perf:
+            cmd.append("--perf")
+        cmd += ["--probe-timeout", str(int(max(60, self.timeout - 30))), "--probe-pyz", str(probe_zipapp())]
+        return cmd + self.pytest_args
+
+    @property
+    def junit_path(self) -> Path:
+        # absolute: pytest runs with cwd=SUITE_DIR, where a relative path would land elsewhere
+        assert self.junit_dir is not None
+        return Path(self.junit_dir).resolve() / f"{safe_name(self.label)}.xml"
 
 
 def run_smoke(
@@ -252,10 +197,13 @@ def run_smoke(
         flavor = flavor or labels.get("io.imagebuild.flavor")
         use_gpus = host_has_gpus(client) if gpus is None else gpus
         extra.update(flavor=flavor, gpus_requested=use_gpus)
+        settings = ContainerSettings(image=image_ref, name=name, gpus=use_gpus, ipc_host=ipc_host,
+                                     labels={SMOKE_LABEL: "1"})
+        run = SuiteRun(label or image_ref, flavor, dict(expectations or {}), require_gpu, perf,
+                       Path(junit_dir) if junit_dir else None, Path(result_dir) if result_dir else None,
+                       timeout, list(pytest_args), echo)
         with _signals_raise():
-            return _run_in_container(client, image_ref, name, flavor, expectations or {}, use_gpus, ipc_host,
-                                     require_gpu, perf, junit_dir, result_dir, timeout, list(pytest_args),
-                                     label or image_ref, echo, extra, t0)
+            return _run_in_container(client, settings, run, extra, t0)
     finally:
         if own_client:
             try:
@@ -264,14 +212,11 @@ def run_smoke(
                 pass
 
 
-def _run_in_container(client, image_ref, name, flavor, expectations, use_gpus, ipc_host, require_gpu, perf,
-                      junit_dir, result_dir, timeout, pytest_args, label, echo, extra, t0) -> dict:
+def _run_in_container(client, settings: ContainerSettings, run: SuiteRun, extra: dict, t0: float) -> dict:
+    """Start the container, run the suite against it, always remove it."""
     container = None
-    proc = None
-    tmp = None
     try:
-        kw = container_kwargs(image_ref, name, use_gpus, ipc_host)
-        container, err = _start(client, kw, extra)
+        container, err = containers.start(client, settings.kwargs(), extra)
         if container is None:
             return _failed(f"container did not start: {err}", **extra)
         container.reload()
@@ -281,87 +226,84 @@ def _run_in_container(client, image_ref, name, flavor, expectations, use_gpus, i
             return _failed(f"container exited right after start (exit {state.get('ExitCode')}, "
                            f"{state.get('Error') or logs[-800:] or 'no output'})", **extra)
         extra["start_seconds"] = round(time.time() - t0, 2)
+        return _run_suite(settings.name, run, extra, t0)
+    finally:
+        if container is not None:
+            err = containers.remove(container)
+            if err:
+                extra["remove_error"] = err
 
-        # absolute: pytest runs with cwd=SUITE_DIR, where a relative "reports/tests" would land elsewhere
-        out_dir = Path(result_dir).resolve() if result_dir else None
+
+def _run_suite(container_name: str, run: SuiteRun, extra: dict, t0: float) -> dict:
+    """One pytest process over the running container; its JSON result turned into the tests dict."""
+    tmp = None
+    proc = None
+    try:
+        out_dir = Path(run.result_dir).resolve() if run.result_dir else None
         if out_dir is None:
             tmp = tempfile.mkdtemp(prefix="imagebuild-smoke-")
             out_dir = Path(tmp)
         out_dir.mkdir(parents=True, exist_ok=True)
-        base = safe_name(label)
-        json_path = out_dir / f"{base}.json"
+        base = safe_name(run.label)
         raw_path = out_dir / f"{base}.pytest.json"
         log_path = out_dir / f"{base}.log"
-        cmd = [sys.executable, "-m", "pytest", str(SUITE_DIR), f"--hosts=docker://{name}",
-               "-c", str(SUITE_DIR / "pytest.ini"), "--rootdir", str(SUITE_DIR), "-p", "no:cacheprovider",
-               "-q", "-rfs", "--smoke-json", str(raw_path)]
-        if junit_dir:
-            Path(junit_dir).mkdir(parents=True, exist_ok=True)
-            junit_path = Path(junit_dir).resolve() / f"{base}.xml"
-            cmd += ["--junitxml", str(junit_path), "-o", f"junit_suite_name={label}"]
-            extra["junit"] = str(junit_path)
-        if flavor:
-            cmd += ["--flavor", flavor]
-        for k, v in sorted(expectations.items()):
-            cmd += ["--expect", f"{k}={v}"]
-        if require_gpu:
-            cmd.append("--require-gpu")
-        if perf:
-            cmd.append("--perf")
-        cmd += ["--probe-timeout", str(int(max(60, timeout - 30))), "--probe-pyz", str(probe_zipapp())]
-        cmd += pytest_args
+        if run.junit_dir:
+            Path(run.junit_dir).mkdir(parents=True, exist_ok=True)
+            extra["junit"] = str(run.junit_path)
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-        if echo:
-            echo(f"testing {label} in container {name}")
+        if run.echo:
+            run.echo(f"testing {run.label} in container {container_name}")
         with open(log_path, "w") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                    cwd=str(SUITE_DIR))
+            proc = subprocess.Popen(run.command(container_name, raw_path), stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, start_new_session=True, cwd=str(SUITE_DIR))
             try:
-                proc.wait(timeout=max(1.0, timeout - (time.time() - t0)))
+                proc.wait(timeout=max(1.0, run.timeout - (time.time() - t0)))
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
-                return _failed(f"smoke suite timed out after {timeout:.0f} s (log: {log_path})", "suite/timeout",
-                               **extra, log=str(log_path), seconds=round(time.time() - t0, 2))
+                return _failed(f"smoke suite timed out after {run.timeout:.0f} s (log: {log_path})",
+                               "suite/timeout", **extra, log=str(log_path), seconds=round(time.time() - t0, 2))
         extra["log"] = str(log_path)
         if not raw_path.exists():
             tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-5:])
             return _failed(f"pytest exited {proc.returncode} without a result: {tail[-1500:]}", "suite/run", **extra)
         raw = json.loads(raw_path.read_text())
         raw_path.unlink()
-        hosts = list((raw.get("hosts") or {}).values())
-        host = hosts[0] if hosts else {}
-        probe = host.get("probe") or {}
-        tests = {
-            "passed": raw["passed"], "failed": raw["failed"], "skipped": raw["skipped"],
-            "checks": [{k: c[k] for k in ("name", "status", "reason", "figures")} for c in raw["checks"]],
-            **extra,
-            "flavor": host.get("flavor", flavor),
-            "docker_exec": host.get("docker_exec"),
-            "probe_seconds": (probe.get("probe") or {}).get("seconds"),
-            "probe_wall_seconds": host.get("probe_wall_seconds"),
-            "gpu": bool((probe.get("gpu") or {}).get("available")),
-            "pytest_exit": proc.returncode,
-        }
-        if host.get("probe_error"):
-            tests["probe_error"] = host["probe_error"]
-        if not raw["checks"]:
-            tests.update(failed=1, checks=[{"name": "suite/run", "status": "failed", "figures": {},
-                                            "reason": f"pytest ran no checks (exit {proc.returncode}, log {log_path})"}])
+        tests, probe = _collect(raw, run, extra, proc.returncode, log_path)
         tests["seconds"] = round(time.time() - t0, 2)
-        if result_dir:
-            doc = dict(tests, probe=probe)
-            json_path.write_text(json.dumps(doc, indent=2, default=str))
+        if run.result_dir:
+            json_path = out_dir / f"{base}.json"
+            json_path.write_text(json.dumps(dict(tests, probe=probe), indent=2, default=str))
             tests["result_json"] = str(json_path)
         return tests
     finally:
         if proc is not None:
             _kill_group(proc)
-        if container is not None:
-            err = _remove(container)
-            if err:
-                extra["remove_error"] = err
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _collect(raw: dict, run: SuiteRun, extra: dict, exit_code: int, log_path: Path) -> tuple[dict, dict]:
+    """The suite's `--smoke-json` document -> (ImageResult.tests dict, the raw probe JSON)."""
+    hosts = list((raw.get("hosts") or {}).values())
+    host = hosts[0] if hosts else {}
+    probe = host.get("probe") or {}
+    tests = {
+        "passed": raw["passed"], "failed": raw["failed"], "skipped": raw["skipped"],
+        "checks": [{k: c[k] for k in ("name", "status", "reason", "figures")} for c in raw["checks"]],
+        **extra,
+        "flavor": host.get("flavor", run.flavor),
+        "docker_exec": host.get("docker_exec"),
+        "probe_seconds": (probe.get("probe") or {}).get("seconds"),
+        "probe_wall_seconds": host.get("probe_wall_seconds"),
+        "gpu": bool((probe.get("gpu") or {}).get("available")),
+        "pytest_exit": exit_code,
+    }
+    if host.get("probe_error"):
+        tests["probe_error"] = host["probe_error"]
+    if not raw["checks"]:
+        tests.update(failed=1, checks=[{"name": "suite/run", "status": "failed", "figures": {},
+                                        "reason": f"pytest ran no checks (exit {exit_code}, log {log_path})"}])
+    return tests, probe
 
 
 def test_images(images, results=None, *, only: str | None = None, **kwargs) -> list[tuple[object, dict]]:

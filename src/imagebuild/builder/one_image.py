@@ -13,19 +13,19 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from imagebuild.build.bases import base_image_id
-from imagebuild.build.buildargs import register_secret_url
-from imagebuild.build.context import build_context
-from imagebuild.build.describe import describe
-from imagebuild.build.interrupt import shutdown_response
-from imagebuild.build.stream import BuildStream, open_log
-from imagebuild.build.uptodate import BASE_LABEL, INPUTS_LABEL, find_up_to_date
+from imagebuild.builder.bases import base_image_id
+from imagebuild.builder.buildargs import register_secret_url
+from imagebuild.builder.context import build_context
+from imagebuild.builder.describe import describe
+from imagebuild.builder.interrupt import shutdown_response
+from imagebuild.builder.stream import BuildStream, open_log
+from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL, find_up_to_date
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan, ImageResult
 from imagebuild.secrets import redact, register_secret
 
 if TYPE_CHECKING:
-    from imagebuild.build.state import RunState
+    from imagebuild.builder.state import RunState
 
 
 def build_one(run: RunState, img: ImagePlan) -> ImageResult:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import concurrent.futures as cf
 from typing import TYPE_CHECKING
 
-from imagebuild.build.disk import preflight_disk_check
-from imagebuild.build.one_image import build_one
-from imagebuild.build.order import order_images
+from imagebuild.builder.disk import preflight_disk_check
+from imagebuild.builder.one_image import build_one
+from imagebuild.builder.order import order_images
 from imagebuild.models import ImagePlan, ImageResult
 
 if TYPE_CHECKING:
-    from imagebuild.build.state import RunState
+    from imagebuild.builder.state import RunState
 
 DONE = ("built", "up-to-date")
 FAILED = ("failed", "not-built")

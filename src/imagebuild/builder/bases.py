@@ -10,14 +10,14 @@ from __future__ import annotations
 import concurrent.futures as cf
 from typing import TYPE_CHECKING
 
-from imagebuild.build import bootstrap as bootstrap_mod
-from imagebuild.build.pull import ensure_pulled
+from imagebuild.builder import bootstrap as bootstrap_mod
+from imagebuild.builder.pull import ensure_pulled
 from imagebuild.errors import UsageError
 from imagebuild.models import ImagePlan
 from imagebuild.secrets import redact
 
 if TYPE_CHECKING:
-    from imagebuild.build.state import RunState
+    from imagebuild.builder.state import RunState
 
 
 def base_key(img: ImagePlan) -> str:

@@ -11,7 +11,7 @@ from imagebuild.models import ImageResult
 from imagebuild.secrets import redact
 
 if TYPE_CHECKING:
-    from imagebuild.build.state import RunState
+    from imagebuild.builder.state import RunState
 
 
 def describe(run: RunState, res: ImageResult) -> None:

@@ -27,7 +27,7 @@ class BuildOptions:
     force: bool = False
     only: tuple[str, ...] = ()  # fnmatch patterns on tag, short tag or id
     keep_going: bool = False
-    log_dir: Path = Path("build/logs")
+    log_dir: Path = Path("reports/logs")  # what the CLI defaults to
     created: str | None = None  # CREATED build arg; default: SOURCE_DATE_EPOCH or now (UTC)
     revision: str | None = None  # REVISION build arg; default: `git rev-parse HEAD` or "unknown"
     proxies: dict[str, str] | None = None  # None: HTTP(S)_PROXY/NO_PROXY (+ lowercase) from the environment

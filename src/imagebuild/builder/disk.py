@@ -10,14 +10,14 @@ from __future__ import annotations
 import shutil
 from typing import TYPE_CHECKING
 
-from imagebuild.build import bootstrap as bootstrap_mod
-from imagebuild.build.engine import local_root_dir
-from imagebuild.build.uptodate import INPUTS_LABEL
+from imagebuild.builder import bootstrap as bootstrap_mod
+from imagebuild.builder.uptodate import INPUTS_LABEL
+from imagebuild.engine import local_root_dir
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan
 
 if TYPE_CHECKING:
-    from imagebuild.build.state import RunState
+    from imagebuild.builder.state import RunState
 
 GB = 1000**3
 # final-image growth per flavor, bytes (what the flavor adds on top of its parent)

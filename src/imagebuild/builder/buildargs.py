@@ -11,7 +11,7 @@ import os
 import subprocess
 from datetime import datetime, timezone
 
-from imagebuild.build.options import BuildOptions
+from imagebuild.builder.options import BuildOptions
 from imagebuild.secrets import register_secret
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")

@@ -16,13 +16,13 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from imagebuild.build import bootstrap as bootstrap_mod
+from imagebuild.builder import bootstrap as bootstrap_mod
 from imagebuild.models import ImageResult
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from imagebuild.build.state import RunState
+    from imagebuild.builder.state import RunState
 
 
 class _Terminated(KeyboardInterrupt):

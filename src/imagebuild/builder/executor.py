@@ -21,12 +21,12 @@ This module is the entry point (`build_plan`) and keeps the names other code imp
 
 from __future__ import annotations
 
-from imagebuild.build import interrupt as _interrupt
-from imagebuild.build import one_image as _one_image
-from imagebuild.build import schedule as _schedule
-from imagebuild.build.bases import base_image_id as _base_image_id
-from imagebuild.build.buildargs import PROXY_VARS, proxy_build_args, register_secret_url
-from imagebuild.build.disk import (
+from imagebuild.builder import interrupt as _interrupt
+from imagebuild.builder import one_image as _one_image
+from imagebuild.builder import schedule as _schedule
+from imagebuild.builder.bases import base_image_id as _base_image_id
+from imagebuild.builder.buildargs import PROXY_VARS, proxy_build_args, register_secret_url
+from imagebuild.builder.disk import (
     BOOTSTRAP_ESTIMATE,
     DISK_MARGIN,
     GB,
@@ -36,13 +36,13 @@ from imagebuild.build.disk import (
     check_disk,
     estimate_bytes,
 )
-from imagebuild.build.options import BuildFailed, BuildOptions, default_jobs
-from imagebuild.build.order import order_images, select_images
-from imagebuild.build.progress import Progress
-from imagebuild.build.schedule import DONE, FAILED
-from imagebuild.build.state import RunState
-from imagebuild.build.uptodate import BASE_LABEL, INPUTS_LABEL
-from imagebuild.build.uptodate import find_up_to_date as _find_up_to_date
+from imagebuild.builder.options import BuildFailed, BuildOptions, default_jobs
+from imagebuild.builder.order import order_images, select_images
+from imagebuild.builder.progress import Progress
+from imagebuild.builder.schedule import DONE, FAILED
+from imagebuild.builder.state import RunState
+from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
+from imagebuild.builder.uptodate import find_up_to_date as _find_up_to_date
 from imagebuild.models import ImagePlan, ImageResult, Plan
 
 __all__ = [

@@ -11,10 +11,10 @@ import concurrent.futures as cf
 import threading
 from pathlib import Path
 
-from imagebuild.build.buildargs import created_arg, proxy_build_args, register_secret_url, revision_arg
-from imagebuild.build.options import BuildOptions
-from imagebuild.build.order import select_images
-from imagebuild.build.progress import Progress
+from imagebuild.builder.buildargs import created_arg, proxy_build_args, register_secret_url, revision_arg
+from imagebuild.builder.options import BuildOptions
+from imagebuild.builder.order import select_images
+from imagebuild.builder.progress import Progress
 from imagebuild.models import ImagePlan, ImageResult, Plan
 
 

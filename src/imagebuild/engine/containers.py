@@ -1,0 +1,137 @@
+"""How our containers are started: the launch settings users need for PyTorch (GPUs, a big /dev/shm or the host's
+IPC namespace, memlock/stack ulimits, the network) in one dataclass, and a start/remove pair that tracks every
+container it created so none outlives the process.
+
+Shared by the smoke runner (which starts each image the way its users run it) and anything else that starts an
+image. NCCL and DataLoader workers fail on Docker's 64 MB /dev/shm, hence the defaults.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.containers import Container
+
+SHM_SIZE = "2g"
+STACK_BYTES = 67108864  # 64 MiB: what NVIDIA's images recommend (`--ulimit stack=67108864`)
+NO_GPU_ENV = "IMAGEBUILD_SMOKE_GPUS"  # "0"/"no"/"none"/"false": never request GPUs
+
+_LIVE: dict[str, Container] = {}  # container id -> container, removed at exit if still around
+_LIVE_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ContainerSettings:
+    """One container's launch settings; `kwargs()` is what `client.containers.create` takes."""
+
+    image: str
+    name: str
+    command: list[str] = field(default_factory=lambda: ["sleep", "infinity"])  # the entrypoint (tini) stays PID 1
+    gpus: bool = False  # all GPUs (`--gpus all`)
+    ipc_host: bool = False  # `--ipc=host`, else a SHM_SIZE /dev/shm
+    shm_size: str = SHM_SIZE
+    memlock_unlimited: bool = True
+    stack_bytes: int | None = STACK_BYTES
+    network: str = "none"  # "none" or "host": never a bridge network
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def kwargs(self) -> dict[str, Any]:
+        import docker
+
+        ulimits = []
+        if self.memlock_unlimited:
+            ulimits.append(docker.types.Ulimit(name="memlock", soft=-1, hard=-1))
+        if self.stack_bytes:
+            ulimits.append(docker.types.Ulimit(name="stack", soft=self.stack_bytes, hard=self.stack_bytes))
+        kw: dict[str, Any] = {
+            "image": self.image,
+            "command": list(self.command),
+            "name": self.name,
+            "detach": True,
+            "network_mode": self.network,
+            "ulimits": ulimits,
+            "labels": dict(self.labels),
+        }
+        if self.ipc_host:
+            kw["ipc_mode"] = "host"
+        else:
+            kw["shm_size"] = self.shm_size
+        if self.gpus:
+            kw["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        return kw
+
+
+def host_has_gpus(client: docker.DockerClient) -> bool:
+    """Does the engine's host have NVIDIA GPUs we can request?"""
+    if os.environ.get(NO_GPU_ENV, "").lower() in ("0", "no", "none", "false"):
+        return False
+    try:
+        runtimes = (client.info() or {}).get("Runtimes") or {}
+    except Exception:
+        runtimes = {}
+    return "nvidia" in runtimes or os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi") is not None
+
+
+def remove(container: Container) -> str | None:
+    """Remove (force, with volumes) and forget a tracked container; the error text, or None when it is gone."""
+    cid = getattr(container, "id", None)
+    try:
+        container.remove(force=True, v=True)
+        err = None
+    except Exception as exc:
+        if "No such container" in str(exc) or getattr(exc, "status_code", None) == 404:
+            err = None
+        else:
+            err = str(exc)
+    with _LIVE_LOCK:
+        _LIVE.pop(str(cid), None)
+    return err
+
+
+@atexit.register
+def remove_leftovers() -> None:
+    with _LIVE_LOCK:
+        left = list(_LIVE.values())
+    for c in left:
+        remove(c)
+
+
+def start(client: docker.DockerClient, kw: dict[str, Any],
+          extra: dict[str, Any]) -> tuple[Container | None, str | None]:
+    """Create + start (so a container that fails to start is still ours to remove): (container, None) or
+    (None, error). An engine that may not raise memlock/stack limits (rootless, user namespaces) or has no GPU
+    runtime gets another try without them, noted in `extra["notes"]` (and `extra["gpus_requested"] = False`)."""
+    import docker
+
+    kw = dict(kw)
+    kw.pop("detach", None)
+    for _ in range(4):
+        container = client.containers.create(**kw)
+        with _LIVE_LOCK:
+            _LIVE[str(container.id)] = container
+        try:
+            container.start()
+            return container, None
+        except docker.errors.APIError as exc:
+            remove(container)
+            msg = str(exc)
+            notes = extra.setdefault("notes", [])
+            if "rlimit" in msg and kw.get("ulimits"):
+                dropped = kw["ulimits"][0]
+                kw["ulimits"] = kw["ulimits"][1:]
+                notes.append(f"engine refused ulimit {dropped['Name']}={dropped['Soft']}: ran without it")
+                continue
+            if kw.get("device_requests") and ("device driver" in msg or "nvidia" in msg.lower()):
+                kw.pop("device_requests")
+                extra["gpus_requested"] = False
+                notes.append(f"GPU request failed ({msg[:200]}): ran without GPUs")
+                continue
+            return None, msg
+    return None, "gave up after retries"
