@@ -301,7 +301,10 @@ def test_runtime_torch_from_wheels_only(rendered):
         assert "nvidia/cuda" not in text
         assert "--prefix /opt/stage" in text and "COPY --from=pip" in _stages(text)[-1][1] + text
         final = _stages(text)[-1][1]
-        assert "pip install" not in final and "apt-get" not in final
+        assert "pip install" not in final
+        # the only apt step of the final stage is torch.compile's toolchain: compilers and Python.h, no dev tools
+        py = re.search(r"/opt/venv/lib/python(3\.\d+)/site-packages", text).group(1)
+        assert set(_apt_packages(final)) == {"g++", "gcc", "libc6-dev", f"libpython{py}-dev"}, case
 
 
 def test_torch_index_override(ca_file, wheelhouse):

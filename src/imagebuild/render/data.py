@@ -56,6 +56,11 @@ DEV_APT = (
     "vim-tiny",
 )
 
+# runtime: the smallest toolchain `torch.compile` needs at run time: Inductor builds its CPU kernels with a C++
+# compiler (OpenMP via libgomp), Triton builds its launcher with the C compiler; both include Python.h, which
+# comes from libpython<X.Y>-dev (added per variant). Not make, cmake, git or debuggers: those are dev's.
+RUNTIME_COMPILE_APT = ("g++", "gcc", "libc6-dev")
+
 # transformer_engine builder stage (apt side; the pip side is computed from the variant).
 TE_BUILD_APT = ("build-essential", "git")
 TE_BUILD_PIP = ("ninja", "packaging", "pybind11", "setuptools", "wheel")

@@ -296,6 +296,7 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
             }
         ctx["te"] = te
         ctx["torch_requirements"] = _torch_requirements(variant) + extra_pip
+        ctx["compile_apt"] = sorted(set(data.RUNTIME_COMPILE_APT) | {f"libpython{py}-dev"})
         ctx["flavor_apt"] = sorted(set(extra_apt))
         pip_requirements = ctx["torch_requirements"]  # type: ignore[assignment]
         files[f"{FILES_DIR}/imagebuild_tf32.py"] = _render_file("files/imagebuild_tf32.py.j2", tf32=variant.tf32)

@@ -94,6 +94,19 @@ RUN set -eux; \
 FROM ${BASE_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 USER 0
+# torch.compile at run time: Inductor compiles C++ (CPU) and Triton builds a C launcher (GPU), both against Python.h.
+# Only the compilers and headers, not the dev toolchain; before the pip layer so a torch change keeps this layer.
+# DL3008: package versions come from the OS mirror/snapshot the base was bootstrapped from, not pinned per package.
+# hadolint ignore=DL3008
+RUN set -eux; \
+    apt-get update; \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        g++ \
+        gcc \
+        libc6-dev \
+        libpython3.12-dev; \
+    apt-get clean; \
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
 COPY --from=pip-te /opt/removed.txt /tmp/imagebuild-removed.txt
 RUN if [ -s /tmp/imagebuild-removed.txt ]; then xargs -d '\n' rm -rf -- < /tmp/imagebuild-removed.txt; fi; \
     rm -f /tmp/imagebuild-removed.txt

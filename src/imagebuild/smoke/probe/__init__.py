@@ -11,10 +11,14 @@ One module per kind of check (goss style), each with a `run(probe)` and the pure
     amp          autocast training steps (CUDA fp16/bf16, CPU bf16)
     distributed  NCCL/gloo all_reduce in child processes; NCCL_DEBUG log parsing
     te           transformer_engine import and FP8 (in a child process)
+    torch_compile  section "compile": torch.compile (Inductor C++ on CPU, Triton on CUDA) vs eager; names what the
+                 toolchain lacks (compiler, Python.h, libcuda in the loader cache)
+    release      PyTorch's release smoke checks: OpenMP, CPU ISA, conv2d, SVD, numpy; cuDNN/NCCL versions vs
+                 compile-time and the nvidia-* packages; CUDA and GDS error paths
     dev          C++ extension, nvcc; services: JupyterLab, sshd
     perf         GEMM TFLOP/s, NCCL bus bandwidth
     common       Probe (results, torch import, GPU state), subprocess helpers, watchdog, table
-    __main__     the command line: --sections --perf --timeout --output --table (+ hidden --dist-worker, --te-child)
+    __main__     the command line: --sections --perf --timeout --output --table (+ hidden --dist-worker, --child)
     pack         builds the one-file zipapp (probe.pyz) that is shipped into containers
 
 Inside the package, modules import each other by the top-level name `probe` (no relative imports), which is what

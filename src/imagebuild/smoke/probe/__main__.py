@@ -17,12 +17,27 @@ import time
 if not __package__:  # `python path/to/probe` (the directory): make `probe` importable from its parent
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from probe import amp, dev, distributed, gpu, libraries, perf, system, te, tf32, versions  # noqa: E402
+from probe import (  # noqa: E402
+    amp,
+    dev,
+    distributed,
+    gpu,
+    libraries,
+    perf,
+    release,
+    system,
+    te,
+    tf32,
+    torch_compile,
+    versions,
+)
 from probe.common import DEFAULT_SECTIONS, SECTIONS, Probe, render_table, watchdog, write_all  # noqa: E402
 
 RUNNERS = {"system": system.run, "versions": versions.run, "libraries": libraries.run, "gpu": gpu.run,
            "tf32": tf32.run, "amp": amp.run, "distributed": distributed.run, "te": te.run, "dev": dev.run,
-           "perf": perf.run}
+           "compile": torch_compile.run, "release": release.run, "perf": perf.run}
+# sections that run part of their work in a child probe (`--child SECTION`): a crash there cannot end the probe
+CHILD_RUNNERS = {"te": te.child, "compile": torch_compile.child, "release": release.child}
 
 
 def main(argv=None) -> int:
@@ -36,7 +51,8 @@ def main(argv=None) -> int:
     ap.add_argument("--output", help="also write the JSON to this file")
     ap.add_argument("--table", metavar="FILE", help="render a saved result as a table and exit")
     ap.add_argument("--dist-worker", metavar="BACKEND", help=argparse.SUPPRESS)
-    ap.add_argument("--te-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=sorted(CHILD_RUNNERS), help=argparse.SUPPRESS)
+    ap.add_argument("--te-child", action="store_const", dest="child", const="te", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.table:
@@ -65,8 +81,8 @@ def main(argv=None) -> int:
     probe = Probe(sections, perf=args.perf, deadline=deadline)
     if args.timeout:
         watchdog(args.timeout, probe, out_fd)
-    if args.te_child:
-        te.child(probe)
+    if args.child:
+        CHILD_RUNNERS[args.child](probe)
     else:
         probe.run(RUNNERS)
     text = json.dumps(probe.doc, default=str, indent=None)

@@ -13,7 +13,8 @@ import time
 import traceback
 
 PROBE_VERSION = 1
-SECTIONS = ("system", "versions", "libraries", "gpu", "tf32", "amp", "distributed", "te", "dev", "perf")
+SECTIONS = ("system", "versions", "libraries", "gpu", "tf32", "amp", "distributed", "te", "compile", "release", "dev",
+            "perf")
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ("dev", "perf"))
 NO_GPU = "no GPU visible in the container"
 NO_CUDA_TORCH = NO_GPU + " (CPU variant: torch built without CUDA)"
@@ -132,7 +133,7 @@ _BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from probe.__main__ im
 
 
 def child_argv(args) -> list:
-    """The command line of a child probe (`--dist-worker`, `--te-child`) running this same probe code.
+    """The command line of a child probe (`--dist-worker`, `--child SECTION`) running this same probe code.
 
     From a zipapp (`python probe.pyz`): `python probe.pyz ARGS`. From the package directory (`python -m probe`,
     `imagebuild.smoke.probe`): `python -c BOOT PARENT ARGS`, which imports `probe` from its parent directory only.

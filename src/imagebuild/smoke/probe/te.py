@@ -27,7 +27,7 @@ def run(p):
         p.check("te.fp8", "skipped", "transformer_engine is not installed")
         return
     # isolated: a broken TE build can abort the process
-    res = run_child(["--sections", "te", "--te-child"], timeout=p.remaining(300))
+    res = run_child(["--sections", "te", "--child", "te"], timeout=p.remaining(300))
     if res.get("error"):
         p.check("te.import", "failed", res["error"])
         p.check("te.fp8", "skipped", "transformer_engine probe did not finish")

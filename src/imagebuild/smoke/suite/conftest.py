@@ -34,8 +34,8 @@ IMAGEBUILD_DEFAULTS = {"user": "ml", "uid": "1000", "venv": "/opt/venv", "entryp
                        "workdir": "/workspace"}
 SECTIONS_BY_FLAVOR = {
     "base": ("system", "versions", "libraries"),
-    "runtime": ("system", "versions", "libraries", "gpu", "tf32", "amp", "distributed", "te"),
-    "dev": ("system", "versions", "libraries", "gpu", "tf32", "amp", "distributed", "te", "dev"),
+    "runtime": ("system", "versions", "libraries", "gpu", "tf32", "amp", "distributed", "te", "compile", "release"),
+    "dev": ("system", "versions", "libraries", "gpu", "tf32", "amp", "distributed", "te", "compile", "release", "dev"),
 }
 
 

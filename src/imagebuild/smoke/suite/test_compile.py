@@ -1,0 +1,27 @@
+"""torch.compile with the default Inductor backend: C++ kernels on CPU, Triton kernels on CUDA, compared with eager.
+A failure names what the image lacks (C/C++ compiler, Python.h, libcuda in the loader cache)."""
+
+import pytest
+
+pytestmark = pytest.mark.flavor("runtime")
+
+
+def test_toolchain(check):
+    check("compile.toolchain")
+
+
+def test_cpu_function(check):
+    check("compile.cpu_function")
+
+
+def test_cpu_module(check):
+    check("compile.cpu_module")
+
+
+def test_cpu_max_autotune(check):
+    check("compile.cpu_max_autotune")
+
+
+@pytest.mark.parametrize("what", ["function", "module"])
+def test_cuda(check, what):
+    check(f"compile.cuda_{what}", gpu=True)
