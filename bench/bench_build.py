@@ -41,6 +41,7 @@ from imagebuild.builder.progress import Progress  # noqa: E402
 from imagebuild.engine import connect  # noqa: E402
 from imagebuild.inputs import BuildInputs  # noqa: E402
 from imagebuild.models import Plan  # noqa: E402
+from imagebuild.units import format_size  # noqa: E402
 
 console = Console(width=150)
 rows: list[tuple[str, str, str]] = []  # (measure, value, note)
@@ -60,10 +61,6 @@ for d in md.distributions(path=[p for p in sys.path if p.startswith('/opt/venv')
     total += n
 print(json.dumps({"total": total, "per": per}))
 """
-
-
-def gb(n: float) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
 def add(measure: str, value: str, note: str = "") -> None:
@@ -254,8 +251,8 @@ def bench_size(client, refs: list[tuple[str, str | None]]) -> None:
         added = sum(n for name, n in pkgs["per"].items() if name not in before)
         floor = psize + added
         top = sorted(((n, name) for name, n in pkgs["per"].items() if name not in before), reverse=True)[:3]
-        add(f"size {ref}", gb(size), f"floor {gb(floor)} = parent {gb(psize)} + packages {gb(added)} "
-            f"({', '.join(f'{name} {gb(n)}' for n, name in top)})")
+        add(f"size {ref}", format_size(size), f"floor {format_size(floor)} = parent {format_size(psize)} "
+            f"+ packages {format_size(added)} ({', '.join(f'{name} {format_size(n)}' for n, name in top)})")
         add(f"ratio size / floor {ref.rsplit(':', 1)[-1]}", f"{size / floor:.3f}", "(goal <= 1.03)")
 
 

@@ -30,6 +30,7 @@ import shutil
 from pathlib import Path
 
 from imagebuild.models import FLAVORS, ImagePlan, Plan
+from imagebuild.plan.tags import references
 
 PARENT_CONTEXT = "imagebuild-parent"
 OS_CONTEXT = "imagebuild-os"
@@ -95,13 +96,12 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
             args["BASE_IMAGE"] = OS_CONTEXT
         args.setdefault("CREATED", "${CREATED}")
         args.setdefault("REVISION", "${REVISION}")
-        tags = [image.tag] + [a if ":" in a.rsplit("/", 1)[-1] else f"{image.repository}:{a}" for a in image.aliases]
         targets[name] = {
             "context": contexts[image.id],
             "dockerfile": dockerfiles.get(image.id, "Dockerfile"),
             "contexts": ctx,
             "args": args,
-            "tags": [_esc(t) for t in dict.fromkeys(tags)],
+            "tags": [_esc(t) for t in references(image)],
             "labels": {k: _esc(v) for k, v in sorted(image.labels.items())},
         }
         groups["default"]["targets"].append(name)

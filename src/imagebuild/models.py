@@ -124,7 +124,7 @@ class ImagePlan:
     context_dirs: dict[str, Path] = field(default_factory=dict)  # big host folders (wheelhouse): ctx path -> dir
     secret_build_args: dict[str, str] = field(default_factory=dict)  # never hashed, labelled, logged or reported;
     # only builder stages may use them (credentialed index URLs), so they never reach the final image's history
-    aliases: tuple[str, ...] = ()  # short tags, e.g. "2.9-cuda12.8-runtime"
+    aliases: tuple[str, ...] = ()  # the plan's alias decision: full references or short tags of `repository`
     dockerfile_path: Path | None = None  # where `render` wrote it
 
     @property

@@ -19,15 +19,9 @@ from pathlib import Path
 import pytest
 
 from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions
-from imagebuild.push import (
-    PushAuthError,
-    Pusher,
-    RegistryAuth,
-    RegistryClient,
-    alias_owners,
-    push_plan,
-    repository_path,
-)
+from imagebuild.oci import Reference, RegistryAuth, RegistryClient
+from imagebuild.plan.tags import references
+from imagebuild.push import PushAuthError, Pusher, push_plan
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import start_registry as shared_start_registry  # noqa: E402
@@ -106,7 +100,7 @@ class Images:
             parent_id = self.build({f"{flavor}.bin": data}, parent_id, plan.tag)
             plans.append(plan)
         for p in plans:
-            self.refs.update(alias_owners(plans)[p.tag])
+            self.refs.update(references(p))
         return plans
 
     def cleanup(self) -> None:
@@ -153,7 +147,8 @@ def auth(address: str, password: str = PASSWORD) -> RegistryAuth:
 
 def direct_digest(registry: dict, ref: str, ca: str | None = None) -> str | None:
     client = RegistryClient(auth(registry["REGISTRY"]), ca_file=ca or registry.get("REGISTRY_CA"))
-    return client.manifest_digest(repository_path(ref), ref.rsplit(":", 1)[1])
+    parsed = Reference.parse(ref)
+    return client.manifest_digest(parsed.repository, parsed.tag)
 
 
 # -- tests -------------------------------------------------------------------------------------------------------
@@ -178,7 +173,7 @@ def test_push_chain_then_pull_back_under_new_name(docker_client, registry, image
     dev = plans[-1]
     original = docker_client.api.inspect_image(dev.tag)
     payload = None
-    for ref in [dev.tag] + alias_owners(plans)[dev.tag][1:]:
+    for ref in references(dev):
         docker_client.api.remove_image(ref, force=True)
     repo, tag = dev.tag.rsplit(":", 1)
     out = list(docker_client.api.pull(repo, tag, stream=True, decode=True,

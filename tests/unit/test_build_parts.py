@@ -11,10 +11,11 @@ from test_build_support import DEBIAN12, image, variant
 
 from imagebuild.builder import bootstrap
 from imagebuild.builder.context import build_context
-from imagebuild.builder.pull import digest_warning, split_ref
+from imagebuild.builder.pull import digest_warning
 from imagebuild.engine import connect
 from imagebuild.errors import EngineUnavailable
 from imagebuild.models import BaseSource, OSInfo
+from imagebuild.oci import Reference
 
 UBUNTU = OSInfo(id="ubuntu24.04", family="ubuntu", version="24.04", codename="noble", system_python="3.12",
                 installable_pythons=("3.12",), mirror="http://archive.ubuntu.com/ubuntu", glibc="2.39",
@@ -144,11 +145,16 @@ def test_existing_bootstrap_is_reused():
 
 
 # -- pull / engine ----------------------------------------------------------------------------------------------
-def test_split_ref_and_digest_warning():
-    assert split_ref("ubuntu:24.04@sha256:abc") == ("ubuntu", "24.04", "sha256:abc")
-    assert split_ref("localhost:5000/x/y:1") == ("localhost:5000/x/y", "1", None)
-    assert split_ref("localhost:5000/x/y") == ("localhost:5000/x/y", None, None)
-    assert digest_warning("ubuntu:24.04@sha256:abc") is None
+def test_reference_parts_and_digest_warning():
+    def parts(text):
+        ref = Reference.parse(text)
+        return ref.name, ref.tag, ref.digest
+
+    digest = "sha256:" + "ab" * 32
+    assert parts(f"ubuntu:24.04@{digest}") == ("ubuntu", "24.04", digest)
+    assert parts("localhost:5000/x/y:1") == ("localhost:5000/x/y", "1", None)
+    assert parts("localhost:5000/x/y") == ("localhost:5000/x/y", None, None)
+    assert digest_warning(f"ubuntu:24.04@{digest}") is None
     assert "not pinned by digest" in digest_warning("nvidia/cuda:12.8.1-base-ubuntu24.04")
 
 

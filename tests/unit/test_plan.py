@@ -108,6 +108,13 @@ def test_aliases_follow_newest_patch(h100_variants):
         "2.7.1-cuda12.8-cudnn9-py3.12-ubuntu24.04-dev")
 
 
+def test_registry_override_is_checked(h100_variants):
+    from imagebuild.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"--registry 'reg.io/ML'.*lowercase"):
+        plan_from_variants(h100_variants, BuildInputs(), registry="reg.io/ML")
+
+
 def test_select_brings_parents(h100_variants):
     plan = plan_from_variants(h100_variants, BuildInputs())
     chosen = select(plan, "*2.9.1-cuda13.0*-dev")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import docker.errors
 import pytest
 
 from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions
-from imagebuild.push import PushAuthError, Pusher, RegistryAuth, RegistryAuthError, push_plan
-from imagebuild.push.pusher import alias_owners
+from imagebuild.oci import RegistryAuth, RegistryAuthError
+from imagebuild.plan.tags import assign_aliases, references
+from imagebuild.push import PushAuthError, Pusher, push_plan
 
 REG = "127.0.0.1:5999"
 D1 = "sha256:" + "1" * 64
@@ -118,7 +121,7 @@ def test_push_records_digest_bytes_and_aliases():
     img = make_image(aliases=("2.9-cuda12.8-runtime",))
     pusher, api, reg, sleeps, _ = make_pusher()
     api.add(img.tag)
-    rec = pusher.push_image(img, alias_owners([img])[img.tag])
+    rec = pusher.push_image(img, references(img))
     assert rec["status"] == "pushed"
     assert rec["digest"] == D1
     assert rec["pushed"] == [img.tag, f"{REG}/pytorch:2.9-cuda12.8-runtime"]
@@ -252,10 +255,12 @@ def test_missing_local_image_is_reported():
 
 
 def test_moving_alias_goes_to_newest_patch():
-    old = make_image("2.9.0", aliases=("2.9-cuda12.8-runtime",))
-    new = make_image("2.9.1", aliases=("2.9-cuda12.8-runtime",))
-    newer_minor = make_image("2.10.0", aliases=("2.10-cuda12.8-runtime",))
-    owners = alias_owners([old, new, newer_minor])
+    """The plan decides who owns an alias (plan.tags.assign_aliases); push reads it (plan.tags.references)."""
+    images = [make_image(torch) for torch in ("2.9.0", "2.9.1", "2.10.0")]
+    owned = assign_aliases([img.variant for img in images], "runtime", REG)  # variant key -> alias reference
+    old, new, newer_minor = (dataclasses.replace(img, aliases=tuple(a for k, a in owned.items() if k == img.variant.key))
+                             for img in images)
+    owners = {img.tag: references(img) for img in (old, new, newer_minor)}
     assert owners[old.tag] == [old.tag]
     assert owners[new.tag] == [new.tag, f"{REG}/pytorch:2.9-cuda12.8-runtime"]
     assert owners[newer_minor.tag][1].endswith(":2.10-cuda12.8-runtime")
@@ -302,6 +307,13 @@ def test_moving_alias_local_tag_on_previous_build_is_retagged():
     pusher, api, reg, *_ = make_pusher()
     api.add(img.tag, image_id="sha256:new")
     api.add(f"{REG}/pytorch:2.9-cuda12.8-runtime", image_id="sha256:old")
-    rec = pusher.push_image(img, alias_owners([img])[img.tag])
+    rec = pusher.push_image(img, references(img))
     assert rec["status"] == "pushed"
     assert api.tag_calls == [("sha256:new", f"{REG}/pytorch", "2.9-cuda12.8-runtime")]
+
+
+def test_push_plan_fails_a_tag_that_is_not_a_reference():
+    img = make_image(registry="reg.io:99999")
+    results = push_plan(Plan("m", [img]), client=None, auth_for=lambda r: None, require_tests=False)
+    assert results[0].push["status"] == "failed"
+    assert "port '99999'" in results[0].push["error"]

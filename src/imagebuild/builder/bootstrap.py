@@ -27,6 +27,7 @@ from pathlib import Path
 
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ResolvedVariant
+from imagebuild.oci import Reference
 from imagebuild.secrets import has_credentials, redact, register_secret
 
 BOOTSTRAP_FORMAT = "1"  # bump when the way the rootfs is made changes (invalidates every bootstrap image)
@@ -172,7 +173,8 @@ def find_existing(client, spec: BootstrapSpec) -> str | None:
     except docker.errors.ImageNotFound:
         pass
     for img in client.api.images(filters={"label": f"{HASH_LABEL}={h}"}):
-        client.api.tag(img["Id"], *spec.tag.rsplit(":", 1))
+        ref = Reference.parse(spec.tag)
+        client.api.tag(img["Id"], ref.name, ref.tag)
         return img["Id"]
     return None
 
@@ -282,7 +284,8 @@ def _run(cmd: list[str], env: dict, log, on_line: Callable[[str], None] | None) 
 
 
 def _import(client, tar_path: Path, spec: BootstrapSpec, h: str) -> str:
-    repo, tag = spec.tag.rsplit(":", 1)
+    ref = Reference.parse(spec.tag)
+    repo, tag = ref.name, ref.tag
     labels = {
         HASH_LABEL: h,
         "io.imagebuild.os": spec.os_id,

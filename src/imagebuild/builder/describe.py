@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from imagebuild.models import ImageResult
+from imagebuild.oci import Reference
+from imagebuild.plan.tags import references
 from imagebuild.secrets import redact
 
 if TYPE_CHECKING:
@@ -28,10 +30,9 @@ def describe(run: RunState, res: ImageResult) -> None:
     except Exception as exc:
         run.warn(f"{res.tag}: could not read size/history: {exc}")
     if run.options.tag_aliases:
-        for alias in img.aliases:
-            # aliases are full references ("repo:2.9-cuda12.8-runtime") or short tags of the image's repository
-            repo, tag = alias.rsplit(":", 1) if ":" in alias.rsplit("/", 1)[-1] else (img.repository, alias)
+        for alias in references(img)[1:]:
             try:
-                run.client.api.tag(res.image_id, repo, tag)
+                ref = Reference.parse(alias)
+                run.client.api.tag(res.image_id, ref.name, ref.tag)
             except Exception as exc:
                 run.warn(f"{res.tag}: could not tag alias {alias}: {exc}")

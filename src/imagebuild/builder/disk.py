@@ -15,6 +15,7 @@ from imagebuild.builder.uptodate import INPUTS_LABEL
 from imagebuild.engine import local_root_dir
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan
+from imagebuild.units import format_size
 
 if TYPE_CHECKING:
     from imagebuild.builder.state import RunState
@@ -50,10 +51,6 @@ def estimate_bytes(images: list[ImagePlan]) -> int:
     return total
 
 
-def _short(n: int) -> str:
-    return f"{n / GB:.1f} GB"
-
-
 def check_disk(client, to_build: list[ImagePlan], bootstraps: int, free_bytes: int | None = None,
                root: str | None = None) -> str | None:
     """Refuse (DiskSpaceError) when the engine's free space cannot hold the plan; returns a note when unchecked."""
@@ -71,10 +68,11 @@ def check_disk(client, to_build: list[ImagePlan], bootstraps: int, free_bytes: i
             k = f"{_kind(img).upper() if _kind(img) == 'cpu' else 'CUDA'} {img.flavor}"
             counts[k] = counts.get(k, 0) + 1
         what = ", ".join(f"{n} {k}" for k, n in counts.items())
+        free, needed, margin = (format_size(n, digits=1) for n in (free_bytes, need, DISK_MARGIN))
         raise DiskSpaceError(
-            f"not enough disk space for this build: the engine's data-root {root or ''} has {_short(free_bytes)} "
-            f"free, building {what} needs about {_short(need)} (estimate incl. builder stages and "
-            f"{_short(DISK_MARGIN)} margin); free space (docker image prune / docker builder prune) or build fewer "
+            f"not enough disk space for this build: the engine's data-root {root or ''} has {free} "
+            f"free, building {what} needs about {needed} (estimate incl. builder stages and "
+            f"{margin} margin); free space (docker image prune / docker builder prune) or build fewer "
             "images with --only"
         )
     return None

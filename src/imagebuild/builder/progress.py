@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from imagebuild.models import ImageResult
+from imagebuild.units import format_size
 
 STYLES = {
     "waiting": "dim",
@@ -32,16 +33,6 @@ STYLES = {
     "skipped": "dim",
     "interrupted": "red",
 }
-
-
-def human_size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}" if n < 10 else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
 
 
 def human_time(seconds: float | None) -> str:
@@ -136,7 +127,7 @@ class Progress:
                              overflow="fold" if col == "tag" else "ellipsis")
         for r in results:
             table.add_row(r.tag, Text(r.status, style=STYLES.get(r.status, "")), human_time(r.build_seconds),
-                          human_size(r.size))
+                          format_size(r.size))
         with self._lock:
             self.console.print(table)
             counts: dict[str, int] = {}

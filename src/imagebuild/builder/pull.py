@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from imagebuild.errors import ImagebuildError
+from imagebuild.oci import Reference, ReferenceError
 from imagebuild.secrets import redact
 
 
@@ -12,27 +13,11 @@ class PullError(ImagebuildError):
     pass
 
 
-def split_ref(ref: str) -> tuple[str, str | None, str | None]:
-    """`repo[:tag][@digest]` -> (repo, tag, digest)."""
-    digest = None
-    if "@" in ref:
-        ref, digest = ref.split("@", 1)
-    tag = None
-    last = ref.rsplit("/", 1)[-1]
-    if ":" in last:
-        ref, tag = ref.rsplit(":", 1)
-    return ref, tag, digest
-
-
-def has_digest(ref: str) -> bool:
-    return split_ref(ref)[2] is not None
-
-
 def digest_warning(ref: str) -> str | None:
-    if has_digest(ref):
+    if Reference.parse(ref).digest is not None:
         return None
     return (f"base image {ref} is not pinned by digest: upstream tags move; "
-            f"pin it as {ref.split('@')[0]}@sha256:<digest>")
+            f"pin it as {ref}@sha256:<digest>")
 
 
 def ensure_pulled(client, ref: str, warn: Callable[[str], None] | None = None,
@@ -40,6 +25,10 @@ def ensure_pulled(client, ref: str, warn: Callable[[str], None] | None = None,
     """Image ID of `ref`, pulling it when the engine does not have it. Errors in the pull stream fail."""
     import docker
 
+    try:
+        parsed = Reference.parse(ref)
+    except ReferenceError as exc:
+        raise PullError(f"base image {ref!r} is not a valid image reference: {exc}") from None
     w = digest_warning(ref)
     if w and warn:
         warn(w)
@@ -47,9 +36,8 @@ def ensure_pulled(client, ref: str, warn: Callable[[str], None] | None = None,
         return client.api.inspect_image(ref)["Id"]
     except docker.errors.ImageNotFound:
         pass
-    repo, tag, digest = split_ref(ref)
     try:
-        stream = client.api.pull(repo, tag=digest or tag or "latest", stream=True, decode=True)
+        stream = client.api.pull(parsed.name, tag=parsed.digest or parsed.tag or "latest", stream=True, decode=True)
         for chunk in stream:
             if not isinstance(chunk, dict):
                 continue

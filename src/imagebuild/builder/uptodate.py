@@ -8,6 +8,7 @@ must make its children stale.
 from __future__ import annotations
 
 from imagebuild.models import ImagePlan
+from imagebuild.oci import Reference
 
 INPUTS_LABEL = "io.imagebuild.inputs-hash"
 BASE_LABEL = "io.imagebuild.base-id"
@@ -36,7 +37,7 @@ def find_up_to_date(client, img: ImagePlan, base_id: str) -> str | None:
         # a 1.3 GB pip stage matching its 0.2 GB base). Only tagged images are finished imagebuild images.
         tags = [t for t in (entry.get("RepoTags") or []) if t and t != "<none>:<none>"]
         if tags and ok(entry.get("Labels")):
-            repo, tag = img.tag.rsplit(":", 1)
-            client.api.tag(entry["Id"], repo, tag)
+            ref = Reference.parse(img.tag)
+            client.api.tag(entry["Id"], ref.name, ref.tag)
             return entry["Id"]
     return None

@@ -78,7 +78,8 @@ def smoke_test(client, images, by_tag, report_dir: Path) -> bool:
 
 def push(client, plan, images, by_tag, report_dir: Path, require_tests: bool) -> bool:
     """--push: push built (and, with --test, tested) images; fills ImageResult.push. False when one failed."""
-    from imagebuild.push import push_plan, resolve_auth
+    from imagebuild.oci import resolve_auth
+    from imagebuild.push import push_plan
     from imagebuild.report.writer import result_to_row
     from imagebuild.secrets import redact
 

@@ -55,7 +55,9 @@ def command(matrix, registry, username, password_stdin, dry_run, only, retries, 
       echo "$TOKEN" | imagebuild push -m cpu.yaml --registry 127.0.0.1:5000/ml -u ci --password-stdin
     """
     from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
-    from imagebuild.push import alias_owners, gate, push_plan, read_password_stdin, registry_of, resolve_auth
+    from imagebuild.oci import Reference, ReferenceError, read_password_stdin, resolve_auth
+    from imagebuild.plan.tags import references
+    from imagebuild.push import gate, push_plan
     from imagebuild.report import report_rows, write_reports
     from imagebuild.secrets import redact
 
@@ -70,16 +72,17 @@ def command(matrix, registry, username, password_stdin, dry_run, only, retries, 
     require_tests = not untested
 
     if dry_run:
-        owners = alias_owners(plan.images)
         for image in images:
             reason = gate(image, rows.get(image.tag), require_tests)
-            refs = owners.get(image.tag) or [image.tag]
-            where = registry_of(image.tag)
+            try:
+                refs = [Reference.parse(ref) for ref in references(image)]
+            except ReferenceError as exc:
+                raise UsageError(f"{image.tag}: {exc}") from None
             head = f"{image.tag}" + (f"  (not pushed: {reason})" if reason else "")
             click.echo(head)
             for ref in refs[1:]:
-                click.echo(f"    + alias {ref.rsplit(':', 1)[1]}")
-            click.echo(f"    -> {where}")
+                click.echo(f"    + alias {ref.tag}")
+            click.echo(f"    -> {refs[0].registry}")
         click.echo(f"dry run: {len(images)} image(s); nothing pushed")
         return EXIT_OK
 

@@ -1,4 +1,5 @@
 """The matrix file: YAML with line numbers, its schema, and defaults/matrix/include/exclude expansion.
+(Image references in it are checked with `imagebuild.oci`.)
 
     load_matrix(path) -> MatrixDoc      find_matrix(name) -> Path      parse_matrix(text, file) -> MatrixDoc
 """
@@ -7,7 +8,6 @@ from imagebuild.matrix.doc import MatrixDoc, display_name, load_matrix, parse_ma
 from imagebuild.matrix.expand import RawVariant
 from imagebuild.matrix.fields import REQUIRED_FIELDS, VARIANT_FIELDS
 from imagebuild.matrix.find import available, find_matrix
-from imagebuild.matrix.reference import Reference, ReferenceError, parse_reference
 from imagebuild.matrix.schema import TOP_KEYS, parse_size
 
 __all__ = [
@@ -16,13 +16,10 @@ __all__ = [
     "VARIANT_FIELDS",
     "MatrixDoc",
     "RawVariant",
-    "Reference",
-    "ReferenceError",
     "available",
     "display_name",
     "find_matrix",
     "load_matrix",
     "parse_matrix",
-    "parse_reference",
     "parse_size",
 ]

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from imagebuild.compat import Tables
-from imagebuild.matrix.reference import ReferenceError, parse_reference
 from imagebuild.models import FLAVORS, PARENT_FLAVOR
+from imagebuild.oci.reference import ReferenceError, parse_reference
 
 TORCH_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 CUDA_RE = re.compile(r"^\d+\.\d+$")

@@ -15,9 +15,9 @@ from typing import Any
 from imagebuild.compat import Tables
 from imagebuild.errors import Problem
 from imagebuild.matrix.fields import VARIANT_FIELDS, Bad, check_field, describe, suggest
-from imagebuild.matrix.reference import ReferenceError, check_registry, check_repository_name
 from imagebuild.matrix.yamlload import Loaded, YPath
 from imagebuild.models import FLAVORS
+from imagebuild.oci.reference import ReferenceError, check_registry, check_repository_name
 
 TOP_KEYS = ("name", "registry", "gpu_archs", "defaults", "matrix", "include", "exclude", "ca_certs",
             "size_budget", "perf_min")

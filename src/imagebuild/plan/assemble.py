@@ -5,8 +5,10 @@ from __future__ import annotations
 import fnmatch
 from pathlib import Path
 
+from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ImagePlan, Plan, ResolvedVariant
+from imagebuild.oci import ReferenceError, check_registry
 from imagebuild.plan import tags
 from imagebuild.plan.hashing import inputs_hash, save_cache
 
@@ -49,6 +51,11 @@ def plan_from_variants(
 ) -> Plan:
     from imagebuild.render import render_image  # imported late: rendering needs jinja2 and the templates
 
+    if registry:  # the matrix's own `registry` was checked with the schema; '' means local-only tags
+        try:
+            check_registry(registry)
+        except ReferenceError as exc:
+            raise UsageError(f"--registry {registry!r}: {exc}") from None
     images: list[ImagePlan] = []
     aliases = {f: tags.assign_aliases(variants, f, registry) for f in FLAVORS}
     for variant in variants:

@@ -7,13 +7,15 @@ Short aliases (moving; they follow the newest patch in the plan):
   <registry>/<name>:<major.minor>-cuda<cuda>-<flavor>    e.g. pytorch:2.9-cuda12.8-runtime
   <registry>/<name>:<major.minor>-cpu-<flavor>
 When several variants share an alias (same torch minor and CUDA, other Python/OS), it goes to the newest torch patch,
-then the newest Python, then the first in matrix order.
+then the newest Python, then the first in matrix order. This is the only place that decides who owns an alias:
+`ImagePlan.aliases` carries the decision, and build (tagging), bake and push read it through `references()`.
 """
 
 from __future__ import annotations
 
 from imagebuild.compat import vtuple
-from imagebuild.models import ResolvedVariant
+from imagebuild.models import ImagePlan, ResolvedVariant
+from imagebuild.oci import alias_reference
 
 
 def repository(variant: ResolvedVariant, registry: str | None) -> str:
@@ -50,3 +52,10 @@ def assign_aliases(variants: list[ResolvedVariant], flavor: str, registry: str |
         if best is None or rank > best[0]:  # strictly newer wins; ties keep matrix order
             owners[key] = (rank, order, variant)
     return {v.key: f"{repository(v, registry)}:{key}" for key, (_, _, v) in owners.items()}
+
+
+def references(image: ImagePlan) -> list[str]:
+    """Every reference `image` is published under: its full tag, then the aliases the plan gave it, as full
+    references (short aliases are tags of the image's repository), without repeats."""
+    refs = [image.tag, *(alias_reference(image.repository, alias) for alias in image.aliases)]
+    return list(dict.fromkeys(refs))

@@ -1,28 +1,27 @@
-"""Push built images to a registry: retries, digest verification, skip-if-unchanged, credentials.
+"""Push built images to a registry: retries, digest verification, skip-if-unchanged.
+
+The registry client, credentials and image references live in `imagebuild.oci`; which references an image is pushed
+under (its tag and the aliases it owns) is the plan's decision (`imagebuild.plan.tags.references`).
 
     from imagebuild.engine import connect
-    from imagebuild.push import push_plan, resolve_auth
+    from imagebuild.oci import resolve_auth
+    from imagebuild.push import push_plan
     results = push_plan(plan, client=connect("push"), auth_for=lambda reg: resolve_auth(reg))
 """
 
-from imagebuild.push.auth import RegistryAuth, read_password_stdin, registry_of, repository_path, resolve_auth
 from imagebuild.push.pusher import (
     DEFAULT_RETRIES,
     PushAuthError,
     Pusher,
     PushError,
-    alias_owners,
     classify,
     gate,
     parse_push_stream,
     push_plan,
     result_for,
 )
-from imagebuild.push.registry import RegistryAuthError, RegistryClient, RegistryError
 
 __all__ = [
-    "DEFAULT_RETRIES", "PushAuthError", "PushError", "Pusher", "RegistryAuth",
-    "RegistryAuthError", "RegistryClient", "RegistryError", "alias_owners", "classify", "gate",
-    "parse_push_stream", "push_plan", "read_password_stdin", "registry_of", "repository_path", "resolve_auth",
+    "DEFAULT_RETRIES", "PushAuthError", "PushError", "Pusher", "classify", "gate", "parse_push_stream", "push_plan",
     "result_for",
 ]

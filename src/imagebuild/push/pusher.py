@@ -8,6 +8,10 @@ authorization failures are never retried: the credentials are checked against th
 from the engine after a good check (the engine lost the auth challenge to a failed ping) is re-checked and retried
 as transient only when the registry still accepts the credentials.
 
+Which references an image is pushed under (full tag + the aliases it owns) is the plan's decision
+(`imagebuild.plan.tags.references`); references are parsed with `imagebuild.oci.Reference`, and the registry is asked
+with `imagebuild.oci.RegistryClient`.
+
 Per reference: skip when the registry's manifest digest for the tag is one of the local image's RepoDigests for that
 repository (already there); otherwise push, take the digest from the stream (`aux.Digest`, or the
 `<tag>: digest: sha256:… size: N` line), then verify that the registry serves exactly that digest for the tag.
@@ -22,8 +26,15 @@ from dataclasses import dataclass, field
 
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan, ImageResult, Plan
-from imagebuild.push.auth import RegistryAuth, registry_of, repository_path
-from imagebuild.push.registry import RegistryAuthError, RegistryClient, RegistryError
+from imagebuild.oci import (
+    Reference,
+    ReferenceError,
+    RegistryAuth,
+    RegistryAuthError,
+    RegistryClient,
+    RegistryError,
+)
+from imagebuild.plan.tags import references
 from imagebuild.secrets import redact
 
 DEFAULT_RETRIES = 4
@@ -106,39 +117,6 @@ def parse_push_stream(chunks: Iterable[dict], on_chunk: Callable[[dict], None] |
     return res
 
 
-def alias_owners(images: list[ImagePlan]) -> dict[str, list[str]]:
-    """image.tag -> references to push for it: its full tag, then the aliases it owns.
-
-    A moving alias (`2.9-cuda12.8-runtime`) claimed by several images of the plan goes to the newest one: the highest
-    torch version, then the highest CUDA, then the highest Python (numerically, so 2.10 > 2.9)."""
-    claims: dict[str, list[ImagePlan]] = {}
-    for img in images:
-        for alias in img.aliases:
-            ref = alias if ":" in alias.rsplit("/", 1)[-1] else f"{img.repository}:{alias}"
-            claims.setdefault(ref, []).append(img)
-    owner = {ref: max(imgs, key=_newness) for ref, imgs in claims.items()}
-    out: dict[str, list[str]] = {img.tag: [img.tag] for img in images}
-    for ref, img in owner.items():
-        if ref != img.tag:
-            out[img.tag].append(ref)
-    return out
-
-
-def _vkey(v: str | None) -> tuple:
-    parts = re.findall(r"\d+|[a-z]+", (v or "").lower())
-    return tuple((0, int(p)) if p.isdigit() else (-1, p) for p in parts)
-
-
-def _newness(img: ImagePlan) -> tuple:
-    v = img.variant.versions
-    return (_vkey(v.torch), _vkey(v.cuda), _vkey(v.python), img.tag)
-
-
-def _split_ref(ref: str) -> tuple[str, str]:
-    repo, _, tag = ref.rpartition(":")
-    return repo, tag
-
-
 class Pusher:
     def __init__(
         self,
@@ -162,7 +140,6 @@ class Pusher:
         self.log = log
         self.registry = registry_client or RegistryClient(auth, ca_file=ca_file, sleep=sleep, log=log)
         self._auth_checked: set[str] = set()
-        self.push_calls = 0  # engine push requests made (tests count them)
 
     # -- one image ---------------------------------------------------------------------------------------------
     def push_image(self, image: ImagePlan, refs: list[str] | None = None) -> dict:
@@ -215,10 +192,15 @@ class Pusher:
         self._auth_checked.add(repo_path)
 
     def _push_ref(self, ref: str, image_id: str, local_digests: set[str], rec: dict) -> None:
-        repo, tag = _split_ref(ref)
-        if registry_of(repo) != self.auth.registry:
+        try:
+            parsed = Reference.parse(ref)
+        except ReferenceError as exc:
+            raise PushError(f"{ref}: {exc}") from None
+        if parsed.registry != self.auth.registry:
             raise PushError(f"{ref}: not in registry {self.auth.registry}")
-        repo_path = repository_path(repo)
+        if not parsed.tag or parsed.digest:
+            raise PushError(f"{ref}: a pushed reference needs a tag and no digest")
+        repo, tag, repo_path = parsed.name, parsed.tag, parsed.repository
         self._check_auth(repo_path)
         try:
             remote = self.registry.manifest_digest(repo_path, tag)
@@ -231,7 +213,7 @@ class Pusher:
             return
         if self._local_id(ref) != image_id:  # missing, or a moving alias still on the previous build
             self.client.api.tag(image_id, repo, tag, force=True)
-        result = self._push_with_retries(repo, tag, rec)
+        result = self._push_with_retries(repo, tag, repo_path, rec)
         try:
             served = self.registry.manifest_digest(repo_path, tag)
         except RegistryAuthError as exc:
@@ -257,7 +239,7 @@ class Pusher:
         except docker.errors.ImageNotFound:
             return None
 
-    def _push_with_retries(self, repo: str, tag: str, rec: dict) -> StreamResult:
+    def _push_with_retries(self, repo: str, tag: str, repo_path: str, rec: dict) -> StreamResult:
         import docker.errors
         import requests.exceptions
 
@@ -266,7 +248,6 @@ class Pusher:
         while True:
             attempt += 1
             rec["attempts"] += 1
-            self.push_calls += 1
             try:
                 stream = self.client.api.push(repo, tag, stream=True, decode=True,
                                               auth_config=self.auth.sdk_auth_config())
@@ -287,8 +268,8 @@ class Pusher:
             if kind == "auth":
                 if _DENIED.search(message):
                     raise PushAuthError(f"{ref}: {message}")
-                self._auth_checked.discard(repository_path(repo))
-                self._check_auth(repository_path(repo))  # raises when the registry refuses the credentials
+                self._auth_checked.discard(repo_path)
+                self._check_auth(repo_path)  # raises when the registry refuses the credentials
                 kind = "transient"  # credentials are good: the engine lost the auth challenge (failed ping)
                 message += " (the registry accepts the credentials: retrying as transient)"
             if kind == "fatal":
@@ -299,21 +280,12 @@ class Pusher:
             self.log(f"{ref}: {message}; retry {attempt}/{self.retries} in {delay:.1f}s")
             self.sleep(delay)
 
-    # -- many images ---------------------------------------------------------------------------------------------
-    def push_images(self, images: list[ImagePlan], results: dict[str, ImageResult] | None = None,
-                    all_images: list[ImagePlan] | None = None) -> list[ImageResult]:
-        """Push `images` (plan order: parents first) with their aliases; one ImageResult per image with `push` set.
 
-        `all_images` (the whole plan) decides which image owns a moving alias, so `--only 2.9.0-*` never moves
-        `2.9-…` away from 2.9.1. `results` (tag -> earlier ImageResult) is updated in place when given.
-        A PushAuthError stops everything (the remaining images would fail the same way)."""
-        owners = alias_owners(all_images or images)
-        out = []
-        for image in images:
-            res = (results or {}).get(image.tag) or result_for(image)
-            res.push = self.push_image(image, owners.get(image.tag) or [image.tag])
-            out.append(res)
-        return out
+def _push_registry(tag: str) -> str | None:
+    """The registry `tag` is pushed to; None when it names none (`pytorch:…`, `ml/pytorch:…` are local or Docker Hub
+    names: pushing them needs an explicit registry). Raises ReferenceError for a tag that is not a reference."""
+    ref = Reference.parse(tag)
+    return ref.registry if ref.domain is not None else None
 
 
 def result_for(image: ImagePlan) -> ImageResult:
@@ -364,22 +336,30 @@ def push_plan(
     rows = report_rows or {}
     results: list[ImageResult] = []
     pushers: dict[str, Pusher] = {}
-    owners = alias_owners(plan.images)
     for image in selected:
         res = result_for(image)
+        refs = references(image)
         reason = gate(image, rows.get(image.tag), require_tests)
-        registry = registry_of(image.tag)
-        if reason is None and (registry == "docker.io" and not image.tag.startswith("docker.io/")):
-            reason = "no registry in the tag (set `registry` in the matrix or pass --registry)"
-        if reason:
+        registry = None
+        if reason is None:
+            try:
+                registry = _push_registry(image.tag)
+            except ReferenceError as exc:
+                log(f"{image.tag}: push failed: {exc}")
+                res.push = {"status": "failed", "error": f"{image.tag}: {exc}", "tags": refs}
+                results.append(res)
+                continue
+            if registry is None:
+                reason = "no registry in the tag (set `registry` in the matrix or pass --registry)"
+        if reason or registry is None:
             log(f"{image.tag}: not pushed: {reason}")
-            res.push = {"status": "skipped", "reason": reason, "tags": owners.get(image.tag, [image.tag])}
+            res.push = {"status": "skipped", "reason": reason, "tags": refs}
             results.append(res)
             continue
         if registry not in pushers:
             pushers[registry] = Pusher(client, auth_for(registry), retries=retries, log=log, ca_file=ca_file,
                                        sleep=sleep)
-        res.push = pushers[registry].push_image(image, owners.get(image.tag) or [image.tag])
+        res.push = pushers[registry].push_image(image, refs)
         if res.push["status"] == "failed":
             log(f"{image.tag}: push failed: {res.push.get('error')}")
         results.append(res)

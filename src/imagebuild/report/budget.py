@@ -1,4 +1,5 @@
-"""Sizes: format, Dockerfile steps from image history, size budgets (sizes are parsed by matrix.parse_size)."""
+"""Sizes: Dockerfile steps from image history, size budgets (sizes are parsed by matrix.parse_size and formatted by
+imagebuild.units.format_size)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,7 @@ import re
 
 from imagebuild.models import ImageResult
 from imagebuild.secrets import redact
-
-
-def format_size(n: int | None) -> str:
-    if n is None:
-        return "–"
-    for unit, f in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if abs(n) >= f:
-            return f"{n / f:.2f} {unit}"
-    return f"{n} B"
-
+from imagebuild.units import format_size
 
 _ARGS_PREFIX = re.compile(r"^\|\d+\s+.*?(?=/bin/sh -c |RUN |COPY |ADD |$)")
 

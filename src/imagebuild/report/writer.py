@@ -19,8 +19,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from imagebuild.models import ImageResult, Plan
-from imagebuild.report.budget import format_size, largest_layers
+from imagebuild.report.budget import largest_layers
 from imagebuild.secrets import redact
+from imagebuild.units import format_size
 
 JSON_NAME = "build-report.json"
 MD_NAME = "build-report.md"

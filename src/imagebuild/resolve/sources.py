@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 
 from imagebuild.compat import TorchRelease, cuda_tag
-from imagebuild.matrix import RawVariant, parse_reference
+from imagebuild.matrix import RawVariant
 from imagebuild.models import BaseSource, OSInfo
+from imagebuild.oci import Reference
 from imagebuild.resolve.context import Ctx
 
 # nvidia/cuda tags: X.Y.Z-{base|runtime|devel}-<os> and X.Y.Z-cudnn[N]-{runtime|devel}-<os>
@@ -23,7 +24,7 @@ def _os_of_official(path: str, tag: str | None) -> str | None:
 
 
 def _check_registry_base(ctx: Ctx, rv: RawVariant, ref_text: str, osinfo: OSInfo) -> bool:
-    ref = parse_reference(ref_text)
+    ref = Reference.parse(ref_text)
     path = ref.path
     if path == "nvidia/cuda" and ref.tag and (m := _NVIDIA_CUDA_TAG.match(ref.tag)):
         cuda_ver, cudnn, kind, tag_os = m.groups()

@@ -11,7 +11,7 @@ import stat
 import pytest
 
 from imagebuild.errors import UsageError
-from imagebuild.push import read_password_stdin, registry_of, repository_path, resolve_auth
+from imagebuild.oci import Reference, read_password_stdin, resolve_auth
 from imagebuild.secrets import redact
 
 REG = "127.0.0.1:5000"
@@ -103,5 +103,6 @@ def test_read_password_stdin():
     ("reg:5000/a/b@sha256:" + "0" * 64, "reg:5000", "a/b"),
 ])
 def test_reference_parsing(ref, reg, path):
-    assert registry_of(ref) == reg
-    assert repository_path(ref) == path
+    parsed = Reference.parse(ref)
+    assert parsed.registry == reg
+    assert parsed.repository == path

@@ -10,12 +10,22 @@
 The first component is a domain only when it contains "." or ":" or is "localhost" (docker's rule), so
 `nvidia/cuda:12.8.1-base-ubuntu24.04` is Docker Hub's `nvidia/cuda`. Errors say which part is wrong, because "invalid
 reference format" is what users get from docker and it helps nobody.
+
+`Reference` keeps the reference as written (`str()` gives it back unchanged, which is what Dockerfiles and tags carry)
+and answers the normalised questions: `.registry` (the host: `docker.io` when none is written) and `.repository` (the
+path inside that registry: `library/ubuntu` for Docker Hub's official images), as registries and the engine see them.
+Moving aliases (`2.9-cuda12.8-runtime`) are decided by the plan (`imagebuild.plan.tags`); `alias_reference` turns an
+alias, written as a full reference or as a short tag of the image's repository, into the reference it is pushed as.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+DOCKER_HUB = "docker.io"  # the registry of a reference that names none
+_HUB_ALIASES = frozenset({DOCKER_HUB, "index.docker.io"})  # docker normalises the legacy name too
+_OFFICIAL = "library"  # Docker Hub's namespace for single-component names: `ubuntu` is `library/ubuntu`
 
 _DOMAIN_LABEL = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _HOST = re.compile(rf"^(?:{_DOMAIN_LABEL}(?:\.{_DOMAIN_LABEL})*|\[[0-9a-fA-F:.]+\])$")
@@ -26,16 +36,58 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _NAME_MAX = 255
 
 
+class ReferenceError(ValueError):
+    """The message names the wrong part of the reference."""
+
+
 @dataclass(frozen=True)
 class Reference:
-    domain: str | None  # "registry.example.internal:5000"; None = Docker Hub
-    path: str  # "ml/pytorch", "nvidia/cuda", "ubuntu"
-    tag: str | None
-    digest: str | None
+    """An image reference as written: `Reference.parse("ubuntu:24.04")` has domain None, path "ubuntu"."""
+
+    domain: str | None  # "registry.example.internal:5000"; None = Docker Hub (not written)
+    path: str  # "ml/pytorch", "nvidia/cuda", "ubuntu" (as written: no "library/" added)
+    tag: str | None = None
+    digest: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Reference:
+        """Parse `text` as an image reference; raises ReferenceError naming what is wrong."""
+        return parse_reference(text)
 
     @property
     def name(self) -> str:
+        """The repository as written, without tag or digest: `localhost:5000/a/b`, `ubuntu`."""
         return f"{self.domain}/{self.path}" if self.domain else self.path
+
+    @property
+    def registry(self) -> str:
+        """The registry host: the written domain, or `docker.io` (also for the legacy index.docker.io)."""
+        if self.domain is None or self.domain in _HUB_ALIASES:
+            return DOCKER_HUB
+        return self.domain
+
+    @property
+    def repository(self) -> str:
+        """The path inside its registry, as the v2 API names it: `library/ubuntu` for Docker Hub's `ubuntu`."""
+        if self.registry == DOCKER_HUB and "/" not in self.path:
+            return f"{_OFFICIAL}/{self.path}"
+        return self.path
+
+    def normalized(self) -> Reference:
+        """The fully qualified form: `ubuntu:24.04` -> `docker.io/library/ubuntu:24.04`."""
+        return replace(self, domain=self.registry, path=self.repository)
+
+    def with_tag(self, tag: str) -> Reference:
+        """The same repository under `tag` (no digest: a digest pins the old content, not the new tag)."""
+        if not _TAG.match(tag):
+            raise ReferenceError(f"tag {tag!r} is invalid: [A-Za-z0-9_] then up to 127 of [A-Za-z0-9_.-]")
+        return replace(self, tag=tag, digest=None)
+
+    def with_registry(self, domain: str | None) -> Reference:
+        """The same path, tag and digest in another registry (`None`: Docker Hub as written, no domain)."""
+        if domain is not None:
+            _check_domain(domain)
+        return replace(self, domain=domain)
 
     def __str__(self) -> str:
         text = self.name
@@ -44,10 +96,6 @@ class Reference:
         if self.digest:
             text += f"@{self.digest}"
         return text
-
-
-class ReferenceError(ValueError):
-    """The message names the wrong part of the reference."""
 
 
 def _check_domain(domain: str) -> None:
@@ -110,6 +158,16 @@ def parse_reference(text: str) -> Reference:
         _check_domain(domain)
     _check_path(path)
     return Reference(domain, path, tag, digest)
+
+
+def alias_reference(repository: str, alias: str) -> str:
+    """An image's alias as the full reference it is tagged and pushed as.
+
+    The plan writes aliases as full references (`reg/ml/pytorch:2.9-cuda12.8-runtime`); a short tag (`short-alias`)
+    is a tag of the image's own `repository`. Only formats: which image owns an alias is the plan's decision."""
+    if ":" in alias.rsplit("/", 1)[-1]:
+        return alias
+    return f"{repository}:{alias}"
 
 
 def check_registry(text: str) -> str:

@@ -11,20 +11,21 @@ password/token is registered with `imagebuild.secrets` so `redact()` hides it in
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
 from imagebuild.errors import UsageError
+from imagebuild.oci.reference import DOCKER_HUB
 from imagebuild.secrets import register_secret
 
 ENV_USER = "IMAGEBUILD_REGISTRY_USER"
 ENV_PASSWORD = "IMAGEBUILD_REGISTRY_PASSWORD"
-DOCKER_HUB = "docker.io"
 
 
 @dataclass
 class RegistryAuth:
-    registry: str  # "127.0.0.1:5000", "ghcr.io"; "docker.io" for Docker Hub
+    registry: str  # Reference.registry: "127.0.0.1:5000", "ghcr.io"; "docker.io" for Docker Hub
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     identity_token: str | None = field(default=None, repr=False)  # OAuth refresh token (docker login --identity)
@@ -34,7 +35,7 @@ class RegistryAuth:
     def anonymous(self) -> bool:
         return not (self.password or self.identity_token)
 
-    def sdk_auth_config(self) -> dict | None:
+    def sdk_auth_config(self) -> dict[str, str] | None:
         """The dict for `client.api.push(..., auth_config=)` (sent to the engine as X-Registry-Auth)."""
         if self.identity_token:
             return {"identitytoken": self.identity_token, "serveraddress": self.registry}
@@ -48,28 +49,6 @@ class RegistryAuth:
             return f"{self.registry}: anonymous"
         who = self.username or "<identity token>"
         return f"{self.registry}: {who} (from {self.source})"
-
-
-def registry_of(reference: str) -> str:
-    """Registry host of an image reference: `127.0.0.1:5000/a/b:t` -> `127.0.0.1:5000`, `ubuntu` -> `docker.io`."""
-    name = reference.split("@", 1)[0]
-    first, sep, _rest = name.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return DOCKER_HUB
-
-
-def repository_path(reference: str) -> str:
-    """Repository path inside its registry, without tag/digest: `127.0.0.1:5000/a/b:t` -> `a/b`."""
-    name = reference.split("@", 1)[0]
-    reg = registry_of(name)
-    path = name[len(reg) + 1:] if name.startswith(reg + "/") else name
-    last = path.rsplit("/", 1)
-    if ":" in last[-1]:
-        path = path.rsplit(":", 1)[0]
-    if reg == DOCKER_HUB and "/" not in path:
-        path = f"library/{path}"
-    return path
 
 
 def read_password_stdin(stream: IO[str]) -> str:
@@ -86,10 +65,11 @@ def resolve_auth(
     registry: str,
     username: str | None = None,
     password: str | None = None,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
     docker_config: str | None = None,
 ) -> RegistryAuth:
-    """Credentials for `registry` (see module docstring for the order). Registers every secret found."""
+    """Credentials for `registry` (a `Reference.registry`; see module docstring for the order). Registers every
+    secret found."""
     env = os.environ if env is None else env
     if password is not None and not username:
         raise UsageError("--password-stdin needs --username")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from imagebuild.matrix.reference import ReferenceError, check_registry, parse_reference
+from imagebuild.oci import ReferenceError, check_registry, parse_reference
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -1,5 +1,7 @@
 """A small Distribution v2 (OCI distribution) HTTP client: just what push needs.
 
+`repository` arguments are paths inside the registry (`Reference.repository`: `ml/pytorch`, `library/ubuntu`).
+
 - `check_auth(repo)`: do the credentials work? (the registry's own 401/403 message when not)
 - `manifest_digest(repo, tag)`: `HEAD /v2/<repo>/manifests/<tag>` with every manifest media type in Accept, so the
   registry answers with the digest of the manifest as pushed (a registry that gets no matching Accept may convert
@@ -25,11 +27,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from email.message import Message
 from pathlib import Path
+from typing import IO
 
 from imagebuild import __version__
 from imagebuild.errors import ImagebuildError
-from imagebuild.push.auth import RegistryAuth
+from imagebuild.oci.auth import RegistryAuth
+from imagebuild.oci.reference import DOCKER_HUB
 from imagebuild.secrets import redact
 
 MANIFEST_TYPES = (
@@ -40,6 +45,7 @@ MANIFEST_TYPES = (
 )
 USER_AGENT = f"imagebuild/{__version__}"
 CERTS_D = Path("/etc/docker/certs.d")
+HUB_API_HOST = "registry-1.docker.io"  # where Docker Hub's v2 API answers
 
 
 class RegistryError(ImagebuildError):
@@ -73,8 +79,9 @@ def registry_message(body: bytes, fallback: str = "") -> str:
         text = "; ".join(p for p in parts if p)
         if text:
             return text
-        if isinstance(doc.get("details"), str):
-            return doc["details"]
+        details = doc.get("details")
+        if isinstance(details, str):
+            return details
     except (ValueError, AttributeError):
         pass
     text = body.decode("utf-8", "replace").strip()
@@ -88,7 +95,7 @@ def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
 
 
 class _Response:
-    def __init__(self, status: int, headers, body: bytes):
+    def __init__(self, status: int, headers: Message, body: bytes) -> None:
         self.status = status
         self.headers = headers
         self.body = body
@@ -108,10 +115,10 @@ class RegistryClient:
         max_backoff: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
         log: Callable[[str], None] | None = None,
-    ):
+    ) -> None:
         self.auth = auth
         self.registry = auth.registry
-        self.host = "registry-1.docker.io" if self.registry == "docker.io" else self.registry
+        self.host = HUB_API_HOST if self.registry == DOCKER_HUB else self.registry
         self._scheme = scheme
         self.insecure = insecure
         self.timeout = timeout
@@ -119,7 +126,7 @@ class RegistryClient:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.sleep = sleep
-        self.log = log or (lambda _m: None)
+        self.log: Callable[[str], None] = log or (lambda _m: None)
         self._tokens: dict[str, str] = {}  # scope -> Authorization header value
         self._basic_ok = False
         ca = ca_file
@@ -129,7 +136,6 @@ class RegistryClient:
         if insecure:
             self._ssl.check_hostname = False
             self._ssl.verify_mode = ssl.CERT_NONE
-        self.requests_made = 0
 
     # -- public --------------------------------------------------------------------------------------------------
     def check_auth(self, repository: str, actions: str = "pull,push") -> None:
@@ -163,7 +169,6 @@ class RegistryClient:
     def _raw(self, method: str, url: str, headers: dict[str, str], data: bytes | None = None) -> _Response:
         req = urllib.request.Request(url, data=data, method=method, headers={"User-Agent": USER_AGENT, **headers})
         opener = urllib.request.build_opener(_NoRedirectAuthStrip(), urllib.request.HTTPSHandler(context=self._ssl))
-        self.requests_made += 1
         try:
             with opener.open(req, timeout=self.timeout) as resp:
                 return _Response(resp.status, resp.headers, resp.read())
@@ -317,6 +322,7 @@ class RegistryClient:
         token = doc.get("token") or doc.get("access_token")
         if not token:
             raise RegistryError(f"{self.registry}: token endpoint {realm}: no token in answer")
+        token = str(token)
         from imagebuild.secrets import register_secret
 
         register_secret(token)
@@ -326,7 +332,8 @@ class RegistryClient:
 class _NoRedirectAuthStrip(urllib.request.HTTPRedirectHandler):
     """Follow redirects (blob/manifest storage backends) but never carry Authorization to another host."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
+                         headers: http.client.HTTPMessage, newurl: str) -> urllib.request.Request | None:
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
         if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
             new.headers.pop("Authorization", None)

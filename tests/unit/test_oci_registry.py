@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from imagebuild.push import RegistryAuth, RegistryAuthError, RegistryClient, RegistryError
-from imagebuild.push.registry import MANIFEST_TYPES, registry_message
+from imagebuild.oci import RegistryAuth, RegistryAuthError, RegistryClient, RegistryError, registry_message
+from imagebuild.oci.registry import MANIFEST_TYPES
 
 MANIFEST = b'{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}'
 DIGEST = "sha256:" + hashlib.sha256(MANIFEST).hexdigest()
