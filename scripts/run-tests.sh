@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command (`make test`) ends here; .ci/run calls `make test`.
+# First the linters (scripts/lint.sh: ruff, `render --check` of every shipped matrix, mypy): any finding fails the run
+# before an engine is started or a test runs.
 # Starts a PRIVATE Docker engine with an empty data-root for this run, so no test can pass on images or build cache
 # left by an earlier session; stops it and deletes its data afterwards. IMAGEBUILD_REUSE_ENGINE=1 uses the engine
 # DOCKER_HOST (or the default socket) reaches instead — faster while developing, not what CI does.
@@ -8,6 +10,8 @@ cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 export IMAGEBUILD_WHEELHOUSE="${IMAGEBUILD_WHEELHOUSE:-${PIP_FIND_LINKS:-/opt/wheels}}"
 export IMAGEBUILD_CA_CERT="${IMAGEBUILD_CA_CERT:-${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}}"
+
+scripts/lint.sh
 
 if [[ "${IMAGEBUILD_REUSE_ENGINE:-0}" == 1 ]]; then
   eval "$(scripts/docker-engine.sh)"

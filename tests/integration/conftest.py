@@ -18,18 +18,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _helpers import PASSWORD as PUSH_PASSWORD  # noqa: E402
+from _helpers import ROOT, imagebuild, start_registry, stop_registry  # noqa: E402
+from _helpers import USER as PUSH_USER  # noqa: E402
+
 WHEELHOUSE = Path(os.environ.get("IMAGEBUILD_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS") or "/opt/wheels")
 CA = os.environ.get("IMAGEBUILD_CA_CERT") or os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
 USER = "ibci"
-
-
-def imagebuild(*args: str, stdin: str | None = None, timeout: int = 1800, env: dict | None = None,
-               cwd: Path | None = None):
-    """Run the real CLI in a subprocess (as a user would), from the repository root unless `cwd` is given."""
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "imagebuild", *args], input=stdin, capture_output=True, text=True,
-                          cwd=cwd or ROOT, env=full_env, timeout=timeout)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -53,21 +49,6 @@ class Registry:
     password: str
 
 
-def start_registry(user: str, password: str, *extra: str) -> dict[str, str]:
-    """scripts/registry.sh with htpasswd auth (password via the environment, never argv); its REGISTRY=… lines."""
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--user", user, "--quiet", *extra],
-                         env={**os.environ, "REGISTRY_PASSWORD": password}, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    info = dict(line.split("=", 1) for line in out.stdout.split() if "=" in line)
-    assert password not in (Path(info["REGISTRY_DIR"]) / "config.yml").read_text()
-    return info
-
-
-def stop_registry(info: dict[str, str]) -> None:
-    subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--stop", "--dir", info["REGISTRY_DIR"]],
-                   timeout=30, check=False)
-
-
 @pytest.fixture(scope="session")
 def auth_registry():
     if not shutil.which("docker-registry"):
@@ -75,6 +56,29 @@ def auth_registry():
     password = secrets.token_hex(12)
     info = start_registry(USER, password)
     yield Registry(info["REGISTRY"], info["REGISTRY_DIR"], USER, password)
+    stop_registry(info)
+
+
+@pytest.fixture(scope="module")
+def docker_client():
+    """An engine client for the push tests (skips without docker-registry or an engine)."""
+    docker = pytest.importorskip("docker")
+    if not Path("/usr/bin/docker-registry").exists() and not shutil.which("docker-registry"):
+        pytest.skip("docker-registry not installed (apt-get install docker-registry)")
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except Exception as exc:  # no engine
+        pytest.skip(f"no Docker engine: {exc}")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def registry(docker_client):
+    """A registry for the push tests, user _helpers.USER: scripts/registry.sh's REGISTRY=… lines as a dict."""
+    info = start_registry(PUSH_USER, PUSH_PASSWORD)
+    yield info
     stop_registry(info)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import imagebuild
+from _helpers import imagebuild
 
 from imagebuild.builder.executor import BASE_LABEL, INPUTS_LABEL
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import imagebuild
+from _helpers import imagebuild
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
 

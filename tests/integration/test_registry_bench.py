@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-from test_registry_push import Images, auth, docker_client, image_plan, ns, registry  # noqa: F401  (fixtures)
 
 from imagebuild.models import Plan
 from imagebuild.push import push_plan
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _helpers import Images, auth, image_plan, ns  # noqa: E402
 from faultproxy import FaultProxy  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
@@ -24,7 +24,7 @@ MB = 1 << 20
 SIZE = int(os.environ.get("IB_BENCH_MB", "24"))  # size of the big layers, MiB
 
 
-def test_push_bench(docker_client, registry):  # noqa: F811  (fixtures imported above)
+def test_push_bench(docker_client, registry):  # fixtures: tests/integration/conftest.py
     images = Images(docker_client)
     host, port = registry["REGISTRY"].split(":")
     try:

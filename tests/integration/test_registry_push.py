@@ -10,7 +10,6 @@ import io
 import json
 import os
 import secrets
-import shutil
 import sys
 import tarfile
 import time
@@ -18,102 +17,23 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions
-from imagebuild.oci import Reference, RegistryAuth, RegistryClient
+from imagebuild.models import Plan
+from imagebuild.oci import Reference, RegistryClient
 from imagebuild.plan.tags import references
 from imagebuild.push import PushAuthError, Pusher, push_plan
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import start_registry as shared_start_registry  # noqa: E402
-from conftest import stop_registry  # noqa: E402
+from _helpers import PASSWORD, USER, Images, auth, image_plan, ns, stop_registry  # noqa: E402
+from _helpers import start_registry as shared_start_registry  # noqa: E402
 from faultproxy import Fault, FaultProxy, from_docker  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
 
-ROOT = Path(__file__).resolve().parents[2]
-USER, PASSWORD = "ibuser", "ib-" + secrets.token_hex(8)
-MTIME = 1_700_000_000
 
-
-# -- fixtures ----------------------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def docker_client():
-    docker = pytest.importorskip("docker")
-    if not Path("/usr/bin/docker-registry").exists() and not shutil.which("docker-registry"):
-        pytest.skip("docker-registry not installed (apt-get install docker-registry)")
-    try:
-        client = docker.from_env(timeout=600)
-        client.ping()
-    except Exception as exc:  # no engine
-        pytest.skip(f"no Docker engine: {exc}")
-    yield client
-    client.close()
-
+# -- fixtures (docker_client and registry: conftest.py) ----------------------------------------------------------
 
 def start_registry(*extra: str) -> dict[str, str]:
     return shared_start_registry(USER, PASSWORD, *extra)
-
-
-@pytest.fixture(scope="module")
-def registry(docker_client):
-    info = start_registry()
-    yield info
-    stop_registry(info)
-
-
-class Images:
-    """Builds tiny image chains and removes every tag it made (plus pushed aliases and pulled copies)."""
-
-    def __init__(self, client):
-        self.client = client
-        self.refs: set[str] = set()
-        self.ids: list[str] = []
-
-    def build(self, files: dict[str, bytes], parent: str | None, tag: str) -> str:
-        buf = io.BytesIO()
-        lines = [f"FROM {parent or 'scratch'}"] + [f"COPY {name} /{name}" for name in files]
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            for name, data in {"Dockerfile": "\n".join(lines).encode() + b"\n", **files}.items():
-                ti = tarfile.TarInfo(name)
-                ti.size, ti.mtime = len(data), MTIME
-                tar.addfile(ti, io.BytesIO(data))
-        buf.seek(0)
-        image, _ = self.client.images.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True)
-        self.refs.add(tag)
-        self.ids.append(image.id)
-        return image.id
-
-    def tag(self, image_id: str, ref: str) -> None:
-        repo, tag = ref.rsplit(":", 1)
-        self.client.api.tag(image_id, repo, tag)
-        self.refs.add(ref)
-
-    def chain(self, registry: str, sizes=(1 << 20, 512 << 10, 64 << 10), seed: bytes | None = None,
-              torch="2.9.1") -> list[ImagePlan]:
-        """base -> runtime -> dev with random payloads; returns their ImagePlans (tags in `registry`)."""
-        plans: list[ImagePlan] = []
-        parent_id = None
-        for flavor, size in zip(("base", "runtime", "dev"), sizes, strict=True):
-            data = (seed or b"") + os.urandom(size)
-            plan = image_plan(registry, flavor, plans[-1].tag if plans else None, torch)
-            parent_id = self.build({f"{flavor}.bin": data}, parent_id, plan.tag)
-            plans.append(plan)
-        for p in plans:
-            self.refs.update(references(p))
-        return plans
-
-    def cleanup(self) -> None:
-        for ref in sorted(self.refs, key=len, reverse=True):
-            try:
-                self.client.api.remove_image(ref, force=True, noprune=False)
-            except Exception:
-                pass
-        for image_id in reversed(self.ids):
-            try:
-                self.client.api.remove_image(image_id, force=True)
-            except Exception:
-                pass
 
 
 @pytest.fixture
@@ -121,28 +41,6 @@ def images(docker_client):
     imgs = Images(docker_client)
     yield imgs
     imgs.cleanup()
-
-
-def image_plan(registry: str, flavor: str, parent: str | None, torch: str = "2.9.1") -> ImagePlan:
-    osinfo = OSInfo("debian12", "debian", "12", "bookworm", "3.11", (), "http://deb.debian.org/debian", "2.36")
-    key = f"{torch}-cpu-py3.11-debian12"
-    variant = ResolvedVariant(
-        key=key, name="pytorch", registry=registry, versions=Versions(torch, "cpu", "3.11", "debian12"),
-        cuda_tag="cpu", os=osinfo, base=BaseSource("bootstrap"), torch_index_url=None,
-        flavors=("base", "runtime", "dev"), tf32=True, gpu_archs=(), arch_list=(), min_driver=None)
-    repo = f"{registry}/pytorch"
-    minor = ".".join(torch.split(".")[:2])
-    return ImagePlan(id=f"{key}-{flavor}", tag=f"{repo}:{key}-{flavor}", flavor=flavor, parent=parent,
-                     variant=variant, dockerfile="", build_args={}, context_files={}, labels={},
-                     inputs_hash=f"{key}-{flavor}", aliases=(f"{repo}:{minor}-cpu-{flavor}",))
-
-
-def ns() -> str:
-    return "ibdev-push-" + secrets.token_hex(4)
-
-
-def auth(address: str, password: str = PASSWORD) -> RegistryAuth:
-    return RegistryAuth(address, USER, password, source="options")
 
 
 def direct_digest(registry: dict, ref: str, ca: str | None = None) -> str | None:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from test_build_support import FakeClient, chain, plan_of
+from _support import FakeClient, chain, plan_of
 
 from imagebuild.builder.executor import (
     BASE_LABEL,
@@ -214,7 +214,7 @@ def test_disk_check_refuses_with_clear_message(client):
 
 
 def test_cuda_estimate_is_bigger():
-    from test_build_support import image, variant
+    from _support import image, variant
 
     cpu = image("c", "runtime", None, var=variant("c"))
     cuda = image("g", "runtime", None, var=variant("g", cuda="12.8"))
@@ -235,7 +235,7 @@ def test_interrupt_removes_tracked_containers(client, tmp_path):
 
 
 def test_one_bootstrap_for_variants_sharing_an_os(client, tmp_path, monkeypatch):
-    from test_build_support import image, variant
+    from _support import image, variant
 
     from imagebuild.builder import bootstrap
     from imagebuild.models import BaseSource, Plan
@@ -264,7 +264,7 @@ def test_one_bootstrap_for_variants_sharing_an_os(client, tmp_path, monkeypatch)
 
 
 def test_bootstrap_failure_fails_every_image_on_it(client, tmp_path, monkeypatch):
-    from test_build_support import image, variant
+    from _support import image, variant
 
     from imagebuild.builder import bootstrap
     from imagebuild.models import BaseSource, Plan

@@ -6,8 +6,8 @@ import io
 import tarfile
 
 import pytest
+from _support import DEBIAN12, image, variant
 from click.testing import CliRunner
-from test_build_support import DEBIAN12, image, variant
 
 from imagebuild.builder import bootstrap
 from imagebuild.builder.context import build_context
@@ -135,7 +135,7 @@ def test_ubuntu_without_keyring_is_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_existing_bootstrap_is_reused():
-    from test_build_support import FakeClient
+    from _support import FakeClient
 
     c = FakeClient()
     s = _spec()

@@ -6,8 +6,8 @@ import json
 import sys
 
 import pytest
+from _push_fakes import REG, FakeAPI, FakeClient, FakeRegistry, make_image
 from click.testing import CliRunner
-from test_push_pusher import REG, FakeAPI, FakeClient, FakeRegistry, make_image
 
 from imagebuild.models import Plan
 

@@ -13,7 +13,7 @@ import textwrap
 import types
 
 import pytest
-from test_render_images import CPU, CU128_TE  # fixtures shared with the golden tests
+from _render_cases import CPU, CU128_TE  # the variants of the golden tests
 
 from imagebuild.models import FLAVORS
 from imagebuild.render import render_image

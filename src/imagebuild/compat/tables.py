@@ -105,7 +105,7 @@ def _read(data_dir: Path | None, name: str) -> dict:
     if data_dir is not None:
         text = (data_dir / name).read_text(encoding="utf-8")
     else:
-        text = resources.files("imagebuild.compat").joinpath("data", name).read_text(encoding="utf-8")
+        text = resources.files("imagebuild.compat").joinpath("data").joinpath(name).read_text(encoding="utf-8")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return yaml.load(text, Loader=loader) or {}
 
@@ -217,4 +217,4 @@ def load() -> Tables:
 
 def data_path(name: str) -> Path:
     """Filesystem path of a packaged data file (refresh --write edits it in place)."""
-    return Path(str(resources.files("imagebuild.compat").joinpath("data", name)))
+    return Path(str(resources.files("imagebuild.compat").joinpath("data").joinpath(name)))

@@ -22,7 +22,7 @@ def shipped_dirs() -> list[Path]:
 
 
 def available() -> list[str]:
-    names = set()
+    names: set[str] = set()
     for folder in [Path.cwd() / "images", *shipped_dirs()]:
         if folder.is_dir():
             names.update(p.name for p in folder.glob("*.yaml"))

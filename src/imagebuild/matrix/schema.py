@@ -195,11 +195,11 @@ def check_document(loaded: Loaded, tables: Tables, base_dir: Path) -> tuple[Sche
     certs = []
     for i, item in enumerate(c.items(doc.get("ca_certs"), ("ca_certs",), "CA certificate files")):
         if (text := c.string(item, ("ca_certs", i), "a CA file path")) is not None:
-            path = (base_dir / text).resolve()
-            if path.is_file():
-                certs.append(path)
+            cert_path = (base_dir / text).resolve()
+            if cert_path.is_file():
+                certs.append(cert_path)
             else:
-                c.bad(("ca_certs", i), f"CA file not found: {path}", "paths are relative to the matrix file")
+                c.bad(("ca_certs", i), f"CA file not found: {cert_path}", "paths are relative to the matrix file")
     out.ca_certs = tuple(certs)
 
     for flavor, size in c.mapping(doc.get("size_budget"), ("size_budget",), "{runtime: 12GB}").items():

@@ -292,7 +292,7 @@ def render_junit(doc: dict) -> str:
         suite.set("skipped", str(c["skipped"]))
         suite.set("time", f"{c['time']:.3f}")
         for k in totals:
-            totals[k] += c[k]
+            totals[k] += int(c[k])  # counts of tests; only "time" (not in totals) is a float
     for k, v in totals.items():
         root.set(k, str(v))
     root.set("errors", "0")

@@ -19,7 +19,8 @@ def variant_key(torch: str, cuda: str, python: str, os_id: str) -> str:
 
 def resolve_variant(ctx: Ctx, rv: RawVariant) -> ResolvedVariant | None:
     before = len(ctx.problems)
-    v, chosen = rv.values, {}
+    v = rv.values
+    chosen: dict[str, str] = {}
     release = pick_torch(ctx, rv, chosen)
     if release is None:
         return None

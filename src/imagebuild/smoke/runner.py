@@ -22,8 +22,12 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imagebuild.engine import ContainerSettings, connect, containers, host_has_gpus
+
+if TYPE_CHECKING:
+    from imagebuild.models import ImagePlan
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 PROBE_PATH = Path(__file__).resolve().parent / "probe"  # the in-image probe package (shipped as a zipapp)
@@ -306,7 +310,7 @@ def _collect(raw: dict, run: SuiteRun, extra: dict, exit_code: int, log_path: Pa
     return tests, probe
 
 
-def test_images(images, results=None, *, only: str | None = None, **kwargs) -> list[tuple[object, dict]]:
+def test_images(images, results=None, *, only: str | None = None, **kwargs) -> list[tuple[ImagePlan, dict]]:
     """Smoke-test planned images (ImagePlan list, parents first); fill `results[tag].tests` when given.
 
     Images whose build failed or was skipped (`ImageResult.status` not built/up-to-date) are not started.
@@ -329,7 +333,7 @@ def test_images(images, results=None, *, only: str | None = None, **kwargs) -> l
     return out
 
 
-test_images.__test__ = False  # not a pytest test despite the name
+test_images.__test__ = False  # type: ignore[attr-defined]  # not a pytest test despite the name
 
 
 def matches(image, pattern: str) -> bool:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from probe.common import CHILDREN, NO_TORCH, RESULT_MARK, child_argv, free_port
 
@@ -51,7 +52,7 @@ def nccl_transport_kind(via: str) -> str:
 def parse_nccl_log(text: str) -> dict:
     """NCCL_DEBUG=INFO output -> version, channel connections and the set of transports used."""
     version = None
-    channels = []
+    channels: list[dict[str, Any]] = []
     nvls = None
     for raw in text.splitlines():
         line = _NCCL_RANK_PREFIX.sub("", raw.rstrip())

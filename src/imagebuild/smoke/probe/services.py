@@ -14,7 +14,7 @@ from probe.common import CHILDREN, free_port, listdir, rmtree, which
 
 def parse_sshd_T(text: str) -> dict:
     """`sshd -T` (effective config, lowercase keys) -> {key: value}."""
-    out = {}
+    out: dict[str, str] = {}
     for line in text.splitlines():
         parts = line.strip().split(None, 1)
         if parts:
@@ -24,7 +24,7 @@ def parse_sshd_T(text: str) -> dict:
 
 def parse_sshd_config_files(texts) -> dict:
     """First value wins across sshd_config (+ Include'd) text, Match blocks ignored: a fallback when `sshd -T` fails."""
-    out = {}
+    out: dict[str, str] = {}
     for text in texts:
         in_match = False
         for line in text.splitlines():

@@ -43,8 +43,9 @@ def toolchain() -> dict:
     """What Inductor and Triton need from the image, found the way they look for it."""
     include = sysconfig.get_paths().get("include") or ""
     # Inductor uses $CXX else g++; Triton uses $CC else cc/gcc/clang
-    cxx = _resolve(os.environ.get("CXX")) if os.environ.get("CXX") else which("g++")
-    cc = _resolve(os.environ.get("CC")) if os.environ.get("CC") else (which("cc") or which("gcc") or which("clang"))
+    env_cxx, env_cc = os.environ.get("CXX"), os.environ.get("CC")
+    cxx = _resolve(env_cxx) if env_cxx else which("g++")
+    cc = _resolve(env_cc) if env_cc else (which("cc") or which("gcc") or which("clang"))
     return {
         "cxx": cxx,
         "cc": cc,

@@ -161,7 +161,7 @@ class ImageUnderTest:
         return False
 
     def perf_min(self) -> dict:
-        out = {}
+        out: dict[str, float] = {}
         for key, value in list(self.options.items()) + [(_norm_key(k), v) for k, v in self.labels.items()
                                                         if k.startswith(LABEL_PREFIX)]:
             if key.startswith("perf_min.") or key.startswith("perf_min_"):

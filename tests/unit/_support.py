@@ -1,6 +1,6 @@
 """Fakes for the build unit tests: hand-made ImagePlans and an in-memory engine speaking the SDK's low-level API.
 
-(No tests here; the file is shared by tests/unit/test_build_*.py.)
+(No tests here: a helper module, imported as `from _support import ...` by tests/unit/test_build_*.py.)
 """
 
 from __future__ import annotations

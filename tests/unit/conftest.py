@@ -1,0 +1,18 @@
+"""Shared set-up for the unit tests (no engine needed; tests may fake one).
+
+Helpers that several test files use live in underscore modules beside the tests, imported by their top-level name
+(this folder is put on sys.path here so that works under any pytest import mode):
+    _support.py       build fakes: hand-made ImagePlans, the in-memory engine (tests/unit/test_build_*.py)
+    _push_fakes.py    push fakes: engine push streams, fake engine API and registry (test_push_*.py)
+    _render_cases.py  the resolved variants the golden render tests use (test_render_*.py)
+A test module never imports another test module or conftest (tests/unit/test_import_rules.py checks it).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+UNIT_DIR = Path(__file__).resolve().parent
+if str(UNIT_DIR) not in sys.path:
+    sys.path.insert(0, str(UNIT_DIR))
