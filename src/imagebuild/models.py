@@ -37,6 +37,10 @@ class OSInfo:
     mirror: str  # default bootstrap mirror
     glibc: str  # for manylinux checks
     components: tuple[str, ...] = ("main",)
+    # bootstrap trust anchor: the archive signing keys (primary fingerprints) apt may accept for this suite and its
+    # updates/security pockets, and the packaged key file (compat/data/keys/) they are exported from
+    archive_keys: tuple[str, ...] = ()
+    keyring: str | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +60,70 @@ def test_bootstrap_debian12_import_label_reuse(client, tmp_path):
         print(f"\nbootstrap debian12 ({res.tool}): {took:.0f}s, {size / 1e6:.0f} MB")
     finally:
         client.api.remove_image(spec.tag, force=True)
+
+
+UBUNTU_ARCHIVE = "http://archive.ubuntu.com/ubuntu"
+
+
+def _ubuntu_archive_answers() -> str | None:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{UBUNTU_ARCHIVE}/dists/noble/InRelease", timeout=20) as resp:
+            resp.read(64)
+        return None
+    except Exception as exc:
+        return f"the Ubuntu archive does not answer ({UBUNTU_ARCHIVE}: {exc})"
+
+
+def test_bootstrap_ubuntu2404_on_this_host_verified_and_bit_reproducible(client, tmp_path):
+    """An Ubuntu 24.04 base from the Ubuntu archive (updates + security pockets) on a Debian host: apt trusts only the
+    pinned archive keys; two bootstraps of the same mirror state give one layer digest."""
+    reason = _ubuntu_archive_answers()
+    if reason:
+        pytest.skip(reason)
+    from imagebuild.compat import load
+
+    ubuntu = load().os["ubuntu24.04"]
+    var = ResolvedVariant(key="k", name="n", registry="", versions=Versions("0", "cpu", "3.12", "ubuntu24.04"),
+                          cuda_tag="cpu", os=ubuntu, base=BaseSource(kind="bootstrap"), torch_index_url=None,
+                          flavors=("base",), tf32=False, gpu_archs=(), arch_list=(), min_driver=None)
+    spec = dataclasses.replace(bootstrap.spec_for(var), repository=f"ibdev-build-{uuid.uuid4().hex[:8]}-os")
+    assert any("noble-security" in s for s in spec.sources()) and any("noble-updates" in s for s in spec.sources())
+    epoch = bootstrap.mirror_epoch(spec)
+    assert epoch and int(epoch) > 1_700_000_000
+    layers, ids = [], []
+    try:
+        for _ in range(2):
+            res = bootstrap.ensure_bootstrap(client, spec, force=True, log_dir=tmp_path)
+            info = client.api.inspect_image(res.image_id)
+            layers.append(info["RootFS"]["Layers"])
+            ids.append(res.image_id)
+            log = Path(res.log_path).read_text()
+            assert "--keyring=" in log and "ubuntu24.04-archive.gpg" in log
+        assert len(layers[0]) == 1 and layers[0] == layers[1], layers  # one digest for the same mirror state
+        out = client.containers.run(
+            spec.tag, ["sh", "-c", ". /etc/os-release; echo $ID $VERSION_ID $VERSION_CODENAME; "
+                                   "python3 -c 'import sys, venv, ssl; print(sys.version_info[:2])'; tini --version"],
+            network_mode="none", remove=True).decode().split("\n")
+        assert out[0] == "ubuntu 24.04 noble" and out[1] == "(3, 12)" and out[2].startswith("tini version")
+        print(f"\nbootstrap ubuntu24.04: layer {layers[0][0][:19]} twice, epoch {epoch}")
+    finally:
+        for image_id in dict.fromkeys(ids):
+            try:
+                client.api.remove_image(image_id, force=True)
+            except Exception:
+                pass
+
+
+def test_wrong_pinned_key_fails_before_apt(tmp_path):
+    """A fingerprint that is not in the packaged key file stops the bootstrap with the fingerprint named."""
+    from imagebuild.compat import load
+
+    ubuntu = load().os["ubuntu24.04"]
+    spec = bootstrap.BootstrapSpec("ubuntu24.04", "ubuntu", "noble", UBUNTU_ARCHIVE, ("main",), ("python3",),
+                                   archive_keys=("0" * 40,), keyring=ubuntu.keyring)
+    with pytest.raises(bootstrap.BootstrapError, match="lacks the pinned archive key"):
+        bootstrap.pinned_keyring(spec, tmp_path)
+    with pytest.raises(bootstrap.BootstrapError, match="no archive key fingerprints"):
+        bootstrap.pinned_keyring(dataclasses.replace(spec, archive_keys=()), tmp_path)

@@ -13,10 +13,12 @@ import threading
 
 import docker
 
+from imagebuild.compat import load as load_tables
 from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions
 
 DEBIAN12 = OSInfo(id="debian12", family="debian", version="12", codename="bookworm", system_python="3.11",
-                  installable_pythons=("3.11",), mirror="http://deb.debian.org/debian", glibc="2.36")
+                  installable_pythons=("3.11",), mirror="http://deb.debian.org/debian", glibc="2.36",
+                  archive_keys=load_tables().os["debian12"].archive_keys, keyring="debian-archive.asc")
 
 
 def variant(key: str = "2.13.0-cpu-py3.11-debian12", cuda: str = "cpu", base: BaseSource | None = None,

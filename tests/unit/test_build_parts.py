@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+from pathlib import Path
 
 import pytest
 from _support import DEBIAN12, image, variant
@@ -12,6 +13,7 @@ from click.testing import CliRunner
 from imagebuild.builder import bootstrap
 from imagebuild.builder.context import build_context
 from imagebuild.builder.pull import digest_warning
+from imagebuild.compat import load as load_tables
 from imagebuild.engine import connect
 from imagebuild.errors import EngineUnavailable
 from imagebuild.models import BaseSource, OSInfo
@@ -19,7 +21,14 @@ from imagebuild.oci import Reference
 
 UBUNTU = OSInfo(id="ubuntu24.04", family="ubuntu", version="24.04", codename="noble", system_python="3.12",
                 installable_pythons=("3.12",), mirror="http://archive.ubuntu.com/ubuntu", glibc="2.39",
-                components=("main", "universe"))
+                components=("main", "universe"), archive_keys=load_tables().os["ubuntu24.04"].archive_keys,
+                keyring="ubuntu-archive.asc")
+
+
+@pytest.fixture(autouse=True)
+def no_mirror_lookups(monkeypatch):
+    """Unit tests never ask a mirror for its InRelease date."""
+    monkeypatch.setattr(bootstrap, "mirror_epoch", lambda spec, timeout=20.0: "1700000000")
 
 
 # -- context ----------------------------------------------------------------------------------------------------
@@ -128,10 +137,20 @@ def test_mirror_credentials_go_to_an_auth_file_not_the_sources(tmp_path):
     assert "Dir::Etc::netrc" in joined
 
 
-def test_ubuntu_without_keyring_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(bootstrap, "UBUNTU_KEYRING", str(tmp_path / "missing.gpg"))
-    with pytest.raises(bootstrap.BootstrapError, match="ubuntu-keyring"):
-        bootstrap._command("mmdebstrap", _spec(os=UBUNTU), tmp_path / "r.tar", tmp_path)
+def test_apt_trusts_only_the_pinned_archive_keys(tmp_path):
+    cmd, env = bootstrap._command("mmdebstrap", _spec(os=UBUNTU), tmp_path / "r.tar", tmp_path)
+    keyring = Path(next(a for a in cmd if a.startswith("--keyring="))[len("--keyring="):])
+    assert keyring.parent.parent == tmp_path and oct(keyring.stat().st_mode)[-3:] == "644"  # _apt reads it
+    assert sorted(bootstrap.fingerprints(keyring, tmp_path / "gnupg")) == sorted(UBUNTU.archive_keys)
+    assert env["SOURCE_DATE_EPOCH"] == "1700000000"  # no snapshot: the mirror's InRelease date
+
+
+def test_os_without_pinned_keys_is_a_clear_error(tmp_path):
+    import dataclasses
+
+    with pytest.raises(bootstrap.BootstrapError, match="no archive key fingerprints"):
+        bootstrap._command("mmdebstrap", _spec(os=dataclasses.replace(UBUNTU, archive_keys=())), tmp_path / "r.tar",
+                           tmp_path)
 
 
 def test_existing_bootstrap_is_reused():

@@ -30,7 +30,7 @@ def test_missing_names_each_absent_piece():
 
 def test_explain_puts_the_missing_piece_before_inductors_message():
     exc = RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nlong traceback")
-    text = torch_compile._explain(exc, dict(GOOD_TC, cxx=None), gpu=False)
+    text = torch_compile.explain(exc, dict(GOOD_TC, cxx=None), gpu=False)
     assert text.startswith("missing C++ compiler (g++)") and text.endswith("No working C++ compiler found")
     assert "traceback" not in text
 

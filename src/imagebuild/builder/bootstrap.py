@@ -2,7 +2,11 @@
 
 `mmdebstrap --variant=minbase` (fallback: `debootstrap --variant=minbase` + tar) of `variant.os.codename` from
 `variant.base.mirror or variant.os.mirror` with python3, python3-venv, ca-certificates, tini and
-`variant.base.packages`, optionally from a snapshot date. The tar goes through the SDK's low-level `import_image`,
+`variant.base.packages`, optionally from a snapshot date. apt trusts only the archive keys whose fingerprints
+compat/data/os.yaml pins for that OS (exported from the packaged key file into a keyring of their own), so an
+Ubuntu base bootstraps on a Debian host (no ubuntu-keyring package needed) and a wrong key fails before any package
+is read. SOURCE_DATE_EPOCH (the snapshot date; else the caller's; else the newest `Date:` of the suites' InRelease
+files) makes the root filesystem bit-reproducible for the same mirror state. The tar goes through the SDK's low-level `import_image`,
 tagged `imagebuild-os/<os id>:<hash12>` and labelled `io.imagebuild.bootstrap-hash=<hash>`. The image is reused
 while the inputs (suites, mirror, components, packages, snapshot) are unchanged. Needs root.
 
@@ -44,7 +48,6 @@ DPKG_FILTERS = (
     "path-exclude=/usr/share/locale/*",
     "path-include=/usr/share/locale/locale.alias",
 )
-UBUNTU_KEYRING = "/usr/share/keyrings/ubuntu-archive-keyring.gpg"
 DEBIAN_DEFAULT_HOSTS = ("deb.debian.org", "ftp.debian.org", "httpredir.debian.org")
 UBUNTU_DEFAULT_HOSTS = ("archive.ubuntu.com", "ports.ubuntu.com", "security.ubuntu.com")
 
@@ -82,6 +85,9 @@ class BootstrapSpec:
     snapshot: str | None = None
     variant: str = "minbase"
     repository: str = REPOSITORY  # not hashed: where the image is tagged (tests use their own)
+    # not hashed (they decide trust, not content): pinned archive key fingerprints and the packaged key file
+    archive_keys: tuple[str, ...] = ()
+    keyring: str | None = None
 
     @property
     def is_ubuntu(self) -> bool:
@@ -148,6 +154,8 @@ def spec_for(variant: ResolvedVariant) -> BootstrapSpec:
         components=tuple(osinfo.components) or ("main",),
         packages=packages,
         snapshot=base.snapshot,
+        archive_keys=osinfo.archive_keys,
+        keyring=osinfo.keyring,
     )
 
 
@@ -212,19 +220,109 @@ def _strip_credentials(spec: BootstrapSpec, tmp: Path) -> tuple[list[str], Path 
     return clean, auth
 
 
+def key_file(name: str) -> Path:
+    """A packaged archive key file (compat/data/keys/NAME)."""
+    from importlib import resources
+
+    return Path(str(resources.files("imagebuild.compat").joinpath("data").joinpath("keys").joinpath(name)))
+
+
+def fingerprints(path: Path, gpg_home: Path) -> list[str]:
+    """Primary-key fingerprints in a key file or keyring, as gpg reads them."""
+    out = subprocess.run(["gpg", "--homedir", str(gpg_home), "--batch", "--show-keys", "--with-colons", str(path)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise BootstrapError(f"gpg cannot read {path}: {out.stderr.strip()[-300:]}")
+    fprs, primary = [], False
+    for line in out.stdout.splitlines():
+        fields = line.split(":")
+        if fields[0] == "pub":
+            primary = True
+        elif fields[0] == "fpr" and primary:
+            fprs.append(fields[9].upper())
+            primary = False
+        elif fields[0] == "sub":
+            primary = False
+    return fprs
+
+
+def pinned_keyring(spec: BootstrapSpec, tmp: Path) -> Path:
+    """A binary keyring holding exactly the archive keys pinned for `spec` (nothing else reaches apt)."""
+    if not spec.archive_keys or not spec.keyring:
+        raise BootstrapError(f"{spec.os_id}: no archive key fingerprints in compat/data/os.yaml: its mirror cannot "
+                             "be verified, so it is not bootstrapped")
+    if shutil.which("gpg") is None:
+        raise BootstrapError("bootstrap verifies the archive keys with gpg: apt-get install gpg")
+    source = key_file(spec.keyring)
+    if not source.is_file():
+        raise BootstrapError(f"{spec.os_id}: archive key file {source} is missing from the package")
+    home = tmp / "gnupg"
+    home.mkdir(mode=0o700)
+    have = set(fingerprints(source, home))
+    missing = [f for f in spec.archive_keys if f not in have]
+    if missing:
+        raise BootstrapError(f"{spec.os_id}: {source.name} lacks the pinned archive key(s) {', '.join(missing)}")
+    subprocess.run(["gpg", "--homedir", str(home), "--batch", "--quiet", "--import", str(source)],
+                   check=True, capture_output=True)
+    # apt verifies as its sandbox user (_apt): the keyring (public keys only) must be readable outside our 0700 tmp
+    pub = tmp / "keyring"
+    pub.mkdir(mode=0o755)
+    pub.chmod(0o755)
+    tmp.chmod(0o711)
+    out = pub / f"{spec.os_id}-archive.gpg"
+    with open(out, "wb") as fh:
+        subprocess.run(["gpg", "--homedir", str(home), "--batch", "--export", *spec.archive_keys], check=True,
+                       stdout=fh, stderr=subprocess.PIPE)
+    out.chmod(0o644)
+    got = fingerprints(out, home)
+    if sorted(got) != sorted(spec.archive_keys):  # belt and braces: exactly the pinned keys, nothing more
+        raise BootstrapError(f"{spec.os_id}: exported keyring holds {got}, expected {list(spec.archive_keys)}")
+    return out
+
+
+def mirror_epoch(spec: BootstrapSpec, timeout: float = 20.0) -> str | None:
+    """SOURCE_DATE_EPOCH for a mirror without snapshot: the newest `Date:` of the suites' InRelease files, so two
+    bootstraps of the same mirror state give the same bytes. None when a Release file cannot be read."""
+    import email.utils
+    import urllib.request
+
+    newest = None
+    for line in spec.sources():
+        _, url, suite = line.split(" ", 3)[:3]
+        parts = urllib.parse.urlsplit(url)
+        clean = _URL_USERINFO.sub(r"\1", url).rstrip("/")
+        req = urllib.request.Request(f"{clean}/dists/{suite}/InRelease")
+        if parts.username:
+            import base64
+
+            token = base64.b64encode(f"{urllib.parse.unquote(parts.username)}:"
+                                     f"{urllib.parse.unquote(parts.password or '')}".encode()).decode()
+            req.add_header("Authorization", f"Basic {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (the user's mirror)
+                head = resp.read(8192).decode("utf-8", "replace")
+        except Exception:
+            return None
+        for text in head.splitlines():
+            if text.startswith("Date:"):
+                stamp = int(email.utils.parsedate_to_datetime(text[5:].strip()).timestamp())
+                newest = stamp if newest is None else max(newest, stamp)
+                break
+        else:
+            return None
+    return None if newest is None else str(newest)
+
+
 def _command(tool: str, spec: BootstrapSpec, out_tar: Path, tmp: Path) -> tuple[list[str], dict]:
     env = dict(os.environ)
     sources, auth = _strip_credentials(spec, tmp)
-    keyring = []
-    if spec.is_ubuntu:
-        if not Path(UBUNTU_KEYRING).is_file():
-            raise BootstrapError(
-                f"bootstrapping {spec.os_id} needs the Ubuntu archive keyring {UBUNTU_KEYRING} "
-                "(apt-get install ubuntu-keyring)"
-            )
-        keyring = [f"--keyring={UBUNTU_KEYRING}"]
+    keyring = [f"--keyring={pinned_keyring(spec, tmp)}"]
     if spec.snapshot:
         env["SOURCE_DATE_EPOCH"] = _epoch(spec.snapshot)
+    elif "SOURCE_DATE_EPOCH" not in env:
+        epoch = mirror_epoch(spec)
+        if epoch:
+            env["SOURCE_DATE_EPOCH"] = epoch
     if tool == "mmdebstrap":
         cmd = [
             "mmdebstrap",

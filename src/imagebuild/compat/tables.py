@@ -166,6 +166,8 @@ def _os(raw: dict) -> tuple[dict[str, OSInfo], dict[str, str], dict[str, bool]]:
             mirror=row["mirror"],
             glibc=str(row["glibc"]),
             components=tuple(row.get("components") or ("main",)),
+            archive_keys=tuple(str(k).replace(" ", "").upper() for k in row.get("archive_keys") or ()),
+            keyring=row.get("keyring"),
         )
         images[os_id] = row["image"]
         confirmed[f"os:{os_id}"] = bool(row.get("confirmed", False))

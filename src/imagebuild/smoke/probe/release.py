@@ -83,7 +83,9 @@ def _cpu_isa(p, torch, doc):
             from torch._inductor.codecache import pick_vec_isa
         isa = pick_vec_isa()
     except Exception as exc:
-        p.check("release.cpu_isa", "failed", f"pick_vec_isa: {type(exc).__name__}: {exc}"[:800], machine=machine)
+        from probe.torch_compile import explain, toolchain
+
+        p.check("release.cpu_isa", "failed", "pick_vec_isa: " + explain(exc, toolchain(), gpu=False), machine=machine)
         return
     name = str(isa) if isa else ""
     doc["cpu_isa"] = name

@@ -88,7 +88,7 @@ def missing(tc: dict, gpu: bool) -> list[str]:
     return out
 
 
-def _explain(exc: BaseException, tc: dict, gpu: bool) -> str:
+def explain(exc: BaseException, tc: dict, gpu: bool) -> str:
     text = f"{type(exc).__name__}: {exc}".strip()
     first = text.splitlines()[0][:600] if text else type(exc).__name__
     lacks = missing(tc, gpu)
@@ -124,7 +124,7 @@ def _timed(p, name, fn, tc, gpu):
     try:
         ok, reason, fig = fn()
     except Exception as exc:
-        p.check(name, "failed", _explain(exc, tc, gpu), seconds=round(time.time() - t0, 2))
+        p.check(name, "failed", explain(exc, tc, gpu), seconds=round(time.time() - t0, 2))
         return
     fig["seconds"] = round(time.time() - t0, 2)
     p.check(name, "passed" if ok else "failed", reason, **fig)
