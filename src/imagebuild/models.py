@@ -173,3 +173,9 @@ class ImageResult:
     log_path: str | None = None
     tests: dict | None = None  # {"passed": n, "failed": n, "skipped": n, "checks": [{name,status,reason,...}]}
     push: dict | None = None  # {"status": "pushed"|"unchanged"|"failed", "digest": ..., "tags": [...], ...}
+
+    @classmethod
+    def of(cls, image: ImagePlan) -> ImageResult:
+        """The planned row of `image` (every stage starts from this)."""
+        return cls(tag=image.tag, flavor=image.flavor, inputs_hash=image.inputs_hash,
+                   versions=image.variant.versions.as_dict(), parent=image.parent)

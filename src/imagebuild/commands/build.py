@@ -46,11 +46,14 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     check_inputs(inputs)
     plan = load_plan(matrix, inputs, registry)
     client = connect("build")  # its timeout also fits --push of multi-GB layers
+    buildable, blocked = preflight_sources(plan, tuple(only), keep_going)
     progress = make_progress(plain=plain, verbose=verbose)
     options = BuildOptions(force=force, only=tuple(only), keep_going=keep_going, log_dir=log_dir)
     if jobs:
         options.jobs = jobs
-    results = build_plan(client, plan, options, progress)
+    results = build_plan(client, buildable, options, progress) if buildable.images else []
+    results = [r for r in results if r.tag not in {b.tag for b in blocked}] + blocked
+    results.sort(key=lambda r: [i.tag for i in plan.images].index(r.tag))
     progress.summary(results)
     ok = all(r.status in ("built", "up-to-date", "skipped") for r in results)
 
@@ -64,6 +67,41 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
 
     write_reports(results, report_dir, plan)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def preflight_sources(plan, only: tuple[str, ...], keep_going: bool):
+    """Ask every outside source the selected images need before anything builds (builder.sources).
+
+    Images whose source does not answer are named one line each; without --keep-going that stops the run (exit 1,
+    nothing built), with it they and their children become failed/not-built rows and the rest is built."""
+    from imagebuild.builder.sources import blocked_tags, unreachable
+    from imagebuild.models import ImageResult, Plan
+    from imagebuild.plan.assemble import select
+
+    selected = select(plan, only or None)
+    problems = unreachable(selected)
+    if not problems:
+        return plan, []
+    for lines in problems.values():
+        for line in lines:
+            click.echo(f"error: {line}", err=True)
+    blocked = blocked_tags(plan.images, problems)
+    rest = [i for i in selected if i.tag not in blocked]
+    if not keep_going:
+        raise SourcesUnreachable(f"{len(problems)} image(s) need a source that does not answer (named above); "
+                                 f"nothing was built. --keep-going builds the {len(rest)} other selected image(s)")
+    rows = []
+    for img in selected:
+        if img.tag in blocked:
+            row = ImageResult.of(img)
+            row.status = "failed" if img.tag in problems else "not-built"
+            row.error = "; ".join(problems[img.tag]) if img.tag in problems else f"parent {img.parent} not built"
+            rows.append(row)
+    return Plan(plan.matrix_file, [i for i in plan.images if i.tag not in blocked]), rows
+
+
+class SourcesUnreachable(UsageError):
+    exit_code = EXIT_FAILED
 
 
 def smoke_test(client, images, by_tag, report_dir: Path) -> bool:

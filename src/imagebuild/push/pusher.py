@@ -289,13 +289,7 @@ def _push_registry(tag: str) -> str | None:
 
 
 def result_for(image: ImagePlan) -> ImageResult:
-    return ImageResult(
-        tag=image.tag,
-        flavor=image.flavor,
-        inputs_hash=image.inputs_hash,
-        versions=image.variant.versions.as_dict(),
-        parent=image.parent,
-    )
+    return ImageResult.of(image)
 
 
 def gate(image: ImagePlan, row: dict | None, require_tests: bool) -> str | None:
