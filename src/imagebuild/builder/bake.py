@@ -34,7 +34,6 @@ from imagebuild.models import FLAVORS, ImagePlan, Plan
 PARENT_CONTEXT = "imagebuild-parent"
 OS_CONTEXT = "imagebuild-os"
 _BAD = re.compile(r"[^a-zA-Z0-9_-]")
-TARGET_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")  # buildx: validTargetNameChars
 
 
 def target_name(text: str) -> str:

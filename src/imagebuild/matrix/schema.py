@@ -49,7 +49,6 @@ class Schema:
     ca_certs: tuple[Path, ...] = ()
     size_budget: dict[str, int] = field(default_factory=dict)
     perf_min: dict[str, float] = field(default_factory=dict)
-    has_matrix: bool = False
     unknown_keys: tuple[str, ...] = ()  # top-level typos ("matrx"): they explain a missing matrix
 
 
@@ -169,7 +168,6 @@ def check_document(loaded: Loaded, tables: Tables, base_dir: Path) -> tuple[Sche
         out.defaults = c.fields(doc["defaults"], ("defaults",), "defaults") or {}
 
     if "matrix" in doc:
-        out.has_matrix = True
         for axis, values in c.mapping(doc["matrix"], ("matrix",), '{torch: ["2.9.1"], cuda: ["12.8"]}').items():
             path = ("matrix", axis)
             if not c.field_name(axis, path, "matrix"):
