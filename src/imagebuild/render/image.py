@@ -106,12 +106,6 @@ def cuda_major(variant: ResolvedVariant) -> int | None:
     return None if cuda == "cpu" else int(cuda.split(".")[0])
 
 
-def _torch_index(variant: ResolvedVariant, inputs: BuildInputs) -> str | None:
-    if inputs.torch_index_url is not None:
-        return None if inputs.torch_index_url.strip().lower() == "none" else inputs.torch_index_url
-    return variant.torch_index_url
-
-
 def _torch_requirements(variant: ResolvedVariant) -> list[str]:
     """Exact pins. A non-PyPI build (variant.torch_index_url set) is pinned with its local label (`+cu130`, `+cpu`), so
     it can only come from that index or a wheelhouse, never silently from PyPI's default CUDA build."""
@@ -190,10 +184,8 @@ def _variant_labels(variant: ResolvedVariant, flavor: str) -> dict[str, str]:
 def _pip_index(variant: ResolvedVariant, inputs: BuildInputs, with_torch: bool):
     """(public build args, secret build args, ARG names, redacted comment) for the builder stages."""
     extras = list(inputs.pip_extra_index_urls)
-    if with_torch:
-        torch_index = _torch_index(variant, inputs)
-        if torch_index:
-            extras.append(torch_index)
+    if with_torch and variant.torch_index_url:  # resolve applied --torch-index-url (resolve/sources.torch_index)
+        extras.append(variant.torch_index_url)
     extras = _dedupe(u.strip() for u in extras if u and u.strip())
     values: dict[str, str] = {}
     if inputs.pip_index_url:
