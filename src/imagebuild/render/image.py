@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jinja2
 
+from imagebuild.compat import accel
 from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ResolvedVariant
@@ -145,8 +146,7 @@ BASE_LABEL_KEYS = ("io.imagebuild.cuda", "io.imagebuild.python", "io.imagebuild.
 
 def base_key(variant: ResolvedVariant) -> str:
     v = variant.versions
-    accel = "cpu" if v.cuda == "cpu" else f"cuda{v.cuda}"
-    return f"{accel}-py{v.python}-{v.os}"
+    return f"{accel(v.cuda)}-py{v.python}-{v.os}"
 
 
 def _labels(variant: ResolvedVariant, flavor: str) -> dict[str, str]:
