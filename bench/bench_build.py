@@ -35,9 +35,10 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from imagebuild.builder import BuildOptions, build_plan  # noqa: E402
+from imagebuild.builder.buildargs import proxy_build_args  # noqa: E402
 from imagebuild.builder.context import build_context  # noqa: E402
-from imagebuild.builder.executor import BASE_LABEL, INPUTS_LABEL, proxy_build_args  # noqa: E402
 from imagebuild.builder.progress import Progress  # noqa: E402
+from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL  # noqa: E402
 from imagebuild.engine import connect  # noqa: E402
 from imagebuild.inputs import BuildInputs  # noqa: E402
 from imagebuild.models import Plan  # noqa: E402

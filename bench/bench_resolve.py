@@ -1,4 +1,4 @@
-"""Time validate + resolve (+ plan, when imagebuild.plan.make_plan exists) on a generated 500-variant matrix.
+"""Time validate + resolve + plan on a generated 500-variant matrix.
 
     PYTHONPATH=src python bench/bench_resolve.py [--variants 500] [--repeat 5]
 
@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from imagebuild.compat import load, vtuple  # noqa: E402
 from imagebuild.inputs import BuildInputs  # noqa: E402
 from imagebuild.matrix import load_matrix  # noqa: E402
+from imagebuild.plan import make_plan  # noqa: E402
 from imagebuild.resolve import resolve_matrix  # noqa: E402
 
 
@@ -83,13 +84,8 @@ def main() -> None:
         resolve_s, variants = timed(lambda: resolve_matrix(load_matrix(path), BuildInputs()), args.repeat)
         rows = [("compat tables (first load)", tables_s), ("validate: load + schema + expand", load_s),
                 ("validate + resolve", resolve_s)]
-        try:
-            from imagebuild.plan import make_plan
-        except ImportError:
-            make_plan = None
-        if make_plan is not None:
-            plan_s, plan = timed(lambda: make_plan(path, BuildInputs(), None), max(1, args.repeat // 2))
-            rows.append((f"plan (make_plan, {len(plan.images)} images)", plan_s))
+        plan_s, plan = timed(lambda: make_plan(path, BuildInputs(), None), max(1, args.repeat // 2))
+        rows.append((f"plan (make_plan, {len(plan.images)} images)", plan_s))
 
     images = sum(len(v.flavors) for v in variants)
     print(f"matrix: {len(doc.variants)} variants, {images} images (median of {args.repeat} runs)")

@@ -148,9 +148,6 @@ class Plan:
     def by_tag(self) -> dict[str, ImagePlan]:
         return {i.tag: i for i in self.images}
 
-    def children(self, tag: str) -> list[ImagePlan]:
-        return [i for i in self.images if i.parent == tag]
-
 
 @dataclass
 class ImageResult:

@@ -12,7 +12,7 @@ import json
 import pytest
 from _helpers import imagebuild
 
-from imagebuild.builder.executor import BASE_LABEL, INPUTS_LABEL
+from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from imagebuild.builder import BuildOptions, build_plan
-from imagebuild.builder.executor import BASE_LABEL, INPUTS_LABEL
 from imagebuild.builder.progress import Progress
+from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
 from imagebuild.engine import connect
 from imagebuild.errors import EngineUnavailable
 from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions

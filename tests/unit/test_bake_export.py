@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from imagebuild.bake import OS_CONTEXT, PARENT_CONTEXT, bake_document, target_name, write_bake
+from imagebuild.builder.bake import OS_CONTEXT, PARENT_CONTEXT, bake_document, target_name, write_bake
 from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions
 
 # attributes of a bake target (https://docs.docker.com/build/bake/reference/#target)

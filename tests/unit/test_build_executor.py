@@ -6,18 +6,12 @@ from __future__ import annotations
 import pytest
 from _support import FakeClient, chain, plan_of
 
-from imagebuild.builder.executor import (
-    BASE_LABEL,
-    INPUTS_LABEL,
-    BuildOptions,
-    DiskSpaceError,
-    build_plan,
-    check_disk,
-    estimate_bytes,
-    order_images,
-    select_images,
-)
+from imagebuild.builder.disk import DiskSpaceError, check_disk, estimate_bytes
+from imagebuild.builder.executor import build_plan
+from imagebuild.builder.options import BuildOptions
+from imagebuild.builder.order import order_images, select_images
 from imagebuild.builder.progress import Progress
+from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
 from imagebuild.errors import UsageError
 
 BASE_REF = "example/os:1@sha256:" + "0" * 64
@@ -197,7 +191,7 @@ def test_proxies_and_secret_args_are_build_args_but_not_logged(client, tmp_path)
 
 
 def test_proxy_build_args_from_environment():
-    from imagebuild.builder.executor import proxy_build_args
+    from imagebuild.builder.buildargs import proxy_build_args
 
     env = {"HTTPS_PROXY": "http://proxy:3128", "no_proxy": "localhost,127.0.0.1", "PATH": "/bin"}
     assert proxy_build_args(env) == {"HTTPS_PROXY": "http://proxy:3128", "no_proxy": "localhost,127.0.0.1"}
@@ -228,7 +222,7 @@ def test_interrupt_removes_tracked_containers(client, tmp_path):
 
     a = chain("a", flavors=("base",))
     r = _Run(client, plan_of(a), BuildOptions(log_dir=tmp_path, check_disk=False, proxies={}), Progress())
-    r.containers.update({"aaa111bbb222", "ccc333ddd444"})
+    r.backend.containers.update({"aaa111bbb222", "ccc333ddd444"})
     r.interrupt()
     assert r.cancel.is_set() and sorted(client.api.removed) == ["aaa111bbb222", "ccc333ddd444"]
     assert isinstance(r.cancel, threading.Event)

@@ -93,3 +93,10 @@ def test_load_from_a_copy(tmp_path):
     for name in ("torch.yaml", "cuda.yaml", "os.yaml", "transformer_engine.yaml"):
         (tmp_path / name).write_text(data_path(name).read_text())
     assert load_from(Path(tmp_path)).torch.keys() == TABLES.torch.keys()
+
+
+def test_accel_and_cuda_tag_name_cpu_and_cuda_once():
+    from imagebuild.compat import accel, cuda_tag
+
+    assert [accel(c) for c in ("cpu", "12.8", "13.0")] == ["cpu", "cuda12.8", "cuda13.0"]
+    assert [cuda_tag(c) for c in ("cpu", "12.8", "13.0")] == ["cpu", "cu128", "cu130"]

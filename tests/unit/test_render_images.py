@@ -279,10 +279,11 @@ def test_runtime_torch_from_wheels_only(rendered):
         assert set(_apt_packages(final)) == {"g++", "gcc", "libc6-dev", f"libpython{py}-dev"}, case
 
 
-def test_torch_index_override(ca_file, wheelhouse):
-    r = render_image(CU130, "runtime", BuildInputs(torch_index_url="none"))
-    assert r.build_args == {}
-    r = render_image(CU130, "runtime", BuildInputs(torch_index_url="https://mirror.example/whl/cu130"))
+def test_torch_index_comes_from_the_resolved_variant(ca_file, wheelhouse):
+    # --torch-index-url is applied once, by resolve (test_resolve_pins); render follows variant.torch_index_url
+    r = render_image(replace(CU130, torch_index_url=None), "runtime", BuildInputs(torch_index_url="https://x/whl"))
+    assert r.build_args == {} and "torch==2.9.1 " in r.dockerfile and "+cu130" not in r.dockerfile
+    r = render_image(replace(CU130, torch_index_url="https://mirror.example/whl/cu130"), "runtime")
     assert r.build_args == {"PIP_EXTRA_INDEX_URL": "https://mirror.example/whl/cu130"}
     # dev and base never need the torch index
     assert render_image(CU130, "dev").build_args == {}

@@ -131,6 +131,7 @@ def test_torchaudio_frozen_after_211():
     ("https://mirror.example/whl/cu126", "https://cli.example/simple", "https://cli.example/simple"),
     ("none", None, None),
     (None, "none", None),
+    ("https://mirror.example/whl/cu126", " None ", None),
 ])
 def test_torch_index_url_overrides(matrix_url, inputs_url, expected):
     extra = f", torch_index_url: {matrix_url}" if matrix_url else ""
@@ -142,3 +143,17 @@ def test_torch_index_url_overrides(matrix_url, inputs_url, expected):
 def test_unconfirmed_pins_are_flagged():
     [v] = resolve('{torch: "2.9.1", cuda: "12.6", os: ubuntu24.04}')
     assert "confirmed: false" in v.chosen["pins"]
+
+
+def test_torch_index_override_reaches_render_through_the_variant():
+    """The override is applied once (resolve); the rendered pins and index follow it."""
+    from imagebuild.render import render_image
+
+    row = '{torch: "2.13.0", cuda: "13.0", os: ubuntu24.04}'
+    [pypi] = resolve(row, inputs=BuildInputs(torch_index_url="none"))
+    r = render_image(pypi, "runtime", BuildInputs(torch_index_url="none"))
+    assert r.build_args == {} and "torch==2.13.0+" not in r.dockerfile
+    [mirror] = resolve(row, inputs=BuildInputs(torch_index_url="https://mirror.example/whl/cu130"))
+    r = render_image(mirror, "runtime", BuildInputs(torch_index_url="https://mirror.example/whl/cu130"))
+    assert r.build_args == {"PIP_EXTRA_INDEX_URL": "https://mirror.example/whl/cu130"}
+    assert "torch==2.13.0+cu130" in r.dockerfile

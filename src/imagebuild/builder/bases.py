@@ -31,10 +31,10 @@ def base_image_id(run: RunState, img: ImagePlan) -> str:
     """The OS image for a parentless image: bootstrapped or pulled once per distinct source."""
     key = base_key(img)
     with run.lock:
-        fut = run.base_futures.get(key)
-        owner = fut is None
+        existing_fut = run.base_futures.get(key)
+        owner = existing_fut is None
+        fut: cf.Future[str] = existing_fut if existing_fut is not None else cf.Future()
         if owner:
-            fut = cf.Future()
             run.base_futures[key] = fut
     if not owner:
         run.progress.set(img.tag, "waiting", "for its OS base image")

@@ -207,7 +207,7 @@ def _strip_credentials(spec: BootstrapSpec, tmp: Path) -> tuple[list[str], Path 
         parts = urllib.parse.urlsplit(url)
         if parts.username:
             register_secret(parts.password)
-            host = parts.hostname + (f":{parts.port}" if parts.port else "")
+            host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
             auth_lines.append(
                 f"machine {host}{parts.path} login {urllib.parse.unquote(parts.username)} "
                 f"password {urllib.parse.unquote(parts.password or '')}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Mapping
 from datetime import datetime, timezone
 
 from imagebuild.builder.options import BuildOptions
@@ -17,15 +18,16 @@ from imagebuild.secrets import register_secret
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")
 
 
-def proxy_build_args(env: dict[str, str] | None = None) -> dict[str, str]:
+def proxy_build_args(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Proxy settings as build args only (Docker's predefined ARGs: not persisted in ENV or history)."""
-    env = os.environ if env is None else env
+    source: Mapping[str, str] = os.environ if env is None else env
     out = {}
     for name in PROXY_VARS:
         for key in (name, name.lower()):
-            if env.get(key):
-                out[key] = env[key]
-                register_secret_url(env[key])
+            value = source.get(key)
+            if value:
+                out[key] = value
+                register_secret_url(value)
     return out
 
 

@@ -1,17 +1,15 @@
 """Interrupts (SIGINT/SIGTERM): stop the builds and leave no intermediate containers behind.
 
-The low-level build API has no cancel call: shutting the streaming connection's socket makes the engine see EOF and
-cancel the build, and unblocks the worker thread reading it. The intermediate containers the engine announced
-("---> Running in <id>") are removed here too, so none is left behind whatever the engine's own cleanup manages.
-SIGTERM is turned into KeyboardInterrupt so both signals take the same path (exit 130); a rerun continues from the
-cache.
+Every running build is cancelled through the backend seam (backend.py; for the classic builder, classic.py shuts the
+streaming connection and the engine cancels), bootstraps are stopped, and the backend's `cleanup()` removes what the
+builds left behind (intermediate containers) while the workers wind down. SIGTERM is turned into KeyboardInterrupt
+so both signals take the same path (exit 130); a rerun continues from the cache.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import signal
-import socket
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -29,55 +27,20 @@ class _Terminated(KeyboardInterrupt):
     pass
 
 
-def shutdown_response(response) -> None:
-    """Shut a streaming response's socket from another thread (unblocks the reader; the engine sees EOF)."""
-    if response is None:
-        return
-    sock = None
-    # where urllib3 keeps the socket differs by version (and for unix sockets): try the known paths
-    for path in (("raw", "_fp", "fp", "raw", "_sock"), ("raw", "_connection", "sock")):
-        obj = response
-        for attr in path:
-            obj = getattr(obj, attr, None)
-            if obj is None:
-                break
-        if isinstance(obj, socket.socket):
-            sock = obj
-            break
-    try:
-        if sock is not None:
-            sock.shutdown(socket.SHUT_RDWR)
-        response.close()
-    except (OSError, AttributeError):
-        pass
-
-
 def interrupt(run: RunState) -> None:
-    """Stop: shut the build connections (the engine cancels), stop bootstraps, remove intermediate containers."""
+    """Stop: cancel the running builds (the backend stops them), stop bootstraps, remove what they left behind."""
     run.cancel.set()
     bootstrap_mod.terminate_all()
     with run.lock:
-        responses = list(run.responses.values())
-    for resp in responses:
-        shutdown_response(resp)
+        builds = list(run.builds.values())
+    for build in builds:
+        build.cancel()
     remove_containers(run)
 
 
 def remove_containers(run: RunState) -> list[str]:
-    import docker
-
-    with run.lock:
-        cids = sorted(run.containers)
-    removed = []
-    for cid in cids:
-        try:
-            run.client.api.remove_container(cid, force=True)
-            removed.append(cid)
-        except docker.errors.NotFound:
-            pass
-        except Exception as exc:
-            run.progress.note(f"could not remove build container {cid}: {exc}")
-    return removed
+    """The backend's leftovers of cancelled builds (the classic builder's intermediate containers)."""
+    return run.backend.cleanup(run.progress.note)
 
 
 def run_interruptibly(run: RunState, execute: Callable[[], list[ImageResult]]) -> list[ImageResult]:

@@ -1,27 +1,28 @@
 """Build one ImagePlan, or find it up to date, and fill its result row.
 
 The base image is always an image ID (the parent's, or the OS image's), never a moving tag, so a child is built on
-exactly the parent this run produced. The build goes through the low-level API (`client.api.build`), which streams
-the engine's JSON chunks: BuildStream turns them into steps, lines and the failing step, and every chunk lands in
-the image's log (redacted). Any error fails this image only; the scheduler decides what that means for the rest.
+exactly the parent this run produced. The build itself goes through the run's backend (backend.py; the classic
+builder by default), which streams steps and lines to the progress view, writes the whole output to the image's log
+(redacted) and reports an image ID or the failing step. Any error fails this image only; the scheduler decides what
+that means for the rest.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
+from imagebuild.builder.backend import BuildRequest
 from imagebuild.builder.bases import base_image_id
 from imagebuild.builder.buildargs import register_secret_url
 from imagebuild.builder.context import build_context
 from imagebuild.builder.describe import describe
-from imagebuild.builder.interrupt import shutdown_response
-from imagebuild.builder.stream import BuildStream, open_log
+from imagebuild.builder.stream import open_log
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL, find_up_to_date
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan, ImageResult
+from imagebuild.report.budget import check_size_budget
 from imagebuild.secrets import redact, register_secret
 
 if TYPE_CHECKING:
@@ -73,12 +74,46 @@ def build_one(run: RunState, img: ImagePlan) -> ImageResult:
 
 
 def _build(run: RunState, img: ImagePlan, res: ImageResult, base_id: str, start: float) -> None:
-    import docker
+    log_path = run.log_dir / f"{img.id}.log"
+    res.log_path = str(log_path)
+    run.progress.set(img.tag, "building", "sending context")
+    context = build_context(img)
+    try:
+        with open_log(log_path) as log:
+            log.write(f"# {img.tag}\n# inputs hash {img.inputs_hash}\n# BASE_IMAGE={base_id}\n")
+            build = run.backend.start(build_request(run, img, base_id, context, log))
+            with run.lock:
+                run.builds[img.tag] = build
+            if run.cancel.is_set():  # interrupted before the build was registered
+                build.cancel()
+            try:
+                for ev in build.events():
+                    if ev.kind == "step":
+                        run.progress.step(img.tag, ev.step or 0, ev.steps or 0, ev.text)
+                    elif ev.kind == "line":
+                        run.progress.line(img.tag, ev.text)
+            finally:
+                with run.lock:
+                    run.builds.pop(img.tag, None)
+    finally:
+        context.close()
+    res.build_seconds = time.monotonic() - start
+    outcome = build.outcome()
+    if outcome.failed:
+        res.status = "failed"
+        res.error = outcome.error
+        run.tails[img.tag] = outcome.tail
+        return
+    res.status, res.image_id = "built", outcome.image_id
+    describe(run, res)
 
+
+def build_request(run: RunState, img: ImagePlan, base_id: str, context: IO[bytes], log: IO[str]) -> BuildRequest:
+    """The plan row as a backend request: the run's build args, the parent's image ID, the up-to-date labels."""
     for v in img.secret_build_args.values():
         register_secret(v)
         register_secret_url(v)
-    buildargs = {
+    build_args = {
         **run.proxies,
         **img.build_args,
         "BASE_IMAGE": base_id,
@@ -87,62 +122,8 @@ def _build(run: RunState, img: ImagePlan, res: ImageResult, base_id: str, start:
         **img.secret_build_args,
     }
     labels = {**img.labels, INPUTS_LABEL: img.inputs_hash, BASE_LABEL: base_id}
-    log_path = run.log_dir / f"{img.id}.log"
-    res.log_path = str(log_path)
-    run.progress.set(img.tag, "building", "sending context")
-    context = build_context(img)
-    try:
-        with open_log(log_path) as log:
-            log.write(f"# {img.tag}\n# inputs hash {img.inputs_hash}\n# BASE_IMAGE={base_id}\n")
-            stream = BuildStream(log=log)
-            try:
-                gen = run.client.api.build(
-                    fileobj=context, custom_context=True, decode=True, rm=True, forcerm=True, pull=False,
-                    network_mode="host", buildargs=buildargs, labels=labels, tag=img.tag,
-                    timeout=run.options.build_timeout,
-                )
-                # the SDK does not hand out the streaming response; the generator's frame holds it, and the
-                # interrupt path needs it to shut the connection
-                frame = getattr(gen, "gi_frame", None)
-                with run.lock:
-                    if frame is not None and "response" in frame.f_locals:
-                        run.responses[img.tag] = frame.f_locals["response"]
-                if run.cancel.is_set():  # interrupted while the request was being sent
-                    shutdown_response(run.responses.get(img.tag))
-                for chunk in gen:
-                    for ev in stream.feed(chunk):
-                        if ev.kind == "step":
-                            run.progress.step(img.tag, ev.step or 0, ev.steps or 0, ev.text)
-                        elif ev.kind == "container":
-                            with run.lock:
-                                run.containers.add(ev.text)
-                        elif ev.kind == "line":
-                            run.progress.line(img.tag, ev.text)
-            except docker.errors.APIError as exc:
-                stream.fail(exc.explanation or str(exc))
-            except Exception as exc:  # connection shut by an interrupt, engine gone
-                if run.cancel.is_set():
-                    stream.fail("interrupted")
-                else:
-                    stream.fail(f"lost the build stream: {type(exc).__name__}: {exc}")
-            finally:
-                with run.lock:
-                    run.responses.pop(img.tag, None)
-            stream.finish()
-    finally:
-        context.close()
-    res.build_seconds = time.monotonic() - start
-    if stream.failed:
-        res.status = "failed"
-        res.error = stream.failure_summary()
-        run.tails[img.tag] = stream.tail_text()
-        _set_optional(res, "log_tail", list(stream.tail))
-        return
-    image_id = stream.image_id or ""
-    if not image_id.startswith("sha256:"):  # the stream may report a short ID ("Successfully built 0123abcd")
-        image_id = run.client.api.inspect_image(image_id)["Id"]
-    res.status, res.image_id = "built", image_id
-    describe(run, res)
+    return BuildRequest(tag=img.tag, context=context, build_args=build_args, labels=labels,
+                        timeout=run.options.build_timeout, log=log)
 
 
 def check_budget(img: ImagePlan, res: ImageResult) -> None:
@@ -150,16 +131,6 @@ def check_budget(img: ImagePlan, res: ImageResult) -> None:
     budget = (img.variant.size_budget or {}).get(img.flavor)
     if not budget:
         return
-    try:
-        from imagebuild.report.budget import check_size_budget
-    except ImportError:  # the report stage is optional
-        return
     message = check_size_budget(res, budget)
     if message:
         res.status, res.error = "failed", message
-
-
-def _set_optional(res: ImageResult, name: str, value) -> None:
-    """Set a field only if this version of ImageResult has it (models.py fields are added by later stages)."""
-    if name in {f.name for f in dataclasses.fields(res)}:
-        setattr(res, name, value)

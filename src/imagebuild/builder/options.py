@@ -1,4 +1,4 @@
-"""What a caller can ask of a build run (BuildOptions) and the run's own error type.
+"""What a caller can ask of a build run (BuildOptions).
 
 Kept apart from the executor so the command layer and tests can build options without importing the scheduler.
 """
@@ -9,12 +9,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from imagebuild.errors import ImagebuildError
-
-
-class BuildFailed(ImagebuildError):
-    pass
 
 
 def default_jobs() -> int:

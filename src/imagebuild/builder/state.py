@@ -1,7 +1,7 @@
 """The shared state of one build run.
 
 The scheduler, the one-image builder, the base sources and the interrupt cleanup all read and write the same
-results, cancel flag and in-flight bookkeeping; they are plain functions over this object (one module each) rather
+results, cancel flag and in-flight builds; they are plain functions over this object (one module each) rather
 than one large class. `lock` guards the dicts and sets that worker threads touch.
 """
 
@@ -11,7 +11,9 @@ import concurrent.futures as cf
 import threading
 from pathlib import Path
 
+from imagebuild.builder.backend import BuildBackend, RunningBuild
 from imagebuild.builder.buildargs import created_arg, proxy_build_args, register_secret_url, revision_arg
+from imagebuild.builder.classic import ClassicBackend
 from imagebuild.builder.options import BuildOptions
 from imagebuild.builder.order import select_images
 from imagebuild.builder.progress import Progress
@@ -19,15 +21,16 @@ from imagebuild.models import ImagePlan, ImageResult, Plan
 
 
 class RunState:
-    def __init__(self, client, plan: Plan, options: BuildOptions, progress: Progress):
+    def __init__(self, client, plan: Plan, options: BuildOptions, progress: Progress,
+                 backend: BuildBackend | None = None):
         self.client, self.plan, self.options, self.progress = client, plan, options, progress
+        self.backend: BuildBackend = backend if backend is not None else ClassicBackend(client)
         self.images, self.selected = select_images(plan, options.only)
         self.results: dict[str, ImageResult] = {}
         self.tails: dict[str, str] = {}  # tag -> last lines of a failed build, for the failure report
         self.cancel = threading.Event()
         self.lock = threading.Lock()
-        self.responses: dict[str, object] = {}  # tag -> requests.Response of a running build
-        self.containers: set[str] = set()  # intermediate containers the engine announced
+        self.builds: dict[str, RunningBuild] = {}  # tag -> the backend's handle of a running build (for cancel)
         self.base_futures: dict[str, cf.Future] = {}  # base source key -> its OS image ID (bootstrapped/pulled once)
         self.hash_locks: dict[str, threading.Lock] = {}  # inputs hash -> lock: identical entries build once
         self.created = created_arg(options)

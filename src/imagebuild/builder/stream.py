@@ -1,4 +1,4 @@
-"""Parse the decoded JSON stream of the classic builder (`client.api.build(..., decode=True)`).
+"""Parse the decoded JSON stream of the classic builder (`client.api.build(..., decode=True)`); used by classic.py.
 
 The engine answers HTTP 200 and reports a failed build as `{"error": ..., "errorDetail": {...}}` chunks in the
 stream: a tool that only looks at the HTTP status reports green on a failed build. `BuildStream` turns every chunk
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from imagebuild.builder.backend import BuildEvent
 from imagebuild.secrets import redact
 
 TAIL_LINES = 40
@@ -21,14 +22,6 @@ _STEP = re.compile(r"^Step (?P<k>\d+)/(?P<n>\d+) : (?P<instr>.*)$")
 _RUNNING_IN = re.compile(r"^ ---> Running in (?P<cid>[0-9a-f]{12,64})\s*$")
 _SUCCESS = re.compile(r"^Successfully built (?P<id>[0-9a-f]{12,64})\s*$")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-@dataclass
-class StreamEvent:
-    kind: str  # "step" | "line" | "error" | "image" | "container"
-    text: str = ""
-    step: int | None = None
-    steps: int | None = None
 
 
 @dataclass
@@ -44,7 +37,7 @@ class BuildStream:
     error: str | None = None
     error_code: int | None = None
     containers: list[str] = field(default_factory=list)  # intermediate containers announced by the engine
-    tail: deque = field(default_factory=deque)
+    tail: deque[str] = field(default_factory=deque)
     _partial: str = ""
 
     def __post_init__(self) -> None:
@@ -55,7 +48,7 @@ class BuildStream:
         return self.error is not None
 
     # -- feeding -------------------------------------------------------------------------------------------------
-    def feed(self, chunk) -> list[StreamEvent]:
+    def feed(self, chunk: object) -> list[BuildEvent]:
         """One decoded chunk (dict; str/bytes are treated as plain output) -> events."""
         if isinstance(chunk, bytes):
             chunk = chunk.decode("utf-8", "replace")
@@ -63,7 +56,7 @@ class BuildStream:
             return self._text(chunk)
         if not isinstance(chunk, dict):
             return []
-        events: list[StreamEvent] = []
+        events: list[BuildEvent] = []
         if "stream" in chunk and chunk["stream"] is not None:
             events += self._text(str(chunk["stream"]))
         if chunk.get("status"):
@@ -75,13 +68,13 @@ class BuildStream:
         aux = chunk.get("aux")
         if isinstance(aux, dict) and aux.get("ID"):
             self.image_id = str(aux["ID"])
-            events.append(StreamEvent("image", self.image_id))
+            events.append(BuildEvent("image", self.image_id))
         if "error" in chunk or "errorDetail" in chunk:
             detail = chunk.get("errorDetail") or {}
             message = chunk.get("error") or (detail.get("message") if isinstance(detail, dict) else None)
             message = str(message or "the engine reported an error without a message").strip()
             self.fail(message, detail.get("code") if isinstance(detail, dict) else None)
-            events.append(StreamEvent("error", self.error or message))
+            events.append(BuildEvent("error", self.error or message))
         return events
 
     def fail(self, message: str, code: int | None = None) -> None:
@@ -117,14 +110,14 @@ class BuildStream:
         return "\n".join(self.tail)
 
     # -- internals -----------------------------------------------------------------------------------------------
-    def _text(self, text: str) -> list[StreamEvent]:
+    def _text(self, text: str) -> list[BuildEvent]:
         data = self._partial + text
         *lines, self._partial = data.split("\n")
         # progress bars rewrite the line with \r: keep the last state
         return self._lines([ln.rstrip("\r").rsplit("\r", 1)[-1] for ln in lines])
 
-    def _lines(self, lines: list[str]) -> list[StreamEvent]:
-        events = []
+    def _lines(self, lines: list[str]) -> list[BuildEvent]:
+        events: list[BuildEvent] = []
         for raw in lines:
             line = redact(_ANSI.sub("", raw))
             self._write(line + "\n")
@@ -135,16 +128,16 @@ class BuildStream:
             if m:
                 self.step, self.steps = int(m["k"]), int(m["n"])
                 self.step_text = line.strip()
-                events.append(StreamEvent("step", m["instr"], self.step, self.steps))
+                events.append(BuildEvent("step", m["instr"], self.step, self.steps))
                 continue
             m = _RUNNING_IN.match(line)
             if m:
                 self.containers.append(m["cid"])
-                events.append(StreamEvent("container", m["cid"]))
+                events.append(BuildEvent("container", m["cid"]))
             m = _SUCCESS.match(line)
             if m and not self.image_id:
                 self.image_id = m["id"]
-            events.append(StreamEvent("line", line))
+            events.append(BuildEvent("line", line))
         return events
 
     def _write(self, text: str) -> None:

@@ -33,7 +33,7 @@ def command(matrix, registry, inputs, output, context_dir, os_images, only):
       imagebuild bake --matrix images/h100.yaml -o out/docker-bake.json
       cd out && OS_IMAGE_ubuntu24_04=reg.example/os/ubuntu:24.04 docker buildx bake -f docker-bake.json --push
     """
-    from imagebuild.bake import write_bake
+    from imagebuild.builder.bake import write_bake
     from imagebuild.errors import UsageError
     from imagebuild.models import Plan
     from imagebuild.plan import make_plan

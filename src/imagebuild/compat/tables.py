@@ -98,7 +98,13 @@ class Tables:
 
 
 def cuda_tag(cuda: str) -> str:
+    """The wheel index / local version label: "cu128", "cu130" or "cpu"."""
     return "cpu" if cuda == "cpu" else "cu" + cuda.replace(".", "")
+
+
+def accel(cuda: str) -> str:
+    """The accelerator part of variant keys, base keys and alias tags: "cuda12.8" or "cpu"."""
+    return "cpu" if cuda == "cpu" else f"cuda{cuda}"
 
 
 def _read(data_dir: Path | None, name: str) -> dict:

@@ -40,10 +40,6 @@ class MatrixDoc:
     def location(self, path: YPath) -> Location:
         return Location(self.file, self.line(path), keypath(path))
 
-    def raise_if_problems(self) -> None:
-        if self.problems:
-            raise MatrixError(self.problems)
-
 
 def display_name(path: Path) -> str:
     """`images/h100.yaml` for files under the working directory, the absolute path otherwise."""

@@ -49,7 +49,6 @@ class Schema:
     ca_certs: tuple[Path, ...] = ()
     size_budget: dict[str, int] = field(default_factory=dict)
     perf_min: dict[str, float] = field(default_factory=dict)
-    has_matrix: bool = False
     unknown_keys: tuple[str, ...] = ()  # top-level typos ("matrx"): they explain a missing matrix
 
 
@@ -125,8 +124,28 @@ class _Checker:
 
 
 def check_document(loaded: Loaded, tables: Tables, base_dir: Path) -> tuple[Schema, list[Problem]]:
+    """Check every top-level key of the matrix file (in this order, so problems read top to bottom)."""
     c = _Checker(loaded, tables, base_dir)
     doc, out = loaded.data, Schema()
+    out.unknown_keys = _check_top_keys(c, doc)
+    _check_name_and_registry(c, doc, out)
+    out.gpu_archs = _check_gpu_archs(c, doc)
+    if "defaults" in doc:
+        out.defaults = c.fields(doc["defaults"], ("defaults",), "defaults") or {}
+    if "matrix" in doc:
+        out.axes = _check_axes(c, doc["matrix"])
+    out.include = _check_rows(c, doc, "include")
+    out.exclude = _check_rows(c, doc, "exclude")
+    out.ca_certs = _check_ca_certs(c, doc, base_dir)
+    out.size_budget = _check_size_budget(c, doc)
+    out.perf_min = _check_perf_min(c, doc)
+    return out, c.problems
+
+
+def _check_top_keys(c: _Checker, doc: dict[Any, Any]) -> tuple[str, ...]:
+    """Unknown top-level keys (returned: they explain a missing matrix), with a did-you-mean or a hint that a
+    variant field was written at the top level."""
+    unknown: tuple[str, ...] = ()
     for key in doc:
         if key not in TOP_KEYS:
             hint = suggest(str(key), TOP_KEYS)
@@ -136,8 +155,11 @@ def check_document(loaded: Loaded, tables: Tables, base_dir: Path) -> tuple[Sche
             elif not hint.startswith("did") and near_field.startswith("did"):
                 hint = f"{near_field} (variant fields go under defaults, a matrix axis or an include row)"
             c.bad((key,), f"unknown key {key!r}", hint)
-            out.unknown_keys += (str(key),)
+            unknown += (str(key),)
+    return unknown
 
+
+def _check_name_and_registry(c: _Checker, doc: dict[Any, Any], out: Schema) -> None:
     if "name" not in doc:
         c.bad((), "missing required key 'name'", "the image repository name, e.g. name: pytorch")
     elif (name := c.string(doc["name"], ("name",), "a repository name like 'pytorch'")) is not None:
@@ -154,7 +176,9 @@ def check_document(loaded: Loaded, tables: Tables, base_dir: Path) -> tuple[Sche
                 c.bad(("registry",), f"{reg!r} is not a valid registry: {exc}",
                       "host[:port][/path], e.g. registry.example.internal:5000/ml")
 
-    archs = []
+
+def _check_gpu_archs(c: _Checker, doc: dict[Any, Any]) -> tuple[str, ...]:
+    archs: list[str] = []
     for i, arch in enumerate(c.items(doc.get("gpu_archs"), ("gpu_archs",), "GPU archs like sm_90")):
         if not isinstance(arch, str) or not ARCH_RE.match(arch):
             c.bad(("gpu_archs", i), f"expected a GPU arch like 'sm_90', got {describe(arch)}",
@@ -163,60 +187,75 @@ def check_document(loaded: Loaded, tables: Tables, base_dir: Path) -> tuple[Sche
             c.bad(("gpu_archs", i), f"{arch!r} is listed twice")
         else:
             archs.append(arch)
-    out.gpu_archs = tuple(archs)
+    return tuple(archs)
 
-    if "defaults" in doc:
-        out.defaults = c.fields(doc["defaults"], ("defaults",), "defaults") or {}
 
-    if "matrix" in doc:
-        out.has_matrix = True
-        for axis, values in c.mapping(doc["matrix"], ("matrix",), '{torch: ["2.9.1"], cuda: ["12.8"]}').items():
-            path = ("matrix", axis)
-            if not c.field_name(axis, path, "matrix"):
-                out.axes.append(("?" + str(axis), [Cell(values, path, ok=False)]))
-                continue
-            if not isinstance(values, list):
-                c.bad(path, f"an axis must be a list of values, got {describe(values)}", f"{axis}: [{values!r}]")
-                out.axes.append((axis, [Cell(values, path, ok=False)]))
-            elif not values:
-                c.bad(path, "axis is empty, so the matrix has no variants", f"give at least one {axis} value")
-                out.axes.append((axis, []))
-            else:
-                out.axes.append((axis, [c.cell(axis, v, (*path, i)) for i, v in enumerate(values)]))
+def _check_axes(c: _Checker, matrix: Any) -> list[tuple[str, list[Cell]]]:
+    """The `matrix:` axes; a bad axis stays in the list (unknown name "?<name>", or a not-ok Cell) so expansion
+    keeps the file's shape."""
+    axes: list[tuple[str, list[Cell]]] = []
+    for axis, values in c.mapping(matrix, ("matrix",), '{torch: ["2.9.1"], cuda: ["12.8"]}').items():
+        path = ("matrix", axis)
+        if not c.field_name(axis, path, "matrix"):
+            axes.append(("?" + str(axis), [Cell(values, path, ok=False)]))
+            continue
+        if not isinstance(values, list):
+            c.bad(path, f"an axis must be a list of values, got {describe(values)}", f"{axis}: [{values!r}]")
+            axes.append((axis, [Cell(values, path, ok=False)]))
+        elif not values:
+            c.bad(path, "axis is empty, so the matrix has no variants", f"give at least one {axis} value")
+            axes.append((axis, []))
+        else:
+            axes.append((axis, [c.cell(axis, v, (*path, i)) for i, v in enumerate(values)]))
+    return axes
 
-    for section, target in (("include", out.include), ("exclude", out.exclude)):
-        for i, row in enumerate(c.items(doc.get(section), (section,), f"{section} rows")):
-            cells = c.fields(row, (section, i), f"an {section} row")
-            if cells is not None and not cells:
-                c.bad((section, i), f"empty {section} row")
-            elif cells is not None:
-                target.append(((section, i), cells))
 
-    certs = []
+def _check_rows(c: _Checker, doc: dict[Any, Any], section: str) -> list[tuple[YPath, dict[str, Cell]]]:
+    """`include:` or `exclude:` rows, each a mapping of variant fields."""
+    rows: list[tuple[YPath, dict[str, Cell]]] = []
+    for i, row in enumerate(c.items(doc.get(section), (section,), f"{section} rows")):
+        cells = c.fields(row, (section, i), f"an {section} row")
+        if cells is not None and not cells:
+            c.bad((section, i), f"empty {section} row")
+        elif cells is not None:
+            rows.append(((section, i), cells))
+    return rows
+
+
+def _check_ca_certs(c: _Checker, doc: dict[Any, Any], base_dir: Path) -> tuple[Path, ...]:
+    """CA files, relative to the matrix file; each must exist."""
+    certs: list[Path] = []
     for i, item in enumerate(c.items(doc.get("ca_certs"), ("ca_certs",), "CA certificate files")):
         if (text := c.string(item, ("ca_certs", i), "a CA file path")) is not None:
-            cert_path = (base_dir / text).resolve()
-            if cert_path.is_file():
-                certs.append(cert_path)
+            cert = (base_dir / text).resolve()
+            if cert.is_file():
+                certs.append(cert)
             else:
-                c.bad(("ca_certs", i), f"CA file not found: {cert_path}", "paths are relative to the matrix file")
-    out.ca_certs = tuple(certs)
+                c.bad(("ca_certs", i), f"CA file not found: {cert}", "paths are relative to the matrix file")
+    return tuple(certs)
 
+
+def _check_size_budget(c: _Checker, doc: dict[Any, Any]) -> dict[str, int]:
+    budget: dict[str, int] = {}
     for flavor, size in c.mapping(doc.get("size_budget"), ("size_budget",), "{runtime: 12GB}").items():
         if flavor not in FLAVORS:
             c.bad(("size_budget", flavor), f"unknown flavor {flavor!r}", suggest(str(flavor), FLAVORS))
             continue
         try:
-            out.size_budget[flavor] = parse_size(size)
+            budget[flavor] = parse_size(size)
         except ValueError:
             c.bad(("size_budget", flavor), f"expected a size like 7.5GB or 800MiB, got {describe(size)}",
                   "units: B, kB, MB, GB, TB (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024)")
+    return budget
 
+
+def _check_perf_min(c: _Checker, doc: dict[Any, Any]) -> dict[str, float]:
+    perf: dict[str, float] = {}
     for key, value in c.mapping(doc.get("perf_min"), ("perf_min",), "{bf16_tflops: 600}").items():
         if not isinstance(key, str) or not _PERF_KEY_RE.match(key):
             c.bad(("perf_min", key), f"expected a metric name like 'bf16_tflops', got {describe(key)}")
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             c.bad(("perf_min", key), f"expected a positive number, got {describe(value)}")
         else:
-            out.perf_min[key] = float(value)
-    return out, c.problems
+            perf[key] = float(value)
+    return perf

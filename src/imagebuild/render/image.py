@@ -9,11 +9,13 @@ from __future__ import annotations
 import functools
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
 
+from imagebuild.compat import accel
 from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ResolvedVariant
@@ -106,12 +108,6 @@ def cuda_major(variant: ResolvedVariant) -> int | None:
     return None if cuda == "cpu" else int(cuda.split(".")[0])
 
 
-def _torch_index(variant: ResolvedVariant, inputs: BuildInputs) -> str | None:
-    if inputs.torch_index_url is not None:
-        return None if inputs.torch_index_url.strip().lower() == "none" else inputs.torch_index_url
-    return variant.torch_index_url
-
-
 def _torch_requirements(variant: ResolvedVariant) -> list[str]:
     """Exact pins. A non-PyPI build (variant.torch_index_url set) is pinned with its local label (`+cu130`, `+cpu`), so
     it can only come from that index or a wheelhouse, never silently from PyPI's default CUDA build."""
@@ -151,8 +147,7 @@ BASE_LABEL_KEYS = ("io.imagebuild.cuda", "io.imagebuild.python", "io.imagebuild.
 
 def base_key(variant: ResolvedVariant) -> str:
     v = variant.versions
-    accel = "cpu" if v.cuda == "cpu" else f"cuda{v.cuda}"
-    return f"{accel}-py{v.python}-{v.os}"
+    return f"{accel(v.cuda)}-py{v.python}-{v.os}"
 
 
 def _labels(variant: ResolvedVariant, flavor: str) -> dict[str, str]:
@@ -190,10 +185,8 @@ def _variant_labels(variant: ResolvedVariant, flavor: str) -> dict[str, str]:
 def _pip_index(variant: ResolvedVariant, inputs: BuildInputs, with_torch: bool):
     """(public build args, secret build args, ARG names, redacted comment) for the builder stages."""
     extras = list(inputs.pip_extra_index_urls)
-    if with_torch:
-        torch_index = _torch_index(variant, inputs)
-        if torch_index:
-            extras.append(torch_index)
+    if with_torch and variant.torch_index_url:  # resolve applied --torch-index-url (resolve/sources.torch_index)
+        extras.append(variant.torch_index_url)
     extras = _dedupe(u.strip() for u in extras if u and u.strip())
     values: dict[str, str] = {}
     if inputs.pip_index_url:
@@ -219,128 +212,206 @@ def cuda_pip_toolchain(cuda: str) -> list[str]:
     return [f"{pkg}=={cuda}.*" for pkg in ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl")]
 
 
-def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | None = None) -> RenderedImage:
-    """Render `flavor` ("base" | "runtime" | "dev") of `variant`."""
-    if flavor not in FLAVORS:
-        raise ValueError(f"unknown flavor {flavor!r}; valid choices: {', '.join(FLAVORS)}")
-    inputs = inputs or BuildInputs()
-    v = variant.versions
-    py = v.python
-    major = cuda_major(variant)
-    venv_site = f"/opt/venv/lib/python{py}/site-packages"
-    stage_site = f"/opt/stage/lib/python{py}/site-packages"
-    extra_pip = list(variant.pip_packages.get(flavor, ()))
-    extra_apt = list(variant.apt_packages.get(flavor, ()))
+@dataclass(frozen=True)
+class _Common:
+    """What every flavor's template variables and parts are made from."""
 
-    deadsnakes = None
-    if py != variant.os.system_python:
-        if variant.os.family != "ubuntu":
-            raise UsageError(
-                f"{variant.key}: Python {py} is not {variant.os.id}'s own ({variant.os.system_python}) and only Ubuntu "
-                "can add Pythons (deadsnakes)"
-            )
-        deadsnakes = {
-            "url": data.DEADSNAKES_URL,
-            "key_url": data.DEADSNAKES_KEY_URL,
-            "fingerprint": data.DEADSNAKES_FINGERPRINT,
+    variant: ResolvedVariant
+    flavor: str
+    py: str  # "3.12"
+    cuda_major: int | None  # None for CPU
+    venv_site: str
+    stage_site: str
+    extra_pip: list[str]  # the matrix's pip_packages / apt_packages for this flavor
+    extra_apt: list[str]
+    deadsnakes: dict[str, str] | None  # the PPA when the Python is not the OS's own (Ubuntu only)
+
+    @classmethod
+    def of(cls, variant: ResolvedVariant, flavor: str) -> _Common:
+        py = variant.versions.python
+        return cls(variant=variant, flavor=flavor, py=py, cuda_major=cuda_major(variant),
+                   venv_site=f"/opt/venv/lib/python{py}/site-packages",
+                   stage_site=f"/opt/stage/lib/python{py}/site-packages",
+                   extra_pip=list(variant.pip_packages.get(flavor, ())),
+                   extra_apt=list(variant.apt_packages.get(flavor, ())), deadsnakes=_deadsnakes(variant))
+
+    def context(self, labels: dict[str, str]) -> dict[str, object]:
+        """The template variables every flavor has (the flavor's parts and the pip stage fill in the rest)."""
+        variant, flavor = self.variant, self.flavor
+        return {
+            "v": variant,
+            "header_key": base_key(variant) if flavor == "base" else variant.key,
+            "flavor": flavor,
+            "parent_flavor": PARENT_FLAVOR[flavor],
+            "labels": labels,
+            "python": f"python{self.py}",
+            "venv_site": self.venv_site,
+            "stage_site": self.stage_site,
+            "cuda_major": self.cuda_major,
+            "deadsnakes": self.deadsnakes,
+            "base_default": None,
+            "ca_files": [],
+            "wheelhouse": False,
+            "pip_arg_names": [],
+            "pip_index_comment": "",
         }
 
-    labels = _labels(variant, flavor)
-    ctx: dict[str, object] = {
-        "v": variant,
-        "header_key": base_key(variant) if flavor == "base" else variant.key,
-        "flavor": flavor,
-        "parent_flavor": PARENT_FLAVOR[flavor],
-        "labels": labels,
-        "python": f"python{py}",
-        "venv_site": venv_site,
-        "stage_site": stage_site,
-        "cuda_major": major,
-        "deadsnakes": deadsnakes,
-        "base_default": None,
-        "ca_files": [],
-        "wheelhouse": False,
-        "pip_arg_names": [],
-        "pip_index_comment": "",
-    }
-    files: dict[str, bytes] = {}
-    pip_requirements: list[str] = []
 
-    if flavor == "base":
-        if variant.base.kind == "registry" and variant.base.ref:
-            ctx["base_default"] = variant.base.ref
-        ca = _ca_files(variant, inputs)
-        files.update(ca)
-        ctx["ca_files"] = sorted(ca)
-        python_apt = [f"python{py}", f"python{py}-venv"] if deadsnakes else ["python3", "python3-venv"]
-        ctx["base_apt"] = sorted(set(data.BASE_APT) | set(python_apt) | set(extra_apt))
-        ctx["require_cuda"] = None if major is None else f"cuda>={v.cuda}"
-        ctx["base_pip"] = extra_pip
-        pip_requirements = extra_pip
-    elif flavor == "runtime":
-        te = None
-        if v.transformer_engine and major is not None:
-            cu = f"cu{major}"
-            suffix = "" if major >= data.CUDA_PIP_TOOLCHAIN_MIN_MAJOR else f"-{cu}"
-            te = {
-                "version": v.transformer_engine,
-                "apt": sorted(set(data.TE_BUILD_APT) | {f"python{py}-dev"}),
-                "build_requirements": [
-                    *data.TE_BUILD_PIP,
-                    f"transformer_engine=={v.transformer_engine}",
-                    f"transformer_engine_{cu}=={v.transformer_engine}",
-                    *(cuda_pip_toolchain(v.cuda) if not suffix else
-                      [f"nvidia-cuda-nvcc{suffix}=={v.cuda}.*", f"nvidia-cuda-cccl{suffix}=={v.cuda}.*"]),
-                ],
-                "requirements": [f"transformer_engine[pytorch,core-{cu}]=={v.transformer_engine}"],
-            }
-        ctx["te"] = te
-        ctx["torch_requirements"] = _torch_requirements(variant) + extra_pip
-        ctx["compile_apt"] = sorted(set(data.RUNTIME_COMPILE_APT) | {f"libpython{py}-dev"})
-        ctx["flavor_apt"] = sorted(set(extra_apt))
-        pip_requirements = ctx["torch_requirements"]  # type: ignore[assignment]
-        files[f"{FILES_DIR}/imagebuild_tf32.py"] = _render_file("files/imagebuild_tf32.py.j2", tf32=variant.tf32)
-        files[f"{FILES_DIR}/imagebuild_tf32.pth"] = _render_file("files/imagebuild_tf32.pth.j2")
-    else:  # dev
-        dev_pip = [f"jupyterlab=={data.JUPYTERLAB_VERSION}"]
-        cuda_apt = cuda_pip = None
-        cuda_env: list[tuple[str, str]] = []
-        dev_apt = set(data.DEV_APT) | {f"python{py}-dev"} | set(extra_apt)
-        pip_includes = [f"{venv_site}/nvidia/{p}/include" for p in data.NVIDIA_PIP_INCLUDE_PACKAGES]
-        if major is not None and major >= data.CUDA_PIP_TOOLCHAIN_MIN_MAJOR:
-            home = f"{venv_site}/nvidia/cu{major}"
-            cuda_pip = {"home": home, "stage_home": f"{stage_site}/nvidia/cu{major}"}
-            dev_pip += cuda_pip_toolchain(v.cuda)
-            cuda_env = [
+@dataclass
+class _Parts:
+    """What one flavor adds: template variables, context files, and what its pip stage installs."""
+
+    ctx: dict[str, object]
+    files: dict[str, bytes] = field(default_factory=dict)
+    pip_requirements: list[str] = field(default_factory=list)
+
+
+def _deadsnakes(variant: ResolvedVariant) -> dict[str, str] | None:
+    py, osinfo = variant.versions.python, variant.os
+    if py == osinfo.system_python:
+        return None
+    if osinfo.family != "ubuntu":
+        raise UsageError(
+            f"{variant.key}: Python {py} is not {osinfo.id}'s own ({osinfo.system_python}) and only Ubuntu "
+            "can add Pythons (deadsnakes)"
+        )
+    return {"url": data.DEADSNAKES_URL, "key_url": data.DEADSNAKES_KEY_URL, "fingerprint": data.DEADSNAKES_FINGERPRINT}
+
+
+def _base_parts(c: _Common, inputs: BuildInputs) -> _Parts:
+    """The OS, its Python and venv, CA files, the matrix's extra packages; nothing of torch."""
+    variant, py = c.variant, c.py
+    ca = _ca_files(variant, inputs)
+    python_apt = [f"python{py}", f"python{py}-venv"] if c.deadsnakes else ["python3", "python3-venv"]
+    ctx: dict[str, object] = {
+        "base_default": variant.base.ref if variant.base.kind == "registry" and variant.base.ref else None,
+        "ca_files": sorted(ca),
+        "base_apt": sorted(set(data.BASE_APT) | set(python_apt) | set(c.extra_apt)),
+        "require_cuda": None if c.cuda_major is None else f"cuda>={variant.versions.cuda}",
+        "base_pip": c.extra_pip,
+    }
+    return _Parts(ctx, files=ca, pip_requirements=c.extra_pip)
+
+
+def _runtime_parts(c: _Common, inputs: BuildInputs) -> _Parts:
+    """torch and friends (exact pins), transformer_engine when the variant has it, the TF32 policy files."""
+    torch_requirements = _torch_requirements(c.variant) + c.extra_pip
+    ctx: dict[str, object] = {
+        "te": _transformer_engine(c),
+        "torch_requirements": torch_requirements,
+        # torch.compile at run time: compilers + Python.h (data.RUNTIME_COMPILE_APT), not the dev toolchain
+        "compile_apt": sorted(set(data.RUNTIME_COMPILE_APT) | {f"libpython{c.variant.versions.python}-dev"}),
+        "flavor_apt": sorted(set(c.extra_apt)),
+    }
+    files = {
+        f"{FILES_DIR}/imagebuild_tf32.py": _render_file("files/imagebuild_tf32.py.j2", tf32=c.variant.tf32),
+        f"{FILES_DIR}/imagebuild_tf32.pth": _render_file("files/imagebuild_tf32.pth.j2"),
+    }
+    return _Parts(ctx, files=files, pip_requirements=torch_requirements)
+
+
+def _transformer_engine(c: _Common) -> dict[str, object] | None:
+    """transformer_engine is built from source in its own stage, with the CUDA compiler of the variant's CUDA minor."""
+    v, major = c.variant.versions, c.cuda_major
+    if not v.transformer_engine or major is None:
+        return None
+    cu = f"cu{major}"
+    suffix = "" if major >= data.CUDA_PIP_TOOLCHAIN_MIN_MAJOR else f"-{cu}"
+    return {
+        "version": v.transformer_engine,
+        "apt": sorted(set(data.TE_BUILD_APT) | {f"python{c.py}-dev"}),
+        "build_requirements": [
+            *data.TE_BUILD_PIP,
+            f"transformer_engine=={v.transformer_engine}",
+            f"transformer_engine_{cu}=={v.transformer_engine}",
+            *(cuda_pip_toolchain(v.cuda) if not suffix else
+              [f"nvidia-cuda-nvcc{suffix}=={v.cuda}.*", f"nvidia-cuda-cccl{suffix}=={v.cuda}.*"]),
+        ],
+        "requirements": [f"transformer_engine[pytorch,core-{cu}]=={v.transformer_engine}"],
+    }
+
+
+DEV_FILES = ("jupyter_server_config.py", "jupyter_imagebuild.json", "imagebuild_jupyter_guard.py",
+             "sshd_imagebuild.conf", "start-sshd")
+
+
+def _dev_parts(c: _Common, inputs: BuildInputs) -> _Parts:
+    """JupyterLab, sshd, build tools and, on CUDA variants, a CUDA compiler (see _cuda_compiler)."""
+    dev_pip = [f"jupyterlab=={data.JUPYTERLAB_VERSION}"]
+    dev_apt = set(data.DEV_APT) | {f"python{c.py}-dev"} | set(c.extra_apt)
+    cuda = _cuda_compiler(c)
+    dev_requirements = dev_pip + cuda.pip + c.extra_pip
+    ctx: dict[str, object] = {
+        "dev_requirements": dev_requirements,
+        "dev_apt": sorted(dev_apt | cuda.apt),
+        "cuda_apt": cuda.apt_repo,
+        "cuda_pip": cuda.pip_home,
+        "cuda_env": cuda.env,
+    }
+    files = {f"{FILES_DIR}/{name}": _render_file(f"files/{name}.j2") for name in DEV_FILES}
+    return _Parts(ctx, files=files, pip_requirements=dev_requirements)
+
+
+@dataclass
+class _CudaCompiler:
+    apt_repo: dict[str, str] | None = None  # NVIDIA's apt repository (CUDA 12)
+    pip_home: dict[str, str] | None = None  # CUDA_HOME inside the venv / the pip stage (CUDA 13+)
+    env: list[tuple[str, str]] = field(default_factory=list)  # CUDA_HOME, PATH, CPATH (, LIBRARY_PATH)
+    apt: set[str] = field(default_factory=set)
+    pip: list[str] = field(default_factory=list)
+
+
+def _cuda_compiler(c: _Common) -> _CudaCompiler:
+    """nvcc for the dev flavor: from PyPI for CUDA 13+ (pinned to the variant's minor), from NVIDIA's apt repository
+    before that; none for CPU. The torch wheels' nvidia-* headers are on CPATH either way."""
+    v, major = c.variant.versions, c.cuda_major
+    if major is None:
+        return _CudaCompiler()
+    pip_includes = [f"{c.venv_site}/nvidia/{p}/include" for p in data.NVIDIA_PIP_INCLUDE_PACKAGES]
+    if major >= data.CUDA_PIP_TOOLCHAIN_MIN_MAJOR:
+        home = f"{c.venv_site}/nvidia/cu{major}"
+        return _CudaCompiler(
+            pip_home={"home": home, "stage_home": f"{c.stage_site}/nvidia/cu{major}"},
+            env=[
                 ("CUDA_HOME", home),
                 ("PATH", f"{home}/bin:$PATH"),
                 ("CPATH", ":".join([f"{home}/include", f"{home}/include/cccl", *pip_includes])),
                 ("LIBRARY_PATH", f"{home}/lib"),
-            ]
-        elif major is not None:
-            distro = variant.os.family + variant.os.version.replace(".", "")
-            url = data.CUDA_REPO_URL.format(distro=distro, arch=data.CUDA_REPO_ARCH)
-            dashed = v.cuda.replace(".", "-")
-            cuda_apt = {"url": url, "key_url": url + data.CUDA_REPO_KEY, "fingerprint": data.CUDA_REPO_FINGERPRINT}
-            dev_apt |= {f"cuda-nvcc-{dashed}", f"cuda-cudart-dev-{dashed}", f"cuda-cccl-{dashed}"}
-            home = f"/usr/local/cuda-{v.cuda}"
-            cuda_env = [("CUDA_HOME", home), ("PATH", f"{home}/bin:$PATH"), ("CPATH", ":".join(pip_includes))]
-        ctx.update(
-            dev_requirements=dev_pip + extra_pip,
-            dev_apt=sorted(dev_apt),
-            cuda_apt=cuda_apt,
-            cuda_pip=cuda_pip,
-            cuda_env=cuda_env,
+            ],
+            pip=cuda_pip_toolchain(v.cuda),
         )
-        pip_requirements = dev_pip
-        for name in ("jupyter_server_config.py", "jupyter_imagebuild.json", "imagebuild_jupyter_guard.py",
-                     "sshd_imagebuild.conf", "start-sshd"):
-            files[f"{FILES_DIR}/{name}"] = _render_file(f"files/{name}.j2")
+    distro = c.variant.os.family + c.variant.os.version.replace(".", "")
+    url = data.CUDA_REPO_URL.format(distro=distro, arch=data.CUDA_REPO_ARCH)
+    dashed = v.cuda.replace(".", "-")
+    home = f"/usr/local/cuda-{v.cuda}"
+    return _CudaCompiler(
+        apt_repo={"url": url, "key_url": url + data.CUDA_REPO_KEY, "fingerprint": data.CUDA_REPO_FINGERPRINT},
+        env=[("CUDA_HOME", home), ("PATH", f"{home}/bin:$PATH"), ("CPATH", ":".join(pip_includes))],
+        apt={f"cuda-nvcc-{dashed}", f"cuda-cudart-dev-{dashed}", f"cuda-cccl-{dashed}"},
+    )
 
+
+_FLAVOR_PARTS: dict[str, Callable[[_Common, BuildInputs], _Parts]] = {
+    "base": _base_parts,
+    "runtime": _runtime_parts,
+    "dev": _dev_parts,
+}
+
+
+def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | None = None) -> RenderedImage:
+    """Render `flavor` ("base" | "runtime" | "dev") of `variant`: the shared template variables, the flavor's own
+    parts, and the pip stage's index build args when the flavor installs anything with pip."""
+    if flavor not in FLAVORS:
+        raise ValueError(f"unknown flavor {flavor!r}; valid choices: {', '.join(FLAVORS)}")
+    inputs = inputs or BuildInputs()
+    common = _Common.of(variant, flavor)
+    labels = _labels(variant, flavor)
+    parts = _FLAVOR_PARTS[flavor](common, inputs)
+    ctx = {**common.context(labels), **parts.ctx}
     build_args: dict[str, str] = {}
     secret_args: dict[str, str] = {}
     dirs: dict[str, Path] = {}
-    if pip_requirements:
+    if parts.pip_requirements:
         build_args, secret_args, names, comment = _pip_index(variant, inputs, with_torch=flavor == "runtime")
         ctx["pip_arg_names"] = names
         ctx["pip_index_comment"] = comment
@@ -353,7 +424,7 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
         dockerfile=dockerfile,
         build_args=dict(sorted(build_args.items())),
         secret_build_args=dict(sorted(secret_args.items())),
-        context_files=dict(sorted(files.items())),
+        context_files=dict(sorted(parts.files.items())),
         context_dirs=dirs,
         labels=labels,
     )

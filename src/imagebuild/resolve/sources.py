@@ -78,11 +78,12 @@ def base_source(ctx: Ctx, rv: RawVariant, osinfo: OSInfo, chosen: dict) -> BaseS
 
 def torch_index(ctx: Ctx, rv: RawVariant, release: TorchRelease, chosen: dict) -> str | None:
     """None means PyPI (the release's default CUDA variant). Override order: --torch-index-url, then the matrix's
-    `torch_index_url`; "none" forces PyPI (e.g. a wheelhouse or a pip index that mirrors PyTorch's)."""
+    `torch_index_url`; "none" forces PyPI (e.g. a wheelhouse or a pip index that mirrors PyTorch's). This is the one
+    place the override is applied: render and the local version label (`+cu130`) follow the variant's result."""
     for value, source in ((ctx.inputs.torch_index_url, "--torch-index-url"),
                           (rv.values.get("torch_index_url"), "torch_index_url")):
         if value:
-            if value.lower() == "none":
+            if value.strip().lower() == "none":
                 chosen["torch_index_url"] = f"PyPI ({source} none)"
                 return None
             return value

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from imagebuild.compat import cuda_tag
+from imagebuild.compat import accel, cuda_tag
 from imagebuild.matrix import RawVariant
 from imagebuild.models import FLAVORS, ResolvedVariant, Versions
 from imagebuild.resolve.context import Ctx
@@ -13,8 +13,7 @@ from imagebuild.resolve.sources import base_source, torch_index
 
 def variant_key(torch: str, cuda: str, python: str, os_id: str) -> str:
     """`2.9.1-cuda12.8-py3.12-ubuntu24.04` / `2.13.0-cpu-py3.11-debian12`: unique per image set, tag-safe."""
-    accel = "cpu" if cuda == "cpu" else f"cuda{cuda}"
-    return f"{torch}-{accel}-py{python}-{os_id}"
+    return f"{torch}-{accel(cuda)}-py{python}-{os_id}"
 
 
 def resolve_variant(ctx: Ctx, rv: RawVariant) -> ResolvedVariant | None:

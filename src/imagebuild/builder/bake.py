@@ -35,7 +35,6 @@ from imagebuild.plan.tags import references
 PARENT_CONTEXT = "imagebuild-parent"
 OS_CONTEXT = "imagebuild-os"
 _BAD = re.compile(r"[^a-zA-Z0-9_-]")
-TARGET_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")  # buildx: validTargetNameChars
 
 
 def target_name(text: str) -> str:

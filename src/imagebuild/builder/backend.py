@@ -1,0 +1,88 @@
+"""The builder seam: what the executor needs from a way of building ONE image, and nothing more.
+
+In the style of cibuildwheel's platform modules: the executor (schedule.py, one_image.py) decides what to build, in
+which order, on which parent image ID, and whether an image is already up to date; a backend only turns one request
+(a context tar holding the rendered Dockerfile, build args, labels, a tag) into one image, streams what happens while
+it does, and stops when asked. A backend never reads the plan, the matrix or the run's options, so another builder
+(BuildKit, a remote cluster) is one new module beside `classic.py`, not an edit across the executor.
+
+Contract:
+- `start(request)` does no I/O; the build begins when `events()` is iterated and ends when the iterator is exhausted.
+- `events()` never raises for a failed build: an engine error, an error chunk in an HTTP-200 stream, a lost
+  connection all end the stream with an `error` event, and `outcome()` reports the failure.
+- `cancel()` may be called from any thread, before or during `events()`; the build then ends as failed.
+- `cleanup()` removes what cancelled builds left behind on the engine (the classic builder's intermediate
+  containers) and may be called repeatedly while builds wind down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import IO, Literal, Protocol
+
+EventKind = Literal["step", "line", "container", "image", "error"]
+
+
+@dataclass(frozen=True)
+class BuildEvent:
+    """One thing that happened during a build.
+
+    step: `text` is the instruction, `step`/`steps` the position ("Step 4/9"); line: one line of output (redacted);
+    container: an intermediate container was started (its ID); image: the image ID is known; error: the build failed.
+    """
+
+    kind: EventKind
+    text: str = ""
+    step: int | None = None
+    steps: int | None = None
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """Build one image. Everything is already decided: the backend passes it on, it adds no build args or labels."""
+
+    tag: str
+    context: IO[bytes]  # tar: the rendered Dockerfile plus context files, rewound; the caller closes it
+    build_args: Mapping[str, str]
+    labels: Mapping[str, str]
+    timeout: int  # seconds without a byte from the builder before the build counts as lost
+    dockerfile: str = "Dockerfile"  # path inside the context
+    log: IO[str] | None = None  # the image's log: the backend appends the whole output, redacted
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """How a build ended: an image ID, or one paragraph saying which step failed and why."""
+
+    image_id: str | None  # full ID ("sha256:...") when built
+    error: str | None = None  # failing step + reason
+    tail: str = ""  # the last lines of output, for the failure report
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+class RunningBuild(Protocol):
+    def events(self) -> Iterator[BuildEvent]:
+        """Run the build, yielding its events until it ends (iterate once)."""
+        ...
+
+    def cancel(self) -> None:
+        """Stop the build (thread-safe; the events end with an `error` event saying "interrupted")."""
+        ...
+
+    def outcome(self) -> BuildOutcome:
+        """After `events()` is exhausted: the image ID or the failure."""
+        ...
+
+
+class BuildBackend(Protocol):
+    def start(self, request: BuildRequest) -> RunningBuild:
+        """A handle for building `request`; nothing is sent until its events are iterated."""
+        ...
+
+    def cleanup(self, warn: Callable[[str], None]) -> list[str]:
+        """Remove what cancelled builds left on the engine; returns what was removed, `warn`s about the rest."""
+        ...
