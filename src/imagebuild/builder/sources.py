@@ -104,14 +104,15 @@ def probe(url: str, timeout: float = PROBE_TIMEOUT) -> str | None:
         return f"{type(exc).__name__}: {exc}"
 
 
-def unreachable(images: Iterable[ImagePlan], prober: Callable[[str], str | None] = probe) -> dict[str, list[str]]:
+def unreachable(images: Iterable[ImagePlan],
+                prober: Callable[[str], str | None] | None = None) -> dict[str, list[str]]:
     """image tag -> one line per unreachable source it needs (each distinct URL probed once, in parallel).
 
     A child of such an image is not listed: it is not built because its parent is not."""
     wanted = {img.tag: needed_sources(img) for img in images}
     urls = sorted({s.url for sources in wanted.values() for s in sources})
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-        answers = dict(zip(urls, pool.map(prober, urls), strict=True))
+        answers = dict(zip(urls, pool.map(prober or probe, urls), strict=True))
     out: dict[str, list[str]] = {}
     for tag, sources in wanted.items():
         lines = [f"{tag}: needs {s.what} ({redact(s.url)}), which does not answer ({answers[s.url]}); "
