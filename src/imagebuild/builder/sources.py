@@ -35,12 +35,13 @@ class Source:
     alternatives: str
 
 
-def needed_sources(image: ImagePlan) -> list[Source]:
-    """The outside sources (besides PyPI) building `image` itself reaches."""
+def needed_sources(image: ImagePlan, present: Callable[[str], bool] | None = None) -> list[Source]:
+    """The outside sources (besides PyPI) building `image` itself reaches. `present(ref)`: the engine already has
+    that base image, so its registry is not needed."""
     v = image.variant
     out: list[Source] = []
     if image.flavor == "base":
-        out += _base_sources(image)
+        out += _base_sources(image, present)
     elif image.flavor == "runtime" and v.torch_index_url:
         out.append(Source(
             "the PyTorch index", v.torch_index_url,
@@ -57,10 +58,12 @@ def needed_sources(image: ImagePlan) -> list[Source]:
     return out
 
 
-def _base_sources(image: ImagePlan) -> list[Source]:
+def _base_sources(image: ImagePlan, present: Callable[[str], bool] | None) -> list[Source]:
     v = image.variant
     out = []
     if v.base.kind == "registry" and v.base.ref:
+        if present is not None and present(v.base.ref):
+            return out
         out.append(Source(f"the registry of base image {v.base.ref}", _registry_url(v.base.ref),
                           "base_image: bootstrap (a root filesystem from a Debian/Ubuntu mirror, no registry)"))
     else:
@@ -104,12 +107,10 @@ def probe(url: str, timeout: float = PROBE_TIMEOUT) -> str | None:
         return f"{type(exc).__name__}: {exc}"
 
 
-def unreachable(images: Iterable[ImagePlan],
-                prober: Callable[[str], str | None] | None = None) -> dict[str, list[str]]:
-    """image tag -> one line per unreachable source it needs (each distinct URL probed once, in parallel).
-
-    A child of such an image is not listed: it is not built because its parent is not."""
-    wanted = {img.tag: needed_sources(img) for img in images}
+def unreachable(images: Iterable[ImagePlan], prober: Callable[[str], str | None] | None = None,
+                present: Callable[[str], bool] | None = None) -> dict[str, list[str]]:
+    """image tag -> one line per unreachable source it needs (each distinct URL probed once, in parallel)."""
+    wanted = {img.tag: needed_sources(img, present) for img in images}
     urls = sorted({s.url for sources in wanted.values() for s in sources})
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
         answers = dict(zip(urls, pool.map(prober or probe, urls), strict=True))

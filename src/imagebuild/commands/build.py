@@ -46,7 +46,7 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     check_inputs(inputs)
     plan = load_plan(matrix, inputs, registry)
     client = connect("build")  # its timeout also fits --push of multi-GB layers
-    buildable, blocked = preflight_sources(plan, tuple(only), keep_going)
+    buildable, blocked = preflight_sources(client, plan, tuple(only), keep_going)
     progress = make_progress(plain=plain, verbose=verbose)
     options = BuildOptions(force=force, only=tuple(only), keep_going=keep_going, log_dir=log_dir)
     if jobs:
@@ -69,7 +69,7 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     return EXIT_OK if ok else EXIT_FAILED
 
 
-def preflight_sources(plan, only: tuple[str, ...], keep_going: bool):
+def preflight_sources(client, plan, only: tuple[str, ...], keep_going: bool):
     """Ask every outside source the selected images need before anything builds (builder.sources).
 
     Images whose source does not answer are named one line each; without --keep-going that stops the run (exit 1,
@@ -79,7 +79,15 @@ def preflight_sources(plan, only: tuple[str, ...], keep_going: bool):
     from imagebuild.plan.assemble import select
 
     selected = select(plan, only or None)
-    problems = unreachable(selected)
+
+    def present(ref: str) -> bool:  # a registry base the engine already has needs no registry
+        try:
+            client.api.inspect_image(ref)
+            return True
+        except Exception:
+            return False
+
+    problems = unreachable(selected, present=present)
     if not problems:
         return plan, []
     for lines in problems.values():
