@@ -111,6 +111,18 @@ class ResolvedVariant:
     source: Location | None = None
 
 
+@dataclass(frozen=True)
+class TEWheelPlan:
+    """How to build the transformer_engine wheel a runtime image installs (render/te_wheel.py): built once per `key`
+    into a cache folder outside every image, handed to the image's build as the te-wheels/ context folder."""
+
+    key: str
+    dockerfile: str
+    build_args: dict[str, str]
+    secret_build_args: dict[str, str] = field(default_factory=dict)
+    context_dirs: dict[str, Path] = field(default_factory=dict)
+
+
 @dataclass
 class ImagePlan:
     """One image to build. Children name their parent by `parent` (its tag) and FROM its image ID at build time."""
@@ -130,6 +142,7 @@ class ImagePlan:
     # only builder stages may use them (credentialed index URLs), so they never reach the final image's history
     aliases: tuple[str, ...] = ()  # the plan's alias decision: full references or short tags of `repository`
     dockerfile_path: Path | None = None  # where `render` wrote it
+    te_wheel: TEWheelPlan | None = None  # runtime images with transformer_engine: how its cached wheel is built
 
     @property
     def repository(self) -> str:
@@ -170,6 +183,7 @@ class ImageResult:
     log_path: str | None = None
     tests: dict | None = None  # {"passed": n, "failed": n, "skipped": n, "checks": [{name,status,reason,...}]}
     push: dict | None = None  # {"status": "pushed"|"unchanged"|"failed", "digest": ..., "tags": [...], ...}
+    te_wheel: dict | None = None  # {"key": ..., "status": "cached"|"built", "seconds": float, "wheel": name}
 
     @classmethod
     def of(cls, image: ImagePlan) -> ImageResult:

@@ -22,6 +22,7 @@ from imagebuild.models import FLAVORS, ResolvedVariant
 from imagebuild.render import RenderedImage, render_image, templates_dir
 from imagebuild.render import image as render_mod
 from imagebuild.render.lint import errors, hadolint_path, lint_dockerfile
+from imagebuild.render.te_wheel import te_build_key
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("IMAGEBUILD_UPDATE_GOLDEN") == "1"
@@ -292,19 +293,22 @@ def test_torch_index_comes_from_the_resolved_variant(ca_file, wheelhouse):
 def test_transformer_engine_builder(rendered):
     text = rendered[("cu128-te", "runtime")].dockerfile
     stages = dict(_stages(text))
-    assert list(stages) == ["FROM ${BASE_IMAGE} AS pip", "FROM ${BASE_IMAGE} AS te-build", "FROM pip AS pip-te",
-                            "FROM ${BASE_IMAGE}"]
-    te = stages["FROM ${BASE_IMAGE} AS te-build"]
+    # the extension is compiled once per build key outside this Dockerfile (render/te_wheel.py, golden
+    # cu128-te-te-wheel.Dockerfile); the runtime only installs the cached wheel from its context
+    assert list(stages) == ["FROM ${BASE_IMAGE} AS pip", "FROM pip AS pip-te", "FROM ${BASE_IMAGE}"]
+    from imagebuild.render.te_wheel import render_te_wheel
+
+    te = render_te_wheel(CU128_TE).dockerfile
     for needle in ("NVTE_FRAMEWORK=pytorch", "ARG MAX_JOBS=", "ARG NVTE_BUILD_THREADS_PER_JOB=", "pip wheel",
                    "--no-deps", "transformer_engine_torch==2.9.0", "CPATH=", "'nvidia-cuda-nvcc-cu12==12.8.*'"):
         assert needle in te, needle
     pip_te = stages["FROM pip AS pip-te"]
-    assert "COPY --from=te-build /opt/te-wheels /tmp/te-wheels" in pip_te
+    assert "COPY te-wheels/ /tmp/te-wheels/" in pip_te
     assert "--only-binary transformer_engine_torch" in pip_te
     assert "'transformer_engine[pytorch,core-cu12]==2.9.0'" in pip_te
     final = stages["FROM ${BASE_IMAGE}"]
-    assert "COPY --from=pip-te /opt/stage /opt/venv" in final and "te-build" not in final
-    assert "te-build" not in rendered[("cu130", "runtime")].dockerfile  # no TE asked
+    assert "COPY --from=pip-te /opt/stage /opt/venv" in final and "te-wheels" not in final
+    assert "te-wheels" not in rendered[("cu130", "runtime")].dockerfile  # no TE asked
 
 
 def test_tf32_policy(rendered):
@@ -358,6 +362,7 @@ def test_labels(rendered):
         "io.imagebuild.nccl": "2.27.5",
         "io.imagebuild.os": "ubuntu24.04",
         "io.imagebuild.python": "3.12",
+        "io.imagebuild.te-build-key": te_build_key(CU128_TE),
         "io.imagebuild.tf32": "true",
         "io.imagebuild.torch": "2.9.1",
         "io.imagebuild.torchaudio": "2.9.1",

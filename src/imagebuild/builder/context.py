@@ -68,15 +68,23 @@ def _add_parents(tar: tarfile.TarFile, rel: str, seen: set[str]) -> None:
             tar.addfile(_info(d, mode=0o755, kind=tarfile.DIRTYPE))
 
 
-def build_context(image: ImagePlan, extra_files: dict[str, bytes] | None = None):
-    """A rewound binary file object holding the tar context of `image` (close it when done)."""
-    files: dict[str, bytes] = {"Dockerfile": image.dockerfile.encode()}
-    for rel, data in {**image.context_files, **(extra_files or {})}.items():
+def build_context(image: ImagePlan, extra_files: dict[str, bytes] | None = None,
+                  extra_dirs: dict[str, Path] | None = None):
+    """A rewound binary file object holding the tar context of `image` (close it when done). `extra_dirs`: folders
+    the builder adds that are not plan inputs (the cached TE wheel, whose key is in the plan instead)."""
+    return tar_context(image.dockerfile, {**image.context_files, **(extra_files or {})},
+                       {**image.context_dirs, **(extra_dirs or {})})
+
+
+def tar_context(dockerfile: str, context_files: dict[str, bytes], context_dirs: dict[str, Path]):
+    """A rewound tar of a Dockerfile, files (relative path -> bytes) and host folders (context path -> folder)."""
+    files: dict[str, bytes] = {"Dockerfile": dockerfile.encode()}
+    for rel, data in context_files.items():
         rel = _clean(rel)
         if rel == "Dockerfile":
             raise ValueError("context_files may not replace the rendered Dockerfile")
         files[rel] = data if isinstance(data, bytes) else str(data).encode()
-    out = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) if image.context_dirs else io.BytesIO()
+    out = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) if context_dirs else io.BytesIO()
     seen: set[str] = set()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel in sorted(files):
@@ -87,7 +95,7 @@ def build_context(image: ImagePlan, extra_files: dict[str, bytes] | None = None)
             mode = 0o755 if data.startswith(b"#!") else 0o644
             tar.addfile(_info(rel, len(data), mode), io.BytesIO(data))
             seen.add(rel)
-        for ctx in sorted(image.context_dirs):
-            _add_dir(tar, _clean(ctx), image.context_dirs[ctx], seen)
+        for ctx in sorted(context_dirs):
+            _add_dir(tar, _clean(ctx), context_dirs[ctx], seen)
     out.seek(0)
     return out

@@ -19,6 +19,7 @@ from imagebuild.builder.buildargs import register_secret_url
 from imagebuild.builder.context import build_context
 from imagebuild.builder.describe import describe
 from imagebuild.builder.stream import open_log
+from imagebuild.builder.te_cache import TE_WHEEL_DIR, ensure_te_wheel
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL, find_up_to_date
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan, ImageResult
@@ -76,8 +77,11 @@ def build_one(run: RunState, img: ImagePlan) -> ImageResult:
 def _build(run: RunState, img: ImagePlan, res: ImageResult, base_id: str, start: float) -> None:
     log_path = run.log_dir / f"{img.id}.log"
     res.log_path = str(log_path)
+    extra_dirs = {}
+    if img.te_wheel is not None:  # the TE wheel from the cache (built first when missing)
+        extra_dirs[TE_WHEEL_DIR] = ensure_te_wheel(run, img, base_id, res)
     run.progress.set(img.tag, "building", "sending context")
-    context = build_context(img)
+    context = build_context(img, extra_dirs=extra_dirs)
     try:
         with open_log(log_path) as log:
             log.write(f"# {img.tag}\n# inputs hash {img.inputs_hash}\n# BASE_IMAGE={base_id}\n")

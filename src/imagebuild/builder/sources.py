@@ -60,7 +60,7 @@ def needed_sources(image: ImagePlan, present: Callable[[str], bool] | None = Non
 
 def _base_sources(image: ImagePlan, present: Callable[[str], bool] | None) -> list[Source]:
     v = image.variant
-    out = []
+    out: list[Source] = []
     if v.base.kind == "registry" and v.base.ref:
         if present is not None and present(v.base.ref):
             return out

@@ -33,6 +33,7 @@ class RunState:
         self.builds: dict[str, RunningBuild] = {}  # tag -> the backend's handle of a running build (for cancel)
         self.base_futures: dict[str, cf.Future] = {}  # base source key -> its OS image ID (bootstrapped/pulled once)
         self.hash_locks: dict[str, threading.Lock] = {}  # inputs hash -> lock: identical entries build once
+        self.te_rebuilt: set[str] = set()  # TE wheel keys this run built (--force rebuilds each key once)
         self.created = created_arg(options)
         self.revision = revision_arg(options)
         self.proxies = proxy_build_args() if options.proxies is None else dict(options.proxies)

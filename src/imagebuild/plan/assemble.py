@@ -7,7 +7,7 @@ from pathlib import Path
 
 from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
-from imagebuild.models import FLAVORS, PARENT_FLAVOR, ImagePlan, Plan, ResolvedVariant
+from imagebuild.models import FLAVORS, PARENT_FLAVOR, ImagePlan, Plan, ResolvedVariant, TEWheelPlan
 from imagebuild.oci import ReferenceError, check_registry
 from imagebuild.plan import tags
 from imagebuild.plan.hashing import inputs_hash, save_cache
@@ -50,6 +50,7 @@ def plan_from_variants(
     render_dir: Path | None = None,
 ) -> Plan:
     from imagebuild.render import render_image  # imported late: rendering needs jinja2 and the templates
+    from imagebuild.render.te_wheel import render_te_wheel
 
     if registry:  # the matrix's own `registry` was checked with the schema; '' means local-only tags
         try:
@@ -88,6 +89,7 @@ def plan_from_variants(
                 secret_build_args=dict(rendered.secret_build_args),
                 aliases=(alias,) if alias else (),
                 dockerfile_path=(render_dir / image_id / "Dockerfile") if render_dir else None,
+                te_wheel=_te_wheel_plan(render_te_wheel(variant, inputs)) if flavor == "runtime" else None,
             )
             images.append(plan)
             parent = plan
@@ -136,3 +138,11 @@ def select(plan: Plan, patterns: str | tuple[str, ...] | None) -> list[ImagePlan
                 chosen.add(node.tag)
                 node = by_tag.get(node.parent) if node.parent else None
     return [i for i in plan.images if i.tag in chosen]
+
+
+def _te_wheel_plan(rendered) -> TEWheelPlan | None:
+    if rendered is None:
+        return None
+    return TEWheelPlan(key=rendered.labels["io.imagebuild.te-build-key"], dockerfile=rendered.dockerfile,
+                       build_args=dict(rendered.build_args), secret_build_args=dict(rendered.secret_build_args),
+                       context_dirs=dict(rendered.context_dirs))

@@ -179,6 +179,11 @@ def _variant_labels(variant: ResolvedVariant, flavor: str) -> dict[str, str]:
         "io.imagebuild.tf32": "true" if variant.tf32 else "false",
         "io.imagebuild.matrix-key": variant.key,
     }
+    from imagebuild.render.te_wheel import KEY_LABEL, te_build_key
+
+    te_key = te_build_key(variant)
+    if te_key:  # which cached TE wheel the image holds: part of the inputs hash, unlike the wheel's bytes
+        labels[KEY_LABEL] = te_key
     return dict(sorted(labels.items()))
 
 
@@ -317,8 +322,11 @@ def _transformer_engine(c: _Common) -> dict[str, object] | None:
         return None
     cu = f"cu{major}"
     suffix = "" if major >= data.CUDA_PIP_TOOLCHAIN_MIN_MAJOR else f"-{cu}"
+    from imagebuild.render.te_wheel import te_build_key
+
     return {
         "version": v.transformer_engine,
+        "key": te_build_key(c.variant),
         "apt": sorted(set(data.TE_BUILD_APT) | {f"python{c.py}-dev"}),
         "build_requirements": [
             *data.TE_BUILD_PIP,

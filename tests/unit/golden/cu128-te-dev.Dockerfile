@@ -110,6 +110,7 @@ LABEL \
     io.imagebuild.nccl="2.27.5" \
     io.imagebuild.os="ubuntu24.04" \
     io.imagebuild.python="3.12" \
+    io.imagebuild.te-build-key="bd9c1b2c527d6bdd77f45f7e526563da5a9e54870e71f936f58da9304ce572db" \
     io.imagebuild.tf32="true" \
     io.imagebuild.torch="2.9.1" \
     io.imagebuild.torchaudio="2.9.1" \

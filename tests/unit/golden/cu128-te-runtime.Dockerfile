@@ -27,56 +27,14 @@ RUN set -eux; \
     comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
     rm -f /tmp/venv-before.txt /tmp/venv-after.txt
 
-# transformer_engine 2.9.0: the torch extension is compiled here, once; only its wheel leaves this stage.
-# Build tools, headers from the pip nvidia-* packages and the sdist stay behind.
-FROM ${BASE_IMAGE} AS te-build
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-# DL3002: a builder stage; nothing from it runs in the image.
-# hadolint ignore=DL3002
-USER 0
-# DL3008: package versions come from the OS mirror/snapshot the base was bootstrapped from, not pinned per package.
-# hadolint ignore=DL3008
-RUN set -eux; \
-    apt-get update; \
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        build-essential \
-        git \
-        python3.12-dev; \
-    apt-get clean; \
-    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
-COPY --from=pip /opt/stage /opt/venv
-# DL3013: build-only tools in a throwaway stage; the TE and CUDA header pins are exact.
-# hadolint ignore=DL3013
-RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check \
-        ninja \
-        packaging \
-        pybind11 \
-        setuptools \
-        wheel \
-        transformer_engine==2.9.0 \
-        transformer_engine_cu12==2.9.0 \
-        'nvidia-cuda-nvcc-cu12==12.8.*' \
-        'nvidia-cuda-cccl-cu12==12.8.*'
-
-# Parallelism bounds the compiler's memory: override with --build-arg (not part of the image's identity).
-ARG MAX_JOBS=4
-ARG NVTE_BUILD_THREADS_PER_JOB=1
-# No NVTE_PYTORCH_FORCE_BUILD: TE first tries its prebuilt wheel for this exact torch/CUDA/ABI/Python (when reachable),
-# else compiles. CPATH adds the pip nvidia-* include dirs (cu12 per-package dirs and the cu13 merged one).
-ENV NVTE_FRAMEWORK=pytorch \
-    NVTE_BUILD_USE_NVIDIA_WHEELS=1
-RUN set -eux; \
-    CPATH="$(find /opt/venv/lib/python3.12/site-packages/nvidia -mindepth 2 -maxdepth 3 -type d -name include | sort | paste -sd:)"; \
-    export CPATH; \
-    /opt/venv/bin/python -m pip wheel --no-cache-dir --no-deps --no-build-isolation \
-        --wheel-dir /opt/te-wheels transformer_engine_torch==2.9.0
-
+# transformer_engine 2.9.0: its torch extension is compiled once per build key (bd9c1b2c527d, see
+# te-wheel.Dockerfile) and cached outside the image; the builder puts that wheel in the context as te-wheels/.
 FROM pip AS pip-te
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # DL3002: a builder stage; nothing from it runs in the image.
 # hadolint ignore=DL3002
 USER 0
-COPY --from=te-build /opt/te-wheels /tmp/te-wheels
+COPY te-wheels/ /tmp/te-wheels/
 # DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
 # hadolint ignore=DL3013
 RUN set -eux; \
@@ -132,6 +90,7 @@ LABEL \
     io.imagebuild.nccl="2.27.5" \
     io.imagebuild.os="ubuntu24.04" \
     io.imagebuild.python="3.12" \
+    io.imagebuild.te-build-key="bd9c1b2c527d6bdd77f45f7e526563da5a9e54870e71f936f58da9304ce572db" \
     io.imagebuild.tf32="true" \
     io.imagebuild.torch="2.9.1" \
     io.imagebuild.torchaudio="2.9.1" \

@@ -1,0 +1,164 @@
+"""The transformer_engine wheel cache: compile the torch extension once per build key, reuse it everywhere.
+
+`ensure_te_wheel` returns the cache folder holding the wheel for an image's key (render/te_wheel.py): reused when
+present (reported "cached"), else built through the run's backend from the rendered te-wheel Dockerfile on the
+variant's base image, copied out of the resulting scratch image into the cache, and the build's images removed
+(the compile stage holds torch and a toolchain: gigabytes nobody needs once the wheel is out). `--force` rebuilds a
+key once per run. The folder is the only thing the runtime build gets: no compiler, header or sdist reaches it.
+
+Cache root: $IMAGEBUILD_CACHE_DIR, else $XDG_CACHE_HOME/imagebuild, else ~/.cache/imagebuild; wheels live in
+`te-wheels/<key>/` beside `meta.json` (what was built, when, in how long).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from imagebuild.builder.backend import BuildRequest
+from imagebuild.builder.buildargs import register_secret_url
+from imagebuild.builder.context import tar_context
+from imagebuild.builder.stream import open_log
+from imagebuild.errors import ImagebuildError
+from imagebuild.models import ImagePlan, ImageResult, TEWheelPlan
+from imagebuild.secrets import register_secret
+
+if TYPE_CHECKING:
+    from imagebuild.builder.state import RunState
+
+CACHE_ENV = "IMAGEBUILD_CACHE_DIR"
+WHEEL_REPOSITORY = "imagebuild-te-wheel"
+TE_WHEEL_DIR = "te-wheels"  # the runtime template's `COPY te-wheels/`
+_locks: dict[str, threading.Lock] = {}  # key -> lock, across runs in one process
+_locks_lock = threading.Lock()
+
+
+class TEWheelError(ImagebuildError):
+    pass
+
+
+def cache_root() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "imagebuild"
+
+
+def wheel_dir(key: str) -> Path:
+    return cache_root() / "te-wheels" / key
+
+
+def cached(key: str) -> Path | None:
+    """The key's cache folder when it holds a complete entry (meta.json is written last)."""
+    d = wheel_dir(key)
+    if (d / "meta.json").is_file() and any(d.glob("transformer_engine_torch-*.whl")):
+        return d
+    return None
+
+
+def ensure_te_wheel(run: RunState, img: ImagePlan, base_id: str, res: ImageResult) -> Path:
+    """The cache folder with `img`'s TE wheel (built now when missing or forced); fills `res.te_wheel`."""
+    plan = img.te_wheel
+    assert plan is not None
+    with _locks_lock:
+        lock = _locks.setdefault(plan.key, threading.Lock())
+    with lock:  # two images with one key: the second finds the first's wheel
+        found = cached(plan.key)
+        if found is not None and not (run.options.force and plan.key not in run.te_rebuilt):
+            meta = json.loads((found / "meta.json").read_text())
+            res.te_wheel = {"key": plan.key, "status": "cached", "seconds": 0.0, "wheel": meta.get("wheel"),
+                            "built_seconds": meta.get("seconds")}
+            run.progress.note(f"{img.tag}: TE wheel: cached ({meta.get('wheel')})", style="")
+            return found
+        t0 = time.monotonic()
+        run.progress.set(img.tag, "building", f"TE wheel {plan.key[:12]}: compiling the torch extension")
+        wheel = _build_wheel(run, img, plan, base_id)
+        seconds = round(time.monotonic() - t0, 1)
+        run.te_rebuilt.add(plan.key)
+        meta_path = wheel_dir(plan.key) / "meta.json"
+        meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "seconds": seconds}, indent=2))
+        res.te_wheel = {"key": plan.key, "status": "built", "seconds": seconds, "wheel": wheel}
+        run.progress.note(f"{img.tag}: TE wheel: built in {seconds:.0f} s ({wheel})", style="")
+        return wheel_dir(plan.key)
+
+
+def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str) -> str:
+    tag = f"{WHEEL_REPOSITORY}:{plan.key[:12]}"
+    log_path = run.log_dir / f"{img.id}-te-wheel.log"
+    for v in plan.secret_build_args.values():
+        register_secret(v)
+        register_secret_url(v)
+    build_args = {**run.proxies, **plan.build_args, "BASE_IMAGE": base_id, **plan.secret_build_args}
+    context = tar_context(plan.dockerfile, {}, plan.context_dirs)
+    try:
+        with open_log(log_path) as log:
+            log.write(f"# TE wheel for {img.tag}\n# key {plan.key}\n# BASE_IMAGE={base_id}\n")
+            build = run.backend.start(BuildRequest(tag=tag, context=context, build_args=build_args,
+                                                   labels={"io.imagebuild.te-build-key": plan.key},
+                                                   timeout=run.options.build_timeout, log=log))
+            with run.lock:
+                run.builds[f"{img.tag} (TE wheel)"] = build
+            if run.cancel.is_set():
+                build.cancel()
+            try:
+                for ev in build.events():
+                    if ev.kind == "step":
+                        run.progress.step(img.tag, ev.step or 0, ev.steps or 0, f"TE wheel: {ev.text}")
+                    elif ev.kind == "line":
+                        run.progress.line(img.tag, ev.text)
+            finally:
+                with run.lock:
+                    run.builds.pop(f"{img.tag} (TE wheel)", None)
+    finally:
+        context.close()
+    outcome = build.outcome()
+    if outcome.failed or not outcome.image_id:
+        run.tails[img.tag] = outcome.tail
+        raise TEWheelError(f"TE wheel {plan.key[:12]} (log {log_path}): {outcome.error}")
+    try:
+        return _extract(run, outcome.image_id, plan.key)
+    finally:
+        try:  # the compile stage (torch + toolchain) goes with it: the wheel is all that is kept
+            run.client.api.remove_image(outcome.image_id, force=True, noprune=False)
+        except Exception as exc:
+            run.warn(f"could not remove the TE wheel build image {tag}: {exc}")
+
+
+def _extract(run: RunState, image_id: str, key: str) -> str:
+    """Copy /te-wheels/*.whl out of the built scratch image into the cache (atomically: a temp folder renamed)."""
+    api = run.client.api
+    container = api.create_container(image_id, command=["/none"])  # never started: a scratch image runs nothing
+    try:
+        stream, _ = api.get_archive(container["Id"], "/te-wheels")
+        data = b"".join(stream)
+    finally:
+        api.remove_container(container["Id"], force=True)
+    target = wheel_dir(key)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=target.parent))
+    wheels = []
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar.getmembers():
+            name = os.path.basename(member.name)
+            if member.isfile() and name.endswith(".whl"):
+                src = tar.extractfile(member)
+                assert src is not None
+                (tmp / name).write_bytes(src.read())
+                wheels.append(name)
+    if not any(w.startswith("transformer_engine_torch-") for w in wheels):
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise TEWheelError(f"TE wheel {key[:12]}: the build produced no transformer_engine_torch wheel ({wheels})")
+    wheel = sorted(w for w in wheels if w.startswith("transformer_engine_torch-"))[0]
+    (tmp / "meta.json").write_text(json.dumps({"key": key, "wheel": wheel, "built": time.time()}, indent=2))
+    if target.exists():
+        shutil.rmtree(target)
+    tmp.rename(target)
+    return wheel
