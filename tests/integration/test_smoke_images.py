@@ -182,6 +182,36 @@ def test_broken_image_fails_the_right_checks(client, broken_image):
     assert failed["runtime_contract/default_user"] == "user: expected ml, found uid 1000 without a passwd entry"
     assert _gone(client, tests["container"])
 
+# A stand-in transformer_engine whose `transformer_engine.pytorch` loads one library at import, the way TE's loader
+# does: a CUDA library the image lacks (a broken install) or only the driver's libcuda.so.1 (fine on a GPU host).
+FAKE_TE_DOCKERFILE = """\
+FROM {runtime}
+USER root
+RUN set -e; site="$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"; \\
+    mkdir -p "$site/transformer_engine/pytorch" "$site/transformer_engine-0.0.1.dist-info"; \\
+    printf 'Metadata-Version: 2.1\\nName: transformer_engine\\nVersion: 0.0.1\\n' \\
+        > "$site/transformer_engine-0.0.1.dist-info/METADATA"; \\
+    touch "$site/transformer_engine/__init__.py"; \\
+    printf 'import ctypes\\nctypes.CDLL("{lib}")\\n' > "$site/transformer_engine/pytorch/__init__.py"
+USER 1000
+"""
+
+
+@pytest.mark.parametrize("lib, status", [("libcudart.so.12", "failed"), ("libcuda.so.1", "skipped")])
+def test_te_import_tells_a_broken_install_from_a_missing_driver(client, images, runtime_image, lib, status):
+    image = images.build(f"fake-te-{lib.split('.')[0]}", FAKE_TE_DOCKERFILE.format(runtime=runtime_image, lib=lib))
+    tests = runner.run_smoke(image, name_prefix=PREFIX, client=client)
+    c = _by_name(tests)
+    failed = {n for n, x in c.items() if x["status"] == "failed"}
+    assert c["te/te_import"]["status"] == status, c["te/te_import"]
+    # the image's label says "no transformer_engine" and one is installed: the version check says so too
+    assert failed - {"te/te_import"} == {"versions/version[transformer_engine]"}, failed
+    if status == "failed":
+        assert lib in c["te/te_import"]["reason"]
+    else:
+        assert c["te/te_import"]["reason"].startswith("needs the NVIDIA driver (libcuda)")
+    assert _gone(client, tests["container"])
+
 
 @pytest.fixture(scope="module")
 def broken_toolchain_image(images, runtime_image):

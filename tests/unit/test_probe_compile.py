@@ -149,3 +149,19 @@ def test_compile_without_a_compiler_names_it(torch_python, tmp_path):
     assert c["compile.toolchain"]["status"] == "failed" and "C++ compiler (g++)" in c["compile.toolchain"]["reason"]
     for name in ("compile.cpu_function", "compile.cpu_module"):
         assert c[name]["status"] == "failed" and c[name]["reason"].startswith("missing C++ compiler"), c[name]
+
+
+@pytest.mark.parametrize("text, driver, status", [
+    ("OSError: libcuda.so.1: cannot open shared object file: No such file or directory", False, "skipped"),
+    ("OSError: libcuda.so.1: cannot open shared object file: No such file or directory", True, "failed"),
+    ("RuntimeError: cudart shared object not found", False, "failed"),
+    ("OSError: libcudnn.so.9: cannot open shared object file (needed by libcuda.so.1)", False, "failed"),
+    ("ImportError: .../transformer_engine_torch.so: undefined symbol: _ZN3c104cuda9SetDeviceEi", False, "failed"),
+])
+def test_te_import_error_driver_vs_broken_install(text, driver, status):
+    from imagebuild.smoke.probe import te
+
+    got, reason = te.classify_import_error(text, driver)
+    assert got == status
+    if status == "skipped":
+        assert reason.startswith(te.NEEDS_DRIVER)

@@ -37,6 +37,33 @@ def run(p):
         p.doc["checks"].append(c)
 
 
+NEEDS_DRIVER = "needs the NVIDIA driver (libcuda)"
+
+
+def driver_present() -> bool:
+    """Is the driver's libcuda.so.1 loadable here (a GPU container, or a host with the driver)?"""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def classify_import_error(text: str, has_driver: bool) -> tuple[str, str]:
+    """(status, reason) for a failed `import transformer_engine.pytorch`.
+
+    Without a driver, an import that fails only because libcuda.so.1 is absent is not a broken install (newer TE
+    core libraries link the driver API directly): skipped, saying so. Anything else -- a missing libcudart, cuDNN or
+    NCCL, an undefined symbol (ABI mismatch), a Python error -- is a broken install: failed."""
+    first = text.strip().splitlines()[0][:800] if text.strip() else text
+    if not has_driver and "libcuda.so" in text and not any(
+            s in text for s in ("libcudart", "libcudnn", "libnccl", "libcublas", "libnvrtc", "undefined symbol")):
+        return "skipped", f"{NEEDS_DRIVER}: {first}"
+    return "failed", f"import transformer_engine.pytorch: {first}"
+
+
 def child(p):
     t = p.doc.setdefault("te", {})
     t0 = time.time()
@@ -44,7 +71,9 @@ def child(p):
         import transformer_engine  # noqa: F401
         import transformer_engine.pytorch as te
     except Exception as exc:
-        p.check("te.import", "failed", f"import transformer_engine.pytorch: {type(exc).__name__}: {exc}")
+        status, reason = classify_import_error(f"{type(exc).__name__}: {exc}", driver_present())
+        t["import_error"] = reason
+        p.check("te.import", status, reason)
         p.check("te.fp8", "skipped", "transformer_engine does not import")
         return
     t["version"] = getattr(transformer_engine, "__version__", None)
