@@ -68,20 +68,21 @@ def test_cpu_variant_with_gpu_archs():
 
 
 def test_te_resolves_and_records_fp8_arch():
-    [v] = resolve('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, transformer_engine: "2.9"}')
-    assert v.versions.transformer_engine == "2.9.0" and v.fp8_min_arch == "sm_89"
-    assert v.chosen["transformer_engine"] == "2.9 → 2.9.0 (newest known patch)"
+    [v] = resolve('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, transformer_engine: "2.10"}')
+    assert v.versions.transformer_engine == "2.10.0" and v.fp8_min_arch == "sm_89"
+    assert v.chosen["transformer_engine"] == "2.10 → 2.10.0 (newest known patch)"
 
 
 def test_te_on_a100_runs_without_fp8():
-    [v] = resolve('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, transformer_engine: "2.9.0"}', "[sm_80]")
-    assert v.versions.transformer_engine == "2.9.0"
-    assert v.chosen["transformer_engine"] == "2.9.0; FP8 needs sm_89+, so sm_80 run it without FP8"
+    [v] = resolve('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, transformer_engine: "2.10.0"}', "[sm_80]")
+    assert v.versions.transformer_engine == "2.10.0"
+    assert v.chosen["transformer_engine"] == "2.10.0; FP8 needs sm_89+, so sm_80 run it without FP8"
 
 
 def test_te_below_its_min_arch():
-    [p] = problems('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, transformer_engine: "2.9"}', "[sm_75]")
-    assert "transformer_engine 2.9.0 needs sm_80+, gpu_archs has sm_75" in p
+    [p] = problems('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, transformer_engine: "2.10"}', "[sm_75]")
+    assert "transformer_engine 2.10.0 needs sm_80+, gpu_archs has sm_75" in p
+    assert p.endswith("no known transformer_engine release fits this variant; set transformer_engine: false")
 
 
 def test_te_needs_cuda_121_and_cudnn_93():
@@ -106,7 +107,23 @@ def test_te_loader_layout_mismatch():
 
 def test_unknown_te_release():
     [p] = problems('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, transformer_engine: "1.9"}')
-    assert "unknown transformer_engine release 1.9; known transformer_engine releases: 2.6.0" in p
+    assert "unknown transformer_engine release 1.9; known transformer_engine releases: 2.8.0" in p
+
+
+def test_known_bad_te_is_rejected_with_the_reason_and_what_fits():
+    [p] = problems('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, transformer_engine: "2.9"}')
+    assert "transformer_engine 2.9.0 cannot be used: measured: the sdist compiled" in p and "failed packaging" in p
+    assert p.endswith("transformer_engine releases that fit torch 2.9.1 + CUDA 12.8: 2.10.0")
+    found = problems('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, transformer_engine: "2.20"}')
+    assert any("2.20.2 needs cuDNN >= 9.12, torch 2.9.1 cu128 pins cuDNN 9.10.2.21" in f for f in found)
+    assert any("libnccl.so.2" in f for f in found)
+
+
+def test_defaults_fit_the_founding_stacks():
+    for torch, cuda, te in (("2.7.1", "12.8", "2.10"), ("2.9.1", "12.8", "2.10"), ("2.9.1", "13.0", "2.12")):
+        [v] = resolve(f'{{torch: "{torch}", cuda: "{cuda}", os: ubuntu24.04, python: "3.12", '
+                      f'transformer_engine: "{te}"}}')
+        assert v.versions.transformer_engine == f"{te}.0"
 
 
 def test_default_base_is_the_official_os_image():

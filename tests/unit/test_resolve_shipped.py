@@ -30,7 +30,9 @@ def test_h100():
     variants = resolve_matrix(load_matrix(IMAGES / "h100.yaml"))
     assert [v.key for v in variants] == ["2.7.1-cuda12.8-py3.12-ubuntu24.04", "2.9.1-cuda12.8-py3.12-ubuntu24.04",
                                          "2.9.1-cuda13.0-py3.12-ubuntu24.04"]
-    assert all(v.versions.transformer_engine == "2.9.0" and v.fp8_min_arch == "sm_89" for v in variants)
+    te = {(v.versions.torch, v.versions.cuda): v.versions.transformer_engine for v in variants}
+    assert te == {("2.7.1", "12.8"): "2.10.0", ("2.9.1", "12.8"): "2.10.0", ("2.9.1", "13.0"): "2.12.0"}
+    assert all(v.fp8_min_arch == "sm_89" for v in variants)
     assert variants[1].versions.cudnn == "9.10.2.21" and variants[1].torch_index_url is None
     assert variants[2].torch_index_url == "https://download.pytorch.org/whl/cu130"
     assert variants[0].registry == "registry.example.internal:5000/ml" and variants[0].perf_min == {"bf16_tflops": 600}

@@ -2,9 +2,9 @@
 
 `ensure_te_wheel` returns the cache folder holding the wheel for an image's key (render/te_wheel.py): reused when
 present (reported "cached"), else built through the run's backend from the rendered te-wheel Dockerfile on the
-variant's base image, copied out of the resulting scratch image into the cache, and the build's images removed
-(the compile stage holds torch and a toolchain: gigabytes nobody needs once the wheel is out). `--force` rebuilds a
-key once per run. The folder is the only thing the runtime build gets: no compiler, header or sdist reaches it.
+variant's base image, copied out of the resulting scratch image into the cache, and that image untagged (its stages
+stay as build cache: the runtime image's identical pip stage is served from it, so torch is downloaded once).
+`--force` rebuilds a key once per run. The folder is the only thing the runtime build gets: no compiler, header or sdist reaches it.
 
 Cache root: $IMAGEBUILD_CACHE_DIR, else $XDG_CACHE_HOME/imagebuild, else ~/.cache/imagebuild; wheels live in
 `te-wheels/<key>/` beside `meta.json` (what was built, when, in how long).
@@ -126,10 +126,10 @@ def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str)
     try:
         return _extract(run, outcome.image_id, plan.key)
     finally:
-        try:  # the compile stage (torch + toolchain) goes with it: the wheel is all that is kept
-            run.client.api.remove_image(outcome.image_id, force=True, noprune=False)
+        try:  # untagged: its stages stay as build cache (the runtime's pip stage is served from it), like every
+            run.client.api.remove_image(tag, noprune=True)  # builder stage; `docker image prune` removes them
         except Exception as exc:
-            run.warn(f"could not remove the TE wheel build image {tag}: {exc}")
+            run.warn(f"could not untag the TE wheel build image {tag}: {exc}")
 
 
 def _extract(run: RunState, image_id: str, key: str) -> str:

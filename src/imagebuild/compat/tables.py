@@ -84,6 +84,7 @@ class TERelease:
     cudart_dirs: tuple[str, ...] | None
     confirmed: bool
     note: str = ""
+    broken: str = ""  # why imagebuild cannot use it (resolution rejects the release)
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,7 @@ def _te(raw: dict) -> dict[str, TERelease]:
             cudart_dirs=tuple(r["cudart_dirs"]) if r.get("cudart_dirs") else None,
             confirmed=bool(r.get("confirmed", False)),
             note=r.get("note", "") or "",
+            broken=r.get("broken", "") or "",
         )
     return out
 

@@ -57,9 +57,10 @@ def render_te_wheel(variant: ResolvedVariant, inputs: BuildInputs | None = None)
     common = _Common.of(variant, "runtime")
     te = _transformer_engine(common)
     assert te is not None
-    torch_only = [r for r in _torch_requirements(variant) if r.split("==")[0] == "torch"]
+    # exactly the runtime pip stage's requirements: the two builds share that stage through the build cache
+    torch_requirements = _torch_requirements(variant) + common.extra_pip
     build_args, secret_args, names, comment = _pip_index(variant, inputs, with_torch=True)
-    ctx = {**common.context({}), "te": te, "te_key": key, "torch_requirements": torch_only,
+    ctx = {**common.context({}), "te": te, "te_key": key, "torch_requirements": torch_requirements,
            "abi": cxx_abi(variant.versions.torch), "pip_arg_names": names, "pip_index_comment": comment,
            "wheelhouse": inputs.wheelhouse is not None}
     dirs = {WHEELHOUSE_DIR: inputs.wheelhouse} if inputs.wheelhouse is not None else {}

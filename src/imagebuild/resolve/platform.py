@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from imagebuild.compat import CudaInfo, TorchRelease, arch_num, vtuple
+from imagebuild.compat import CudaInfo, TERelease, TorchRelease, arch_num, vtuple
 from imagebuild.matrix import RawVariant
 from imagebuild.models import OSInfo
 from imagebuild.resolve.context import Ctx, known_list, newest
@@ -93,29 +93,15 @@ def pick_te(ctx: Ctx, rv: RawVariant, release: TorchRelease, info: CudaInfo | No
                 known_list(ctx.tables.te, wanted, "transformer_engine"))
         return False, None, None
     te = ctx.tables.te[version]
-    label = f"transformer_engine {version}"
-    reasons = []
-    if vtuple(release.version) < vtuple(te.torch_min):
-        reasons.append((f"{label} needs torch >= {te.torch_min}", ""))
-    if vtuple(info.version) < vtuple(te.cuda_min):
-        reasons.append((f"{label} needs CUDA >= {te.cuda_min}, this variant is CUDA {info.version}", ""))
-    if info.major not in te.cuda_majors:
-        reasons.append((f"{label} builds for CUDA {'/'.join(map(str, te.cuda_majors))}.x only, not CUDA "
-                        f"{info.version}", "a newer transformer_engine, or another CUDA"))
-    if cudnn and vtuple(cudnn) < vtuple(te.cudnn_min):
-        reasons.append((f"{label} needs cuDNN >= {te.cudnn_min}, torch {release.version} cu"
-                        f"{info.version.replace('.', '')} pins cuDNN {cudnn}", ""))
-    if te.cudart_dirs and info.cudart_dir not in te.cudart_dirs:
-        reasons.append((f"{label}'s loader looks for libcudart in nvidia/{{{','.join(te.cudart_dirs)}}}, but CUDA "
-                        f"{info.version} wheels install it in nvidia/{info.cudart_dir} (import fails: 'cudart shared "
-                        f"object not found')", "use a CUDA 13 variant, or another transformer_engine release"))
-    low = [a for a in ctx.doc.gpu_archs if arch_num(a) < arch_num(te.min_arch)]
-    if low:
-        reasons.append((f"{label} needs {te.min_arch}+, gpu_archs has {', '.join(low)}",
-                        "set transformer_engine: false for these GPUs"))
-    for message, choices in reasons:
-        ctx.bad(rv, "transformer_engine", message, choices)
+    reasons = te_problems(te, release, info, cudnn, ctx.doc.gpu_archs)
     if reasons:
+        valid = [v for v, t in sorted(ctx.tables.te.items(), key=lambda kv: vtuple(kv[0]))
+                 if not te_problems(t, release, info, cudnn, ctx.doc.gpu_archs)]
+        fit = (f"transformer_engine releases that fit torch {release.version} + CUDA {info.version}: "
+               f"{', '.join(valid)}" if valid else "no known transformer_engine release fits this variant; "
+               "set transformer_engine: false")
+        for message in reasons:
+            ctx.bad(rv, "transformer_engine", message, fit)
         return False, None, None
     note = f"{wanted} → {version} (newest known patch)" if version != wanted else version
     no_fp8 = [a for a in ctx.doc.gpu_archs if arch_num(a) < arch_num(te.fp8_min_arch)]
@@ -124,3 +110,29 @@ def pick_te(ctx: Ctx, rv: RawVariant, release: TorchRelease, info: CudaInfo | No
     if note != version:
         chosen["transformer_engine"] = note
     return True, version, te.fp8_min_arch
+
+
+def te_problems(te: TERelease, release: TorchRelease, info: CudaInfo, cudnn: str | None,
+                gpu_archs: tuple[str, ...] | list[str]) -> list[str]:
+    """Why transformer_engine `te` does not work in a variant (empty: it does)."""
+    label = f"transformer_engine {te.version}"
+    out = []
+    if te.broken:
+        out.append(f"{label} cannot be used: {te.broken}")
+    if vtuple(release.version) < vtuple(te.torch_min):
+        out.append(f"{label} needs torch >= {te.torch_min}")
+    if vtuple(info.version) < vtuple(te.cuda_min):
+        out.append(f"{label} needs CUDA >= {te.cuda_min}, this variant is CUDA {info.version}")
+    if info.major not in te.cuda_majors:
+        out.append(f"{label} builds for CUDA {'/'.join(map(str, te.cuda_majors))}.x only, not CUDA {info.version}")
+    if cudnn and vtuple(cudnn) < vtuple(te.cudnn_min):
+        out.append(f"{label} needs cuDNN >= {te.cudnn_min}, torch {release.version} cu"
+                   f"{info.version.replace('.', '')} pins cuDNN {cudnn}")
+    if te.cudart_dirs and info.cudart_dir not in te.cudart_dirs:
+        out.append(f"{label}'s loader looks for libcudart in nvidia/{{{','.join(te.cudart_dirs)}}}, but CUDA "
+                   f"{info.version} wheels install it in nvidia/{info.cudart_dir} (import fails: 'cudart shared "
+                   f"object not found')")
+    low = [a for a in gpu_archs if arch_num(a) < arch_num(te.min_arch)]
+    if low:
+        out.append(f"{label} needs {te.min_arch}+, gpu_archs has {', '.join(low)}")
+    return out

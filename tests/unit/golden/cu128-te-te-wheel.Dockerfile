@@ -5,6 +5,27 @@
 
 # BASE_IMAGE: the variant's base image ID, passed by the builder.
 ARG BASE_IMAGE
+# The same pip stage as the runtime image's (identical instructions): the engine's build cache then serves the
+# runtime's pip stage from this build, so torch is downloaded once.
+FROM ${BASE_IMAGE} AS pip
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# DL3002: a builder stage; nothing from it runs in the image.
+# hadolint ignore=DL3002
+USER 0
+RUN mkdir -p /opt/stage && touch /opt/removed.txt
+# DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
+# hadolint ignore=DL3013
+RUN set -eux; \
+    find /opt/venv -mindepth 1 | sort > /tmp/venv-before.txt; \
+    /opt/venv/bin/python -m pip install \
+        --no-cache-dir --no-warn-script-location --disable-pip-version-check \
+        --prefix /opt/stage \
+        torch==2.9.1 \
+        torchvision==0.24.1 \
+        torchaudio==2.9.1; \
+    find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
+    comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
+    rm -f /tmp/venv-before.txt /tmp/venv-after.txt
 
 FROM ${BASE_IMAGE} AS te-build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -21,11 +42,11 @@ RUN set -eux; \
         python3.12-dev; \
     apt-get clean; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
-# torch (the extension compiles against it), TE's core and Python packages, and the CUDA headers and compiler parts
-# of the variant's CUDA minor from PyPI. DL3013: a throwaway stage; every pin is exact.
+COPY --from=pip /opt/stage /opt/venv
+# TE's core and Python packages and the CUDA headers and compiler parts of the variant's CUDA minor from PyPI.
+# DL3013: a throwaway stage; every pin is exact.
 # hadolint ignore=DL3013
 RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check \
-        torch==2.9.1 \
         ninja \
         packaging \
         pybind11 \
