@@ -7,7 +7,7 @@ WHEELHOUSE ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
 CA_CERT ?= $(or $(PIP_CERT),/etc/ssl/certs/ca-certificates.crt)
 MATRIX ?= images/cpu.yaml
 
-.PHONY: help install system-deps lint test test-unit test-integration build-cpu render-check bench e2e-cuda e2e-cuda13-dev clean
+.PHONY: help install system-deps lint test test-unit test-integration build-cpu render-check bench e2e-cuda e2e-cuda13-dev e2e-h100 clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -48,6 +48,9 @@ e2e-cuda: install ## NOT in CI: real torch 2.9.1+cu128 runtime image from PyPI w
 e2e-cuda13-dev: install ## NOT in CI: torch 2.13.0+cu130 base/runtime/dev with nvcc from PyPI, smoke-tested
 	eval "$$(scripts/docker-engine.sh)" && $(BIN)/imagebuild build --matrix tests/e2e/cu130-dev-debian12.yaml \
 	  --ca-cert $(CA_CERT) --plain --report-dir reports/e2e-cuda13 --test
+
+e2e-h100: install ## NOT in CI: images/h100.yaml as shipped (Ubuntu bootstrap, TE compiled once), smoke + table
+	eval "$$(scripts/docker-engine.sh)" && scripts/e2e-h100.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache reports out

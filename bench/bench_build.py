@@ -239,22 +239,36 @@ def installed(client, ref: str) -> dict:
     return json.loads(out.decode().strip().splitlines()[-1])
 
 
-def bench_size(client, refs: list[tuple[str, str | None]]) -> None:
+def os_packages(client, ref: str) -> dict[str, int]:
+    """dpkg's installed packages of `ref` -> Installed-Size in bytes (dpkg counts KiB)."""
+    out = client.containers.run(ref, ["dpkg-query", "-W", "-f", "${Package} ${Installed-Size}\\n"],
+                                network_mode="none", remove=True, entrypoint=[], user="root").decode()
+    return {name: int(kib or 0) * 1024 for name, kib in (line.split(" ", 1) for line in out.splitlines() if line)}
+
+
+def bench_size(client, refs: list[tuple[str, str | None]]) -> list[dict]:
+    """Size vs floor per image; floor = parent + Python distributions + OS packages the image added over it
+    (the runtime's torch.compile toolchain is an OS package set). Returns one row per image."""
     console.rule("runtime image size / package floor")
+    rows = []
     for ref, parent in refs:
         size = client.api.inspect_image(ref)["Size"]
-        pkgs = installed(client, ref)
+        pkgs, debs = installed(client, ref), os_packages(client, ref)
         if parent:
             psize = client.api.inspect_image(parent)["Size"]
-            before = installed(client, parent)["per"]
+            before, debs_before = installed(client, parent)["per"], os_packages(client, parent)
         else:
-            psize, before = 0, {}
+            psize, before, debs_before = 0, {}, {}
         added = sum(n for name, n in pkgs["per"].items() if name not in before)
-        floor = psize + added
+        apt_added = sum(n for name, n in debs.items() if name not in debs_before)
+        floor = psize + added + apt_added
         top = sorted(((n, name) for name, n in pkgs["per"].items() if name not in before), reverse=True)[:3]
         add(f"size {ref}", format_size(size), f"floor {format_size(floor)} = parent {format_size(psize)} "
-            f"+ packages {format_size(added)} ({', '.join(f'{name} {format_size(n)}' for n, name in top)})")
+            f"+ packages {format_size(added)} ({', '.join(f'{name} {format_size(n)}' for n, name in top)}) "
+            f"+ OS packages {format_size(apt_added)}")
         add(f"ratio size / floor {ref.rsplit(':', 1)[-1]}", f"{size / floor:.3f}", "(goal <= 1.03)")
+        rows.append({"ref": ref, "size": size, "floor": floor, "python": added, "os": apt_added})
+    return rows
 
 
 def main() -> int:
