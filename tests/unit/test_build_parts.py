@@ -79,7 +79,7 @@ def _spec(os=DEBIAN12, **base):
 def test_bootstrap_spec_defaults_and_hash_inputs():
     s = _spec()
     assert s.mirror == "http://deb.debian.org/debian" and s.codename == "bookworm"
-    assert s.packages[:4] == ("python3", "python3-venv", "ca-certificates", "tini")
+    assert s.packages[:5] == ("python3", "python3-venv", "ca-certificates", "tini", "apt")
     assert s.tag == f"imagebuild-os/debian12:{s.hash()[:12]}"
     assert s.sources() == [
         "deb http://deb.debian.org/debian bookworm main",
@@ -122,7 +122,7 @@ def test_mmdebstrap_command(tmp_path, monkeypatch):
     s = _spec(packages=("curl",), snapshot="20251101T000000Z")
     cmd, env = bootstrap._command("mmdebstrap", s, tmp_path / "r.tar", tmp_path)
     assert cmd[:2] == ["mmdebstrap", "--variant=minbase"]
-    assert "--include=python3,python3-venv,ca-certificates,tini,curl" in cmd
+    assert "--include=python3,python3-venv,ca-certificates,tini,apt,curl" in cmd
     assert "--format=tar" in cmd and 'Acquire::Check-Valid-Until "false"' in " ".join(cmd)
     assert cmd[cmd.index("bookworm") + 1] == str(tmp_path / "r.tar")
     assert env["SOURCE_DATE_EPOCH"] == "1761955200"

@@ -35,7 +35,8 @@ from imagebuild.oci import Reference
 from imagebuild.secrets import has_credentials, redact, register_secret
 
 BOOTSTRAP_FORMAT = "1"  # bump when the way the rootfs is made changes (invalidates every bootstrap image)
-REQUIRED_PACKAGES = ("python3", "python3-venv", "ca-certificates", "tini")
+# apt: Debian's minbase has it (Priority: required), Ubuntu's does not, and every flavor installs with apt-get
+REQUIRED_PACKAGES = ("python3", "python3-venv", "ca-certificates", "tini", "apt")
 HASH_LABEL = "io.imagebuild.bootstrap-hash"
 REPOSITORY = "imagebuild-os"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
