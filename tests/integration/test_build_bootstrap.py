@@ -110,7 +110,7 @@ def test_bootstrap_ubuntu2404_on_this_host_verified_and_bit_reproducible(client,
                                    "apt-get --version | head -1"],
             network_mode="none", remove=True).decode().split("\n")
         assert out[0] == "ubuntu 24.04 noble" and out[1] == "(3, 12)" and out[2].startswith("tini version")
-    assert out[3].startswith("apt ")  # Ubuntu's minbase lacks apt; every flavor installs with apt-get
+        assert out[3].startswith("apt ")  # Ubuntu's minbase lacks apt; every flavor installs with apt-get
         print(f"\nbootstrap ubuntu24.04: layer {layers[0][0][:19]} twice, epoch {epoch}")
     finally:
         for image_id in dict.fromkeys(ids):

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING
 
-from imagebuild.builder.backend import BuildRequest
+from imagebuild.builder.backend import BuildOutcome, BuildRequest
 from imagebuild.builder.bases import base_image_id
 from imagebuild.builder.buildargs import register_secret_url
 from imagebuild.builder.context import build_context
@@ -85,24 +85,10 @@ def _build(run: RunState, img: ImagePlan, res: ImageResult, base_id: str, start:
     try:
         with open_log(log_path) as log:
             log.write(f"# {img.tag}\n# inputs hash {img.inputs_hash}\n# BASE_IMAGE={base_id}\n")
-            build = run.backend.start(build_request(run, img, base_id, context, log))
-            with run.lock:
-                run.builds[img.tag] = build
-            if run.cancel.is_set():  # interrupted before the build was registered
-                build.cancel()
-            try:
-                for ev in build.events():
-                    if ev.kind == "step":
-                        run.progress.step(img.tag, ev.step or 0, ev.steps or 0, ev.text)
-                    elif ev.kind == "line":
-                        run.progress.line(img.tag, ev.text)
-            finally:
-                with run.lock:
-                    run.builds.pop(img.tag, None)
+            outcome = run_build(run, build_request(run, img, base_id, context, log), img.tag)
     finally:
         context.close()
     res.build_seconds = time.monotonic() - start
-    outcome = build.outcome()
     if outcome.failed:
         res.status = "failed"
         res.error = outcome.error
@@ -110,6 +96,28 @@ def _build(run: RunState, img: ImagePlan, res: ImageResult, base_id: str, start:
         return
     res.status, res.image_id = "built", outcome.image_id
     describe(run, res)
+
+
+def run_build(run: RunState, request: BuildRequest, tag: str, key: str | None = None,
+              step_prefix: str = "") -> BuildOutcome:
+    """One backend build, registered under `key` (default `tag`) so an interrupt can cancel it, its steps and lines
+    shown on `tag`'s progress row; returns how it ended."""
+    key = key or tag
+    build = run.backend.start(request)
+    with run.lock:
+        run.builds[key] = build
+    if run.cancel.is_set():  # interrupted before the build was registered
+        build.cancel()
+    try:
+        for ev in build.events():
+            if ev.kind == "step":
+                run.progress.step(tag, ev.step or 0, ev.steps or 0, step_prefix + ev.text)
+            elif ev.kind == "line":
+                run.progress.line(tag, ev.text)
+    finally:
+        with run.lock:
+            run.builds.pop(key, None)
+    return build.outcome()
 
 
 def build_request(run: RunState, img: ImagePlan, base_id: str, context: IO[bytes], log: IO[str]) -> BuildRequest:

@@ -91,6 +91,8 @@ def ensure_te_wheel(run: RunState, img: ImagePlan, base_id: str, res: ImageResul
 
 
 def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str) -> str:
+    from imagebuild.builder.one_image import run_build  # one_image imports this module
+
     tag = f"{WHEEL_REPOSITORY}:{plan.key[:12]}"
     log_path = run.log_dir / f"{img.id}-te-wheel.log"
     for v in plan.secret_build_args.values():
@@ -101,25 +103,12 @@ def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str)
     try:
         with open_log(log_path) as log:
             log.write(f"# TE wheel for {img.tag}\n# key {plan.key}\n# BASE_IMAGE={base_id}\n")
-            build = run.backend.start(BuildRequest(tag=tag, context=context, build_args=build_args,
-                                                   labels={"io.imagebuild.te-build-key": plan.key},
-                                                   timeout=run.options.build_timeout, log=log))
-            with run.lock:
-                run.builds[f"{img.tag} (TE wheel)"] = build
-            if run.cancel.is_set():
-                build.cancel()
-            try:
-                for ev in build.events():
-                    if ev.kind == "step":
-                        run.progress.step(img.tag, ev.step or 0, ev.steps or 0, f"TE wheel: {ev.text}")
-                    elif ev.kind == "line":
-                        run.progress.line(img.tag, ev.text)
-            finally:
-                with run.lock:
-                    run.builds.pop(f"{img.tag} (TE wheel)", None)
+            request = BuildRequest(tag=tag, context=context, build_args=build_args,
+                                   labels={"io.imagebuild.te-build-key": plan.key},
+                                   timeout=run.options.build_timeout, log=log)
+            outcome = run_build(run, request, img.tag, key=f"{img.tag} (TE wheel)", step_prefix="TE wheel: ")
     finally:
         context.close()
-    outcome = build.outcome()
     if outcome.failed or not outcome.image_id:
         run.tails[img.tag] = outcome.tail
         raise TEWheelError(f"TE wheel {plan.key[:12]} (log {log_path}): {outcome.error}")
