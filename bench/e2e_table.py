@@ -40,7 +40,8 @@ def rows(report: dict, client) -> list[tuple[str, ...]]:
         t = r.get("tests") or {}
         smoke = f"{t.get('passed', 0)}/{t.get('failed', 0)}/{t.get('skipped', 0)}" if t else "-"
         secs = r.get("build_seconds")
-        reason = "" if r["status"] in ("built", "up-to-date") else (r.get("error") or "")[:90]
+        error = (r.get("error") or "").split(f"{r['tag']}: ", 1)[-1]  # preflight lines start with the tag
+        reason = "" if r["status"] in ("built", "up-to-date") else error[:70]
         out.append((r["tag"].rsplit(":", 1)[-1], r["status"] + (f": {reason}" if reason else ""),
                     f"{secs:.0f} s" if secs else "-", format_size(r["size"]) if r.get("size") else "-", ratio,
                     te_text, smoke))
