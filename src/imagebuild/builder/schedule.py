@@ -72,7 +72,7 @@ def execute(run: RunState) -> list[ImageResult]:
         if img.tag in run.results:
             out.append(run.results[img.tag])
         else:
-            out.append(ImageResult(tag=img.tag, flavor=img.flavor, inputs_hash=img.inputs_hash,
-                                   versions=img.variant.versions.as_dict(), parent=img.parent,
-                                   status="skipped"))
+            row = ImageResult.of(img)
+            row.status = "skipped"
+            out.append(row)
     return out

@@ -47,10 +47,7 @@ class RunState:
         """The image's result row, created on first use."""
         with self.lock:
             if img.tag not in self.results:
-                self.results[img.tag] = ImageResult(
-                    tag=img.tag, flavor=img.flavor, inputs_hash=img.inputs_hash,
-                    versions=img.variant.versions.as_dict(), parent=img.parent,
-                )
+                self.results[img.tag] = ImageResult.of(img)
             return self.results[img.tag]
 
     def warn(self, text: str) -> None:

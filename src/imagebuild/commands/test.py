@@ -34,8 +34,9 @@ def _result_row(client, img, tests: dict):
         inputs_hash = ((info.get("Config") or {}).get("Labels") or {}).get("io.imagebuild.inputs-hash") or inputs_hash
     except Exception:  # not built: the smoke run already reported it as a failed check
         image_id = None
-    return ImageResult(tag=img.tag, flavor=img.flavor, inputs_hash=inputs_hash,
-                       versions=img.variant.versions.as_dict(), parent=img.parent, image_id=image_id, tests=tests)
+    row = ImageResult.of(img)
+    row.inputs_hash, row.image_id, row.tests = inputs_hash, image_id, tests
+    return row
 
 
 @click.command("test")

@@ -13,7 +13,7 @@ then the newest Python, then the first in matrix order. This is the only place t
 
 from __future__ import annotations
 
-from imagebuild.compat import vtuple
+from imagebuild.compat import accel, vtuple
 from imagebuild.models import ImagePlan, ResolvedVariant
 from imagebuild.oci import alias_reference
 
@@ -25,19 +25,14 @@ def repository(variant: ResolvedVariant, registry: str | None) -> str:
 
 def full_tag(variant: ResolvedVariant, flavor: str, registry: str | None = None) -> str:
     v = variant.versions
-    if v.cuda == "cpu":
-        tag = f"{v.torch}-cpu-py{v.python}-{v.os}-{flavor}"
-    else:
-        cudnn_major = (v.cudnn or "0").split(".")[0]
-        tag = f"{v.torch}-cuda{v.cuda}-cudnn{cudnn_major}-py{v.python}-{v.os}-{flavor}"
-    return f"{repository(variant, registry)}:{tag}"
+    cudnn = "" if v.cuda == "cpu" else f"-cudnn{(v.cudnn or '0').split('.')[0]}"
+    return f"{repository(variant, registry)}:{v.torch}-{accel(v.cuda)}{cudnn}-py{v.python}-{v.os}-{flavor}"
 
 
 def alias_key(variant: ResolvedVariant, flavor: str) -> str:
     v = variant.versions
     minor = ".".join(v.torch.split(".")[:2])
-    accel = "cpu" if v.cuda == "cpu" else f"cuda{v.cuda}"
-    return f"{minor}-{accel}-{flavor}"
+    return f"{minor}-{accel(v.cuda)}-{flavor}"
 
 
 def assign_aliases(variants: list[ResolvedVariant], flavor: str, registry: str | None) -> dict[str, str]:
