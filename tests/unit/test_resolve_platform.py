@@ -157,3 +157,22 @@ def test_nvidia_cuda_base_tag_accepted():
 def test_bootstrap_fields_need_bootstrap():
     [p] = problems('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, snapshot: "20251101T000000Z"}')
     assert p.startswith("m.yaml:4: include[0].snapshot: snapshot only applies to base_image: bootstrap")
+
+
+def test_bootstrap_of_an_os_without_pinned_keys_is_bad_input():
+    """A suite whose archive keys are not in the data cannot be bootstrapped: exit 2 before anything builds."""
+    import dataclasses
+
+    from imagebuild.compat import load
+
+    tables = load()
+    unkeyed = dataclasses.replace(tables, os={**tables.os, "ubuntu24.04": dataclasses.replace(
+        tables.os["ubuntu24.04"], archive_keys=())})
+    doc = parse_matrix('name: pytorch\ngpu_archs: [sm_90]\ninclude:\n  - {torch: "2.9.1", cuda: "12.8", '
+                       'os: ubuntu24.04, base_image: bootstrap}\n', "m.yaml")
+    with pytest.raises(MatrixError) as err:
+        resolve_matrix(doc, tables=unkeyed)
+    [p] = [str(p) for p in err.value.problems]
+    assert p.startswith("m.yaml:4: include[0].base_image: ubuntu24.04 has no archive key fingerprints")
+    assert p.endswith("OSes that bootstrap: debian12, debian13, ubuntu22.04; or a registry base_image")
+    assert err.value.exit_code == 2

@@ -43,11 +43,13 @@ def ensure_pulled(client, ref: str, warn: Callable[[str], None] | None = None,
                 continue
             if chunk.get("error") or chunk.get("errorDetail"):
                 msg = chunk.get("error") or (chunk.get("errorDetail") or {}).get("message")
-                raise PullError(f"pulling base image {ref} failed: {redact(str(msg))}")
+                raise PullError(f"pulling base image {ref} failed: {redact(str(msg))} (offline alternative: "
+                                "base_image: bootstrap)")
             if on_line and chunk.get("status") and "progress" not in chunk:
                 on_line(f"{chunk.get('id', '')} {chunk['status']}".strip())
     except docker.errors.APIError as exc:
-        raise PullError(f"pulling base image {ref} failed: {redact(exc.explanation or str(exc))}") from None
+        raise PullError(f"pulling base image {ref} failed: {redact(exc.explanation or str(exc))} (offline "
+                        "alternative: base_image: bootstrap)") from None
     try:
         return client.api.inspect_image(ref)["Id"]
     except docker.errors.ImageNotFound:

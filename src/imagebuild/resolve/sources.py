@@ -55,6 +55,13 @@ def _check_registry_base(ctx: Ctx, rv: RawVariant, ref_text: str, osinfo: OSInfo
 def base_source(ctx: Ctx, rv: RawVariant, osinfo: OSInfo, chosen: dict) -> BaseSource | None:
     v = rv.values
     if v.get("base_image") == "bootstrap":
+        if not osinfo.archive_keys or not osinfo.keyring:
+            # apt would have nothing to verify the mirror with: refuse before anything builds
+            keyed = sorted(o for o, info in ctx.tables.os.items() if info.archive_keys and info.keyring)
+            ctx.bad(rv, "base_image", f"{osinfo.id} has no archive key fingerprints in compat/data/os.yaml, so a "
+                    "bootstrap cannot verify its mirror", f"OSes that bootstrap: {', '.join(keyed)}; or a "
+                    "registry base_image")
+            return None
         return BaseSource(
             kind="bootstrap",
             mirror=v.get("mirror") or osinfo.mirror,
