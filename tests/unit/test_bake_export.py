@@ -151,3 +151,30 @@ def test_bake_command_with_only(tmp_path, monkeypatch):
                                      "2_8_0-cpu-py3_11-debian12b-runtime"]
     r = CliRunner().invoke(command, ["--matrix", "cpu.yaml", "-o", str(out), "--os-image", "bad"])
     assert r.exit_code != 0
+
+
+def test_te_runtime_gets_the_cached_wheel_or_a_clear_error(tmp_path, monkeypatch):
+    import json as _json
+
+    import pytest
+
+    from imagebuild.errors import UsageError
+    from imagebuild.inputs import BuildInputs
+    from imagebuild.matrix import find_matrix
+    from imagebuild.plan import make_plan
+
+    monkeypatch.setenv("IMAGEBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    plan = make_plan(find_matrix("h100.yaml"), BuildInputs(), None)
+    runtime = next(i for i in plan.images if i.te_wheel is not None)
+    with pytest.raises(UsageError, match="not in the wheel cache") as err:
+        write_bake(plan, tmp_path / "out" / "bake.json")
+    assert runtime.tag in str(err.value) and "imagebuild build --only" in str(err.value)
+    for img in plan.images:  # pretend every key was built once
+        if img.te_wheel is not None:
+            d = tmp_path / "cache" / "te-wheels" / img.te_wheel.key
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "transformer_engine_torch-2.10.0-cp312-cp312-linux_x86_64.whl").write_bytes(b"wheel")
+            (d / "meta.json").write_text(_json.dumps({"key": img.te_wheel.key}))
+    write_bake(plan, tmp_path / "out" / "bake.json")
+    wheels = list((tmp_path / "out" / "bake-context" / runtime.id / "te-wheels").glob("*.whl"))
+    assert [w.name for w in wheels] == ["transformer_engine_torch-2.10.0-cp312-cp312-linux_x86_64.whl"]

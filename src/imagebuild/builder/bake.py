@@ -29,6 +29,7 @@ import re
 import shutil
 from pathlib import Path
 
+from imagebuild.errors import UsageError
 from imagebuild.models import FLAVORS, ImagePlan, Plan
 from imagebuild.plan.tags import references
 
@@ -129,6 +130,7 @@ def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = 
     base_dir = output.parent if str(output.parent) else Path(".")
     ctx_root = Path(context_dir) if context_dir else base_dir / "bake-context"
     contexts: dict[str, str] = {}
+    te_dirs = _te_wheel_dirs(plan)
     for image in plan.images:
         folder = ctx_root / image.id
         folder.mkdir(parents=True, exist_ok=True)
@@ -137,7 +139,7 @@ def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = 
             target = folder / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-        for rel, src in sorted(image.context_dirs.items()):
+        for rel, src in sorted({**image.context_dirs, **te_dirs.get(image.tag, {})}.items()):
             target = folder / rel
             if target.exists():
                 shutil.rmtree(target)
@@ -148,3 +150,25 @@ def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = 
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return doc
+
+
+def _te_wheel_dirs(plan: Plan) -> dict[str, dict[str, Path]]:
+    """tag -> {"te-wheels": cache folder} for runtime images with transformer_engine: bake installs the wheel the
+    builder compiled once (builder/te_cache.py); a wheel not built yet is an error naming the command that builds it."""
+    from imagebuild.builder.te_cache import TE_WHEEL_DIR, cached, wheel_dir
+
+    out: dict[str, dict[str, Path]] = {}
+    missing = []
+    for image in plan.images:
+        if image.te_wheel is None:
+            continue
+        found = cached(image.te_wheel.key)
+        if found is None:
+            missing.append(f"{image.tag} (key {image.te_wheel.key[:12]}, {wheel_dir(image.te_wheel.key)})")
+        else:
+            out[image.tag] = {TE_WHEEL_DIR: found}
+    if missing:
+        raise UsageError("the transformer_engine wheel is not in the wheel cache for " + "; ".join(missing)
+                         + ": build it once with `imagebuild build --only '<runtime tag>'` on a machine with an "
+                         "engine (the wheel is cached outside the image), then export again")
+    return out

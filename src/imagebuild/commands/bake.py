@@ -26,7 +26,8 @@ from imagebuild.commands._options import (
 @click.option("--only", default=None, metavar="PATTERN", help="Only matching images (plus their parents).")
 def command(matrix, registry, inputs, output, context_dir, os_images, only):
     """Write the same plan as a buildx bake file: one target per image with its context, Dockerfile, build args,
-    labels and tags (+ aliases); children chain to their parent with `contexts = target:<parent>`.
+    labels and tags (+ aliases); children chain to their parent with `contexts = target:<parent>`. Runtime images
+    with transformer_engine get the TE wheel `imagebuild build` compiled once (the wheel cache); export after it.
 
     \b
     Example:
