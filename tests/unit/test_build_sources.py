@@ -118,3 +118,29 @@ def test_build_stops_before_anything_builds(monkeypatch, tmp_path):
     assert len(built) == 1 and {i.short_tag for i in built[0].images} == {
         "2.9.1-cuda12.8-cudnn9-py3.12-ubuntu24.04-base", "2.7.1-cuda12.8-cudnn9-py3.12-ubuntu24.04-base",
         "2.9.1-cuda12.8-cudnn9-py3.12-ubuntu24.04-runtime", "2.9.1-cuda13.0-cudnn9-py3.12-ubuntu24.04-base"}
+
+
+def test_keep_going_with_only_reports_every_image_once(monkeypatch, tmp_path):
+    """--only a blocked image: its unselected child is reported skipped, nothing is missing or doubled."""
+    import dataclasses
+
+    from click.testing import CliRunner
+
+    from imagebuild.cli import cli
+    from imagebuild.models import ImageResult
+
+    monkeypatch.setattr(sources, "probe", offline)
+    monkeypatch.setattr("imagebuild.engine.connect", lambda *a, **k: object())
+    monkeypatch.setattr("imagebuild.builder.build_plan", lambda client, plan, *a, **k: [
+        dataclasses.replace(ImageResult.of(i), status="built" if i.flavor == "base" else "skipped")
+        for i in plan.images])
+    r = CliRunner().invoke(cli, ["build", "--matrix", "h100.yaml", "--report-dir", str(tmp_path), "--keep-going",
+                                 "--only", "*2.9.1-cuda13.0*runtime"], standalone_mode=False)
+    assert r.exception is None, r.output
+    import json
+
+    rows = {row["tag"].rsplit(":", 1)[1]: row["status"]
+            for row in json.loads((tmp_path / "build-report.json").read_text())["images"]}
+    assert len(rows) == 9
+    assert rows["2.9.1-cuda13.0-cudnn9-py3.12-ubuntu24.04-runtime"] == "failed"
+    assert rows["2.9.1-cuda13.0-cudnn9-py3.12-ubuntu24.04-dev"] == "skipped"

@@ -51,9 +51,9 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     options = BuildOptions(force=force, only=tuple(only), keep_going=keep_going, log_dir=log_dir)
     if jobs:
         options.jobs = jobs
-    results = build_plan(client, buildable, options, progress) if buildable.images else []
-    results = [r for r in results if r.tag not in {b.tag for b in blocked}] + blocked
-    results.sort(key=lambda r: [i.tag for i in plan.images].index(r.tag))
+    results = (build_plan(client, buildable, options, progress) if buildable.images else []) + blocked
+    order = {img.tag: n for n, img in enumerate(plan.images)}
+    results.sort(key=lambda r: order[r.tag])
     progress.summary(results)
     ok = all(r.status in ("built", "up-to-date", "skipped") for r in results)
 
@@ -98,12 +98,17 @@ def preflight_sources(client, plan, only: tuple[str, ...], keep_going: bool):
     if not keep_going:
         raise SourcesUnreachable(f"{len(problems)} image(s) need a source that does not answer (named above); "
                                  f"nothing was built. --keep-going builds the {len(rest)} other selected image(s)")
-    rows = []
-    for img in selected:
+    rows = []  # one row for every blocked image of the plan, selected or not, so the report covers the whole plan
+    chosen = {i.tag for i in selected}
+    for img in plan.images:
         if img.tag in blocked:
             row = ImageResult.of(img)
-            row.status = "failed" if img.tag in problems else "not-built"
-            row.error = "; ".join(problems[img.tag]) if img.tag in problems else f"parent {img.parent} not built"
+            if img.tag in problems:
+                row.status, row.error = "failed", "; ".join(problems[img.tag])
+            elif img.tag in chosen:
+                row.status, row.error = "not-built", f"parent {img.parent} not built"
+            else:
+                row.status = "skipped"
             rows.append(row)
     return Plan(plan.matrix_file, [i for i in plan.images if i.tag not in blocked]), rows
 
