@@ -230,7 +230,7 @@ def key_file(name: str) -> Path:
 
 def fingerprints(path: Path, gpg_home: Path) -> list[str]:
     """Primary-key fingerprints in a key file or keyring, as gpg reads them."""
-    out = subprocess.run(["gpg", "--homedir", str(gpg_home), "--batch", "--show-keys", "--with-colons", str(path)],
+    out = subprocess.run(["gpg", "--homedir", str(gpg_home), "--batch", "--no-autostart", "--show-keys", "--with-colons", str(path)],
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise BootstrapError(f"gpg cannot read {path}: {out.stderr.strip()[-300:]}")
@@ -248,7 +248,8 @@ def fingerprints(path: Path, gpg_home: Path) -> list[str]:
 
 
 def pinned_keyring(spec: BootstrapSpec, tmp: Path) -> Path:
-    """A binary keyring holding exactly the archive keys pinned for `spec` (nothing else reaches apt)."""
+    """A binary keyring holding exactly the archive keys pinned for `spec` (nothing else reaches apt). gpg runs with
+    --no-autostart: public keys need no gpg-agent, and an agent started per bootstrap would outlive it."""
     if not spec.archive_keys or not spec.keyring:
         raise BootstrapError(f"{spec.os_id}: no archive key fingerprints in compat/data/os.yaml: its mirror cannot "
                              "be verified, so it is not bootstrapped")
@@ -263,7 +264,7 @@ def pinned_keyring(spec: BootstrapSpec, tmp: Path) -> Path:
     missing = [f for f in spec.archive_keys if f not in have]
     if missing:
         raise BootstrapError(f"{spec.os_id}: {source.name} lacks the pinned archive key(s) {', '.join(missing)}")
-    subprocess.run(["gpg", "--homedir", str(home), "--batch", "--quiet", "--import", str(source)],
+    subprocess.run(["gpg", "--homedir", str(home), "--batch", "--no-autostart", "--quiet", "--import", str(source)],
                    check=True, capture_output=True)
     # apt verifies as its sandbox user (_apt): the keyring (public keys only) must be readable outside our 0700 tmp
     pub = tmp / "keyring"
@@ -272,7 +273,7 @@ def pinned_keyring(spec: BootstrapSpec, tmp: Path) -> Path:
     tmp.chmod(0o711)
     out = pub / f"{spec.os_id}-archive.gpg"
     with open(out, "wb") as fh:
-        subprocess.run(["gpg", "--homedir", str(home), "--batch", "--export", *spec.archive_keys], check=True,
+        subprocess.run(["gpg", "--homedir", str(home), "--batch", "--no-autostart", "--export", *spec.archive_keys], check=True,
                        stdout=fh, stderr=subprocess.PIPE)
     out.chmod(0o644)
     got = fingerprints(out, home)
