@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from imagebuild.models import ImagePlan
-from imagebuild.oci import Reference, ReferenceError
+from imagebuild.oci import DOCKER_HUB, Reference, ReferenceError
+from imagebuild.oci.registry import HUB_API_HOST
 from imagebuild.render import data
 from imagebuild.secrets import redact
 
@@ -88,7 +89,7 @@ def _registry_url(ref: str) -> str:
         host = Reference.parse(ref).registry
     except ReferenceError:
         return ref
-    return "https://registry-1.docker.io/v2/" if host == "docker.io" else f"https://{host}/v2/"
+    return f"https://{HUB_API_HOST if host == DOCKER_HUB else host}/v2/"
 
 
 def probe(url: str, timeout: float = PROBE_TIMEOUT) -> str | None:

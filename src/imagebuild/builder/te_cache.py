@@ -80,17 +80,16 @@ def ensure_te_wheel(run: RunState, img: ImagePlan, base_id: str, res: ImageResul
             return found
         t0 = time.monotonic()
         run.progress.set(img.tag, "building", f"TE wheel {plan.key[:12]}: compiling the torch extension")
-        wheel = _build_wheel(run, img, plan, base_id)
-        seconds = round(time.monotonic() - t0, 1)
+        wheel, seconds = _build_wheel(run, img, plan, base_id, t0)
         run.te_rebuilt.add(plan.key)
-        meta_path = wheel_dir(plan.key) / "meta.json"
-        meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "seconds": seconds}, indent=2))
         res.te_wheel = {"key": plan.key, "status": "built", "seconds": seconds, "wheel": wheel}
         run.progress.note(f"{img.tag}: TE wheel: built in {seconds:.0f} s ({wheel})", style="")
         return wheel_dir(plan.key)
 
 
-def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str) -> str:
+def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str,
+                 started: float) -> tuple[str, float]:
+    """Build the wheel and put it in the cache; (wheel file name, seconds since `started`)."""
     from imagebuild.builder.one_image import run_build  # one_image imports this module
 
     tag = f"{WHEEL_REPOSITORY}:{plan.key[:12]}"
@@ -113,7 +112,7 @@ def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str)
         run.tails[img.tag] = outcome.tail
         raise TEWheelError(f"TE wheel {plan.key[:12]} (log {log_path}): {outcome.error}")
     try:
-        return _extract(run, outcome.image_id, plan.key)
+        return _extract(run, outcome.image_id, plan.key, started)
     finally:
         try:  # untagged: its stages stay as build cache (the runtime's pip stage is served from it), like every
             run.client.api.remove_image(tag, noprune=True)  # builder stage; `docker image prune` removes them
@@ -121,8 +120,9 @@ def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str)
             run.warn(f"could not untag the TE wheel build image {tag}: {exc}")
 
 
-def _extract(run: RunState, image_id: str, key: str) -> str:
-    """Copy /te-wheels/*.whl out of the built scratch image into the cache (atomically: a temp folder renamed)."""
+def _extract(run: RunState, image_id: str, key: str, started: float) -> tuple[str, float]:
+    """Copy /te-wheels/*.whl out of the built scratch image into the cache (atomically: a temp folder renamed, its
+    meta.json written once, with the build's seconds); (wheel file name, seconds since `started`)."""
     api = run.client.api
     container = api.create_container(image_id, command=["/none"])  # never started: a scratch image runs nothing
     try:
@@ -146,8 +146,10 @@ def _extract(run: RunState, image_id: str, key: str) -> str:
         shutil.rmtree(tmp, ignore_errors=True)
         raise TEWheelError(f"TE wheel {key[:12]}: the build produced no transformer_engine_torch wheel ({wheels})")
     wheel = sorted(w for w in wheels if w.startswith("transformer_engine_torch-"))[0]
-    (tmp / "meta.json").write_text(json.dumps({"key": key, "wheel": wheel, "built": time.time()}, indent=2))
+    seconds = round(time.monotonic() - started, 1)
+    meta = {"key": key, "wheel": wheel, "built": time.time(), "seconds": seconds}
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
     if target.exists():
         shutil.rmtree(target)
     tmp.rename(target)
-    return wheel
+    return wheel, seconds

@@ -1,0 +1,61 @@
+"""The TE wheel cache: a wheel copied out of the built scratch image lands complete (meta.json with the build's
+seconds) or not at all."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+import types
+
+import pytest
+
+from imagebuild.builder import te_cache
+
+
+def _tar(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tar.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class FakeAPI:
+    def __init__(self, archive: bytes):
+        self.archive, self.removed = archive, []
+
+    def create_container(self, image, command):
+        return {"Id": "c1"}
+
+    def get_archive(self, cid, path):
+        return iter([self.archive]), {}
+
+    def remove_container(self, cid, force):
+        self.removed.append(cid)
+
+
+def _run(archive: bytes):
+    return types.SimpleNamespace(client=types.SimpleNamespace(api=FakeAPI(archive)))
+
+
+def test_extract_writes_the_wheel_and_meta_once(tmp_path, monkeypatch):
+    monkeypatch.setenv(te_cache.CACHE_ENV, str(tmp_path))
+    whl = "transformer_engine_torch-2.10.0-cp312-cp312-linux_x86_64.whl"
+    run = _run(_tar({f"te-wheels/{whl}": b"wheel", "te-wheels/notes.txt": b"x"}))
+    wheel, seconds = te_cache._extract(run, "sha256:img", "k" * 64, time.monotonic() - 5)
+    assert wheel == whl and 5 <= seconds < 60 and run.client.api.removed == ["c1"]
+    d = te_cache.cached("k" * 64)
+    assert d is not None and sorted(p.name for p in d.iterdir()) == ["meta.json", whl]
+    assert json.loads((d / "meta.json").read_text())["seconds"] == seconds
+
+
+def test_extract_without_the_extension_wheel_leaves_no_entry(tmp_path, monkeypatch):
+    monkeypatch.setenv(te_cache.CACHE_ENV, str(tmp_path))
+    run = _run(_tar({"te-wheels/other-1.0-py3-none-any.whl": b"x"}))
+    with pytest.raises(te_cache.TEWheelError, match="no transformer_engine_torch wheel"):
+        te_cache._extract(run, "sha256:img", "k" * 64, time.monotonic())
+    assert te_cache.cached("k" * 64) is None and list((tmp_path / "te-wheels").iterdir()) == []
