@@ -82,7 +82,7 @@ def _packages(cudnn="9.10.2.21", nccl="2.27.5"):
     ("no nvidia-nccl package", {}, {"nccl": None}, {"release.nccl_package"}),
 ])
 def test_library_versions(monkeypatch, case, torch_kw, pkgs, failed):
-    monkeypatch.setattr(release, "_package_version", _packages(**pkgs))
+    monkeypatch.setattr(release, "installed_version", _packages(**pkgs))
     p = FakeProbe()
     release._library_versions(p, _fake_torch(**torch_kw), {})
     got = {n for n, c in p.by_name().items() if c["status"] == "failed"}

@@ -115,6 +115,18 @@ def which(name):
     return None
 
 
+def installed_version(*names):
+    """(distribution, version) of the first of `names` installed in this Python, else (None, None)."""
+    from importlib import metadata
+
+    for name in names:
+        try:
+            return name, metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None, None
+
+
 def rmtree(path):
     import shutil
 

@@ -14,7 +14,7 @@ import os
 import platform
 import tempfile
 
-from probe.common import NO_CUDA_TORCH, NO_TORCH, run_child
+from probe.common import NO_CUDA_TORCH, NO_TORCH, installed_version, run_child
 from probe.versions import format_cudnn_version
 
 CPU_CHECKS = ("release.openmp", "release.cpu_isa", "release.conv2d_cpu", "release.linalg_cpu", "release.numpy")
@@ -152,17 +152,6 @@ def _numpy(torch):
     return True, f"numpy {np.__version__}: from_numpy shares memory, .numpy() round-trips", fig
 
 
-def _package_version(*names):
-    from importlib import metadata
-
-    for name in names:
-        try:
-            return name, metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None, None
-
-
 def _library_versions(p, torch, doc):
     """cuDNN/NCCL as loaded vs compiled-in vs the nvidia-* packages. Needs the libraries, not a GPU."""
     major = torch.version.cuda.split(".")[0]
@@ -181,7 +170,7 @@ def _library_versions(p, torch, doc):
         ok = rt.split(".")[0] == ct.split(".")[0] and _vt(rt) >= _vt(ct)
         p.check("release.cudnn_compile_version", "passed" if ok else "failed",
                 f"cuDNN runtime {rt}, compiled with {ct}", runtime=rt, compiled=ct)
-        dist, pkg = _package_version(f"nvidia-cudnn-cu{major}", "nvidia-cudnn")
+        dist, pkg = installed_version(f"nvidia-cudnn-cu{major}", "nvidia-cudnn")
         if pkg is None:
             p.check("release.cudnn_package", "failed", f"no nvidia-cudnn-cu{major} package: where does cuDNN {rt} "
                     "come from?", runtime=rt)
@@ -196,7 +185,7 @@ def _library_versions(p, torch, doc):
         p.check("release.nccl_package", "failed", f"NCCL does not load: {type(exc).__name__}: {exc}"[:800])
         return
     doc["nccl_runtime"] = nccl
-    dist, pkg = _package_version(f"nvidia-nccl-cu{major}", "nvidia-nccl")
+    dist, pkg = installed_version(f"nvidia-nccl-cu{major}", "nvidia-nccl")
     if pkg is None:
         p.check("release.nccl_package", "failed", f"no nvidia-nccl-cu{major} package: where does NCCL {nccl} "
                 "come from?", runtime=nccl)

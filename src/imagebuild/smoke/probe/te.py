@@ -5,22 +5,14 @@ from __future__ import annotations
 
 import time
 
-from probe.common import run_child
+from probe.common import installed_version, run_child
 
 
 def run(p):
-    installed = None
     try:
-        from importlib import metadata
-
-        for name in ("transformer_engine", "transformer-engine", "transformer_engine_torch"):
-            try:
-                installed = metadata.version(name)
-                break
-            except metadata.PackageNotFoundError:
-                continue
-    except Exception:
-        pass
+        _, installed = installed_version("transformer_engine", "transformer-engine", "transformer_engine_torch")
+    except Exception:  # a broken distribution metadata file: treated as not installed, as before
+        installed = None
     p.doc["te"] = {"installed": installed}
     if installed is None:
         p.check("te.import", "skipped", "transformer_engine is not installed")
