@@ -184,6 +184,8 @@ class ImageResult:
     tests: dict | None = None  # {"passed": n, "failed": n, "skipped": n, "checks": [{name,status,reason,...}]}
     push: dict | None = None  # {"status": "pushed"|"unchanged"|"failed", "digest": ..., "tags": [...], ...}
     te_wheel: dict | None = None  # {"key": ..., "status": "cached"|"built", "seconds": float, "wheel": name}
+    built_at: str | None = None  # when the build that made image_id ran (an up-to-date row keeps it)
+    source: str | None = None  # where image_id is: "built" | "engine" | "registry <prefix>" (not pulled)
 
     @classmethod
     def of(cls, image: ImagePlan) -> ImageResult:

@@ -65,8 +65,9 @@ class FakeAPI:
         self.push_calls: list[tuple[str, str, dict | None]] = []
         self.tag_calls: list[tuple[str, str, str]] = []
 
-    def add(self, ref, image_id="sha256:img1", repo_digests=()):
-        self.images[ref] = {"Id": image_id, "RepoDigests": list(repo_digests)}
+    def add(self, ref, image_id="sha256:img1", repo_digests=(), labels=None):
+        self.images[ref] = {"Id": image_id, "RepoDigests": list(repo_digests),
+                            "Config": {"Labels": dict(labels or {})}}
 
     def inspect_image(self, ref):
         if ref in self.images:

@@ -16,3 +16,12 @@ from pathlib import Path
 UNIT_DIR = Path(__file__).resolve().parent
 if str(UNIT_DIR) not in sys.path:
     sys.path.insert(0, str(UNIT_DIR))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _private_state_dir(tmp_path, monkeypatch):
+    """Every test gets its own record folder (.imagebuild/ would otherwise be the working directory's)."""
+    monkeypatch.setenv("IMAGEBUILD_STATE_DIR", str(tmp_path / "state"))

@@ -141,7 +141,7 @@ def test_bake_command_with_only(tmp_path, monkeypatch):
 
     plan = make_plan()
     monkeypatch.setattr(plan_mod, "make_plan", lambda *a, **k: plan)
-    monkeypatch.setattr("imagebuild.commands.bake.resolve_matrix_path", lambda m: m)
+    monkeypatch.setattr("imagebuild.commands._options.resolve_matrix_path", lambda m: tmp_path / m)
     out = tmp_path / "b.json"
     r = CliRunner().invoke(command, ["--matrix", "cpu.yaml", "-o", str(out), "--only", "2.8.0-*",
                                      "--os-image", "debian12=r/os:12"])

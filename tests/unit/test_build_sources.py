@@ -4,6 +4,7 @@ blocked with their parent, and `build` stopping (or, with --keep-going, building
 from __future__ import annotations
 
 import pytest
+from _support import FakeClient
 
 from imagebuild.builder import sources
 from imagebuild.inputs import BuildInputs
@@ -100,19 +101,20 @@ def test_build_stops_before_anything_builds(monkeypatch, tmp_path):
 
     monkeypatch.setattr(sources, "probe", offline)
     built: list = []
-    monkeypatch.setattr("imagebuild.engine.connect", lambda *a, **k: object())
+    monkeypatch.setattr("imagebuild.engine.connect", lambda *a, **k: FakeClient())
     def fake_build(client, plan, *a, **k):
         built.append(plan)
         return [dataclasses.replace(ImageResult.of(i), status="built") for i in plan.images]
 
     monkeypatch.setattr("imagebuild.builder.build_plan", fake_build)
-    r = CliRunner().invoke(cli, ["build", "--matrix", "h100.yaml", "--report-dir", str(tmp_path)],
+    r = CliRunner().invoke(cli, ["build", "--matrix", "h100.yaml", "--report-dir", str(tmp_path), "--no-registry-cache"],
                            standalone_mode=False)
     assert r.exception is not None and r.exception.exit_code == 1 and not built, r.output
     assert "nothing was built" in str(r.exception) and "--keep-going builds the 4 other" in str(r.exception)
     errors = [ln for ln in r.output.splitlines() if ln.startswith("error: ")]
     assert len(errors) == 4 and all("does not answer" in e for e in errors)
-    r = CliRunner().invoke(cli, ["build", "--matrix", "h100.yaml", "--report-dir", str(tmp_path), "--keep-going"],
+    r = CliRunner().invoke(cli, ["build", "--matrix", "h100.yaml", "--report-dir", str(tmp_path), "--keep-going",
+                                 "--no-registry-cache"],
                            standalone_mode=False)
     assert r.exception is None, r.output
     assert len(built) == 1 and {i.short_tag for i in built[0].images} == {
@@ -130,12 +132,12 @@ def test_keep_going_with_only_reports_every_image_once(monkeypatch, tmp_path):
     from imagebuild.models import ImageResult
 
     monkeypatch.setattr(sources, "probe", offline)
-    monkeypatch.setattr("imagebuild.engine.connect", lambda *a, **k: object())
+    monkeypatch.setattr("imagebuild.engine.connect", lambda *a, **k: FakeClient())
     monkeypatch.setattr("imagebuild.builder.build_plan", lambda client, plan, *a, **k: [
         dataclasses.replace(ImageResult.of(i), status="built" if i.flavor == "base" else "skipped")
         for i in plan.images])
     r = CliRunner().invoke(cli, ["build", "--matrix", "h100.yaml", "--report-dir", str(tmp_path), "--keep-going",
-                                 "--only", "*2.9.1-cuda13.0*runtime"], standalone_mode=False)
+                                 "--only", "*2.9.1-cuda13.0*runtime", "--no-registry-cache"], standalone_mode=False)
     assert r.exception is None, r.output
     import json
 

@@ -35,15 +35,16 @@ ALLOWED: dict[str, set[str]] = {
     "render": {"foundation", "compat", "oci", "matrix", "resolve"},
     "plan": {"foundation", "compat", "oci", "matrix", "resolve", "render"},
     "report": PURE,
-    "builder": PURE | {"engine", "report"},
-    "push": PURE | {"engine"},
-    "smoke": PURE | {"engine", "probe"},
-    "commands": PURE | {"engine", "report", "builder", "push", "smoke"},
+    "record": PURE,
+    "builder": PURE | {"engine", "report", "record"},
+    "push": PURE | {"engine", "record"},
+    "smoke": PURE | {"engine", "probe", "record"},
+    "commands": PURE | {"engine", "report", "record", "builder", "push", "smoke"},
     "cli": {"foundation", "commands"},
     "probe": set(),  # runs inside images: see probe_rule
     "suite": set(),  # a separate pytest run: never imports imagebuild
 }
-NO_DOCKER = {"foundation", "compat", "matrix", "resolve", "render", "plan", "report"}
+NO_DOCKER = {"foundation", "compat", "matrix", "resolve", "render", "plan", "report", "record"}
 ENGINE_CLIENT_OWNERS = {"engine", "suite"}  # suite: separate process, inspects through testinfra's docker backend
 PROBE_THIRD_PARTY = {"torch", "transformer_engine", "numpy"}  # numpy: torch's optional interop, guarded
 
@@ -199,7 +200,7 @@ def test_source_follows_the_import_rules():
 def test_pure_stages_do_not_load_docker_transitively():
     """Importing the stages validate/plan/render use must not load the docker SDK on the way (a fresh interpreter)."""
     modules = ["imagebuild.compat", "imagebuild.matrix", "imagebuild.resolve", "imagebuild.render", "imagebuild.plan",
-               "imagebuild.report"]
+               "imagebuild.report", "imagebuild.record"]
     code = ("import importlib, sys\n"
             f"for m in {modules!r}:\n"
             "    importlib.import_module(m)\n"

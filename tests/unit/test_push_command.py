@@ -9,7 +9,10 @@ import pytest
 from _push_fakes import REG, FakeAPI, FakeClient, FakeRegistry, make_image
 from click.testing import CliRunner
 
+from imagebuild.commands._state import Planned
+from imagebuild.inputs import BuildInputs
 from imagebuild.models import Plan
+from imagebuild.record import load_record, store_result, updating
 
 
 @pytest.fixture
@@ -20,8 +23,11 @@ def setup(monkeypatch, tmp_path):
     reg = FakeRegistry()
     api = FakeAPI(reg)
     for img in plan.images:
-        api.add(img.tag, image_id="sha256:" + img.flavor)
-    monkeypatch.setattr("imagebuild.commands.push._load_plan", lambda m, r: plan)
+        api.add(img.tag, image_id="sha256:" + img.flavor, labels={"io.imagebuild.inputs-hash": img.inputs_hash})
+    matrix = tmp_path / "h100.yaml"
+    matrix.write_text("name: x\n")
+    monkeypatch.setattr("imagebuild.commands._state.plan_with_record", lambda m, r, i, echo, sd=None: Planned(
+        matrix, plan, load_record(matrix), BuildInputs(), r))
     monkeypatch.setattr("imagebuild.engine.connect", lambda *a, **k: FakeClient(api))
     monkeypatch.setattr("imagebuild.push.pusher.RegistryClient", lambda *a, **k: reg)
     monkeypatch.setattr("imagebuild.push.pusher.time.sleep", lambda s: None)
@@ -30,10 +36,19 @@ def setup(monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "dockercfg"))
     report = tmp_path / "reports"
     report.mkdir()
-    rows = [{"tag": i.tag, "flavor": i.flavor, "status": "built", "tests": {"passed": 5, "failed": 0}}
-            for i in plan.images]
-    (report / "build-report.json").write_text(json.dumps({"schema": 1, "images": rows}))
+    for img in plan.images:
+        passed(matrix, img)
     return plan, api, reg, report
+
+
+def passed(matrix, img, failed=0):
+    """The record says this image's content passed (or failed) the current suite with the plan's expectations."""
+    from imagebuild.smoke import runner
+
+    image_id = "sha256:" + img.flavor
+    with updating(matrix) as rec:
+        store_result(rec, f"k-{img.flavor}", image_id, runner.suite_version(), runner.expectations_for(img), {},
+                     "cpu", {"passed": 5, "failed": failed, "skipped": 0, "checks": []})
 
 
 def run(args, stdin=None):
@@ -52,7 +67,7 @@ def test_dry_run_prints_where(setup):
     assert api.push_calls == [] and reg.auth_checks == 0
 
 
-def test_push_with_password_stdin_writes_report(setup):
+def test_push_with_password_stdin_writes_report(setup, tmp_path):
     plan, api, reg, report = setup
     r = run(["-m", "h100.yaml", "-u", "alice", "--password-stdin", "--report-dir", str(report)],
             stdin="pw-from-stdin\n")
@@ -61,8 +76,10 @@ def test_push_with_password_stdin_writes_report(setup):
     assert [c[2]["password"] for c in api.push_calls] == ["pw-from-stdin"] * 4  # 2 images x (tag + alias)
     doc = json.loads((report / "build-report.json").read_text())
     assert [row["push"]["status"] for row in doc["images"]] == ["pushed", "pushed"]
-    assert all(row["tests"]["passed"] == 5 for row in doc["images"])  # earlier results kept
+    assert doc["run"]["command"] == "push" and doc["registry"] == REG
     assert "pw-from-stdin" not in (report / "build-report.json").read_text()
+    rec = load_record(tmp_path / "h100.yaml")
+    assert rec.images[plan.images[1].id].pushes[plan.images[1].repository]["image_id"] == "sha256:runtime"
     r = run(["-m", "h100.yaml", "-u", "alice", "--password-stdin", "--report-dir", str(report)],
             stdin="pw-from-stdin\n")
     assert r.code == 0
@@ -72,9 +89,12 @@ def test_push_with_password_stdin_writes_report(setup):
 
 def test_untested_images_are_not_pushed_by_default(setup):
     plan, api, reg, report = setup
-    (report / "build-report.json").write_text(json.dumps({"images": [
-        {"tag": plan.images[0].tag, "status": "built", "tests": {"passed": 1, "failed": 0}},
-        {"tag": plan.images[1].tag, "status": "built"}]}))
+    import shutil
+
+    from imagebuild.record import state_dir
+
+    shutil.rmtree(state_dir())
+    passed(report.parent / "h100.yaml", plan.images[0])
     args = ["-m", "h100.yaml", "--report-dir", str(report)]
     r = run(args)
     assert r.code == 1 and "not tested" in r.output

@@ -1,4 +1,4 @@
-"""build-report.json merging across runs, Markdown table, JUnit XML, the report command."""
+"""The report of one run (replaced by the next, history appended), Markdown table, JUnit XML, the report command."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 
 from imagebuild.models import ImageResult
-from imagebuild.report import load_report, merge_row, render_markdown, write_reports
+from imagebuild.report import load_report, render_markdown, write_reports
 from imagebuild.secrets import register_secret
 
 TAG_B = "127.0.0.1:5000/pytorch:2.9.1-cpu-py3.11-debian12-base"
@@ -27,42 +27,54 @@ class _Plan:
         self.images = [type("I", (), {"tag": t})() for t in tags]
 
 
-def test_build_then_test_then_push_accumulate(tmp_path):
-    write_reports([built(TAG_B, "base"), built(TAG_R, "runtime")], tmp_path, _Plan([TAG_B, TAG_R]))
-    tests = {"passed": 10, "failed": 0, "skipped": 2, "checks": []}
-    write_reports([ImageResult(TAG_R, "runtime", "h1", VERS, tests=tests)], tmp_path)
-    push = {"status": "pushed", "digest": "sha256:" + "d" * 64, "tags": [TAG_R], "seconds": 3.2}
-    write_reports([ImageResult(TAG_R, "runtime", "h1", VERS, push=push)], tmp_path)
+RUN = {"command": "build", "steps": ["build"], "registry": "127.0.0.1:5000", "id": "run-1"}
+
+
+def test_a_run_replaces_the_last_report_and_appends_history(tmp_path):
+    failed = ImageResult(TAG_B, "base", "h", VERS, status="failed", error="RUN apt-get: exit 100")
+    write_reports([failed], tmp_path, _Plan([TAG_B]), run=RUN)
+    assert ET.parse(tmp_path / "build-report.junit.xml").getroot().get("failures") == "1"
+    write_reports([built(TAG_B, "base"), built(TAG_R, "runtime")], tmp_path, _Plan([TAG_B, TAG_R]),
+                  run=dict(RUN, id="run-2"))
     doc = load_report(tmp_path)
-    assert doc["matrix"] == "images/cpu.yaml"
-    rows = {r["tag"]: r for r in doc["images"]}
+    assert doc["run"]["id"] == "run-2" and doc["matrix"] == "images/cpu.yaml" and doc["registry"] == "127.0.0.1:5000"
     assert [r["tag"] for r in doc["images"]] == [TAG_B, TAG_R]
-    rt = rows[TAG_R]
-    assert rt["status"] == "built" and rt["image_id"] == "sha256:aaa" and rt["size"] == 1_234_000_000
-    assert rt["tests"]["passed"] == 10 and rt["push"]["status"] == "pushed"
+    root = ET.parse(tmp_path / "build-report.junit.xml").getroot()
+    assert root.get("failures") == "0" and root.get("tests") == "2"  # the earlier run's failure is gone
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert [h["run"]["id"] for h in history] == ["run-1", "run-2"]
+    assert history[0]["images"][0]["status"] == "failed"
     md = (tmp_path / "build-report.md").read_text()
-    assert "| `2.9.1-cpu-py3.11-debian12-runtime` | runtime | ✅ built | 1.23 GB | 1m15s | 10/0/2 |" in md
-    assert "pushed `sha256:dddddddddddd`" in md
+    assert md.startswith("### imagebuild build: `images/cpu.yaml`")
+    assert "registry `127.0.0.1:5000`" in md and "run `run-2`" in md
+    assert "1.23 GB | 1m15s |" in md
 
 
-def test_rebuild_with_new_inputs_drops_old_test_and_push(tmp_path):
-    write_reports([built(TAG_R, "runtime", tests={"passed": 1, "failed": 0, "skipped": 0},
-                         push={"status": "pushed", "digest": "sha256:x"})], tmp_path)
-    write_reports([built(TAG_R, "runtime", image_id="sha256:bbb", inputs_hash="h2")], tmp_path)
-    row = load_report(tmp_path)["images"][0]
-    assert row["image_id"] == "sha256:bbb" and row["inputs_hash"] == "h2"
-    assert "tests" not in row or row["tests"] is None
-    assert "push" not in row or row["push"] is None
+def test_up_to_date_row_keeps_the_build_that_made_it(tmp_path):
+    row = built(TAG_R, "runtime", image_id="sha256:" + "a" * 64, built_at="2026-11-30T10:00:00Z")
+    row.status = "up-to-date"
+    write_reports([row], tmp_path, _Plan([TAG_R]), run=RUN)
+    md = (tmp_path / "build-report.md").read_text()
+    assert "✅ up-to-date (built 2026-11-30T10:00:00Z) | `aaaaaaaaaaaa` | 1.23 GB | 1m15s |" in md
 
 
-def test_failed_then_fixed_clears_error():
-    old = {"tag": "t", "status": "failed", "error": "step 3 failed"}
-    new = {"tag": "t", "status": "built", "error": None, "image_id": "sha256:c"}
-    assert merge_row(old, new)["error"] is None
+def test_junit_has_only_the_steps_of_this_run(tmp_path):
+    tests = {"passed": 3, "failed": 1, "skipped": 0, "seconds": 4.0,
+             "checks": [{"name": "versions/torch", "status": "failed", "reason": "torch 2.9.0 != 2.9.1"}]}
+    row = built(TAG_R, "runtime", tests=tests, push={"status": "failed", "error": "old push"})
+    write_reports([row], tmp_path, _Plan([TAG_R]), run=dict(RUN, command="test", steps=["test"]))
+    root = ET.parse(tmp_path / "build-report.junit.xml").getroot()
+    assert root.find("testsuite[@name='build']").get("tests") == "0"
+    assert root.find("testsuite[@name='push']").get("tests") == "0"
+    smoke = root.find("testsuite[@name='smoke']")
+    assert (smoke.get("tests"), smoke.get("failures")) == ("1", "1")
+    assert "torch 2.9.0 != 2.9.1" in smoke.find("testcase/failure").text
 
 
-def test_planned_status_never_overwrites():
-    assert merge_row({"tag": "t", "status": "built"}, {"tag": "t", "status": "planned"})["status"] == "built"
+def test_up_to_date_tests_say_so():
+    tests = {"passed": 5, "failed": 0, "skipped": 1, "up_to_date": True, "at": "2026-11-30T10:00:00Z"}
+    md = render_markdown({"images": [{"tag": TAG_R, "flavor": "runtime", "status": "up-to-date", "tests": tests}]})
+    assert "5/0/1 (up to date, 2026-11-30T10:00:00Z)" in md
 
 
 def test_secrets_redacted_everywhere(tmp_path):
@@ -116,12 +128,3 @@ def test_report_command(tmp_path):
     assert json.loads(r.output)["images"][0]["tag"] == TAG_R
     r = CliRunner().invoke(command, ["--report-dir", str(tmp_path / "none")])
     assert r.exit_code != 0
-
-
-def test_same_image_with_other_inputs_hash_keeps_build_facts(tmp_path):
-    """`test`/`push` may plan without --ca-cert/--wheelhouse (another hash); the same image ID keeps size/tests."""
-    write_reports([built(TAG_R, "runtime", tests={"passed": 1, "failed": 0, "skipped": 0})], tmp_path)
-    write_reports([ImageResult(tag=TAG_R, flavor="runtime", inputs_hash="other", versions=VERS,
-                               image_id="sha256:aaa", push={"status": "pushed", "digest": "sha256:x"})], tmp_path)
-    row = load_report(tmp_path)["images"][0]
-    assert row["size"] == 1_234_000_000 and row["tests"]["passed"] == 1 and row["push"]["status"] == "pushed"

@@ -298,34 +298,54 @@ def test_test_command_image_exit_codes(monkeypatch):
     assert isinstance(r.exception, UsageError)
 
 
-def test_test_command_matrix_uses_plan(monkeypatch, tmp_path):
-    import sys
-    import types
+def test_test_command_matrix_tests_by_image_id_and_keeps_passes(monkeypatch, tmp_path):
+    """`test --matrix` tests the image carrying the planned inputs hash, by ID; a second run is up to date (no
+    container), --retest runs again, another --expect is its own result, a failure is never up to date."""
+    from _support import FakeClient
 
     from imagebuild.commands import test as cmd
+    from imagebuild.commands._state import Planned
+    from imagebuild.inputs import BuildInputs
+    from imagebuild.models import Plan
+    from imagebuild.record import load_record
 
     images = [_plan_image("base"), _plan_image("runtime")]
-    fake_plan = types.ModuleType("imagebuild.plan")
-    from imagebuild.models import Plan
-
-    fake_plan.make_plan = lambda path, inputs, registry: Plan(matrix_file=str(path), images=images)
-    monkeypatch.setitem(sys.modules, "imagebuild.plan", fake_plan)
-    if "imagebuild.matrix" not in sys.modules:
-        fake_matrix = types.ModuleType("imagebuild.matrix")
-        fake_matrix.find_matrix = lambda name: Path(name)
-        monkeypatch.setitem(sys.modules, "imagebuild.matrix", fake_matrix)
+    images[0].inputs_hash = "h-base"
+    monkeypatch.chdir(tmp_path)
     matrix = tmp_path / "cpu.yaml"
     matrix.write_text("x: 1\n")
+    monkeypatch.setattr("imagebuild.commands._state.plan_with_record", lambda m, r, i, echo, sd=None: Planned(
+        matrix, Plan(str(matrix), images), load_record(matrix), BuildInputs(), r))
+    engine = FakeClient()
+    runtime_id = engine.api.add_image(images[1].tag, {"io.imagebuild.inputs-hash": "h"})
     runs = []
-    monkeypatch.setattr(runner, "docker_client", lambda: object())
+    monkeypatch.setattr(runner, "docker_client", lambda: engine)
+    monkeypatch.setattr(runner, "host_where", lambda client: "cpu")
     monkeypatch.setattr(runner, "run_smoke", lambda ref, flavor, exp, **kw: runs.append((ref, flavor, exp, kw))
                         or {"passed": 1, "failed": 0, "skipped": 0, "checks": []})
-    r = CliRunner().invoke(cmd.command, ["--matrix", str(matrix), "--only", "runtime", "--expect", "user=ml",
-                                         "--report-dir", str(tmp_path / "report")], standalone_mode=False)
+    args = ["--matrix", str(matrix), "--only", "runtime", "--expect", "user=ml", "--report-dir",
+            str(tmp_path / "report")]
+    r = CliRunner().invoke(cmd.command, args, standalone_mode=False)
     assert r.exception is None, r.output
     assert r.return_value == 0 and len(runs) == 1
     ref, flavor, exp, kw = runs[0]
-    assert ref == images[1].tag and flavor == "runtime" and exp["torch"] == "2.13.0" and exp["user"] == "ml"
+    assert ref == runtime_id and flavor == "runtime" and exp["torch"] == "2.13.0" and exp["user"] == "ml"
     assert kw["label"] == images[1].tag
     report = (tmp_path / "report" / "build-report.json").read_text()
-    assert images[1].tag in report  # the results were merged into the report
+    assert images[1].tag in report and runtime_id in report
+    r = CliRunner().invoke(cmd.command, args, standalone_mode=False)
+    assert r.return_value == 0 and len(runs) == 1 and "up to date:" in r.output
+    assert "(up to date," in (tmp_path / "report" / "build-report.md").read_text()
+    r = CliRunner().invoke(cmd.command, [*args, "--retest"], standalone_mode=False)
+    assert r.return_value == 0 and len(runs) == 2
+    r = CliRunner().invoke(cmd.command, [*args, "--expect", "user=root"], standalone_mode=False)
+    assert r.return_value == 0 and len(runs) == 3
+    monkeypatch.setattr(runner, "run_smoke", lambda ref, flavor, exp, **kw: runs.append(ref)
+                        or {"passed": 0, "failed": 1, "skipped": 0, "checks": [
+                            {"name": "x", "status": "failed", "reason": "broken", "figures": {}}]})
+    assert CliRunner().invoke(cmd.command, [*args, "--retest"], standalone_mode=False).return_value == 1
+    assert CliRunner().invoke(cmd.command, args, standalone_mode=False).return_value == 1
+    assert len(runs) == 5
+    # the base image was never built: one failed check saying why, no container started
+    r = CliRunner().invoke(cmd.command, ["--matrix", str(matrix), "--only", "base"], standalone_mode=False)
+    assert r.return_value == 1 and "not in the record" in r.output and len(runs) == 5

@@ -18,6 +18,7 @@ from imagebuild.builder.bases import base_image_id
 from imagebuild.builder.buildargs import register_secret_url
 from imagebuild.builder.context import build_context
 from imagebuild.builder.describe import describe
+from imagebuild.builder.remote import use_remote
 from imagebuild.builder.stream import open_log
 from imagebuild.builder.te_cache import TE_WHEEL_DIR, ensure_te_wheel
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL, find_up_to_date
@@ -36,6 +37,8 @@ def build_one(run: RunState, img: ImagePlan) -> ImageResult:
     try:
         if run.cancel.is_set():
             res.status, res.error = "failed", "interrupted"
+            return res
+        if use_remote(run, img, res):
             return res
         if img.parent is not None:
             base_id = run.results[img.parent].image_id

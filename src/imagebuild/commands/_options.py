@@ -21,6 +21,22 @@ def matrix_option(func):
     )(func)
 
 
+def only_option(func):
+    """--only, spelled and matched the same in build, test, push, bake, run (plan.assemble.matches)."""
+    return click.option(
+        "--only", "only", multiple=True, metavar="PATTERN",
+        help="Only images whose id, tag, short tag, variant or flavor matches: a glob (`*2.9.1*runtime`) or plain "
+             "text (a substring: `runtime`); commas separate alternatives; repeatable. build and bake also handle "
+             "the parents the selected images need.",
+    )(func)
+
+
+def state_dir_option(func):
+    return click.option("--state-dir", default=None, metavar="DIR", envvar="IMAGEBUILD_STATE_DIR",
+                        help="Where the per-matrix record lives (default .imagebuild/; env IMAGEBUILD_STATE_DIR).",
+                        )(func)
+
+
 def registry_option(func):
     return click.option("--registry", default=None, metavar="HOST[:PORT]/PATH",
                         help="Override the matrix's `registry` (use '' for local-only tags).")(func)
@@ -55,3 +71,8 @@ def resolve_matrix_path(name: str) -> Path:
     from imagebuild.matrix import find_matrix
 
     return find_matrix(name)
+
+
+def default_report_dir(matrix_path: str | Path) -> Path:
+    """Each matrix has its own report folder, replaced by each run: reports/<matrix stem>/."""
+    return Path("reports") / Path(matrix_path).stem

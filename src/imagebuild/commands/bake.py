@@ -7,8 +7,9 @@ import click
 from imagebuild.commands._options import (
     build_input_options,
     matrix_option,
+    only_option,
     registry_option,
-    resolve_matrix_path,
+    state_dir_option,
 )
 
 
@@ -23,8 +24,9 @@ from imagebuild.commands._options import (
 @click.option("--os-image", "os_images", multiple=True, metavar="OS=REF",
               help="Default reference of a bootstrapped OS base, e.g. debian12=reg/os/debian:12 (else the "
                    "OS_IMAGE_<os> variable at bake time); repeatable.")
-@click.option("--only", default=None, metavar="PATTERN", help="Only matching images (plus their parents).")
-def command(matrix, registry, inputs, output, context_dir, os_images, only):
+@only_option
+@state_dir_option
+def command(matrix, registry, inputs, output, context_dir, os_images, only, state_dir):
     """Write the same plan as a buildx bake file: one target per image with its context, Dockerfile, build args,
     labels and tags (+ aliases); children chain to their parent with `contexts = target:<parent>`. Runtime images
     with transformer_engine get the TE wheel `imagebuild build` compiled once (the wheel cache); export after it.
@@ -35,9 +37,9 @@ def command(matrix, registry, inputs, output, context_dir, os_images, only):
       cd out && OS_IMAGE_ubuntu24_04=reg.example/os/ubuntu:24.04 docker buildx bake -f docker-bake.json --push
     """
     from imagebuild.builder.bake import write_bake
+    from imagebuild.commands._state import plan_with_record
     from imagebuild.errors import UsageError
     from imagebuild.models import Plan
-    from imagebuild.plan import make_plan
     from imagebuild.plan.assemble import select
 
     mapping = {}
@@ -46,11 +48,11 @@ def command(matrix, registry, inputs, output, context_dir, os_images, only):
         if not sep or not key or not ref:
             raise UsageError(f"--os-image {item!r}: expected OS=REF (e.g. debian12=registry/os/debian:12)")
         mapping[key] = ref
-    plan = make_plan(resolve_matrix_path(matrix), inputs, registry)
+    plan = plan_with_record(matrix, registry, inputs, lambda m: click.echo(m, err=True), state_dir).plan
     if only:
-        images = select(plan, only)
+        images = select(plan, tuple(only))
         if not images:
-            raise UsageError(f"--only {only!r} matches no image of {plan.matrix_file}")
+            raise UsageError(f"--only {' '.join(only)}: matches no image of {plan.matrix_file}")
         plan = Plan(matrix_file=plan.matrix_file, images=images)
     doc = write_bake(plan, output, context_dir, mapping)
     click.echo(f"{output}: {len(doc['target'])} targets; run `docker buildx bake -f {output}` from its folder",

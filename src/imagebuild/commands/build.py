@@ -6,17 +6,27 @@ from pathlib import Path
 
 import click
 
-from imagebuild.commands._options import build_input_options, matrix_option, registry_option
+from imagebuild.commands._options import (
+    build_input_options,
+    default_report_dir,
+    matrix_option,
+    only_option,
+    registry_option,
+    resolve_matrix_path,
+    state_dir_option,
+)
 from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
+
+
+def _say(msg: str) -> None:
+    click.echo(msg, err=True)
 
 
 @click.command("build")
 @matrix_option
 @registry_option
 @build_input_options
-@click.option("--only", "only", multiple=True, metavar="PATTERN",
-              help="Build only images whose tag, short tag or id matches (fnmatch); their parents come along. "
-                   "Repeatable.")
+@only_option
 @click.option("--force", is_flag=True, help="Rebuild even when an image with the same inputs hash exists.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Independent images built in parallel (default: chosen for this machine).")
@@ -24,14 +34,22 @@ from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
               help="After a failure, finish the images that do not depend on it.")
 @click.option("--plain", is_flag=True, help="One line per event instead of the live view (default without a TTY).")
 @click.option("--verbose", "-v", is_flag=True, help="Stream the build output.")
-@click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/logs"),
-              show_default=True, help="Full build logs (credentials redacted), one file per image.")
-@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
-              show_default=True, help="Where build-report.json/.md go.")
-@click.option("--test", "run_tests", is_flag=True, help="Run the smoke suite on the images afterwards.")
+@click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Full build logs (credentials redacted), one file per image (default: <report dir>/logs).")
+@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where this run's build-report.json/.md/junit.xml go (default: reports/<matrix>/).")
+@state_dir_option
+@click.option("--test", "run_tests", is_flag=True,
+              help="Smoke-test the images afterwards (an image that already passed this suite is up to date).")
+@click.option("--retest", is_flag=True, help="With --test: run the suite even where it already passed.")
 @click.option("--push", "run_push", is_flag=True, help="Push the built (and tested) images afterwards.")
+@click.option("--registry-cache/--no-registry-cache", "registry_cache", default=True, show_default=True,
+              help="Ask the registry first: an image it holds with the planned inputs hash is up to date there "
+                   "(not built; pulled by digest only when a child must be built on it).")
+@click.option("--require-registry", is_flag=True,
+              help="A registry that does not answer or refuses the credentials is an error, not a local build.")
 def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verbose, log_dir, report_dir,
-            run_tests, run_push):
+            state_dir, run_tests, retest, run_push, registry_cache, require_registry):
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -40,36 +58,78 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
       imagebuild build --matrix h100.yaml --only '*2.9.1*runtime' --jobs 2 --plain
       imagebuild build --matrix images/cpu.yaml --ca-cert corp-ca.pem --pip-index-url https://u:p@pypi.corp/simple
     """
+    from imagebuild import __version__
     from imagebuild.builder import BuildOptions, build_plan, make_progress
+    from imagebuild.commands._state import plan_registry
     from imagebuild.engine import connect
+    from imagebuild.record import load_record, now, updating
+    from imagebuild.record.update import record_build
 
+    started = now()
     check_inputs(inputs)
-    plan = load_plan(matrix, inputs, registry)
+    path = resolve_matrix_path(matrix)
+    plan = load_plan(path, inputs, registry)
+    report_dir = report_dir or default_report_dir(path)
+    log_dir = log_dir or (report_dir / "logs")
+    rec = load_record(path, state_dir)
+    if rec is not None and rec.problem:
+        click.echo(f"warning: {rec.problem}", err=True)
+        rec = None
     client = connect("build")  # its timeout also fits --push of multi-GB layers
-    buildable, blocked = preflight_sources(client, plan, tuple(only), keep_going)
+    say = _say
+    remote = {}
+    if registry_cache and not force:
+        remote = registry_lookup(plan, tuple(only), require_registry, say)
+    buildable, blocked = preflight_sources(client, plan, tuple(only), keep_going, rec=rec, force=force,
+                                           remote=remote)
     progress = make_progress(plain=plain, verbose=verbose)
-    options = BuildOptions(force=force, only=tuple(only), keep_going=keep_going, log_dir=log_dir)
+    options = BuildOptions(force=force, only=tuple(only), keep_going=keep_going, log_dir=log_dir, remote=remote)
     if jobs:
         options.jobs = jobs
     results = (build_plan(client, buildable, options, progress) if buildable.images else []) + blocked
     order = {img.tag: n for n, img in enumerate(plan.images)}
     results.sort(key=lambda r: order[r.tag])
+    with updating(path, inputs, registry, directory=state_dir, replace_inputs=True) as rec_w:
+        record_build(rec_w, plan, results)
     progress.summary(results)
     ok = all(r.status in ("built", "up-to-date", "skipped") for r in results)
 
     by_tag = {r.tag: r for r in results}
-    ready = [i for i in plan.images if by_tag[i.tag].status in ("built", "up-to-date")]
+    ready = [i for i in plan.images if by_tag[i.tag].status in ("built", "up-to-date")
+             and not (by_tag[i.tag].source or "").startswith("registry")]
+    steps = ["build"]
     if run_tests and ready and (ok or keep_going):
-        ok = smoke_test(client, ready, by_tag, report_dir) and ok
+        steps.append("test")
+        ok = smoke_test(client, ready, by_tag, report_dir, path, state_dir, retest) and ok
     if run_push and ok:
-        ok = push(client, plan, ready, by_tag, report_dir, require_tests=run_tests) and ok
+        steps.append("push")
+        ok = push(client, plan, ready, by_tag, path, state_dir, require_tests=run_tests) and ok
     from imagebuild.report import write_reports
 
-    write_reports(results, report_dir, plan)
+    paths = write_reports(results, report_dir, plan, run={
+        "command": "build", "steps": steps, "registry": plan_registry(plan), "started": started,
+        "tool_version": __version__})
+    say(f"report: {paths['md']}")
     return EXIT_OK if ok else EXIT_FAILED
 
 
-def preflight_sources(client, plan, only: tuple[str, ...], keep_going: bool):
+def registry_lookup(plan, only: tuple[str, ...], require: bool, say) -> dict:
+    """--registry-cache: which planned images the registry already holds with exactly the planned inputs."""
+    from imagebuild.builder.remote import RegistryUnavailable, find_in_registry
+    from imagebuild.oci import resolve_auth
+    from imagebuild.plan.assemble import select
+
+    try:
+        return find_in_registry(select(plan, only or None), resolve_auth, log=say)
+    except RegistryUnavailable as exc:
+        if require:
+            raise SourcesUnreachable(f"{exc} (--require-registry)") from None
+        say(f"registry cache: {exc}; building locally")
+        return {}
+
+
+def preflight_sources(client, plan, only: tuple[str, ...], keep_going: bool, rec=None, force: bool = False,
+                      remote: dict | None = None):
     """Ask every outside source the selected images need before anything builds (builder.sources).
 
     Images whose source does not answer are named one line each; without --keep-going that stops the run (exit 1,
@@ -79,6 +139,10 @@ def preflight_sources(client, plan, only: tuple[str, ...], keep_going: bool):
     from imagebuild.plan.assemble import select
 
     selected = select(plan, only or None)
+    if not force:  # an image that is already here (or up to date in the registry) needs no outside source
+        from imagebuild.commands._state import locate
+
+        selected = [i for i in selected if i.tag not in (remote or {}) and locate(client, i, rec)[0] is None]
 
     def present(ref: str) -> bool:  # a registry base the engine already has needs no registry
         try:
@@ -117,37 +181,31 @@ class SourcesUnreachable(UsageError):
     exit_code = EXIT_FAILED
 
 
-def smoke_test(client, images, by_tag, report_dir: Path) -> bool:
-    """--test: the smoke suite in every built/up-to-date image; fills ImageResult.tests. False when a check failed."""
+def smoke_test(client, images, by_tag, report_dir: Path, matrix_path: Path, state_dir, retest: bool) -> bool:
+    """--test: the smoke suite in every built/up-to-date image, by image ID (record-keyed: an image that already
+    passed this suite is up to date); fills ImageResult.tests. False when a check failed."""
+    from imagebuild.commands._testing import test_planned
     from imagebuild.smoke import runner
 
-    rows = runner.test_images(images, by_tag, client=client, junit_dir=Path(report_dir) / "junit",
-                              result_dir=Path(report_dir) / "tests", echo=lambda m: click.echo(m, err=True))
+    todo = [(img, by_tag[img.tag].image_id, "no image ID") for img in images]
+    rows = test_planned(client, todo, matrix_path, state_dir=state_dir, retest=retest,
+                        junit_dir=Path(report_dir) / "junit", result_dir=Path(report_dir) / "tests",
+                        echo=lambda m: click.echo(m, err=True))
+    for img, tests in rows:
+        by_tag[img.tag].tests = tests
     click.echo(runner.summary_table([(img.tag, tests) for img, tests in rows]))
     return not any(t.get("failed") for _, t in rows)
 
 
-def push(client, plan, images, by_tag, report_dir: Path, require_tests: bool) -> bool:
+def push(client, plan, images, by_tag, matrix_path: Path, state_dir, require_tests: bool) -> bool:
     """--push: push built (and, with --test, tested) images; fills ImageResult.push. False when one failed."""
-    from imagebuild.oci import resolve_auth
-    from imagebuild.push import push_plan
-    from imagebuild.report.writer import result_to_row
-    from imagebuild.secrets import redact
+    from imagebuild.commands._pushing import push_located
 
-    auths: dict = {}
-
-    def auth_for(registry: str):
-        if registry not in auths:
-            auths[registry] = resolve_auth(registry)
-        return auths[registry]
-
-    pushed = push_plan(plan, client=client, auth_for=auth_for, images=images,
-                       report_rows={t: result_to_row(r) for t, r in by_tag.items()}, require_tests=require_tests,
-                       log=lambda m: click.echo(redact(m), err=True))
+    located = {img.tag: by_tag[img.tag].image_id for img in images}
+    pushed = push_located(client, plan, images, located, matrix_path, state_dir, require_tests=require_tests,
+                          log=lambda m: click.echo(m, err=True))
     for res in pushed:
         by_tag[res.tag].push = res.push
-        p = res.push or {}
-        click.echo(redact(f"{p.get('status', '?'):>9}  {res.tag}  {p.get('digest') or p.get('reason') or ''}"))
     return not any((r.push or {}).get("status") == "failed" for r in pushed)
 
 
@@ -167,8 +225,7 @@ def check_inputs(inputs) -> None:
         raise UsageError(f"--wheelhouse {inputs.wheelhouse}: no such folder")
 
 
-def load_plan(matrix: str, inputs, registry):
-    from imagebuild.commands._options import resolve_matrix_path
+def load_plan(path, inputs, registry):
     from imagebuild.plan import make_plan
 
-    return make_plan(resolve_matrix_path(matrix), inputs, registry)
+    return make_plan(path, inputs, registry)

@@ -8,7 +8,7 @@ from imagebuild.commands._options import (
     build_input_options,
     matrix_option,
     registry_option,
-    resolve_matrix_path,
+    state_dir_option,
 )
 
 
@@ -16,10 +16,13 @@ from imagebuild.commands._options import (
 @matrix_option
 @registry_option
 @build_input_options
+@state_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of images.")
 @click.option("--github-matrix", is_flag=True, help="Print a GitHub Actions strategy.matrix (one job per variant).")
-def command(matrix, registry, inputs, as_json, github_matrix):
-    """Print the images a matrix would build: tag, flavor, parent, key versions, inputs hash.
+def command(matrix, registry, inputs, state_dir, as_json, github_matrix):
+    """Print the images a matrix would build: tag, flavor, parent, key versions, inputs hash — with the build
+    inputs its record (.imagebuild/<matrix>.state.json) holds when no build-input flag is given, so the hash is the
+    one the built image carries, and (column `built`) the image ID the record has for exactly these inputs.
 
     \b
     Example:
@@ -27,16 +30,17 @@ def command(matrix, registry, inputs, as_json, github_matrix):
       imagebuild plan --matrix h100.yaml --json | jq '.[].tag'
       imagebuild plan --matrix images/h100.yaml --github-matrix
     """
-    from imagebuild.plan import make_plan
+    from imagebuild.commands._state import plan_with_record, record_states
     from imagebuild.plan.output import github_matrix as gh_matrix
     from imagebuild.plan.output import plan_json, print_table
 
-    path = resolve_matrix_path(matrix)
-    plan = make_plan(path, inputs, registry)
+    planned = plan_with_record(matrix, registry, inputs, lambda m: click.echo(m, err=True), state_dir)
+    plan = planned.plan
+    states = record_states(planned.record, plan)
     if github_matrix:
         click.echo(gh_matrix(plan))
     elif as_json:
-        click.echo(plan_json(plan))
+        click.echo(plan_json(plan, states))
     else:
-        print_table(plan)
+        print_table(plan, states=states)
     return 0

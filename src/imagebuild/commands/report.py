@@ -1,4 +1,4 @@
-"""`imagebuild report`: re-render build-report.md (and the JUnit XML) from build-report.json and print it."""
+"""`imagebuild report`: print the report of a matrix's last run (re-rendering its Markdown and JUnit files)."""
 
 from __future__ import annotations
 
@@ -8,23 +8,30 @@ import click
 
 
 @click.command("report")
-@click.option("--report-dir", default="reports", show_default=True, metavar="DIR",
-              help="Folder holding build-report.json (written by build, test and push).")
+@click.option("--matrix", "-m", "matrix", default=None, metavar="FILE",
+              help="The matrix whose last run to show (its report folder: reports/<matrix>/).")
+@click.option("--report-dir", default=None, metavar="DIR",
+              help="Folder holding build-report.json (default: reports/<matrix>/ with -m).")
 @click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True,
               help="What to print: the Markdown table (fit for $GITHUB_STEP_SUMMARY) or the JSON document.")
-def command(report_dir, fmt):
-    """Print the report of the last build/test/push runs; also rewrites build-report.md and the JUnit XML.
+def command(matrix, report_dir, fmt):
+    """Print the report of the last build/test/push run of a matrix; also rewrites build-report.md and the JUnit XML.
 
     \b
     Example:
-      imagebuild report --report-dir reports >> "$GITHUB_STEP_SUMMARY"
-      imagebuild report --report-dir reports --format json | jq '.images[].push.digest'
+      imagebuild report -m images/cpu.yaml >> "$GITHUB_STEP_SUMMARY"
+      imagebuild report --report-dir reports/cpu --format json | jq '.images[].push.digest'
     """
     from pathlib import Path
 
+    from imagebuild.commands._options import default_report_dir, resolve_matrix_path
     from imagebuild.errors import UsageError
     from imagebuild.report import JSON_NAME, load_report, render_markdown, rerender
 
+    if report_dir is None:
+        if matrix is None:
+            raise UsageError("give -m MATRIX (its report folder reports/<matrix>/) or --report-dir DIR")
+        report_dir = default_report_dir(resolve_matrix_path(matrix))
     if not (Path(report_dir) / JSON_NAME).is_file():
         raise UsageError(f"{Path(report_dir) / JSON_NAME}: no report yet (run imagebuild build/test/push first)")
     doc = load_report(report_dir)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from imagebuild.commands._options import default_report_dir, only_option, registry_option, state_dir_option
 from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
 
 
@@ -22,27 +23,16 @@ def parse_expect(values) -> dict[str, str]:
     return out
 
 
-def _result_row(client, img, tests: dict):
-    """The report row of one tested image: the image ID tested, so a later rebuild invalidates these results."""
-    from imagebuild.models import ImageResult
 
-    inputs_hash = img.inputs_hash
-    try:
-        info = client.api.inspect_image(img.tag)
-        image_id = info["Id"]
-        # the hash the image was built with (this plan has no --ca-cert/--wheelhouse, so its hash may differ)
-        inputs_hash = ((info.get("Config") or {}).get("Labels") or {}).get("io.imagebuild.inputs-hash") or inputs_hash
-    except Exception:  # not built: the smoke run already reported it as a failed check
-        image_id = None
-    row = ImageResult.of(img)
-    row.inputs_hash, row.image_id, row.tests = inputs_hash, image_id, tests
-    return row
+def _say(msg: str) -> None:
+    click.echo(msg, err=True)
 
 
 @click.command("test")
-@click.option("--matrix", "matrix", type=str, help="matrix file (name or path): test its planned images by tag")
+@click.option("--matrix", "-m", "matrix", type=str, metavar="FILE",
+              help="matrix file (name or path): test its planned images (the image IDs its record holds)")
 @click.option("--image", "image", type=str, help="test one image someone already has (tag, reference or ID)")
-@click.option("--only", help="with --matrix: only images whose id/tag/variant/flavor matches (glob or substring)")
+@only_option
 @click.option("--expect", "expect", multiple=True, metavar="KEY=VALUE",
               help="expected value (torch=2.9.1, cuda=12.8, os=ubuntu24.04, flavor=dev, user=ml, "
                    "perf_min.bf16_tflops=600); default: the image's io.imagebuild.* labels")
@@ -53,12 +43,14 @@ def _result_row(client, img, tests: dict):
 @click.option("--require-gpu", is_flag=True, help="GPU checks that cannot run fail instead of being skipped")
 @click.option("--perf", is_flag=True, help="run the performance probe (GPU GEMM TFLOP/s, NCCL bandwidth)")
 @click.option("--timeout", type=float, default=1800.0, show_default=True, help="seconds per image")
-@click.option("--registry", default=None, help="with --matrix: registry prefix the plan's tags carry")
+@registry_option
+@state_dir_option
+@click.option("--retest", is_flag=True, help="Run the suite even where this image already passed it.")
 @click.option("--json", "json_out", is_flag=True, help="print the results as JSON instead of a table")
-@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
-              show_default=True, help="with --matrix: merge the results into build-report.json/.md here")
+@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="with --matrix: where this run's build-report.json/.md/junit.xml go (default reports/<matrix>)")
 def command(matrix, image, only, expect, flavor, junit_dir, result_dir, require_gpu, perf, timeout, registry,
-            json_out, report_dir):
+            state_dir, retest, json_out, report_dir):
     """Start each image, run the smoke suite in it, remove it; exit 1 when any check failed.
 
     \b
@@ -74,31 +66,40 @@ def command(matrix, image, only, expect, flavor, junit_dir, result_dir, require_
     kwargs = dict(require_gpu=require_gpu, perf=perf, junit_dir=junit_dir, result_dir=result_dir or junit_dir,
                   timeout=timeout, echo=None if json_out else (lambda m: click.echo(m, err=True)))
     client = runner.docker_client()
-    kwargs["client"] = client
     rows: list[tuple[str, dict]] = []
     if image:
         if only:
             raise UsageError("--only goes with --matrix")
-        rows.append((image, runner.run_smoke(image, flavor, expectations, **kwargs)))
+        rows.append((image, runner.run_smoke(image, flavor, expectations, client=client, **kwargs)))
     else:
-        from imagebuild.commands._options import resolve_matrix_path
-        from imagebuild.inputs import BuildInputs
-        from imagebuild.plan import make_plan
-
-        path = resolve_matrix_path(matrix)
-        plan = make_plan(path, BuildInputs(), registry)
-        images = [i for i in plan.images if not only or runner.matches(i, only)]
-        if not images:
-            raise UsageError(f"--only {only!r} matches no image of {path}")
-        results = []
-        for img in images:
-            exp = dict(runner.expectations_for(img), **expectations)
-            tests = runner.run_smoke(img.tag, img.flavor, exp, label=img.tag, **kwargs)
-            rows.append((img.tag, tests))
-            results.append(_result_row(client, img, tests))
+        from imagebuild import __version__
+        from imagebuild.commands._state import locate, plan_registry, plan_with_record
+        from imagebuild.commands._testing import test_planned
+        from imagebuild.models import ImageResult
+        from imagebuild.plan.assemble import matching
+        from imagebuild.record import now
+        from imagebuild.record.update import fill_row
         from imagebuild.report import write_reports
 
-        write_reports(results, report_dir, plan)
+        started = now()
+        say = _say
+        planned = plan_with_record(matrix, registry, None, say, state_dir)
+        images = matching(planned.plan, tuple(only))
+        if not images:
+            raise UsageError(f"--only {' '.join(only)}: matches no image of {planned.path}")
+        located = [(img, *locate(client, img, planned.record)) for img in images]
+        done = test_planned(client, located, planned.path, state_dir=state_dir, extra_expect=expectations,
+                            retest=retest, **kwargs)
+        results = []
+        for (img, tests), (_, image_id, _why) in zip(done, located, strict=True):
+            rows.append((img.tag, tests))
+            row = fill_row(planned.record, img, ImageResult.of(img))
+            row.image_id, row.tests = image_id or row.image_id, tests
+            results.append(row)
+        paths = write_reports(results, report_dir or default_report_dir(planned.path), planned.plan, run={
+            "command": "test", "steps": ["test"], "registry": plan_registry(planned.plan),
+            "started": started, "tool_version": __version__})
+        say(f"report: {paths['md']}")
     if json_out:
         click.echo(json.dumps([{"image": ref, **t} for ref, t in rows], indent=2, default=str))
     else:

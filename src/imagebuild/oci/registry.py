@@ -158,6 +158,36 @@ class RegistryClient:
             return None
         return "sha256:" + hashlib.sha256(r.body).hexdigest()
 
+    def manifest(self, repository: str, reference: str) -> tuple[str, dict[str, object]] | None:
+        """(digest, parsed manifest) for `repository:reference` (tag or digest), None when absent. The digest is the
+        sha256 of the bytes served (checked against the one asked for, when a digest was asked for)."""
+        path = f"/v2/{repository}/manifests/{urllib.parse.quote(reference, safe=':@')}"
+        r = self._request("GET", path, headers={"Accept": ", ".join(MANIFEST_TYPES)},
+                          scope=f"repository:{repository}:pull", ok=(200, 404))
+        if r.status == 404:
+            return None
+        digest = "sha256:" + hashlib.sha256(r.body).hexdigest()
+        if reference.startswith("sha256:") and reference != digest:
+            raise RegistryError(f"{self.registry}: manifest {reference} of {repository} has digest {digest}")
+        try:
+            doc = json.loads(r.body)
+        except ValueError as exc:
+            raise RegistryError(f"{self.registry}: manifest of {repository}:{reference} is not JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise RegistryError(f"{self.registry}: manifest of {repository}:{reference} is not a JSON object")
+        return digest, doc
+
+    def blob(self, repository: str, digest: str, max_bytes: int = 16 << 20) -> bytes:
+        """A (small) blob such as an image config, verified against its digest."""
+        r = self._request("GET", f"/v2/{repository}/blobs/{digest}", scope=f"repository:{repository}:pull",
+                          ok=(200,))
+        if len(r.body) > max_bytes:
+            raise RegistryError(f"{self.registry}: blob {digest} of {repository} is over {max_bytes} bytes")
+        got = "sha256:" + hashlib.sha256(r.body).hexdigest()
+        if got != digest:
+            raise RegistryError(f"{self.registry}: blob {digest} of {repository} has digest {got}")
+        return r.body
+
     # -- transport -----------------------------------------------------------------------------------------------
     def _schemes(self) -> list[str]:
         if self._scheme:

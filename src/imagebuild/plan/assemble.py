@@ -119,15 +119,33 @@ def make_plan(
     )
 
 
+def _patterns(patterns: str | tuple[str, ...]) -> list[str]:
+    items = (patterns,) if isinstance(patterns, str) else patterns
+    return [p.strip() for item in items for p in item.split(",") if p.strip()]
+
+
 def matches(image: ImagePlan, patterns: str | tuple[str, ...]) -> bool:
-    """Does an fnmatch pattern match the image's tag, short tag or id?"""
-    patterns = (patterns,) if isinstance(patterns, str) else patterns
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns for name in (image.tag, image.short_tag, image.id))
+    """`--only`, the same in every command: does any pattern match the image's id, tag, short tag, variant key or
+    flavor? A pattern with glob characters (`*?[`) is an fnmatch glob; plain text matches as a substring. Commas
+    separate alternatives inside one pattern (`--only base,dev`), and --only is repeatable."""
+    names = (image.id, image.tag, image.short_tag, image.variant.key, image.flavor)
+    for pat in _patterns(patterns):
+        glob = any(c in pat for c in "*?[")
+        if any(fnmatch.fnmatchcase(n, pat) if glob else pat in n for n in names):
+            return True
+    return False
+
+
+def matching(plan: Plan, patterns: str | tuple[str, ...] | None) -> list[ImagePlan]:
+    """The images --only selects (no parents), in plan order; all of them without patterns."""
+    if not patterns or not _patterns(patterns):
+        return list(plan.images)
+    return [i for i in plan.images if matches(i, patterns)]
 
 
 def select(plan: Plan, patterns: str | tuple[str, ...] | None) -> list[ImagePlan]:
-    """Images matching any pattern (tag, short tag or id), plus the parents they need, in plan order."""
-    if not patterns:
+    """Images matching any pattern (see `matches`), plus the parents they need, in plan order."""
+    if not patterns or not _patterns(patterns):
         return list(plan.images)
     by_tag = plan.by_tag()
     chosen: set[str] = set()

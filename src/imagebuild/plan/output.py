@@ -7,7 +7,8 @@ import json
 from imagebuild.models import Plan
 
 
-def plan_rows(plan: Plan) -> list[dict]:
+def plan_rows(plan: Plan, states: dict[str, dict] | None = None) -> list[dict]:
+    """`states`: plan id -> what the matrix's record says of that image (commands._state.record_states)."""
     rows = []
     for image in plan.images:
         v = image.variant
@@ -35,13 +36,14 @@ def plan_rows(plan: Plan) -> list[dict]:
                 "gpu_archs": list(v.gpu_archs),
                 "inputs_hash": image.inputs_hash,
                 "dockerfile": str(image.dockerfile_path) if image.dockerfile_path else None,
+                **({"state": (states or {}).get(image.id)} if states is not None else {}),
             }
         )
     return rows
 
 
-def plan_json(plan: Plan) -> str:
-    return json.dumps(plan_rows(plan), indent=2)
+def plan_json(plan: Plan, states: dict[str, dict] | None = None) -> str:
+    return json.dumps(plan_rows(plan, states), indent=2)
 
 
 def github_matrix(plan: Plan) -> str:
@@ -63,7 +65,7 @@ def github_matrix(plan: Plan) -> str:
     return json.dumps({"include": list(seen.values())}, separators=(",", ":"))
 
 
-def print_table(plan: Plan, console=None) -> None:
+def print_table(plan: Plan, console=None, states: dict[str, dict] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -72,11 +74,15 @@ def print_table(plan: Plan, console=None) -> None:
         console = Console(width=200)
     repos = sorted({i.repository for i in plan.images})
     table = Table(title=f"{plan.matrix_file}: {len(plan.images)} images -> {', '.join(repos)}", show_lines=False)
-    for col in ("tag", "flavor", "parent", "torch", "cuda", "cudnn", "nccl", "py", "os", "TE", "hash"):
+    cols = ["tag", "flavor", "parent", "torch", "cuda", "cudnn", "nccl", "py", "os", "TE", "hash"]
+    if states is not None:
+        cols.append("built")
+    for col in cols:
         table.add_column(col, overflow="fold", no_wrap=col != "tag", min_width=len(col))
     by_tag = plan.by_tag()
     for image in plan.images:
         v = image.variant.versions
+        extra = [] if states is None else [(states.get(image.id) or {}).get("summary", "-")]
         table.add_row(
             image.short_tag,
             image.flavor,
@@ -89,6 +95,7 @@ def print_table(plan: Plan, console=None) -> None:
             v.os,
             v.transformer_engine or "-",
             image.inputs_hash.split(":")[1][:12],
+            *extra,
         )
     console.print(table)
     chosen = {(i.variant.key, k): msg for i in plan.images for k, msg in i.variant.chosen.items()}

@@ -1,7 +1,7 @@
-"""Reports of build -> test -> push runs: build-report.json (merged by tag), build-report.md, JUnit XML; size budgets.
+"""Reports of build -> test -> push runs: build-report.json of one run per matrix (+ history.jsonl), build-report.md, JUnit XML; size budgets.
 
     from imagebuild.report import write_reports, check_size_budget
-    write_reports(results, "reports", plan)        # after build, test or push
+    write_reports(results, "reports/cpu", plan, run)  # after build, test or push
     msg = check_size_budget(result, budget_bytes)  # None or a failure naming the largest layers
 """
 
@@ -12,10 +12,8 @@ from imagebuild.report.writer import (
     JUNIT_NAME,
     MD_NAME,
     load_report,
-    merge_row,
     render_junit,
     render_markdown,
-    report_rows,
     rerender,
     row_to_result,
     write_reports,
@@ -23,6 +21,6 @@ from imagebuild.report.writer import (
 
 __all__ = [
     "JSON_NAME", "JUNIT_NAME", "MD_NAME", "check_size_budget", "describe_step", "format_size", "largest_layers",
-    "load_report", "merge_row", "parse_size", "render_junit", "render_markdown", "report_rows", "rerender",
+    "load_report", "parse_size", "render_junit", "render_markdown", "rerender",
     "row_to_result", "write_reports",
 ]

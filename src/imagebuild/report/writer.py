@@ -1,8 +1,11 @@
-"""build-report.json (accumulated across build -> test -> push runs), build-report.md, build-report.junit.xml.
+"""build-report.json, build-report.md, build-report.junit.xml: the report of ONE run of one matrix.
 
-Rows are merged by tag: a later run adds what it knows and keeps the rest. A row whose inputs hash or image ID
-changed belongs to a new image: its old test and push results are dropped unless the new row carries its own.
-Everything written passes through `secrets.redact`.
+A run (`build [--test] [--push]`, `test`, `push`) replaces its matrix's report: the header names the matrix, the
+registry, the command and the run; JUnit carries only what this run did (an earlier run's failures never linger).
+Each run also appends one line to history.jsonl beside it (the clearly separate history). What an image *is* (its
+ID, inputs hash, when and how long it was built, its tests and pushes) comes from the record
+(.imagebuild/<matrix>.state.json), so a no-op rerun shows "up to date" with the build time of the build that made
+the image. Everything written passes through `secrets.redact`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from imagebuild.units import format_size
 JSON_NAME = "build-report.json"
 MD_NAME = "build-report.md"
 JUNIT_NAME = "build-report.junit.xml"
-SCHEMA = 1
+SCHEMA = 2
+HISTORY_NAME = "history.jsonl"
 _FIELDS = [f.name for f in dataclasses.fields(ImageResult)]
 
 
@@ -58,42 +62,15 @@ def row_to_result(row: dict) -> ImageResult:
     return ImageResult(**known)
 
 
-def _empty(v) -> bool:
-    return v is None or v == [] or v == {}
-
-
-def merge_row(old: dict | None, new: dict) -> dict:
-    if not old:
-        return dict(new)
-    # The image ID is the truth: a row for another image drops the old one's results. (The inputs hash is not used:
-    # `test`/`push` may plan without the build's --ca-cert/--wheelhouse, which changes the hash, not the image.)
-    new_image = bool(new.get("image_id") and old.get("image_id") and new["image_id"] != old["image_id"])
-    out = dict(old)
-    if new_image:
-        for key in ("tests", "push", "error", "image_id", "size", "layers", "build_seconds", "log_path"):
-            out.pop(key, None)
-    for key, value in new.items():
-        if _empty(value) or (key == "status" and value == "planned" and out.get("status")):
-            continue
-        out[key] = value
-    if new.get("status") in ("built", "up-to-date") and _empty(new.get("error")):
-        out["error"] = None  # a successful rebuild clears the last failure
-    return out
-
-
 def load_report(report_dir: str | Path) -> dict:
-    """The JSON document (`{"schema", "updated", "matrix", "images": [row, ...]}`); empty when absent."""
+    """The JSON document (`{"schema", "run", "matrix", "registry", "images": [row, ...]}`); empty when absent."""
     path = Path(report_dir) / JSON_NAME
     if not path.is_file():
-        return {"schema": SCHEMA, "updated": None, "matrix": None, "images": []}
+        return {"schema": SCHEMA, "run": {}, "matrix": None, "registry": None, "images": []}
     doc = json.loads(path.read_text(encoding="utf-8"))
     doc.setdefault("images", [])
+    doc.setdefault("run", {})
     return doc
-
-
-def report_rows(report_dir: str | Path) -> dict[str, dict]:
-    """tag -> row of an existing report (for push's built/tested gate)."""
-    return {row["tag"]: row for row in load_report(report_dir)["images"] if row.get("tag")}
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -119,27 +96,39 @@ def _locked(report_dir: Path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def write_reports(results: list[ImageResult], report_dir: str | Path, plan: Plan | None = None) -> dict[str, Path]:
-    """Merge `results` into REPORT_DIR/build-report.json and re-render the Markdown and JUnit files.
+def write_reports(results: list[ImageResult], report_dir: str | Path, plan: Plan | None = None,
+                  run: dict | None = None) -> dict[str, Path]:
+    """Write this run's report (replacing the last one in REPORT_DIR) and append it to history.jsonl.
 
-    Rows follow the plan's order when a plan is given (rows of images not in it stay, after). Returns the paths."""
+    `run`: {"command", "steps": [build|test|push ...], "registry", "started", "id"}; rows follow the plan's order."""
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
+    run = dict(run or {})
+    run.setdefault("id", _now().replace(":", "").replace("-", "") + "-" + os.urandom(3).hex())
+    run.setdefault("finished", _now())
+    order = {img.tag: n for n, img in enumerate(plan.images)} if plan else {}
+    rows = sorted((result_to_row(r) for r in results), key=lambda r: order.get(r["tag"], len(order)))
+    doc = {"schema": SCHEMA, "run": _redact_obj(run), "matrix": plan.matrix_file if plan else run.get("matrix"),
+           "registry": redact(run["registry"]) if run.get("registry") else None, "images": rows}
+    paths = {"json": report_dir / JSON_NAME, "md": report_dir / MD_NAME, "junit": report_dir / JUNIT_NAME,
+             "history": report_dir / HISTORY_NAME}
     with _locked(report_dir):
-        doc = load_report(report_dir)
-        rows: dict[str, dict] = {r["tag"]: r for r in doc["images"] if r.get("tag")}
-        for result in results:
-            row = result_to_row(result)
-            rows[row["tag"]] = merge_row(rows.get(row["tag"]), row)
-        order = [img.tag for img in plan.images] if plan else []
-        ordered = [rows[t] for t in order if t in rows] + [r for t, r in rows.items() if t not in set(order)]
-        doc = {"schema": SCHEMA, "updated": _now(), "matrix": (plan.matrix_file if plan else doc.get("matrix")),
-               "images": ordered}
-        paths = {"json": report_dir / JSON_NAME, "md": report_dir / MD_NAME, "junit": report_dir / JUNIT_NAME}
         _atomic_write(paths["json"], json.dumps(doc, indent=2, sort_keys=False) + "\n")
         _atomic_write(paths["md"], render_markdown(doc))
         _atomic_write(paths["junit"], render_junit(doc))
+        with open(paths["history"], "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(_history_line(doc), sort_keys=True) + "\n")
     return paths
+
+
+def _history_line(doc: dict) -> dict:
+    return {"run": doc.get("run"), "matrix": doc.get("matrix"), "registry": doc.get("registry"),
+            "images": [{"tag": r.get("tag"), "status": r.get("status"), "image_id": r.get("image_id"),
+                        "inputs_hash": r.get("inputs_hash"),
+                        "tests": {k: (r.get("tests") or {}).get(k) for k in ("passed", "failed", "skipped")}
+                        if r.get("tests") else None,
+                        "push": {k: (r.get("push") or {}).get(k) for k in ("status", "digest")}
+                        if r.get("push") else None} for r in doc.get("images") or []]}
 
 
 def rerender(report_dir: str | Path) -> dict[str, Path]:
@@ -173,11 +162,23 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def _status_cell(r: dict) -> str:
+    status = r.get("status") or "planned"
+    text = _STATUS_MARK.get(status, status)
+    if r.get("source") and r["source"].startswith("registry"):
+        text += f" (in {r['source'].split(' ', 1)[1]})"
+    elif status == "up-to-date" and r.get("built_at"):
+        text += f" (built {r['built_at']})"
+    return text
+
+
 def _tests_cell(tests: dict | None) -> str:
     if not tests:
         return "–"
     cell = f"{tests.get('passed', 0)}/{tests.get('failed', 0)}/{tests.get('skipped', 0)}"
-    return f"❌ {cell}" if tests.get("failed") else cell
+    if tests.get("failed"):
+        return f"❌ {cell}"
+    return f"{cell} (up to date, {tests.get('at')})" if tests.get("up_to_date") else cell
 
 
 def _push_cell(push: dict | None) -> str:
@@ -196,22 +197,31 @@ def _short_tag(tag: str) -> str:
 
 def render_markdown(doc: dict) -> str:
     rows = doc.get("images") or []
-    title = "imagebuild report" + (f": `{doc['matrix']}`" if doc.get("matrix") else "")
+    run = doc.get("run") or {}
+    title = f"imagebuild {run.get('command') or 'report'}" + (f": `{doc['matrix']}`" if doc.get("matrix") else "")
     lines = [f"### {title}", ""]
+    facts = [f"registry `{doc['registry']}`" if doc.get("registry") else "registry: none (local tags)"]
+    if run.get("id"):
+        facts.append(f"run `{run['id']}`")
+    if run.get("finished"):
+        facts.append(f"finished {run['finished']}")
+    if run.get("tool_version"):
+        facts.append(f"imagebuild {run['tool_version']}")
+    lines += [" · ".join(facts), ""]
     if not rows:
         return "\n".join(lines + ["No images in this report.", ""])
     repos = sorted({r["tag"].rsplit(":", 1)[0] for r in rows if ":" in r["tag"].rsplit("/", 1)[-1]})
     if repos:
         lines += ["Repository: " + ", ".join(f"`{r}`" for r in repos), ""]
-    lines += ["| image | flavor | status | size | build | tests p/f/s | push |",
-              "|---|---|---|---:|---:|---|---|"]
+    lines += ["| image | flavor | status | image ID | size | build | tests p/f/s | push |",
+              "|---|---|---|---|---:|---:|---|---|"]
     counts: dict[str, int] = {}
     for r in rows:
         status = r.get("status") or "planned"
         counts[status] = counts.get(status, 0) + 1
         lines.append("| " + " | ".join(_cell(c) for c in (
-            f"`{_short_tag(r['tag'])}`", r.get("flavor") or "", _STATUS_MARK.get(status, status),
-            format_size(r.get("size")), _duration(r.get("build_seconds")), _tests_cell(r.get("tests")),
+            f"`{_short_tag(r['tag'])}`", r.get("flavor") or "", _status_cell(r),
+            f"`{r['image_id'][7:19]}`" if r.get("image_id") else "–", format_size(r.get("size")), _duration(r.get("build_seconds")), _tests_cell(r.get("tests")),
             _push_cell(r.get("push")))) + " |")
     lines += ["", ", ".join(f"{n} {s}" for s, n in counts.items()), ""]
     problems = []
@@ -240,17 +250,20 @@ def _x(text) -> str:
 
 
 def render_junit(doc: dict) -> str:
-    """Two suites: `build` (a case per image with a build status) and `push` (a case per image with a push)."""
+    """Three suites, each only for the steps this run took: `build` (a case per image with a build status),
+    `smoke` (a case per tested image: failed checks as its failure) and `push` (a case per push)."""
     rows = doc.get("images") or []
+    steps = set((doc.get("run") or {}).get("steps") or ("build", "test", "push"))
     root = ET.Element("testsuites", name="imagebuild")
     totals = {"tests": 0, "failures": 0, "skipped": 0}
     suites = {"build": ET.SubElement(root, "testsuite", name="build"),
+              "smoke": ET.SubElement(root, "testsuite", name="smoke"),
               "push": ET.SubElement(root, "testsuite", name="push")}
     counts = {name: {"tests": 0, "failures": 0, "skipped": 0, "time": 0.0} for name in suites}
     for r in rows:
         short = _short_tag(r["tag"])
         status = r.get("status")
-        if status and status != "planned":
+        if "build" in steps and status and status != "planned":
             c = counts["build"]
             case = ET.SubElement(suites["build"], "testcase", classname=f"build.{r.get('flavor') or 'image'}",
                                  name=_x(short), time=f"{r.get('build_seconds') or 0:.3f}")
@@ -268,8 +281,23 @@ def render_junit(doc: dict) -> str:
             for size, step in largest_layers(row_to_result(r)):
                 out.append(f"layer {format_size(size)}: {step}")
             ET.SubElement(case, "system-out").text = _x("\n".join(out))
+        tests = r.get("tests")
+        if "test" in steps and tests:
+            c = counts["smoke"]
+            case = ET.SubElement(suites["smoke"], "testcase", classname=f"smoke.{r.get('flavor') or 'image'}",
+                                 name=_x(short), time=f"{tests.get('seconds') or 0:.3f}")
+            c["tests"] += 1
+            c["time"] += tests.get("seconds") or 0
+            failed = [ch for ch in tests.get("checks") or [] if ch.get("status") == "failed"]
+            if tests.get("failed"):
+                c["failures"] += 1
+                text = "\n".join(f"{ch.get('name')}: {ch.get('reason')}" for ch in failed) or "smoke test failed"
+                ET.SubElement(case, "failure", message=_x(f"{tests['failed']} check(s) failed")).text = _x(text)
+            ET.SubElement(case, "system-out").text = _x(
+                f"passed {tests.get('passed', 0)}, failed {tests.get('failed', 0)}, skipped {tests.get('skipped', 0)}"
+                + (f" (up to date: result of {tests.get('at')})" if tests.get("up_to_date") else ""))
         push = r.get("push")
-        if push:
+        if "push" in steps and push:
             c = counts["push"]
             case = ET.SubElement(suites["push"], "testcase", classname="push", name=_x(short),
                                  time=f"{push.get('seconds') or 0:.3f}")

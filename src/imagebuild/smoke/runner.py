@@ -64,6 +64,32 @@ def expectations_for(image) -> dict[str, str]:
     return out
 
 
+def suite_version() -> str:
+    """A digest of the probe and suite sources: a result is reused only with the same checks (record.testkeys)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for root in (PROBE_PATH, SUITE_DIR):
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and path.suffix in (".py", ".ini", ".txt", ".json"):
+                h.update(str(path.relative_to(root.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def host_where(client) -> str:
+    """Where a smoke run happens, as far as its outcome goes: "cpu" (no GPU requested: every GPU check skips) or the
+    GPU model(s) nvidia-smi names."""
+    if not host_has_gpus(client):
+        return "cpu"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "gpu"
+    names = sorted({line.strip() for line in out.splitlines() if line.strip()})
+    return "gpu:" + ",".join(names) if names else "gpu"
+
+
 def probe_zipapp() -> Path:
     """The in-image probe as one zipapp file, built (stdlib zipapp) once per process; the suite ships it."""
     from imagebuild.smoke.probe import zipapp_path
@@ -336,15 +362,11 @@ def test_images(images, results=None, *, only: str | None = None, **kwargs) -> l
 test_images.__test__ = False  # type: ignore[attr-defined]  # not a pytest test despite the name
 
 
-def matches(image, pattern: str) -> bool:
-    """--only: glob or substring over id, tag, short tag, variant key, flavor (comma-separated alternatives)."""
-    import fnmatch
+def matches(image, pattern: str | tuple[str, ...]) -> bool:
+    """--only: the one matcher every command uses (imagebuild.plan.assemble.matches)."""
+    from imagebuild.plan.assemble import matches as plan_matches
 
-    names = [image.id, image.tag, image.short_tag, image.variant.key, image.flavor]
-    for pat in (p.strip() for p in pattern.split(",") if p.strip()):
-        if any(fnmatch.fnmatchcase(n, pat) or pat in n for n in names):
-            return True
-    return False
+    return plan_matches(image, pattern)
 
 
 def summary_table(rows: list[tuple[str, dict]]) -> str:

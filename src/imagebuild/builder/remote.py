@@ -1,0 +1,189 @@
+"""The registry as the cache of a fresh CI runner: which planned images a registry already holds, exactly.
+
+An image is *up to date in R* only when everything agrees, checked through the registry API (no pulls):
+- R serves a manifest for the planned tag (an index: its linux/<this machine's arch> entry);
+- its config blob hashes to the manifest's config digest (a config that does not match is not trusted);
+- the config carries every deterministic label of the plan, the inputs hash included (a manifest without the
+  label, or with other versions, is not up to date), for this machine's OS/architecture;
+- a child's `io.imagebuild.base-id` is the image ID its parent resolves to in this run (the parent's config digest
+  in R, or the parent's local image), so a child is never reused on a parent it was not built on.
+Any registry error during the look-up (unreachable, refused credentials, 5xx mid-way) raises RegistryUnavailable
+and the caller builds locally: a partial answer is never used.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from imagebuild.models import ImagePlan
+from imagebuild.oci import Reference, ReferenceError
+from imagebuild.oci.registry import RegistryClient, RegistryError
+
+INPUTS_LABEL = "io.imagebuild.inputs-hash"
+BASE_LABEL = "io.imagebuild.base-id"
+INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
+               "application/vnd.docker.distribution.manifest.list.v2+json")
+
+
+class RegistryUnavailable(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class RemoteImage:
+    tag: str  # the planned tag
+    ref: str  # name@digest: what a pull by digest fetches
+    digest: str  # manifest digest
+    image_id: str  # config digest = the image ID an engine gives it
+    registry: str  # the registry prefix, for messages
+    compressed: int  # sum of the layer sizes in the manifest: what a pull would download
+    auth_config: dict | None = field(default=None, repr=False, compare=False)  # for the engine's pull
+
+
+def machine_arch() -> str:
+    m = platform.machine().lower()
+    return {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(m, m)
+
+
+def _pick(rc: RegistryClient, repo: str, digest: str, doc: dict, arch: str) -> tuple[str, dict] | None:
+    if doc.get("mediaType") in INDEX_TYPES or "manifests" in doc:
+        for entry in doc.get("manifests") or []:
+            p = entry.get("platform") or {}
+            if p.get("os") == "linux" and p.get("architecture") == arch:
+                got = rc.manifest(repo, entry["digest"])
+                return got
+        return None
+    return digest, doc
+
+
+def check_config(img: ImagePlan, config: dict, arch: str, parent_id: str | None) -> str | None:
+    """Why this config is not `img` as planned (None: it is)."""
+    labels = (config.get("config") or {}).get("Labels") or {}
+    if labels.get(INPUTS_LABEL) != img.inputs_hash:
+        have = labels.get(INPUTS_LABEL)
+        return f"inputs hash {have[7:19] if have else 'label missing'} (planned {img.inputs_hash[7:19]})"
+    if config.get("os") != "linux" or config.get("architecture") != arch:
+        return f"platform {config.get('os')}/{config.get('architecture')} (this machine: linux/{arch})"
+    for key, value in img.labels.items():
+        if labels.get(key) != value:
+            return f"label {key}={labels.get(key)!r} (planned {value!r})"
+    if parent_id is not None and labels.get(BASE_LABEL) != parent_id:
+        return f"built on {str(labels.get(BASE_LABEL))[7:19]}, its parent here is {parent_id[7:19]}"
+    return None
+
+
+def find_in_registry(images: list[ImagePlan], resolve_auth: Callable, log: Callable[[str], None],
+                     local_id: Callable[[ImagePlan], str | None] | None = None,
+                     make_client: Callable[..., RegistryClient] | None = None,
+                     arch: str | None = None) -> dict[str, RemoteImage]:
+    """planned tag -> RemoteImage for every image (parents first) the registry holds exactly as planned."""
+    arch = arch or machine_arch()
+    make_client = make_client or (lambda auth: RegistryClient(auth, retries=1, timeout=15.0))
+    clients: dict[str, RegistryClient] = {}
+    auths: dict[str, dict | None] = {}
+    found: dict[str, RemoteImage] = {}
+    by_tag = {i.tag: i for i in images}
+    for img in images:
+        try:
+            ref = Reference.parse(img.tag)
+        except ReferenceError:
+            continue
+        if ref.domain is None or not ref.tag:
+            continue  # a local-only tag: no registry to ask
+        registry = ref.registry
+        prefix = ref.name.rsplit("/", 1)[0]
+        try:
+            if registry not in clients:
+                auth = resolve_auth(registry)
+                auths[registry] = auth.sdk_auth_config()
+                clients[registry] = make_client(auth)
+                clients[registry].check_auth(ref.repository, actions="pull")
+            rc = clients[registry]
+            got = rc.manifest(ref.repository, ref.tag)
+            if got is None:
+                log(f"registry cache: {img.tag}: not in {prefix}")
+                continue
+            picked = _pick(rc, ref.repository, got[0], got[1], arch)
+            if picked is None:
+                log(f"registry cache: {img.tag}: no linux/{arch} image in {prefix}")
+                continue
+            digest, manifest = picked
+            cfg_digest = (manifest.get("config") or {}).get("digest")
+            if not cfg_digest:
+                log(f"registry cache: {img.tag}: manifest without a config in {prefix}")
+                continue
+            config = json.loads(rc.blob(ref.repository, cfg_digest))
+        except RegistryError as exc:
+            raise RegistryUnavailable(f"{registry}: {exc}") from None
+        except ValueError as exc:
+            raise RegistryUnavailable(f"{registry}: {img.tag}: config is not JSON ({exc})") from None
+        parent_id = None
+        if img.parent is not None:
+            parent = found.get(img.parent)
+            parent_img = by_tag.get(img.parent)
+            parent_id = parent.image_id if parent else (local_id(parent_img) if local_id and parent_img else None)
+            if parent_id is None:
+                log(f"registry cache: {img.tag}: its parent is neither in {prefix} nor built here yet: rebuilt")
+                continue
+        why = check_config(img, config, arch, parent_id)
+        if why:
+            log(f"registry cache: {img.tag}: {prefix} holds another image ({why}): rebuilt")
+            continue
+        size = sum(int(layer.get("size") or 0) for layer in manifest.get("layers") or [])
+        found[img.tag] = RemoteImage(img.tag, f"{ref.name}@{digest}", digest, cfg_digest, prefix, size,
+                                    auths.get(registry))
+    return found
+
+
+def use_remote(run, img: ImagePlan, res) -> bool:
+    """An image up to date in the registry: nothing built. Pulled by digest only when a child of this run must be
+    built on it (or the engine already has it). Fills `res`; False when `img` is not up to date in the registry."""
+    import docker.errors
+
+    remote: RemoteImage | None = (run.options.remote or {}).get(img.tag)
+    if remote is None:
+        return False
+    ref = Reference.parse(img.tag)
+    res.status, res.image_id = "up-to-date", remote.image_id
+    res.push = {"status": "present", "digest": remote.digest, "registry": ref.registry, "tags": [img.tag]}
+    try:
+        run.client.api.inspect_image(remote.image_id)
+        have = True
+    except docker.errors.ImageNotFound:
+        have = False
+    needed = any(c.parent == img.tag and c.tag not in run.options.remote for c in run.images)
+    if not have and needed:
+        run.progress.set(img.tag, "pulling", f"{remote.ref} ({remote.compressed} bytes compressed)")
+        pulled = pull_by_digest(run.client, remote)
+        if pulled != remote.image_id:
+            raise RegistryError(f"{remote.ref}: pulled image {pulled} is not the config {remote.image_id}")
+        res.source = f"pulled {remote.registry}"
+        have = True
+    elif have:
+        res.source = "engine"
+    else:
+        res.source = f"registry {remote.registry}"
+    if have:
+        run.client.api.tag(remote.image_id, ref.name, ref.tag, force=True)
+    run.progress.set(img.tag, "up-to-date")
+    return True
+
+
+def pull_by_digest(client, remote: RemoteImage) -> str:
+    """Pull `remote` by digest with the registry's credentials; errors inside the HTTP-200 stream fail it."""
+    from imagebuild.secrets import redact
+
+    name, _, digest = remote.ref.partition("@")
+    try:
+        for chunk in client.api.pull(name, tag=digest, stream=True, decode=True, auth_config=remote.auth_config):
+            if isinstance(chunk, dict) and (chunk.get("error") or chunk.get("errorDetail")):
+                msg = chunk.get("error") or (chunk.get("errorDetail") or {}).get("message")
+                raise RegistryError(f"pulling {remote.ref} failed: {redact(str(msg))}")
+    except RegistryError:
+        raise
+    except Exception as exc:  # docker.errors.APIError, connection errors
+        raise RegistryError(f"pulling {remote.ref} failed: {redact(str(exc))}") from None
+    return str(client.api.inspect_image(remote.ref)["Id"])

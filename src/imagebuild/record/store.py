@@ -1,0 +1,206 @@
+"""The record of one matrix: `.imagebuild/<matrix stem>.state.json` (see docs/RECORD.md).
+
+One file per matrix says what `build`, `test` and `push` did to its images, so no later command needs the build's
+flags again and every command shows the same inputs hash (the one in the image's label):
+
+- `inputs`: the build inputs the images were planned with (BuildInputs.public(): credentials redacted — a redacted
+  index URL plans the same Dockerfile and hash, since credentialed URLs are secret build args, never hashed);
+- `images`: per plan id, the inputs hash, the image ID it was built as, the build's seconds and time (kept by a no-op
+  rerun), tags per registry, push digests per registry;
+- `tests`: smoke results keyed by content (image ID + suite version + expectations + where it ran), never by tag.
+
+A record of another schema, another tool version's schema or another matrix file is detected (`Record.problem`) and
+never silently trusted. Writes are atomic and serialised with a lock file, so `build --test` and a parallel `push`
+of the same matrix cannot lose each other's updates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from imagebuild import __version__
+from imagebuild.inputs import BuildInputs
+from imagebuild.secrets import redact
+
+SCHEMA = 1
+STATE_DIR_ENV = "IMAGEBUILD_STATE_DIR"
+DEFAULT_STATE_DIR = Path(".imagebuild")
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def state_dir(explicit: str | Path | None = None) -> Path:
+    return Path(explicit or os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+
+
+def record_path(matrix_path: str | Path, directory: str | Path | None = None) -> Path:
+    return state_dir(directory) / f"{Path(matrix_path).stem}.state.json"
+
+
+def file_sha256(path: str | Path) -> str | None:
+    try:
+        return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+@dataclass
+class ImageRecord:
+    id: str  # plan id (<variant key>-<flavor>)
+    flavor: str
+    inputs_hash: str
+    parent: str | None = None  # the parent's plan id
+    image_id: str | None = None  # what the engine (or the registry, as config digest) holds for these inputs
+    status: str = "planned"  # the last build's status for this image
+    built_at: str | None = None  # when the build that made image_id ran (kept by no-op reruns)
+    build_seconds: float | None = None  # that build's seconds (kept by no-op reruns)
+    size: int | None = None
+    layers: list[dict] = field(default_factory=list)
+    versions: dict = field(default_factory=dict)
+    tags: dict[str, list[str]] = field(default_factory=dict)  # registry prefix ('' = local) -> tag + aliases
+    pushes: dict[str, dict] = field(default_factory=dict)  # registry prefix -> {status, digest, tags, at, seconds}
+    source: str | None = None  # where image_id came from: "built" | "engine" | "registry <prefix>"
+    error: str | None = None
+    log_path: str | None = None
+    te_wheel: dict | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ImageRecord:
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+@dataclass
+class Record:
+    matrix: str  # the matrix path as given
+    matrix_digest: str | None  # sha256 of the matrix file when written
+    inputs: dict  # BuildInputs.public()
+    registry: str | None  # the registry prefix of the build (plan tags), None: the matrix's own
+    images: dict[str, ImageRecord] = field(default_factory=dict)
+    tests: dict[str, dict] = field(default_factory=dict)  # test key -> result summary
+    schema: int = SCHEMA
+    tool_version: str = __version__
+    updated: str | None = None
+    path: Path | None = None  # where it was read from (not stored)
+    problem: str | None = None  # why it must not be trusted (not stored)
+
+    # -- inputs ---------------------------------------------------------------------------------------------------
+    def build_inputs(self) -> BuildInputs:
+        i = self.inputs or {}
+        return BuildInputs(
+            ca_certs=tuple(Path(p) for p in i.get("ca_certs") or ()),
+            pip_index_url=i.get("pip_index_url"),
+            pip_extra_index_urls=tuple(i.get("pip_extra_index_urls") or ()),
+            torch_index_url=i.get("torch_index_url"),
+            wheelhouse=Path(i["wheelhouse"]) if i.get("wheelhouse") else None,
+        )
+
+    def describe_inputs(self) -> str:
+        """The recorded inputs as the flags that give them (for one line on stderr)."""
+        i = self.inputs or {}
+        parts = [f"--ca-cert {p}" for p in i.get("ca_certs") or ()]
+        if i.get("pip_index_url"):
+            parts.append(f"--pip-index-url {i['pip_index_url']}")
+        parts += [f"--pip-extra-index-url {u}" for u in i.get("pip_extra_index_urls") or ()]
+        if i.get("torch_index_url"):
+            parts.append(f"--torch-index-url {i['torch_index_url']}")
+        if i.get("wheelhouse"):
+            parts.append(f"--wheelhouse {i['wheelhouse']}")
+        return " ".join(parts) or "no build-input flags"
+
+    # -- images ---------------------------------------------------------------------------------------------------
+    def image(self, plan_id: str) -> ImageRecord | None:
+        return self.images.get(plan_id)
+
+    def to_json(self) -> str:
+        doc = {
+            "schema": self.schema, "tool_version": self.tool_version, "updated": self.updated,
+            "matrix": self.matrix, "matrix_digest": self.matrix_digest, "inputs": self.inputs,
+            "registry": self.registry,
+            "images": {k: asdict(v) for k, v in self.images.items()},
+            "tests": self.tests,
+        }
+        return redact(json.dumps(doc, indent=2, sort_keys=False)) + "\n"
+
+
+def new_record(matrix_path: str | Path, inputs: BuildInputs, registry: str | None) -> Record:
+    return Record(matrix=str(matrix_path), matrix_digest=file_sha256(matrix_path), inputs=inputs.public(),
+                  registry=registry)
+
+
+def load_record(matrix_path: str | Path, directory: str | Path | None = None) -> Record | None:
+    """The matrix's record, or None when there is none. A record that cannot be trusted comes back with `problem`
+    set (and its images/tests emptied), so callers say why instead of using it."""
+    path = record_path(matrix_path, directory)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        rec = Record(str(matrix_path), None, {}, None, path=path)
+        rec.problem = f"{path}: unreadable ({exc}); it is ignored and will be replaced"
+        return rec
+    rec = Record(
+        matrix=str(doc.get("matrix") or matrix_path), matrix_digest=doc.get("matrix_digest"),
+        inputs=doc.get("inputs") or {}, registry=doc.get("registry"),
+        images={k: ImageRecord.from_dict(v) for k, v in (doc.get("images") or {}).items()},
+        tests=doc.get("tests") or {}, schema=doc.get("schema", 0), tool_version=doc.get("tool_version", "?"),
+        updated=doc.get("updated"), path=path,
+    )
+    if rec.schema != SCHEMA:
+        rec.problem = (f"{path}: written by imagebuild {rec.tool_version} (record schema {rec.schema}, this version "
+                       f"reads {SCHEMA}); it is ignored and will be replaced")
+    elif Path(rec.matrix).resolve() != Path(matrix_path).resolve():
+        rec.problem = (f"{path}: records another matrix file ({rec.matrix}, not {matrix_path}); it is ignored and "
+                       "will be replaced")
+    if rec.problem:
+        rec.images, rec.tests = {}, {}
+    return rec
+
+
+@contextlib.contextmanager
+def updating(matrix_path: str | Path, inputs: BuildInputs | None = None, registry: str | None = None,
+             directory: str | Path | None = None, replace_inputs: bool = False) -> Iterator[Record]:
+    """Read-modify-write the matrix's record under a lock. `replace_inputs` (build): the record now describes
+    `inputs`/`registry`; image entries of other inputs stay until the build overwrites them (their hashes differ,
+    so they are never mistaken for the new ones)."""
+    path = record_path(matrix_path, directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            rec = load_record(matrix_path, directory)
+            if rec is None or rec.problem:
+                rec = new_record(matrix_path, inputs or BuildInputs(), registry)
+            if replace_inputs and inputs is not None:
+                rec.inputs, rec.registry = inputs.public(), registry
+            rec.matrix_digest = file_sha256(matrix_path)
+            yield rec
+            rec.updated, rec.schema, rec.tool_version = now(), SCHEMA, __version__
+            _atomic_write(path, rec.to_json())
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

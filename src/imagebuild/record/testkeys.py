@@ -1,0 +1,77 @@
+"""Smoke results are a property of the content: keyed by image ID + smoke-suite version + expectations + the
+options and host that shape the outcome, never by tag.
+
+- `suite`: a digest of the probe and suite sources (smoke.runner.suite_version()): a new check re-tests everything;
+- `expect`: a digest of the expectations (the plan's pins + --expect), so `--expect torch=X` is its own result;
+- `options`: --require-gpu / --perf;
+- `where`: "cpu" or the GPU model(s) the run saw — a pass on a CPU host skipped every GPU check, so it says nothing
+  about a GPU host.
+
+Only passing results are reused ("up to date"); a failed one is kept for the report but always re-run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from imagebuild.record.store import Record, now
+
+
+def digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_key(image_id: str, suite: str, expectations: dict, options: dict, where: str) -> str:
+    return digest({"image": image_id, "suite": suite, "expect": digest(expectations), "options": options,
+                   "where": where})
+
+
+test_key.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+def passed_result(rec: Record | None, key: str) -> dict | None:
+    """The stored result under `key` when it passed (no failed check), else None."""
+    if rec is None:
+        return None
+    hit = rec.tests.get(key)
+    if hit and not hit.get("failed") and hit.get("passed", 0) + hit.get("skipped", 0) > 0:
+        return hit
+    return None
+
+
+def store_result(rec: Record, key: str, image_id: str, suite: str, expectations: dict, options: dict, where: str,
+                 tests: dict) -> dict:
+    """Keep the summary of a run (counts, failed/skipped checks with reasons) under its key."""
+    summary = {
+        "image_id": image_id, "suite": suite, "expect": digest(expectations), "options": options, "where": where,
+        "at": now(), "passed": tests.get("passed", 0), "failed": tests.get("failed", 0),
+        "skipped": tests.get("skipped", 0), "seconds": tests.get("seconds"),
+        "checks": [c for c in tests.get("checks") or [] if c.get("status") != "passed"],
+    }
+    rec.tests[key] = summary
+    return summary
+
+
+def tested_ok(rec: Record | None, image_id: str, suite: str, expectations: dict) -> dict | None:
+    """Any passing result for this content and suite with these expectations (any options or host): what push's
+    "tested" gate asks."""
+    if rec is None:
+        return None
+    want = digest(expectations)
+    for hit in rec.tests.values():
+        if (hit.get("image_id") == image_id and hit.get("suite") == suite and hit.get("expect") == want
+                and not hit.get("failed") and hit.get("passed", 0) > 0):
+            return hit
+    return None
+
+
+def failed_result(rec: Record | None, image_id: str, suite: str, expectations: dict) -> dict | None:
+    if rec is None:
+        return None
+    want = digest(expectations)
+    for hit in rec.tests.values():
+        if (hit.get("image_id") == image_id and hit.get("suite") == suite and hit.get("expect") == want
+                and hit.get("failed")):
+            return hit
+    return None
