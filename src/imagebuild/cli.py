@@ -43,12 +43,20 @@ def cli() -> None:
     """
 
 
+def error_lines(text: str) -> str:
+    """Every line of an error as `error: ...`, whatever it starts with (a path, a FILE:LINE, a reference), so a CI
+    log grep for `^error: ` finds them all; continuation lines (indented) stay as they are."""
+    out = []
+    for line in text.splitlines() or [""]:
+        out.append(line if line.startswith((" ", "\t")) or line.startswith("error: ") else f"error: {line}")
+    return "\n".join(out)
+
+
 def main() -> None:
     try:
         rv = cli.main(standalone_mode=False)
     except ImagebuildError as exc:
-        click.echo(f"error: {exc}" if not str(exc).startswith(("/", ".")) and "\n" not in str(exc) else str(exc),
-                   err=True)
+        click.echo(error_lines(str(exc)), err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("interrupted", err=True)
@@ -56,7 +64,11 @@ def main() -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    except click.ClickException as exc:
-        exc.show()
+    except click.ClickException as exc:  # bad options: the usage line, then the same `error:` form
+        ctx = getattr(exc, "ctx", None)
+        if ctx is not None:
+            click.echo(ctx.get_usage(), err=True)
+            click.echo(f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.", err=True)
+        click.echo(error_lines(exc.format_message()), err=True)
         sys.exit(exc.exit_code)
     sys.exit(rv if isinstance(rv, int) else 0)

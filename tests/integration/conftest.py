@@ -29,6 +29,18 @@ USER = "ibci"
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _private_state_dir(tmp_path_factory):
+    """The records (.imagebuild/<matrix>.state.json) of this session live in its own folder, never the checkout's."""
+    old = os.environ.get("IMAGEBUILD_STATE_DIR")
+    os.environ["IMAGEBUILD_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if old is None:
+        os.environ.pop("IMAGEBUILD_STATE_DIR", None)
+    else:
+        os.environ["IMAGEBUILD_STATE_DIR"] = old
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _required_parts():
     """Under `make test` / CI (IMAGEBUILD_REQUIRE_ENGINE=1) a missing engine or tool is an error, not a skip."""
     if os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") != "1":

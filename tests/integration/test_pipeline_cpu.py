@@ -100,6 +100,12 @@ def test_build_with_test_flag_and_relative_report_dir(cpu_build, tmp_path):
     res = imagebuild("build", *args, "--test", cwd=tmp_path)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "3 up-to-date" in res.stdout
+    # `test` above already passed this suite on these very images: up to date, no container started
+    assert res.stderr.count("up to date: ") == 3, res.stderr[-3000:]
     rows = json.loads((tmp_path / "rel-reports" / "build-report.json").read_text())["images"]
-    assert all(r["tests"]["failed"] == 0 and r["tests"]["passed"] > 0 for r in rows)
-    assert len(list((tmp_path / "rel-reports" / "junit").glob("*.xml"))) == 3
+    assert all(r["tests"]["failed"] == 0 and r["tests"]["passed"] > 0 and r["tests"]["up_to_date"] for r in rows)
+    assert all(r["build_seconds"] and r["built_at"] for r in rows), rows  # the build that made each image
+    import xml.etree.ElementTree as ET
+
+    smoke = ET.parse(tmp_path / "rel-reports" / "build-report.junit.xml").getroot().find("testsuite[@name='smoke']")
+    assert (smoke.get("tests"), smoke.get("failures")) == ("3", "0")

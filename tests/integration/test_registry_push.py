@@ -7,7 +7,6 @@ Images are tiny `FROM scratch` chains (base -> runtime -> dev) named ibdev-push-
 from __future__ import annotations
 
 import io
-import json
 import os
 import secrets
 import sys
@@ -128,12 +127,15 @@ def test_wrong_password_exits_1_with_registry_message_and_no_retries(docker_clie
         images.build({"base.bin": os.urandom(4096)}, None, base.tag)
         plan = Plan("test.yaml", [base])
         report = tmp_path / "reports"
-        report.mkdir()
-        (report / "build-report.json").write_text(json.dumps(
-            {"images": [{"tag": base.tag, "status": "built", "tests": {"passed": 1, "failed": 0}}]}))
-        monkeypatch.setattr("imagebuild.commands.push._load_plan", lambda m, r: plan)
+        image_id = docker_client.api.inspect_image(base.tag)["Id"]
+        from imagebuild.commands._state import Planned
+        from imagebuild.inputs import BuildInputs
+
+        monkeypatch.setattr("imagebuild.commands._state.plan_with_record", lambda m, r, i, echo, sd=None: Planned(
+            tmp_path / "x.yaml", plan, None, BuildInputs(), r))
+        monkeypatch.setattr("imagebuild.commands._state.locate", lambda client, img, rec: (image_id, ""))
         monkeypatch.setattr(sys, "argv", ["imagebuild", "push", "-m", "x.yaml", "-u", USER, "--password-stdin",
-                                          "--report-dir", str(report)])
+                                          "--untested", "--report-dir", str(report)])
         monkeypatch.setattr(sys, "stdin", io.StringIO("definitely-wrong\n"))
         from imagebuild.cli import main
 

@@ -72,6 +72,30 @@ def test_unknown_matrix_axis():
     assert len(found) == 1  # the missing cuda is not reported again: the typo explains it
 
 
+def test_unknown_matrix_axis_still_reports_the_rest_of_the_file():
+    """The rows are resolved as if the typo were the field it resembles, so the other problems come out too."""
+    text = HEAD + ("defaults:\n  os: ubuntu24.04\n  python: '3.99'\n  flavors: [base, runtimee]\n"
+                   "matrix:\n  torch: ['2.9.1']\n  cudaa: ['12.8']\n")
+    found = problems(text)
+    assert "m.yaml:10: matrix.cudaa: unknown field 'cudaa' in matrix; did you mean 'cuda'?" in found
+    assert any(p.startswith("m.yaml:6: defaults.python: torch 2.9.1 ships wheels for Python") for p in found), found
+    assert any(p.startswith("m.yaml:7: defaults.flavors[1]: unknown flavor 'runtimee'") for p in found), found
+
+
+def test_missing_required_field_is_reported_beside_an_invalid_one():
+    text = HEAD + "defaults:\n  flavors: [base, runtimee]\nmatrix:\n  torch: ['2.9.1']\n  cuda: ['12.8']\n"
+    found = problems(text)
+    assert any("no 'os' for the matrix rows" in p for p in found) and any("runtimee" in p for p in found), found
+
+
+def test_every_error_line_has_the_same_form():
+    from imagebuild.cli import error_lines
+
+    assert error_lines("/abs/m.yaml:3: x\n./rel.yaml:4: y\n  continued") == \
+        "error: /abs/m.yaml:3: x\nerror: ./rel.yaml:4: y\n  continued"
+    assert error_lines("error: already") == "error: already"
+
+
 def test_include_row_with_unknown_field():
     text = HEAD + "defaults: {os: debian12, python: '3.11'}\ninclude:\n  - {torch: '2.9.1', cuda: '12.8'}\n" \
                   "  - {torch: '2.9.1', cuda: '13.0', pyhton: '3.11'}\n"

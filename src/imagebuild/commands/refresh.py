@@ -13,6 +13,8 @@ from imagebuild.errors import ImagebuildError
 
 
 @click.command("refresh")
+@click.option("--matrix", "-m", "matrix", default=None, metavar="FILE",
+              help="Read the torch releases this matrix resolves to (instead of --torch / all of torch.yaml).")
 @click.option("--torch", "torch_versions", multiple=True, metavar="X.Y.Z",
               help="Release to read (repeatable). Default: every release in torch.yaml.")
 @click.option("--index-url", default=None, metavar="URL",
@@ -20,18 +22,24 @@ from imagebuild.errors import ImagebuildError
 @click.option("--python", "python", default="3.12", show_default=True, help="Python the wheel is picked for.")
 @click.option("--platform", default="manylinux_2_28_x86_64", show_default=True, help="Wheel platform tag.")
 @click.option("--write", is_flag=True, help="Write the changes into torch.yaml (comments are kept).")
-def command(torch_versions, index_url, python, platform, write) -> None:
+def command(matrix, torch_versions, index_url, python, platform, write) -> None:
     """Compare torch.yaml with the torch wheels' own metadata.
 
     \b
     Example:
-      $ imagebuild refresh --torch 2.9.1 --torch 2.13.0
+      $ imagebuild refresh --torch 2.9.1 --torch 2.13.0      # or: imagebuild refresh -m images/h100.yaml
       2.13.0 cu130: confirmed (pins match the wheel)
       2 releases read, 1 change (run with --write to apply)
     """
     path = data_path("torch.yaml")
     tables = load_from(path.parent)
-    versions = list(torch_versions) or list(tables.torch)
+    versions = list(torch_versions)
+    if matrix:
+        from imagebuild.resolve import resolve_file
+
+        _doc, variants = resolve_file(matrix)
+        versions += sorted({v.versions.torch for v in variants} - set(versions))
+    versions = versions or list(tables.torch)
     default = index_url is None
 
     def read(version: str):

@@ -74,8 +74,11 @@ def expand(schema: Schema, loaded: Loaded) -> tuple[list[RawVariant], list[Probl
             label = "matrix row " + " ".join(
                 f"{n}={c.value}" for n, c in zip(names, combo, strict=True) if not n.startswith("?"))
             product.append(RawVariant(values, origins, combo[0].path, label, invalid))
-        missing = [f for f in REQUIRED_FIELDS if f not in product[0].values] if product else []
-        if missing and not product[0].invalid:
+        # a required field nobody set is its own problem, also beside other (invalid) fields; one that is set but
+        # invalid is already reported
+        missing = [f for f in REQUIRED_FIELDS if f not in product[0].values and f not in product[0].invalid
+                   and not any(n.startswith("?") for n in product[0].invalid)] if product else []
+        if missing:
             for f in missing:
                 problems.append(loaded.problem(("matrix",), f"no {f!r} for the matrix rows",
                                                f"set {f} in defaults or add it as a matrix axis"))
@@ -97,8 +100,9 @@ def expand(schema: Schema, loaded: Loaded) -> tuple[list[RawVariant], list[Probl
 
     for path, row in schema.include:
         values, origins, invalid = _merge(defaults + list(row.items()))
-        missing = [f for f in REQUIRED_FIELDS if f not in values]
-        if missing and not invalid:
+        missing = [f for f in REQUIRED_FIELDS if f not in values and f not in invalid
+                   and not any(n.startswith("?") for n in invalid)]
+        if missing:
             for f in missing:
                 problems.append(loaded.problem(path, f"no {f!r} for this include row",
                                                f"set {f} in the row or in defaults"))

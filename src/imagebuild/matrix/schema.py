@@ -7,6 +7,7 @@ reporting follow-on errors.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,7 +198,14 @@ def _check_axes(c: _Checker, matrix: Any) -> list[tuple[str, list[Cell]]]:
     for axis, values in c.mapping(matrix, ("matrix",), '{torch: ["2.9.1"], cuda: ["12.8"]}').items():
         path = ("matrix", axis)
         if not c.field_name(axis, path, "matrix"):
-            axes.append(("?" + str(axis), [Cell(values, path, ok=False)]))
+            # Reported above. When the name is a typo of a field the file sets nowhere else (`cudaa` for `cuda`),
+            # the rows are still resolved as if it were that field, so the rest of the file's problems (a Python
+            # the torch lacks, ...) come out in the same run instead of after the typo is fixed.
+            meant = _meant_field(str(axis), matrix, c)
+            if meant is not None and isinstance(values, list) and values:
+                axes.append((meant, [c.cell(meant, v, (*path, i)) for i, v in enumerate(values)]))
+            else:
+                axes.append(("?" + str(axis), [Cell(values, path, ok=False)]))
             continue
         if not isinstance(values, list):
             c.bad(path, f"an axis must be a list of values, got {describe(values)}", f"{axis}: [{values!r}]")
@@ -208,6 +216,17 @@ def _check_axes(c: _Checker, matrix: Any) -> list[tuple[str, list[Cell]]]:
         else:
             axes.append((axis, [c.cell(axis, v, (*path, i)) for i, v in enumerate(values)]))
     return axes
+
+
+def _meant_field(name: str, matrix: dict[Any, Any], c: _Checker) -> str | None:
+    """The variant field an unknown axis name is a close typo of, when neither the axes nor `defaults` set it."""
+    close = difflib.get_close_matches(name, VARIANT_FIELDS, n=1, cutoff=0.75)
+    if not close or close[0] in matrix:
+        return None
+    defaults = c.loaded.data.get("defaults") if isinstance(c.loaded.data, dict) else None
+    if isinstance(defaults, dict) and close[0] in defaults:
+        return None
+    return close[0]
 
 
 def _check_rows(c: _Checker, doc: dict[Any, Any], section: str) -> list[tuple[YPath, dict[str, Cell]]]:
