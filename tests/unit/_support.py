@@ -97,7 +97,7 @@ class FakeAPI:
                 out.append({"Id": iid, "Labels": labels, "RepoTags": repo_tags or ["<none>:<none>"]})
         return out
 
-    def tag(self, image, repository, tag=None):
+    def tag(self, image, repository, tag=None, force=False):
         self.tags[f"{repository}:{tag}"] = self.inspect_image(image)["Id"]
         return True
 

@@ -75,6 +75,9 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     if rec is not None and rec.problem:
         click.echo(f"warning: {rec.problem}", err=True)
         rec = None
+    elif rec is not None and rec.inputs != inputs.public():
+        click.echo(f"note: {rec.path} recorded a build with other inputs ({rec.describe_inputs()}); this build "
+                   "records its own", err=True)
     client = connect("build")  # its timeout also fits --push of multi-GB layers
     say = _say
     remote = {}

@@ -1,0 +1,81 @@
+"""The per-matrix record: round trip, what is never trusted, and the rules the build's results are folded in by."""
+
+from __future__ import annotations
+
+import json
+
+from _push_fakes import make_image
+
+from imagebuild.inputs import BuildInputs
+from imagebuild.models import ImageResult, Plan
+from imagebuild.record import load_record, record_path, updating
+from imagebuild.record.update import fill_row, record_build
+
+
+def matrix(tmp_path):
+    m = tmp_path / "cpu.yaml"
+    m.write_text("name: x\n")
+    return m
+
+
+def test_round_trip_and_inputs(tmp_path):
+    m = matrix(tmp_path)
+    inputs = BuildInputs(wheelhouse=tmp_path, torch_index_url="none",
+                         pip_index_url="https://user:s3cret@pypi.corp/simple")
+    with updating(m, inputs, "127.0.0.1:5000/ml", replace_inputs=True):
+        pass
+    text = record_path(m).read_text()
+    assert "s3cret" not in text  # credentials never written
+    rec = load_record(m)
+    assert rec.problem is None and rec.registry == "127.0.0.1:5000/ml"
+    back = rec.build_inputs()
+    assert back.wheelhouse == tmp_path and back.torch_index_url == "none"
+    assert "--wheelhouse" in rec.describe_inputs() and "s3cret" not in rec.describe_inputs()
+
+
+def test_other_schema_or_other_matrix_is_never_trusted(tmp_path):
+    m = matrix(tmp_path)
+    with updating(m, BuildInputs(), None, replace_inputs=True):
+        pass
+    doc = json.loads(record_path(m).read_text())
+    record_path(m).write_text(json.dumps({**doc, "schema": 0, "images": {"x": {"id": "x", "flavor": "base",
+                                                                              "inputs_hash": "h"}}}))
+    rec = load_record(m)
+    assert "record schema 0" in rec.problem and rec.images == {}
+    other = tmp_path / "sub"
+    other.mkdir()
+    (other / "cpu.yaml").write_text("name: y\n")
+    record_path(m).write_text(json.dumps(doc))
+    rec = load_record(other / "cpu.yaml")
+    assert "records another matrix file" in rec.problem
+    record_path(m).write_text("{not json")
+    assert "unreadable" in load_record(m).problem
+
+
+def test_no_op_keeps_the_build_that_made_the_image(tmp_path):
+    m = matrix(tmp_path)
+    img = make_image(flavor="base")
+    plan = Plan(str(m), [img])
+    built = ImageResult.of(img)
+    built.status, built.image_id, built.build_seconds, built.size = "built", "sha256:aa", 75.0, 100
+    with updating(m, BuildInputs(), None, replace_inputs=True) as rec:
+        record_build(rec, plan, [built])
+    again = ImageResult.of(img)
+    again.status, again.image_id, again.build_seconds = "up-to-date", "sha256:aa", 0.1
+    with updating(m) as rec:
+        record_build(rec, plan, [again])
+    assert again.build_seconds == 75.0 and again.built_at
+    entry = load_record(m).images[img.id]
+    assert entry.build_seconds == 75.0 and entry.image_id == "sha256:aa" and entry.tags[img.repository][0] == img.tag
+    # a failed rebuild of the same inputs keeps the last good image; fill_row shows it
+    failed = ImageResult.of(img)
+    failed.status, failed.error = "failed", "step 3 failed"
+    with updating(m) as rec:
+        record_build(rec, plan, [failed])
+    entry = load_record(m).images[img.id]
+    assert entry.image_id == "sha256:aa" and entry.status == "failed" and entry.error == "step 3 failed"
+    row = fill_row(load_record(m), img, ImageResult.of(img))
+    assert row.image_id == "sha256:aa" and row.build_seconds == 75.0
+    # other inputs: a new entry, the old image is not shown for them
+    img.inputs_hash = "h-other"
+    assert fill_row(load_record(m), img, ImageResult.of(img)).image_id is None
