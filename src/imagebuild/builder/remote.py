@@ -81,7 +81,7 @@ def find_in_registry(images: list[ImagePlan], resolve_auth: Callable, log: Calla
                      arch: str | None = None) -> dict[str, RemoteImage]:
     """planned tag -> RemoteImage for every image (parents first) the registry holds exactly as planned."""
     arch = arch or machine_arch()
-    make_client = make_client or (lambda auth: RegistryClient(auth, retries=1, timeout=15.0))
+    make_client = make_client or (lambda auth: RegistryClient(auth, retries=0, timeout=15.0))
     clients: dict[str, RegistryClient] = {}
     auths: dict[str, dict | None] = {}
     found: dict[str, RemoteImage] = {}
@@ -147,8 +147,7 @@ def use_remote(run, img: ImagePlan, res) -> bool:
     if remote is None:
         return False
     ref = Reference.parse(img.tag)
-    res.status, res.image_id = "up-to-date", remote.image_id
-    res.push = {"status": "present", "digest": remote.digest, "registry": ref.registry, "tags": [img.tag]}
+    # the status is set last: the scheduler starts children as soon as it reads "up-to-date"
     try:
         run.client.api.inspect_image(remote.image_id)
         have = True
@@ -168,6 +167,9 @@ def use_remote(run, img: ImagePlan, res) -> bool:
         res.source = f"registry {remote.registry}"
     if have:
         run.client.api.tag(remote.image_id, ref.name, ref.tag, force=True)
+    res.push = {"status": "present", "digest": remote.digest, "registry": ref.registry, "tags": [img.tag]}
+    res.image_id = remote.image_id
+    res.status = "up-to-date"
     run.progress.set(img.tag, "up-to-date")
     return True
 

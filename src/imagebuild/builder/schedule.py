@@ -31,6 +31,7 @@ def execute(run: RunState) -> list[ImageResult]:
     pending = list(run.images)
     running: dict[cf.Future, ImagePlan] = run.running
     stop_reason: str | None = None
+    finished: set[str] = set()  # tags whose build_one returned
     run.pool = cf.ThreadPoolExecutor(max_workers=max(1, run.options.jobs), thread_name_prefix="build")
     try:
         while pending or running:
@@ -43,7 +44,9 @@ def execute(run: RunState) -> list[ImageResult]:
                     run.progress.set(img.tag, "not-built", f"parent {parent_res.status}")
                     pending.remove(img)
                     continue
-                if parent_res is not None and parent_res.status not in DONE:
+                # a parent counts once its build_one has returned: a row may read "up-to-date" while the parent is
+                # still being pulled or checked against its size budget
+                if parent_res is not None and (parent_res.status not in DONE or img.parent not in finished):
                     continue
                 if stop_reason or run.cancel.is_set():
                     continue
@@ -62,6 +65,7 @@ def execute(run: RunState) -> list[ImageResult]:
             for fut in done:
                 img = running.pop(fut)
                 res = fut.result()
+                finished.add(img.tag)
                 if res.status == "failed" and not run.options.keep_going and not stop_reason:
                     stop_reason = (f"not started: {img.tag} failed (--keep-going builds the images that "
                                    "do not depend on it)")
