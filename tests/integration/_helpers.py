@@ -57,7 +57,7 @@ class Images:
         self.refs: set[str] = set()
         self.ids: list[str] = []
 
-    def build(self, files: dict[str, bytes], parent: str | None, tag: str) -> str:
+    def build(self, files: dict[str, bytes], parent: str | None, tag: str, labels: dict[str, str] | None = None) -> str:
         buf = io.BytesIO()
         lines = [f"FROM {parent or 'scratch'}"] + [f"COPY {name} /{name}" for name in files]
         with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -66,7 +66,8 @@ class Images:
                 ti.size, ti.mtime = len(data), MTIME
                 tar.addfile(ti, io.BytesIO(data))
         buf.seek(0)
-        image, _ = self.client.images.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True)
+        image, _ = self.client.images.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True,
+                                            labels=labels)
         self.refs.add(tag)
         self.ids.append(image.id)
         return image.id

@@ -39,7 +39,8 @@ ALLOWED: dict[str, set[str]] = {
     "builder": PURE | {"engine", "report", "record"},
     "push": PURE | {"engine", "record"},
     "smoke": PURE | {"engine", "probe", "record"},
-    "commands": PURE | {"engine", "report", "record", "builder", "push", "smoke"},
+    "catalog": PURE | {"record"},  # the registry through oci, smoke results/sizes from the record; no engine
+    "commands": PURE | {"engine", "report", "record", "builder", "push", "smoke", "catalog"},
     "cli": {"foundation", "commands"},
     "probe": set(),  # runs inside images: see probe_rule
     "suite": set(),  # a separate pytest run: never imports imagebuild

@@ -1,0 +1,167 @@
+"""One catalog row per tag and alias of a plan, read from the registry (manifests and config blobs through the
+registry API, never a layer) and from the local record of the images this host built and tested.
+
+Versions come from the image config's io.imagebuild.* labels, i.e. from what the registry really holds under the
+tag; the plan only says which tags to look for (and fills the row of a tag that is not pushed, marked so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from imagebuild.catalog.records import local_record
+from imagebuild.models import Plan
+from imagebuild.oci import Manifest, Reference
+from imagebuild.plan.tags import references
+
+# catalog column -> image label (labels of images imagebuild builds; an empty value means "not in this image")
+VERSION_LABELS = {
+    "torch": "io.imagebuild.torch",
+    "cuda": "io.imagebuild.cuda",
+    "cudnn": "io.imagebuild.cudnn",
+    "nccl": "io.imagebuild.nccl",
+    "python": "io.imagebuild.python",
+    "os": "io.imagebuild.os",
+    "transformer_engine": "io.imagebuild.transformer-engine",
+}
+FLAVOR_LABEL = "io.imagebuild.flavor"
+CREATED_LABEL = "org.opencontainers.image.created"
+PREFERRED_PLATFORM = ("linux", "amd64")
+
+
+class RegistryReader(Protocol):
+    """What the catalog asks of a registry (`oci.RegistryClient` is one)."""
+
+    def manifest(self, repository: str, reference: str) -> Manifest | None: ...
+
+    def config_blob(self, repository: str, digest: str) -> dict[str, Any]: ...
+
+
+@dataclass
+class Entry:
+    """One tag or alias of the plan, as the registry serves it."""
+
+    reference: str  # full reference: registry/repository:tag
+    tag: str  # the tag alone
+    alias_of: str | None  # for an alias: the full tag of the plan image it belongs to
+    flavor: str
+    versions: dict[str, str | None]
+    pushed: bool
+    versions_from: str = "registry"  # "registry" (the config's labels) | "plan" (not pushed: what the plan says)
+    digest: str | None = None  # what `docker pull` resolves the tag to (an index digest for multi-platform tags)
+    platform: str | None = None  # the platform the sizes are of, for an index
+    config_digest: str | None = None  # = the image ID in the engine that built it
+    compressed: int | None = None  # sum of the manifest's layer sizes
+    uncompressed: int | None = None  # the engine's size of this image, from the local record (None: no record)
+    created: str | None = None
+    smoke: dict[str, Any] | None = None  # passed/failed/skipped/ran_on/tested_at from the local record
+    recorded: bool = False  # the local record knows this image (matched on its config digest)
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def ran_on(tests: dict[str, Any]) -> str:
+    """Where a smoke run ran: the GPU model(s) the probe saw, or "CPU host"."""
+    names = [str(n) for n in tests.get("gpu_names") or []]
+    if names:
+        counts: dict[str, int] = {}
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+        return ", ".join(f"{n} ×{c}" if c > 1 else n for n, c in counts.items())
+    if tests.get("gpu"):
+        return "GPU (model not recorded)"  # rows written before the runner recorded the model
+    return "CPU host"
+
+
+def smoke_summary(tests: dict[str, Any]) -> dict[str, Any]:
+    return {"passed": int(tests.get("passed") or 0), "failed": int(tests.get("failed") or 0),
+            "skipped": int(tests.get("skipped") or 0), "ran_on": ran_on(tests), "tested_at": tests.get("tested_at")}
+
+
+def _platform_child(index: Manifest) -> tuple[dict[str, Any] | None, list[str]]:
+    """The index entry whose sizes the row shows (linux/amd64 when present, else the first real platform)."""
+    entries = [m for m in index.doc.get("manifests") or [] if isinstance(m, dict)]
+    real = [m for m in entries if (m.get("platform") or {}).get("os") not in (None, "unknown")]
+    names = [f"{m['platform'].get('os')}/{m['platform'].get('architecture')}" for m in real]
+    for m in real:
+        p = m["platform"]
+        if (p.get("os"), p.get("architecture")) == PREFERRED_PLATFORM:
+            return m, names
+    return (real[0] if real else (entries[0] if entries else None)), names
+
+
+def _image_manifest(reader: RegistryReader, ref: Reference, entry: Entry) -> Manifest | None:
+    manifest = reader.manifest(ref.repository, ref.tag or "")
+    if manifest is None:
+        return None
+    entry.digest = manifest.digest
+    if not manifest.is_index:
+        return manifest
+    child, names = _platform_child(manifest)
+    if child is None or not child.get("digest"):
+        entry.notes.append("the index lists no image manifest")
+        return None
+    platform = child.get("platform") or {}
+    entry.platform = f"{platform.get('os')}/{platform.get('architecture')}" if platform else None
+    if len(names) > 1:
+        entry.notes.append(f"multi-platform ({', '.join(names)}); sizes and labels of {entry.platform}")
+    manifest = reader.manifest(ref.repository, str(child["digest"]))
+    if manifest is None:
+        entry.notes.append(f"the index names {child['digest']}, which the registry does not have")
+    return manifest
+
+
+def _fill_from_registry(entry: Entry, manifest: Manifest, config: dict[str, Any], planned: dict[str, str | None],
+                        planned_flavor: str) -> None:
+    labels = (config.get("config") or {}).get("Labels") or {}
+    entry.compressed = manifest.layers_size
+    entry.config_digest = manifest.config_digest
+    entry.created = labels.get(CREATED_LABEL) or config.get("created")
+    if not any(key in labels for key in (*VERSION_LABELS.values(), FLAVOR_LABEL)):
+        entry.notes.append("the image carries no io.imagebuild.* labels (not built by imagebuild?)")
+    entry.versions = {col: (labels.get(label) or None) for col, label in VERSION_LABELS.items()}
+    entry.flavor = labels.get(FLAVOR_LABEL) or entry.flavor
+    # the registry holds another build than the plan describes (a moving alias not pushed again, an old tag)
+    differ = [f"{col} {entry.versions[col]} (plan: {planned[col]})" for col in ("torch", "cuda", "python", "os")
+              if labels.get(VERSION_LABELS[col]) and planned.get(col) and entry.versions[col] != planned[col]]
+    if labels.get(FLAVOR_LABEL) and labels[FLAVOR_LABEL] != planned_flavor:
+        differ.append(f"flavor {labels[FLAVOR_LABEL]} (plan: {planned_flavor})")
+    if differ:
+        entry.notes.append("the registry holds another image than the plan: " + ", ".join(differ))
+
+
+def collect(plan: Plan, reader_for: Callable[[str], RegistryReader], record_path: Path) -> list[Entry]:
+    """Every reference of every plan image (full tag, then its aliases), in plan order."""
+    entries: list[Entry] = []
+    for image in plan.images:
+        planned = dict(image.variant.versions.as_dict())
+        tag_digest: str | None = None  # the full tag's digest, to flag an alias that points elsewhere
+        for n, text in enumerate(references(image)):
+            ref = Reference.parse(text)
+            entry = Entry(reference=text, tag=ref.tag or "", alias_of=image.tag if n else None, flavor=image.flavor,
+                          versions={col: planned.get(col) for col in VERSION_LABELS}, pushed=False,
+                          versions_from="plan")
+            reader = reader_for(ref.registry)
+            manifest = _image_manifest(reader, ref, entry)
+            if manifest is not None:
+                entry.pushed, entry.versions_from = True, "registry"
+                config_digest = manifest.config_digest
+                config = reader.config_blob(ref.repository, config_digest) if config_digest else {}
+                _fill_from_registry(entry, manifest, config, planned, image.flavor)
+                record = local_record(config_digest, record_path) if config_digest else None
+                if record is not None:
+                    entry.recorded = True
+                    entry.uncompressed = record.size
+                    entry.smoke = smoke_summary(record.tests) if record.tests else None
+            if n == 0:
+                tag_digest = entry.digest
+            elif entry.digest and tag_digest and entry.digest != tag_digest:
+                entry.notes.append(f"points at another image than {image.short_tag}")
+            entries.append(entry)
+    return entries

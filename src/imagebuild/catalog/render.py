@@ -1,0 +1,96 @@
+"""The catalog as Markdown (a registry's README: a short header, one table, the notes) and as JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from imagebuild import __version__
+from imagebuild.catalog.collect import Entry
+from imagebuild.units import format_size
+
+COLUMNS = ("tag", "flavor", "torch", "CUDA", "cuDNN", "NCCL", "Python", "OS", "TE", "compressed", "uncompressed",
+           "digest", "smoke p/f/s", "tested on", "built")
+_ALIGN = {"compressed": "---:", "uncompressed": "---:"}
+
+
+@dataclass(frozen=True)
+class Header:
+    matrix: str  # the matrix file as given
+    registry: str  # where the tags were looked up (the registry prefix of the plan's tags)
+    repositories: tuple[str, ...]
+    generated_at: str  # UTC, ISO 8601
+    record: str  # the local record smoke results and uncompressed sizes come from
+
+
+def _cell(value: Any) -> str:
+    return "–" if value in (None, "") else str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _smoke(entry: Entry) -> tuple[str, str]:
+    if not entry.pushed:
+        return "–", "–"
+    if entry.smoke is None:
+        return ("not tested" if entry.recorded else "no record"), "–"
+    s = entry.smoke
+    mark = "❌" if s["failed"] else "✅"
+    return f"{mark} {s['passed']}/{s['failed']}/{s['skipped']}", s["ran_on"]
+
+
+def _row(entry: Entry) -> list[str]:
+    v = entry.versions
+    tag = f"↳ `{entry.tag}`" if entry.alias_of else f"`{entry.tag}`"
+    if entry.pushed:
+        digest = f"`{entry.digest}`" + (f" ({entry.platform})" if entry.platform else "")
+        sizes = [format_size(entry.compressed), format_size(entry.uncompressed)]
+    else:
+        digest, sizes = "**not pushed**", ["–", "–"]
+    smoke, where = _smoke(entry)
+    built = (entry.created or "")[:10]
+    return [tag, "alias" if entry.alias_of else entry.flavor, *(_cell(v.get(k)) for k in
+            ("torch", "cuda", "cudnn", "nccl", "python", "os", "transformer_engine")), *sizes, digest, smoke, where,
+            _cell(built)]
+
+
+def render_markdown(entries: list[Entry], header: Header) -> str:
+    tags = sum(1 for e in entries if not e.alias_of)
+    aliases = len(entries) - tags
+    missing = sum(1 for e in entries if not e.pushed)
+    repos = ", ".join(f"`{r}`" for r in header.repositories)
+    lines = [
+        f"# Images in `{header.registry}`", "",
+        f"Matrix `{header.matrix}` · registry `{header.registry}` · generated {header.generated_at} by "
+        f"`imagebuild catalog` {__version__}", "",
+        f"Repository: {repos}. Pull a row with `docker pull <repository>:<tag>`, or pin it with "
+        "`<repository>@<digest>`. A ↳ row is a moving alias of the tag above it.", "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "|".join(_ALIGN.get(c, "---") for c in COLUMNS) + "|",
+    ]
+    lines += ["| " + " | ".join(_row(e)) + " |" for e in entries]
+    lines += [
+        "",
+        f"{tags} tags, {aliases} aliases; {missing} not pushed." if missing else f"{tags} tags, {aliases} aliases.",
+        "",
+        "- Versions, flavor, digest, compressed size and build date are read from the registry (manifests and image "
+        "configs with their `io.imagebuild.*` / OCI labels, through the registry API; no image was pulled). Rows "
+        "**not pushed** show what the plan would publish.",
+        "- compressed: the sum of the manifest's layer sizes (what a pull downloads).",
+        f"- uncompressed, smoke and tested on: from the build record `{header.record}`, matched on the image's config "
+        "digest (its image ID), so a record of another build under the same tag never counts; the size is the "
+        "engine's size of that image. – / no record: that record does not know the image (a registry cannot tell "
+        "unpacked sizes without pulling the layers). smoke p/f/s: checks passed/failed/skipped by `imagebuild test`.",
+    ]
+    notes = [f"- `{e.tag}`: {note}" for e in entries for note in e.notes]
+    if notes:
+        lines += ["", "Notes:", "", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def render_json(entries: list[Entry], header: Header) -> str:
+    doc = {
+        "matrix": header.matrix, "registry": header.registry, "repositories": list(header.repositories),
+        "generated_at": header.generated_at, "generator": f"imagebuild {__version__}", "record": header.record,
+        "entries": [e.as_dict() for e in entries],
+    }
+    return json.dumps(doc, indent=2) + "\n"
