@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from imagebuild.catalog import Header, collect, local_record, ran_on, render_json, render_markdown
-from imagebuild.oci import Manifest
+from imagebuild.catalog.collect import Manifest
 from imagebuild.plan import make_plan
 from imagebuild.plan.tags import references
+from imagebuild.record.store import SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
 REG = "reg.test:5000/ml"
@@ -30,7 +31,7 @@ class FakeReader:
 
     def __init__(self):
         self.manifests: dict[tuple[str, str], Manifest] = {}
-        self.blobs: dict[tuple[str, str], dict] = {}
+        self.blobs: dict[tuple[str, str], bytes] = {}
         self.calls: list[tuple[str, str, str]] = []
 
     def image(self, repository: str, labels: dict, layers: list[int], created: str = "2026-11-30T10:00:00Z") -> str:
@@ -44,9 +45,9 @@ class FakeReader:
                           "size": len(config_bytes)},
                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "size": size,
                            "digest": f"sha256:{size:064x}"} for size in layers]}
-        manifest = Manifest(digest_of(json.dumps(doc).encode()), OCI_MANIFEST, doc)
+        manifest = Manifest(digest_of(json.dumps(doc).encode()), doc)
         self.manifests[(repository, manifest.digest)] = manifest
-        self.blobs[(repository, config_digest)] = config
+        self.blobs[(repository, config_digest)] = config_bytes
         return manifest.digest
 
     def tag(self, repository: str, tag: str, digest: str) -> None:
@@ -54,9 +55,10 @@ class FakeReader:
 
     def manifest(self, repository, reference):
         self.calls.append(("manifest", repository, reference))
-        return self.manifests.get((repository, reference))
+        m = self.manifests.get((repository, reference))
+        return None if m is None else (m.digest, m.doc)
 
-    def config_blob(self, repository, digest):
+    def blob(self, repository, digest, max_bytes=16 << 20):
         self.calls.append(("blob", repository, digest))
         return self.blobs[(repository, digest)]
 
@@ -83,9 +85,16 @@ def config_digest(reader: FakeReader, image) -> str:
     return reader.manifests[(repo, image.short_tag)].config_digest
 
 
-def write_record(path: Path, rows: list[dict]) -> Path:
-    path.write_text(json.dumps({"schema": 1, "images": rows}))
+def write_record(path: Path, images: dict[str, dict], tests: dict[str, dict]) -> Path:
+    """A record file as imagebuild.record writes it (only the fields the catalog reads, plus a few others)."""
+    path.write_text(json.dumps({"schema": SCHEMA, "tool_version": "0.1.0", "matrix": "images/cpu.yaml",
+                                "inputs": {}, "registry": REG, "images": images, "tests": tests}))
     return path
+
+
+def run(image_id: str, where: str, at: str, passed: int, failed: int = 0, skipped: int = 0) -> dict:
+    return {"image_id": image_id, "suite": "s1", "expect": "e1", "options": {}, "where": where, "at": at,
+            "passed": passed, "failed": failed, "skipped": skipped, "seconds": 3.0, "checks": []}
 
 
 def test_rows_sizes_labels_records_and_not_pushed(plan, tmp_path):
@@ -93,15 +102,20 @@ def test_rows_sizes_labels_records_and_not_pushed(plan, tmp_path):
     reader = FakeReader()
     base_digest = push(reader, base, [30_000_000, 1_234])
     rt_digest = push(reader, runtime, [30_000_000, 1_234, 700_000_000])
-    record = write_record(tmp_path / "build-report.json", [
-        {"tag": base.tag, "image_id": config_digest(reader, base), "size": 91_000_000,
-         "tests": {"passed": 20, "failed": 0, "skipped": 6, "gpu": False, "gpu_names": [],
-                   "tested_at": "2026-11-30T11:00:00Z"}},
-        {"tag": runtime.tag, "image_id": config_digest(reader, runtime), "size": 1_900_000_000,
-         "tests": {"passed": 40, "failed": 1, "skipped": 0, "gpu": True, "gpu_names": ["NVIDIA H100 80GB HBM3"] * 8}},
-        # the dev tag's row is of a build the registry does not hold: never matched by tag
-        {"tag": dev.tag, "image_id": "sha256:" + "d" * 64, "size": 5, "tests": {"passed": 1}},
-    ])
+    base_id, rt_id = config_digest(reader, base), config_digest(reader, runtime)
+    record = write_record(tmp_path / "cpu.state.json", images={
+        base.id: {"id": base.id, "flavor": "base", "inputs_hash": "h1", "image_id": base_id, "size": 91_000_000,
+                  "built_at": "2026-11-30T09:15:00Z"},
+        runtime.id: {"id": runtime.id, "flavor": "runtime", "inputs_hash": "h2", "image_id": rt_id,
+                     "size": 1_900_000_000},
+        # the dev entry is of a build the registry does not hold: never matched by tag or plan id
+        dev.id: {"id": dev.id, "flavor": "dev", "inputs_hash": "h3", "image_id": "sha256:" + "d" * 64, "size": 5},
+    }, tests={
+        "k1": run(base_id, "cpu", "2026-11-30T11:00:00Z", 20, 0, 6),
+        "k2": run(rt_id, "cpu", "2026-11-30T11:00:00Z", 30, 0, 21),
+        "k3": run(rt_id, "gpu:NVIDIA H100 80GB HBM3", "2026-11-30T12:00:00Z", 40, 1, 0),  # the latest
+        "k4": run("sha256:" + "d" * 64, "cpu", "2026-11-30T13:00:00Z", 1),
+    })
     entries = collect(plan, lambda host: reader, record)
 
     assert [e.reference for e in entries] == [r for img in plan.images for r in references(img)]
@@ -115,7 +129,8 @@ def test_rows_sizes_labels_records_and_not_pushed(plan, tmp_path):
     assert b.created == "2026-11-30T09:15:00Z"
     r = by_ref[runtime.tag]
     assert (r.digest, r.compressed, r.versions["torch"]) == (rt_digest, 730_001_234, "2.13.0")
-    assert r.smoke["ran_on"] == "NVIDIA H100 80GB HBM3 ×8" and r.smoke["failed"] == 1
+    assert r.smoke["ran_on"] == "NVIDIA H100 80GB HBM3" and r.smoke["failed"] == 1
+    assert [x["ran_on"] for x in r.smoke_runs] == ["CPU host", "NVIDIA H100 80GB HBM3"]
     alias = by_ref[references(runtime)[1]]
     assert alias.alias_of == runtime.tag and alias.digest == rt_digest and not alias.notes
     for ref in references(dev):
@@ -133,7 +148,7 @@ def test_rows_sizes_labels_records_and_not_pushed(plan, tmp_path):
     assert "Matrix `images/cpu.yaml` · registry `reg.test:5000/ml` · generated 2026-12-01T00:00:00Z" in md
     row = next(line for line in md.splitlines() if line.startswith(f"| `{runtime.short_tag}` |"))
     assert f"`{rt_digest}`" in row and "730.00 MB" in row and "1.90 GB" in row
-    assert "❌ 40/1/0 | NVIDIA H100 80GB HBM3 ×8 | 2026-11-30 |" in row
+    assert "❌ 40/1/0 | NVIDIA H100 80GB HBM3 | 2026-11-30 |" in row
     alias_row = next(line for line in md.splitlines() if line.startswith(f"| ↳ `{alias.tag}` |"))
     assert "| alias |" in alias_row and f"`{rt_digest}`" in alias_row
     dev_row = next(line for line in md.splitlines() if line.startswith(f"| `{dev.short_tag}` |"))
@@ -180,7 +195,7 @@ def test_index_sizes_of_linux_amd64(plan, tmp_path):
         {"digest": amd, "size": 1, "platform": {"os": "linux", "architecture": "amd64"}},
         {"digest": "sha256:" + "a" * 64, "size": 1, "platform": {"os": "unknown", "architecture": "unknown"}},
     ]}
-    index = Manifest(digest_of(json.dumps(index_doc).encode()), index_doc["mediaType"], index_doc)
+    index = Manifest(digest_of(json.dumps(index_doc).encode()), index_doc)
     reader.manifests[(repo, base.short_tag)] = index
     entries = collect(plan, lambda host: reader, tmp_path / "none.json")
     e = entries[0]
@@ -189,31 +204,40 @@ def test_index_sizes_of_linux_amd64(plan, tmp_path):
 
 
 def test_local_record_matches_on_image_id_only(tmp_path):
-    path = write_record(tmp_path / "r.json", [
-        {"tag": "a:1", "image_id": "sha256:aa", "size": 10},
-        {"tag": "a:2", "image_id": "sha256:aa", "size": 10, "tests": {"passed": 3}},
-        {"tag": "a:3", "image_id": "sha256:bb"},
-    ])
+    path = write_record(tmp_path / "r.json", images={
+        "a-base": {"id": "a-base", "image_id": "sha256:aa", "size": 10, "built_at": "t0"},
+        "b-base": {"id": "b-base", "image_id": "sha256:bb"},
+    }, tests={"k2": run("sha256:aa", "cpu", "2026-11-30T12:00:00Z", 3),
+              "k1": run("sha256:aa", "gpu", "2026-11-30T11:00:00Z", 2),
+              "k3": run("sha256:cc", "cpu", "t", 1)})
     rec = local_record("sha256:aa", path)
-    assert rec is not None and rec.tests == {"passed": 3} and rec.size == 10 and rec.tag == "a:2"
-    assert local_record("sha256:cc", path) is None
-    assert local_record("a:1", path) is None
+    assert rec is not None and rec.size == 10 and rec.built_at == "t0"
+    assert [r["passed"] for r in rec.runs] == [2, 3] and rec.latest_run["passed"] == 3
+    only_tests = local_record("sha256:cc", path)
+    assert only_tests is not None and only_tests.size is None and len(only_tests.runs) == 1
+    assert local_record("sha256:dd", path) is None
+    assert local_record("a-base", path) is None  # never by plan id or tag
     assert local_record("sha256:aa", tmp_path / "missing.json") is None
     (tmp_path / "bad.json").write_text("{not json")
     assert local_record("sha256:aa", tmp_path / "bad.json") is None
+    other = json.loads(path.read_text())
+    other["schema"] = SCHEMA + 1
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    assert local_record("sha256:aa", tmp_path / "other.json") is None  # another schema is not trusted
 
 
 def test_ran_on():
-    assert ran_on({"gpu": False, "gpu_names": []}) == "CPU host"
-    assert ran_on({"gpu": True}) == "GPU (model not recorded)"
-    assert ran_on({"gpu": True, "gpu_names": ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", "NVIDIA L4"]}) == \
-        "NVIDIA A100-SXM4-80GB ×2, NVIDIA L4"
+    assert ran_on("cpu") == "CPU host"
+    assert ran_on("gpu") == "GPU (model not recorded)"
+    assert ran_on("gpu:NVIDIA A100-SXM4-80GB,NVIDIA L4") == "NVIDIA A100-SXM4-80GB, NVIDIA L4"
+    assert ran_on(None) == "–"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     import os
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "DOCKER_CONFIG": "/nonexistent-docker-config"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "DOCKER_CONFIG": "/nonexistent-docker-config",
+           "IMAGEBUILD_STATE_DIR": "/nonexistent-state-dir"}
     env.pop("IMAGEBUILD_REGISTRY_USER", None)
     return subprocess.run([sys.executable, "-m", "imagebuild", "catalog", *args], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=120)

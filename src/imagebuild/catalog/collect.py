@@ -8,6 +8,7 @@ tag; the plan only says which tags to look for (and fills the row of a tag that 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,8 @@ from typing import Any, Protocol
 
 from imagebuild.catalog.records import local_record
 from imagebuild.models import Plan
-from imagebuild.oci import Manifest, Reference
+from imagebuild.oci import Reference
+from imagebuild.oci.registry import RegistryError
 from imagebuild.plan.tags import references
 
 # catalog column -> image label (labels of images imagebuild builds; an empty value means "not in this image")
@@ -31,14 +33,53 @@ VERSION_LABELS = {
 FLAVOR_LABEL = "io.imagebuild.flavor"
 CREATED_LABEL = "org.opencontainers.image.created"
 PREFERRED_PLATFORM = ("linux", "amd64")
+CONFIG_MAX_BYTES = 4 << 20  # image configs are kilobytes; the catalog never downloads anything big
 
 
 class RegistryReader(Protocol):
-    """What the catalog asks of a registry (`oci.RegistryClient` is one)."""
+    """What the catalog asks of a registry (`oci.RegistryClient` is one): manifests and small blobs, both checked
+    against their digests by the client."""
 
-    def manifest(self, repository: str, reference: str) -> Manifest | None: ...
+    def manifest(self, repository: str, reference: str) -> tuple[str, dict[str, object]] | None: ...
 
-    def config_blob(self, repository: str, digest: str) -> dict[str, Any]: ...
+    def blob(self, repository: str, digest: str, max_bytes: int = ...) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest or an index as the registry serves it: `digest` is the sha256 of exactly the bytes served."""
+
+    digest: str
+    doc: dict[str, Any]
+
+    @property
+    def is_index(self) -> bool:
+        return "manifests" in self.doc and "layers" not in self.doc
+
+    @property
+    def config_digest(self) -> str | None:
+        config = self.doc.get("config")
+        return str(config["digest"]) if isinstance(config, dict) and config.get("digest") else None
+
+    @property
+    def layers_size(self) -> int:
+        """Sum of the layer sizes the manifest declares: the compressed bytes a pull downloads."""
+        return sum(int(layer.get("size") or 0) for layer in self.doc.get("layers") or [])
+
+
+def _manifest(reader: RegistryReader, repository: str, reference: str) -> Manifest | None:
+    got = reader.manifest(repository, reference)
+    return None if got is None else Manifest(got[0], dict(got[1]))
+
+
+def _config(reader: RegistryReader, repository: str, digest: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(reader.blob(repository, digest, max_bytes=CONFIG_MAX_BYTES))
+    except ValueError as exc:
+        raise RegistryError(f"{repository}@{digest}: image config is not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise RegistryError(f"{repository}@{digest}: image config is not a JSON object")
+    return doc
 
 
 @dataclass
@@ -58,7 +99,8 @@ class Entry:
     compressed: int | None = None  # sum of the manifest's layer sizes
     uncompressed: int | None = None  # the engine's size of this image, from the local record (None: no record)
     created: str | None = None
-    smoke: dict[str, Any] | None = None  # passed/failed/skipped/ran_on/tested_at from the local record
+    smoke: dict[str, Any] | None = None  # the latest smoke run in the local record: passed/failed/skipped/ran_on/...
+    smoke_runs: list[dict[str, Any]] = field(default_factory=list)  # every recorded run of this image, oldest first
     recorded: bool = False  # the local record knows this image (matched on its config digest)
     notes: list[str] = field(default_factory=list)
 
@@ -66,22 +108,21 @@ class Entry:
         return dataclasses.asdict(self)
 
 
-def ran_on(tests: dict[str, Any]) -> str:
-    """Where a smoke run ran: the GPU model(s) the probe saw, or "CPU host"."""
-    names = [str(n) for n in tests.get("gpu_names") or []]
-    if names:
-        counts: dict[str, int] = {}
-        for name in names:
-            counts[name] = counts.get(name, 0) + 1
-        return ", ".join(f"{n} ×{c}" if c > 1 else n for n, c in counts.items())
-    if tests.get("gpu"):
-        return "GPU (model not recorded)"  # rows written before the runner recorded the model
-    return "CPU host"
+def ran_on(where: str | None) -> str:
+    """The record's `where` of a smoke run ("cpu", "gpu:<model>[,<model>...]", "gpu") as the catalog says it."""
+    if not where:
+        return "–"
+    if where == "cpu":
+        return "CPU host"
+    kind, _, models = where.partition(":")
+    if kind == "gpu":
+        return ", ".join(m for m in models.split(",") if m) if models else "GPU (model not recorded)"
+    return where
 
 
-def smoke_summary(tests: dict[str, Any]) -> dict[str, Any]:
-    return {"passed": int(tests.get("passed") or 0), "failed": int(tests.get("failed") or 0),
-            "skipped": int(tests.get("skipped") or 0), "ran_on": ran_on(tests), "tested_at": tests.get("tested_at")}
+def smoke_summary(run: dict[str, Any]) -> dict[str, Any]:
+    return {"passed": int(run.get("passed") or 0), "failed": int(run.get("failed") or 0),
+            "skipped": int(run.get("skipped") or 0), "ran_on": ran_on(run.get("where")), "tested_at": run.get("at")}
 
 
 def _platform_child(index: Manifest) -> tuple[dict[str, Any] | None, list[str]]:
@@ -97,7 +138,7 @@ def _platform_child(index: Manifest) -> tuple[dict[str, Any] | None, list[str]]:
 
 
 def _image_manifest(reader: RegistryReader, ref: Reference, entry: Entry) -> Manifest | None:
-    manifest = reader.manifest(ref.repository, ref.tag or "")
+    manifest = _manifest(reader, ref.repository, ref.tag or "")
     if manifest is None:
         return None
     entry.digest = manifest.digest
@@ -111,7 +152,7 @@ def _image_manifest(reader: RegistryReader, ref: Reference, entry: Entry) -> Man
     entry.platform = f"{platform.get('os')}/{platform.get('architecture')}" if platform else None
     if len(names) > 1:
         entry.notes.append(f"multi-platform ({', '.join(names)}); sizes and labels of {entry.platform}")
-    manifest = reader.manifest(ref.repository, str(child["digest"]))
+    manifest = _manifest(reader, ref.repository, str(child["digest"]))
     if manifest is None:
         entry.notes.append(f"the index names {child['digest']}, which the registry does not have")
     return manifest
@@ -152,13 +193,15 @@ def collect(plan: Plan, reader_for: Callable[[str], RegistryReader], record_path
             if manifest is not None:
                 entry.pushed, entry.versions_from = True, "registry"
                 config_digest = manifest.config_digest
-                config = reader.config_blob(ref.repository, config_digest) if config_digest else {}
+                config = _config(reader, ref.repository, config_digest) if config_digest else {}
                 _fill_from_registry(entry, manifest, config, planned, image.flavor)
                 record = local_record(config_digest, record_path) if config_digest else None
                 if record is not None:
                     entry.recorded = True
                     entry.uncompressed = record.size
-                    entry.smoke = smoke_summary(record.tests) if record.tests else None
+                    latest = record.latest_run
+                    entry.smoke = smoke_summary(latest) if latest else None
+                    entry.smoke_runs = [smoke_summary(run) for run in record.runs]
             if n == 0:
                 tag_digest = entry.digest
             elif entry.digest and tag_digest and entry.digest != tag_digest:

@@ -21,7 +21,7 @@ class Header:
     registry: str  # where the tags were looked up (the registry prefix of the plan's tags)
     repositories: tuple[str, ...]
     generated_at: str  # UTC, ISO 8601
-    record: str  # the local record smoke results and uncompressed sizes come from
+    record: str  # the matrix's record (.imagebuild/<matrix>.state.json) smoke results and unpacked sizes come from
 
 
 def _cell(value: Any) -> str:
@@ -76,10 +76,11 @@ def render_markdown(entries: list[Entry], header: Header) -> str:
         "configs with their `io.imagebuild.*` / OCI labels, through the registry API; no image was pulled). Rows "
         "**not pushed** show what the plan would publish.",
         "- compressed: the sum of the manifest's layer sizes (what a pull downloads).",
-        f"- uncompressed, smoke and tested on: from the build record `{header.record}`, matched on the image's config "
-        "digest (its image ID), so a record of another build under the same tag never counts; the size is the "
+        f"- uncompressed, smoke and tested on: from the matrix's record `{header.record}`, matched on the image's "
+        "config digest (its image ID), so a record of another build under the same tag never counts; the size is the "
         "engine's size of that image. – / no record: that record does not know the image (a registry cannot tell "
-        "unpacked sizes without pulling the layers). smoke p/f/s: checks passed/failed/skipped by `imagebuild test`.",
+        "unpacked sizes without pulling the layers). smoke p/f/s: checks passed/failed/skipped in the latest "
+        "`imagebuild test` of that image; tested on: CPU host (every GPU check skipped) or the GPU model(s).",
     ]
     notes = [f"- `{e.tag}`: {note}" for e in entries for note in e.notes]
     if notes:

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from imagebuild.commands._options import matrix_option, registry_option, resolve_matrix_path
+from imagebuild.commands._options import matrix_option, registry_option, state_dir_option
 
 
 @click.command("catalog")
@@ -17,18 +17,19 @@ from imagebuild.commands._options import matrix_option, registry_option, resolve
 @click.option("--password-stdin", is_flag=True, help="Read the registry password from standard input.")
 @click.option("--ca-file", default=None, type=click.Path(dir_okay=False, exists=True),
               help="CA certificate of a TLS registry (default: /etc/docker/certs.d/<registry>/ca.crt).")
-@click.option("--report-dir", default="reports", show_default=True, metavar="DIR",
-              help="build-report.json here gives smoke results and unpacked sizes (matched on the image ID).")
+@state_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Write JSON instead of Markdown.")
 @click.option("--output", "-o", default=None, type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Write here (replaced only once the whole catalog is read) instead of standard output.")
-def command(matrix, registry, username, password_stdin, ca_file, report_dir, as_json, output):
+def command(matrix, registry, username, password_stdin, ca_file, state_dir, as_json, output):
     """Write the catalog of a matrix's images: for every tag and alias of its plan the torch, CUDA, cuDNN, NCCL,
     Python, OS and TE versions, flavor, compressed and unpacked size, digest, smoke result, where the smoke test ran
     (CPU host or GPU model) and the build date.
 
     Read through the registry API (manifests and image configs with their labels; no image is pulled) and from the
-    local build record; tags the registry lacks are listed as not pushed. Meant to be the registry's README.
+    matrix's record (.imagebuild/<matrix>.state.json: smoke results and unpacked sizes, matched on the image ID);
+    tags the registry lacks are listed as not pushed. The registry is --registry, else the one the record's build
+    used, else the matrix's. Meant to be the registry's README.
 
     \b
     Credentials as for `imagebuild push`: --username U --password-stdin, IMAGEBUILD_REGISTRY_USER +
@@ -43,18 +44,21 @@ def command(matrix, registry, username, password_stdin, ca_file, report_dir, as_
     from pathlib import Path
 
     from imagebuild.catalog import Header, collect, render_json, render_markdown
+    from imagebuild.commands._state import plan_with_record
     from imagebuild.errors import EXIT_OK, UsageError
     from imagebuild.oci import Reference, RegistryClient, read_password_stdin, resolve_auth
-    from imagebuild.plan import make_plan
-    from imagebuild.report import JSON_NAME
+    from imagebuild.record import record_path
 
     if password_stdin and not username:
         raise UsageError("--password-stdin needs --username")
     if output and not Path(output).resolve().parent.is_dir():
         raise UsageError(f"-o {output}: directory {Path(output).resolve().parent} does not exist")
     password = read_password_stdin(sys.stdin) if password_stdin else None
-    path = resolve_matrix_path(matrix)
-    plan = make_plan(path, None, registry)
+    # tags do not depend on the build inputs; the record only gives the registry its build used (and says when it
+    # cannot be trusted)
+    planned = plan_with_record(matrix, registry, None, lambda m: click.echo(m, err=True) if
+                               m.startswith("warning") else None, state_dir)
+    path, plan, registry = planned.path, planned.plan, planned.registry
     prefixes = sorted({(img.variant.registry if registry is None else registry).rstrip("/") for img in plan.images})
     if not plan.images or "" in prefixes:
         raise UsageError(f"{path}: the plan's tags name no registry (matrix `registry` is empty); "
@@ -73,11 +77,12 @@ def command(matrix, registry, username, password_stdin, ca_file, report_dir, as_
             clients[host] = client
         return clients[host]
 
-    entries = collect(plan, reader_for, Path(report_dir) / JSON_NAME)
+    record = record_path(path, state_dir)
+    entries = collect(plan, reader_for, record)
     header = Header(matrix=str(matrix), registry=", ".join(prefixes),
                     repositories=tuple(dict.fromkeys(img.repository for img in plan.images)),
                     generated_at=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                    record=str(Path(report_dir) / JSON_NAME))
+                    record=str(record))
     text = render_json(entries, header) if as_json else render_markdown(entries, header)
     if output:
         _write(Path(output), text)
