@@ -184,6 +184,14 @@ def test_no_record_and_stale_alias_and_foreign_image(plan, tmp_path):
     assert "| no record | – |" in row
 
 
+def test_not_pushed_rows_show_the_planned_labels(plan, tmp_path):
+    entries = collect(plan, lambda host: FakeReader(), tmp_path / "none.json")
+    base = next(e for e in entries if e.reference == plan.images[0].tag)
+    runtime = next(e for e in entries if e.reference == plan.images[1].tag)
+    assert not base.pushed and base.versions["torch"] is None and base.versions["python"] == "3.11"
+    assert runtime.versions["torch"] == "2.13.0" and runtime.versions_from == "plan"
+
+
 def test_index_sizes_of_linux_amd64(plan, tmp_path):
     base = plan.images[0]
     reader = FakeReader()

@@ -182,11 +182,14 @@ def collect(plan: Plan, reader_for: Callable[[str], RegistryReader], record_path
     entries: list[Entry] = []
     for image in plan.images:
         planned = dict(image.variant.versions.as_dict())
+        # a not-pushed row shows what the image would carry: its planned labels (a base has no torch), else the pins
+        would_carry = ({col: image.labels.get(label) or None for col, label in VERSION_LABELS.items()}
+                       if image.labels else {col: planned.get(col) for col in VERSION_LABELS})
         tag_digest: str | None = None  # the full tag's digest, to flag an alias that points elsewhere
         for n, text in enumerate(references(image)):
             ref = Reference.parse(text)
             entry = Entry(reference=text, tag=ref.tag or "", alias_of=image.tag if n else None, flavor=image.flavor,
-                          versions={col: planned.get(col) for col in VERSION_LABELS}, pushed=False,
+                          versions=dict(would_carry), pushed=False,
                           versions_from="plan")
             reader = reader_for(ref.registry)
             manifest = _image_manifest(reader, ref, entry)
