@@ -30,6 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "compat": {"foundation"},
     "oci": {"foundation"},
     "engine": {"foundation"},
+    "host": {"foundation"},  # GPUs/NUMA/memory read under a root directory: no docker, no stage
     "matrix": {"foundation", "compat", "oci"},
     "resolve": {"foundation", "compat", "oci", "matrix"},
     "render": {"foundation", "compat", "oci", "matrix", "resolve"},
@@ -38,12 +39,13 @@ ALLOWED: dict[str, set[str]] = {
     "builder": PURE | {"engine", "report"},
     "push": PURE | {"engine"},
     "smoke": PURE | {"engine", "probe"},
-    "commands": PURE | {"engine", "report", "builder", "push", "smoke"},
+    "launch": PURE | {"engine", "host"},
+    "commands": PURE | {"engine", "host", "report", "builder", "push", "smoke", "launch"},
     "cli": {"foundation", "commands"},
     "probe": set(),  # runs inside images: see probe_rule
     "suite": set(),  # a separate pytest run: never imports imagebuild
 }
-NO_DOCKER = {"foundation", "compat", "matrix", "resolve", "render", "plan", "report"}
+NO_DOCKER = {"foundation", "compat", "host", "matrix", "resolve", "render", "plan", "report"}
 ENGINE_CLIENT_OWNERS = {"engine", "suite"}  # suite: separate process, inspects through testinfra's docker backend
 PROBE_THIRD_PARTY = {"torch", "transformer_engine", "numpy"}  # numpy: torch's optional interop, guarded
 
@@ -199,7 +201,7 @@ def test_source_follows_the_import_rules():
 def test_pure_stages_do_not_load_docker_transitively():
     """Importing the stages validate/plan/render use must not load the docker SDK on the way (a fresh interpreter)."""
     modules = ["imagebuild.compat", "imagebuild.matrix", "imagebuild.resolve", "imagebuild.render", "imagebuild.plan",
-               "imagebuild.report"]
+               "imagebuild.report", "imagebuild.host"]
     code = ("import importlib, sys\n"
             f"for m in {modules!r}:\n"
             "    importlib.import_module(m)\n"
