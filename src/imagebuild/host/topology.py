@@ -118,7 +118,7 @@ def _gpus_from_proc(root: Path) -> list[tuple[int, str, str, str]]:
 
 
 _GPU_LINE = re.compile(r"^GPU (\d+): (.*) \(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
-_MIG_LINE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[0-9a-fA-F/-]+)\)\s*$")
+_MIG_LINE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[0-9A-Za-z/-]+)\)\s*$")
 
 
 def parse_smi_list(text: str) -> dict[int, tuple[str, str, list[MigDevice]]]:

@@ -30,10 +30,9 @@ def _valid(topo: Topology) -> str:
 def select_gpus(spec: str, topo: Topology, engine_has_gpus: bool) -> GpuSelection:
     """Resolve `--gpus SPEC` against the host: UsageError (one line, with the valid choices) for an unknown index or
     UUID; no GPUs on the host with `all` runs without them (and says so)."""
-    text = spec.strip()
+    text = spec.strip().strip("\"'")  # docker's own spelling: '"device=0,1"'
     if text.startswith("device="):
         text = text[len("device="):]
-    text = text.strip("\"'")
     if text in ("none", "0-gpus", ""):
         return GpuSelection(request=False)
     if not topo.gpus:

@@ -1,0 +1,17 @@
+"""Recorded host trees (tests/unit/fixtures/hosts/<name>/) as host.Topology, with their recorded nvidia-smi outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from imagebuild.host import Topology, read_topology
+
+HOSTS = Path(__file__).parent / "fixtures" / "hosts"
+
+
+def topo_of(name: str, smi: bool = True) -> Topology:
+    root = HOSTS / name
+    if not smi:
+        return read_topology(root)
+    return read_topology(root, smi_query=(root / "nvidia-smi/query-gpu.csv").read_text(),
+                         smi_list=(root / "nvidia-smi/L.txt").read_text())
