@@ -78,9 +78,13 @@ def run_command(client: Any, settings: ContainerSettings, echo: Echo) -> int:
         with _signals_raise():
             if settings.tty:
                 return _run_tty(client, settings, echo)
-            container = _start(client, settings, echo)
-            for out, err in client.api.attach(container.id, stdout=True, stderr=True, stream=True, logs=True,
-                                              demux=True):
+            holder: dict[str, Any] = {}
+
+            def attach(created: Any) -> None:  # before the start, as `docker run` does: no output can be missed
+                holder["stream"] = client.api.attach(created.id, stdout=True, stderr=True, stream=True, demux=True)
+
+            container = _start(client, settings, echo, attach)
+            for out, err in holder["stream"]:
                 for data, stream in ((out, sys.stdout), (err, sys.stderr)):
                     if data:
                         stream.buffer.write(data)
