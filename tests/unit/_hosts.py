@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imagebuild.host import Topology, read_topology
+from imagebuild.host import Topology, nvidia_smi_outputs, read_topology
 
 HOSTS = Path(__file__).parent / "fixtures" / "hosts"
 
@@ -13,5 +13,4 @@ def topo_of(name: str, smi: bool = True) -> Topology:
     root = HOSTS / name
     if not smi:
         return read_topology(root)
-    return read_topology(root, smi_query=(root / "nvidia-smi/query-gpu.csv").read_text(),
-                         smi_list=(root / "nvidia-smi/L.txt").read_text())
+    return read_topology(root, **nvidia_smi_outputs(root))

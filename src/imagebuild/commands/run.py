@@ -25,18 +25,10 @@ def _env_pairs(values) -> dict[str, str]:
 
 
 def _host_facts(root: Path):
-    """The host's GPU/NUMA topology and memory size: nvidia-smi on the live host; under IMAGEBUILD_HOST_ROOT a
-    recorded tree, with its recorded nvidia-smi outputs (nvidia-smi/query-gpu.csv, nvidia-smi/L.txt) when present."""
+    """The host's GPU/NUMA topology and memory size (under IMAGEBUILD_HOST_ROOT: a recorded tree)."""
     from imagebuild.host import mem_total_bytes, nvidia_smi_outputs, read_topology
 
-    if root == Path("/"):
-        smi = nvidia_smi_outputs()
-    else:
-        smi = {}
-        for key, name in (("smi_query", "query-gpu.csv"), ("smi_list", "L.txt")):
-            path = root / "nvidia-smi" / name
-            smi[key] = path.read_text() if path.is_file() else None
-    return read_topology(root, **smi), mem_total_bytes(root)
+    return read_topology(root, **nvidia_smi_outputs(root)), mem_total_bytes(root)
 
 
 def _image(client, ref, matrix, flavor, only, registry, echo):
