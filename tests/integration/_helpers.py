@@ -124,3 +124,42 @@ def ns() -> str:
 
 def auth(address: str, password: str = PASSWORD) -> RegistryAuth:
     return RegistryAuth(address, USER, password, source="options")
+
+
+def cpu_image(request, flavor: str) -> str:
+    """The real images/cpu.yaml image of `flavor` (conftest.cpu_build, built once per session), or the image named by
+    IMAGEBUILD_SMOKE_IMAGE (runtime) / IMAGEBUILD_SMOKE_DEV_IMAGE (dev)."""
+    override = os.environ.get({"runtime": "IMAGEBUILD_SMOKE_IMAGE", "dev": "IMAGEBUILD_SMOKE_DEV_IMAGE"}[flavor])
+    if override:
+        return override
+    build = request.getfixturevalue("cpu_build")
+    assert build.result.returncode == 0, build.result.stdout[-3000:] + build.result.stderr[-3000:]
+    return next(i.tag for i in build.plan.images if i.flavor == flavor)
+
+
+def under_pty(argv: list[str], timeout: float = 120.0) -> tuple[int, str]:
+    """Run argv with a pseudo-terminal as its stdin/stdout/stderr (an interactive start): (exit status, output)."""
+    import pty
+    import select
+    import time
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec argv on the terminal
+        os.execvp(argv[0], argv)
+    out = bytearray()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 1.0)
+        if ready:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            out.extend(data)
+    else:
+        os.kill(pid, 9)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace").replace("\r\n", "\n")

@@ -30,6 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "compat": {"foundation"},
     "oci": {"foundation"},
     "engine": {"foundation"},
+    "host": {"foundation"},  # GPUs/NUMA/memory read under a root directory: no docker, no stage
     "matrix": {"foundation", "compat", "oci"},
     "resolve": {"foundation", "compat", "oci", "matrix"},
     "render": {"foundation", "compat", "oci", "matrix", "resolve"},
@@ -40,12 +41,13 @@ ALLOWED: dict[str, set[str]] = {
     "push": PURE | {"engine", "record"},
     "smoke": PURE | {"engine", "probe", "record"},
     "catalog": PURE | {"record"},  # the registry through oci, smoke results/sizes from the record; no engine
-    "commands": PURE | {"engine", "report", "record", "builder", "push", "smoke", "catalog"},
+    "launch": PURE | {"engine", "host", "record"},
+    "commands": PURE | {"engine", "host", "report", "record", "builder", "push", "smoke", "catalog", "launch"},
     "cli": {"foundation", "commands"},
     "probe": set(),  # runs inside images: see probe_rule
     "suite": set(),  # a separate pytest run: never imports imagebuild
 }
-NO_DOCKER = {"foundation", "compat", "matrix", "resolve", "render", "plan", "report", "record"}
+NO_DOCKER = {"foundation", "compat", "host", "matrix", "resolve", "render", "plan", "report", "record"}
 ENGINE_CLIENT_OWNERS = {"engine", "suite"}  # suite: separate process, inspects through testinfra's docker backend
 PROBE_THIRD_PARTY = {"torch", "transformer_engine", "numpy"}  # numpy: torch's optional interop, guarded
 
@@ -201,7 +203,7 @@ def test_source_follows_the_import_rules():
 def test_pure_stages_do_not_load_docker_transitively():
     """Importing the stages validate/plan/render use must not load the docker SDK on the way (a fresh interpreter)."""
     modules = ["imagebuild.compat", "imagebuild.matrix", "imagebuild.resolve", "imagebuild.render", "imagebuild.plan",
-               "imagebuild.report", "imagebuild.record"]
+               "imagebuild.report", "imagebuild.record", "imagebuild.host"]
     code = ("import importlib, sys\n"
             f"for m in {modules!r}:\n"
             "    importlib.import_module(m)\n"

@@ -156,9 +156,10 @@ def test_jupyter_guard_extension():
 def test_context_files_per_flavor():
     names = {f: sorted(render_image(CPU, f).context_files) for f in FLAVORS}
     assert names["base"] == []
-    assert names["runtime"] == ["files/imagebuild_tf32.pth", "files/imagebuild_tf32.py"]
+    assert names["runtime"] == ["files/imagebuild-banner", "files/imagebuild-entrypoint", "files/imagebuild_tf32.pth",
+                                "files/imagebuild_tf32.py"]
     assert names["dev"] == sorted(f"files/{n}" for n in (
-        "imagebuild_jupyter_guard.py", "jupyter_imagebuild.json", "jupyter_server_config.py",
+        "imagebuild-banner", "imagebuild_jupyter_guard.py", "jupyter_imagebuild.json", "jupyter_server_config.py",
         "sshd_imagebuild.conf", "start-sshd"))
     for name, data in render_image(CPU, "dev").context_files.items():
         if name.endswith(".py"):
@@ -186,3 +187,77 @@ def test_lint_wrapper_without_hadolint():
     with pytest.raises(lint.HadolintMissing):
         lint.lint_dockerfile("FROM x\n", hadolint="")  # "" = not found: falls back to PATH only when None
     assert Finding(1, "DL1", "info", "m").level == "info"
+
+
+def _entrypoint(tmp_path, flavor: str = "runtime"):
+    """The rendered entrypoint, pointed at a banner file under tmp_path (the image's is /etc/imagebuild/banner)."""
+    r = render_image(CU128_TE, flavor)
+    banner = tmp_path / "banner"
+    banner.write_bytes(r.context_files["files/imagebuild-banner"])
+    script = tmp_path / "entrypoint"
+    script.write_text(r.context_files["files/imagebuild-entrypoint"].decode().replace("/etc/imagebuild/banner",
+                                                                                        str(banner)))
+    return script
+
+
+def _under_pty(argv: list[str], env: dict[str, str]) -> str:
+    """Run argv with a pseudo-terminal as stdin/stdout/stderr (an interactive start); everything it printed."""
+    import os
+    import pty
+
+    out = bytearray()
+
+    def read(fd):
+        data = os.read(fd, 4096)
+        out.extend(data)
+        return data
+
+    old = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        pty.spawn(argv, read)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    return out.decode(errors="replace").replace("\r\n", "\n")
+
+
+def test_banner_names_the_variant():
+    runtime = render_image(CU128_TE, "runtime").context_files["files/imagebuild-banner"].decode()
+    assert runtime.splitlines()[0].startswith("== ") and " runtime image 2.9.1-cuda12.8-" in runtime
+    assert "torch 2.9.1 | CUDA 12.8 | cuDNN 9.10.2.21 | NCCL 2.27.5" in runtime
+    assert "Jupyter" not in runtime
+    dev = render_image(CU128_TE, "dev").context_files["files/imagebuild-banner"].decode()
+    assert " dev image " in dev and "imagebuild run --jupyter" in dev and "imagebuild run --ssh" in dev
+    cpu = render_image(CPU, "runtime").context_files["files/imagebuild-banner"].decode()
+    assert "torch 2.13.0 (CPU) | Python 3.11 | debian12" in cpu and "cuDNN" not in cpu
+
+
+def test_entrypoint_quiet_without_a_terminal(tmp_path):
+    script = _entrypoint(tmp_path)
+    p = subprocess.run(["sh", str(script), "echo", "ran"], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                       env={"PATH": "/usr/bin:/bin", "IMAGEBUILD_TF32": "1"})
+    assert p.returncode == 0 and p.stdout == "ran\n" and p.stderr == ""
+
+
+def test_entrypoint_banner_on_a_terminal(tmp_path):
+    script = _entrypoint(tmp_path)
+    text = _under_pty(["sh", str(script), "sh", "-c", "echo ran; exit 3"], {"PATH": "/usr/bin:/bin",
+                                                                           "IMAGEBUILD_TF32": "1"})
+    lines = text.splitlines()
+    assert lines[0].startswith("== ") and "torch 2.9.1" in lines[1]
+    assert "TF32: on for matmul and cuDNN" in text
+    assert lines[-1] == "ran"  # the command runs after the banner, with its own output unchanged
+    # the fix line appears exactly when this host's limits are too small for NCCL/DataLoader workers
+    import os
+    import resource
+
+    shm_small = os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize < 1 << 30
+    memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    assert ("--ipc=host" in text) == shm_small
+    assert ("--ulimit memlock=-1" in text) == (memlock != resource.RLIM_INFINITY)
+    off = _under_pty(["sh", str(script), "echo", "ran"], {"PATH": "/usr/bin:/bin", "IMAGEBUILD_TF32": "0"})
+    assert "TF32: off" in off
+    quiet = _under_pty(["sh", str(script), "echo", "ran"], {"PATH": "/usr/bin:/bin", "IMAGEBUILD_BANNER": "0"})
+    assert quiet.strip() == "ran"

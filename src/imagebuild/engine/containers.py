@@ -12,6 +12,7 @@ import atexit
 import os
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,16 @@ class ContainerSettings:
     stack_bytes: int | None = STACK_BYTES
     network: str = "none"  # "none" or "host": never a bridge network
     labels: dict[str, str] = field(default_factory=dict)
+    # `imagebuild run` (launch/): which GPUs, CPU/memory pinning, mounts, user, environment, a terminal
+    gpu_ids: tuple[str, ...] = ()  # with gpus: these devices (indexes, GPU-/MIG- UUIDs); empty = all
+    cpuset_cpus: str | None = None  # "0-55,112-167"
+    cpuset_mems: str | None = None  # "0"
+    mounts: tuple[tuple[str, str, str], ...] = ()  # (host path, container path, "rw"|"ro")
+    user: str | None = None  # "UID:GID"; None: the image's user
+    environment: dict[str, str] = field(default_factory=dict)
+    tty: bool = False  # `-t`
+    stdin_open: bool = False  # `-i`
+    working_dir: str | None = None
 
     def kwargs(self) -> dict[str, Any]:
         import docker
@@ -52,7 +63,7 @@ class ContainerSettings:
             ulimits.append(docker.types.Ulimit(name="stack", soft=self.stack_bytes, hard=self.stack_bytes))
         kw: dict[str, Any] = {
             "image": self.image,
-            "command": list(self.command),
+            "command": list(self.command) or None,  # none: the image's CMD
             "name": self.name,
             "detach": True,
             "network_mode": self.network,
@@ -64,8 +75,61 @@ class ContainerSettings:
         else:
             kw["shm_size"] = self.shm_size
         if self.gpus:
-            kw["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+            kw["device_requests"] = [
+                docker.types.DeviceRequest(device_ids=list(self.gpu_ids), capabilities=[["gpu"]]) if self.gpu_ids
+                else docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
+            ]
+        if self.cpuset_cpus:
+            kw["cpuset_cpus"] = self.cpuset_cpus
+        if self.cpuset_mems:
+            kw["cpuset_mems"] = self.cpuset_mems
+        if self.mounts:
+            kw["volumes"] = {host: {"bind": path, "mode": mode} for host, path, mode in self.mounts}
+        if self.user:
+            kw["user"] = self.user
+        if self.environment:
+            kw["environment"] = dict(self.environment)
+        if self.tty:
+            kw["tty"] = True
+        if self.stdin_open:
+            kw["stdin_open"] = True
+        if self.working_dir:
+            kw["working_dir"] = self.working_dir
         return kw
+
+    def docker_run_args(self, *, remove: bool = True) -> list[str]:
+        """The same settings as `docker run` arguments (what `imagebuild run --print` shows): one source for both."""
+        args = ["docker", "run"]
+        if remove:
+            args.append("--rm")
+        if self.stdin_open:
+            args.append("-i")
+        if self.tty:
+            args.append("-t")
+        args += ["--name", self.name]
+        if self.gpus:
+            args += ["--gpus", f'"device={",".join(self.gpu_ids)}"' if self.gpu_ids else "all"]
+        args += ["--ipc=host"] if self.ipc_host else [f"--shm-size={self.shm_size}"]
+        if self.memlock_unlimited:
+            args += ["--ulimit", "memlock=-1"]
+        if self.stack_bytes:
+            args += ["--ulimit", f"stack={self.stack_bytes}"]
+        if self.cpuset_cpus:
+            args.append(f"--cpuset-cpus={self.cpuset_cpus}")
+        if self.cpuset_mems:
+            args.append(f"--cpuset-mems={self.cpuset_mems}")
+        args.append(f"--network={self.network}")
+        for host, path, mode in self.mounts:
+            args += ["-v", f"{host}:{path}" + (":ro" if mode == "ro" else "")]
+        if self.working_dir:
+            args += ["-w", self.working_dir]
+        if self.user:
+            args += ["--user", self.user]
+        for key, value in self.environment.items():
+            args += ["-e", f"{key}={value}"]
+        for key, value in self.labels.items():
+            args += ["--label", f"{key}={value}"]
+        return [*args, self.image, *self.command]
 
 
 def host_has_gpus(client: docker.DockerClient) -> bool:
@@ -103,11 +167,12 @@ def remove_leftovers() -> None:
         remove(c)
 
 
-def start(client: docker.DockerClient, kw: dict[str, Any],
-          extra: dict[str, Any]) -> tuple[Container | None, str | None]:
+def start(client: docker.DockerClient, kw: dict[str, Any], extra: dict[str, Any],
+          before_start: Callable[[Container], None] | None = None) -> tuple[Container | None, str | None]:
     """Create + start (so a container that fails to start is still ours to remove): (container, None) or
     (None, error). An engine that may not raise memlock/stack limits (rootless, user namespaces) or has no GPU
-    runtime gets another try without them, noted in `extra["notes"]` (and `extra["gpus_requested"] = False`)."""
+    runtime gets another try without them, noted in `extra["notes"]` (and `extra["gpus_requested"] = False`).
+    `before_start(container)` runs between create and start (e.g. to attach to its terminal before output flows)."""
     import docker
 
     kw = dict(kw)
@@ -117,6 +182,8 @@ def start(client: docker.DockerClient, kw: dict[str, Any],
         with _LIVE_LOCK:
             _LIVE[str(container.id)] = container
         try:
+            if before_start is not None:
+                before_start(container)
             container.start()
             return container, None
         except docker.errors.APIError as exc:
@@ -134,4 +201,7 @@ def start(client: docker.DockerClient, kw: dict[str, Any],
                 notes.append(f"GPU request failed ({msg[:200]}): ran without GPUs")
                 continue
             return None, msg
+        except BaseException:  # Ctrl-C or a failing before_start: the half-started container goes too
+            remove(container)
+            raise
     return None, "gave up after retries"

@@ -311,6 +311,8 @@ def _runtime_parts(c: _Common, inputs: BuildInputs) -> _Parts:
     files = {
         f"{FILES_DIR}/imagebuild_tf32.py": _render_file("files/imagebuild_tf32.py.j2", tf32=c.variant.tf32),
         f"{FILES_DIR}/imagebuild_tf32.pth": _render_file("files/imagebuild_tf32.pth.j2"),
+        f"{FILES_DIR}/imagebuild-entrypoint": _render_file("files/imagebuild-entrypoint.j2"),
+        **_banner(c),
     }
     return _Parts(ctx, files=files, pip_requirements=torch_requirements)
 
@@ -339,6 +341,12 @@ def _transformer_engine(c: _Common) -> dict[str, object] | None:
     }
 
 
+def _banner(c: _Common) -> dict[str, bytes]:
+    """/etc/imagebuild/banner: what imagebuild-entrypoint prints on an interactive start (each flavor its own)."""
+    return {f"{FILES_DIR}/imagebuild-banner": _render("files/imagebuild-banner.j2", v=c.variant,
+                                                      flavor=c.flavor).rstrip("\n").encode() + b"\n"}
+
+
 DEV_FILES = ("jupyter_server_config.py", "jupyter_imagebuild.json", "imagebuild_jupyter_guard.py",
              "sshd_imagebuild.conf", "start-sshd")
 
@@ -357,6 +365,7 @@ def _dev_parts(c: _Common, inputs: BuildInputs) -> _Parts:
         "cuda_env": cuda.env,
     }
     files = {f"{FILES_DIR}/{name}": _render_file(f"files/{name}.j2") for name in DEV_FILES}
+    files.update(_banner(c))
     return _Parts(ctx, files=files, pip_requirements=dev_requirements)
 
 

@@ -70,6 +70,8 @@ COPY files/imagebuild_jupyter_guard.py /opt/venv/lib/python3.11/site-packages/im
 COPY files/sshd_imagebuild.conf /etc/ssh/sshd_config.d/10-imagebuild.conf
 COPY files/start-sshd /usr/local/bin/start-sshd
 RUN chmod 0755 /usr/local/bin/start-sshd
+# The interactive-start banner (runtime's entrypoint prints it) names this flavor and its Jupyter/SSH commands.
+COPY files/imagebuild-banner /etc/imagebuild/banner
 EXPOSE 8888 22
 
 WORKDIR /workspace

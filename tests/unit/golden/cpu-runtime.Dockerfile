@@ -55,6 +55,13 @@ ENV IMAGEBUILD_TF32=0 \
 # NCCL and DataLoader workers need more than Docker's default 64 MB /dev/shm and unlimited locked memory. Run with:
 #   docker run --gpus all --ipc=host --ulimit memlock=-1 --ulimit stack=67108864 ...
 # (or --shm-size=16g instead of --ipc=host). NCCL_DEBUG=INFO shows the transport NCCL picked (P2P/SHM/NET).
+# An interactive start (a terminal on stdin) prints the banner: versions, TF32 policy, and the flags above when
+# /dev/shm or the ulimits are too small. Non-interactive commands print nothing (CI logs stay clean).
+COPY files/imagebuild-entrypoint /usr/local/bin/imagebuild-entrypoint
+COPY files/imagebuild-banner /etc/imagebuild/banner
+RUN chmod 0755 /usr/local/bin/imagebuild-entrypoint
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/imagebuild-entrypoint"]
+CMD ["bash"]
 
 WORKDIR /workspace
 # ml (uid 1000): numeric, so that runtimes can verify "non-root" (e.g. Kubernetes runAsNonRoot).

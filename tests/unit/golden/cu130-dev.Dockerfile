@@ -76,6 +76,8 @@ COPY files/imagebuild_jupyter_guard.py /opt/venv/lib/python3.13/site-packages/im
 COPY files/sshd_imagebuild.conf /etc/ssh/sshd_config.d/10-imagebuild.conf
 COPY files/start-sshd /usr/local/bin/start-sshd
 RUN chmod 0755 /usr/local/bin/start-sshd
+# The interactive-start banner (runtime's entrypoint prints it) names this flavor and its Jupyter/SSH commands.
+COPY files/imagebuild-banner /etc/imagebuild/banner
 ENV CUDA_HOME=/opt/venv/lib/python3.13/site-packages/nvidia/cu13 \
     PATH=/opt/venv/lib/python3.13/site-packages/nvidia/cu13/bin:$PATH \
     CPATH=/opt/venv/lib/python3.13/site-packages/nvidia/cu13/include:/opt/venv/lib/python3.13/site-packages/nvidia/cu13/include/cccl:/opt/venv/lib/python3.13/site-packages/nvidia/cublas/include:/opt/venv/lib/python3.13/site-packages/nvidia/cuda_cupti/include:/opt/venv/lib/python3.13/site-packages/nvidia/cuda_nvrtc/include:/opt/venv/lib/python3.13/site-packages/nvidia/cuda_runtime/include:/opt/venv/lib/python3.13/site-packages/nvidia/cudnn/include:/opt/venv/lib/python3.13/site-packages/nvidia/cufft/include:/opt/venv/lib/python3.13/site-packages/nvidia/curand/include:/opt/venv/lib/python3.13/site-packages/nvidia/cusolver/include:/opt/venv/lib/python3.13/site-packages/nvidia/cusparse/include:/opt/venv/lib/python3.13/site-packages/nvidia/cusparselt/include:/opt/venv/lib/python3.13/site-packages/nvidia/nccl/include:/opt/venv/lib/python3.13/site-packages/nvidia/nvjitlink/include:/opt/venv/lib/python3.13/site-packages/nvidia/nvshmem/include:/opt/venv/lib/python3.13/site-packages/nvidia/nvtx/include \

@@ -1,0 +1,140 @@
+"""`imagebuild run`: start an image with the GPU, /dev/shm, ulimit and NUMA settings PyTorch needs (see launch/)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from imagebuild.errors import UsageError
+
+ROOT_ENV = "IMAGEBUILD_HOST_ROOT"  # read GPUs/NUMA/memory under this root instead of / (recorded trees, tests)
+
+
+def _env_pairs(values) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not key.strip():
+            raise UsageError(f"--env {item!r}: want KEY=VALUE (or KEY to pass the caller's value)")
+        out[key.strip()] = value if sep else os.environ.get(key.strip(), "")
+    return out
+
+
+def _host_facts(root: Path):
+    """The host's GPU/NUMA topology and memory size (under IMAGEBUILD_HOST_ROOT: a recorded tree)."""
+    from imagebuild.host import mem_total_bytes, nvidia_smi_outputs, read_topology
+
+    return read_topology(root, **nvidia_smi_outputs(root)), mem_total_bytes(root)
+
+
+def _image(client, ref, matrix, flavor, only, registry, echo):
+    from imagebuild.launch import image as launch_image
+
+    if not matrix:
+        return launch_image.inspect(client, ref)
+    from imagebuild.commands._state import locate, plan_with_record
+
+    planned = plan_with_record(matrix, registry, None, echo)
+    path = planned.path
+    row = launch_image.pick(planned.plan, flavor, only, str(path))
+    image_id, why = locate(client, row, planned.record)  # the record's image for exactly these inputs
+    if image_id is None:
+        raise UsageError(f"{path}: {row.id} is not built here ({why}); build it with "
+                         f"`imagebuild build --matrix {matrix} --only {row.id}`")
+    from dataclasses import replace
+
+    info = replace(launch_image.inspect(client, image_id), ref=row.tag)  # runs the ID, shows the tag
+    echo(f"image: {row.tag} ({image_id[:19]})")
+    return info
+
+
+@click.command("run", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--matrix", "-m", metavar="FILE", help="run this matrix's image of --flavor instead of a REF")
+@click.option("--flavor", type=click.Choice(["base", "runtime", "dev"]), help="with --matrix: which image")
+@click.option("--only", help="with --matrix: narrow to one variant (id/tag/variant substring or glob)")
+@click.option("--registry", default=None, help="with --matrix: registry prefix the plan's tags carry")
+@click.option("--gpus", default="all", show_default=True, metavar="all|none|LIST",
+              help="GPU indexes, GPU-/MIG- UUIDs, comma-separated (nvidia-smi -L lists them)")
+@click.option("--ipc-host", is_flag=True, help="share the host's IPC namespace and /dev/shm (--ipc=host)")
+@click.option("--shm-size", metavar="SIZE", help="/dev/shm size (default: half the host's memory)")
+@click.option("--no-numa", is_flag=True, help="do not pin CPUs/memory to the selected GPUs' NUMA node")
+@click.option("--workspace", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="directory mounted at /workspace (default: the current one)")
+@click.option("--no-workspace", is_flag=True, help="mount nothing at /workspace")
+@click.option("--env", "-e", "env", multiple=True, metavar="KEY=VALUE", help="environment variable; repeatable")
+@click.option("--name", help="container name (default: ibrun-<image>-<random>)")
+@click.option("--jupyter", is_flag=True, help="dev images: JupyterLab on 127.0.0.1 with a fresh token")
+@click.option("--ssh", is_flag=True, help="dev images: key-only sshd on 127.0.0.1 with your public key")
+@click.option("--port", type=int, help="with --jupyter/--ssh: the port (default: a free one)")
+@click.option("--ssh-key", type=click.Path(dir_okay=False, path_type=Path),
+              help="with --ssh: public key file (default: ~/.ssh/*.pub)")
+@click.option("--print", "print_only", is_flag=True, help="print the equivalent `docker run` line, start nothing")
+def command(args, matrix, flavor, only, registry, gpus, ipc_host, shm_size, no_numa, workspace, no_workspace, env,
+            name, jupyter, ssh, port, ssh_key, print_only):
+    """Start IMAGE (or the matrix's image of --flavor) with GPUs, a big /dev/shm, memlock/stack ulimits, NUMA
+    pinning, the current directory at /workspace as your UID/GID; removed on exit.
+
+    \b
+    Examples:
+      imagebuild run registry/pytorch:2.9.1-cuda12.8-cudnn9-py3.12-ubuntu24.04-runtime -- python train.py
+      imagebuild run --matrix images/h100.yaml --flavor dev --gpus 0,1
+      imagebuild run --matrix images/cpu.yaml --flavor dev --jupyter
+      imagebuild run --print IMAGE -- torchrun --nproc-per-node 8 train.py
+    """
+    from imagebuild.launch.spec import RunRequest, make_launch
+
+    def echo(msg: str) -> None:
+        click.echo(msg, err=True)
+
+    args = list(args)
+    if args and args[0].startswith("-") and args[0] != "--":
+        raise UsageError(f"no such option: {args[0]} (options go before the image)")
+    if matrix:
+        if not flavor:
+            raise UsageError("--matrix needs --flavor base|runtime|dev")
+        ref = None
+    else:
+        if flavor or only or registry is not None:
+            raise UsageError("--flavor, --only and --registry go with --matrix")
+        if not args or args[0] == "--":
+            raise UsageError("give an IMAGE (tag, reference or ID) or --matrix FILE --flavor F")
+        ref = args.pop(0)
+    if args and args[0] == "--":
+        args.pop(0)
+    if no_workspace and workspace:
+        raise UsageError("--workspace and --no-workspace: pick one")
+    req = RunRequest(
+        command=tuple(args), gpus=gpus, ipc_host=ipc_host, shm_size=shm_size, numa=not no_numa,
+        workspace=None if no_workspace else (workspace or Path.cwd()), env=_env_pairs(env), name=name,
+        jupyter=jupyter, ssh=ssh, port=port, ssh_key=ssh_key,
+        interactive=sys.stdin.isatty() and sys.stdout.isatty() and not print_only,
+        caller=(os.getuid(), os.getgid()), home=Path.home(),
+    )
+    from imagebuild.engine import connect, host_has_gpus
+
+    client = connect("smoke")
+    info = _image(client, ref, matrix, flavor, only, registry, echo)
+    topo, mem = _host_facts(Path(os.environ.get(ROOT_ENV) or "/"))
+    launch = make_launch(req, info, topo, engine_has_gpus=bool(topo.gpus) or host_has_gpus(client), mem_bytes=mem)
+    for note in launch.notes:
+        echo(note)
+    if print_only:
+        settings = launch.settings
+        if info.ref != info.id and settings.image == info.id:  # print the name the user gave, not the ID
+            from dataclasses import replace
+
+            settings = replace(settings, image=info.ref)
+        click.echo(shlex.join(settings.docker_run_args()))
+        if launch.access is not None:
+            echo(f"then: {launch.access.message}")
+        return 0
+    from imagebuild.launch import session
+
+    if launch.access is not None:
+        return session.run_server(client, launch.settings, launch.access, echo)
+    return session.run_command(client, launch.settings, echo)
