@@ -30,15 +30,16 @@ ALLOWED: dict[str, set[str]] = {
     "compat": {"foundation"},
     "oci": {"foundation"},
     "engine": {"foundation"},
+    "inventory": {"foundation", "oci", "engine"},
     "matrix": {"foundation", "compat", "oci"},
     "resolve": {"foundation", "compat", "oci", "matrix"},
     "render": {"foundation", "compat", "oci", "matrix", "resolve"},
     "plan": {"foundation", "compat", "oci", "matrix", "resolve", "render"},
     "report": PURE,
-    "builder": PURE | {"engine", "report"},
+    "builder": PURE | {"engine", "report", "inventory"},
     "push": PURE | {"engine"},
     "smoke": PURE | {"engine", "probe"},
-    "commands": PURE | {"engine", "report", "builder", "push", "smoke"},
+    "commands": PURE | {"engine", "report", "builder", "push", "smoke", "inventory"},
     "cli": {"foundation", "commands"},
     "probe": set(),  # runs inside images: see probe_rule
     "suite": set(),  # a separate pytest run: never imports imagebuild
