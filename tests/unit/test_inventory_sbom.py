@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+
 import pytest
 from _inventory_cases import fixture_inventory
 
