@@ -9,6 +9,7 @@ made; steps that made no layer (ENV, LABEL, ...) are told apart by what made the
 from __future__ import annotations
 
 import secrets
+import tarfile
 from typing import TYPE_CHECKING, Any
 
 from imagebuild.errors import ImagebuildError
@@ -48,7 +49,14 @@ def read_local(client: docker.DockerClient, reference: str, inspect: dict[str, A
     if data is None:
         raise ImageNotFound(f"no image {reference!r} in the local engine")
     image_id = str(data["Id"])
-    found = _filesystem(client, image_id)
+    import docker as sdk
+    import requests
+
+    try:
+        found = _filesystem(client, image_id)
+    except (sdk.errors.DockerException, requests.exceptions.RequestException, OSError, tarfile.TarError) as exc:
+        reason = str(getattr(exc, "explanation", None) or exc).splitlines()[0][:300]
+        raise ImagebuildError(f"{reference}: reading its files from the engine failed: {reason}") from None
     config = data.get("Config") or {}
     return Inventory(
         reference=reference,

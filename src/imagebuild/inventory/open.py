@@ -32,6 +32,7 @@ class Opener:
         self._client: docker.DockerClient | None = None
         self._engine_error: EngineUnavailable | None = None
         self._registries: dict[str, RegistryClient] = {}
+        self._read: dict[str, Inventory] = {}
         self.platform = platform
         self.ca_file = ca_file
         self.log = log
@@ -45,6 +46,12 @@ class Opener:
         return self._client
 
     def open(self, text: str) -> Inventory:
+        """The inventory of `text` (read once per Opener: `diff X X` reads X once)."""
+        if text not in self._read:
+            self._read[text] = self._open(text)
+        return self._read[text]
+
+    def _open(self, text: str) -> Inventory:
         if text.startswith(REGISTRY_PREFIX):
             return self._remote(text[len(REGISTRY_PREFIX):], text)
         registry_ref = _registry_reference(text)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import platform as _platform
+import tarfile
+import zlib
 from typing import IO, Any
 
 from imagebuild.errors import ImagebuildError
@@ -74,7 +76,11 @@ def read_registry(client: RegistryClient, ref: Reference, platform: str | None =
         raise ImagebuildError(f"{ref}: manifest has {len(blobs)} layers, config {len(diff_ids)} diff_ids")
     collector = files.Collector()
     for blob in blobs:
-        collector.add_layer(*_open_layer(client, repo, ref, blob))
+        stream, compression = _open_layer(client, repo, ref, blob)
+        try:
+            collector.add_layer(stream, compression)
+        except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+            raise ImagebuildError(f"{ref}: layer {blob.get('digest')}: not a readable tar stream ({exc})") from None
     found = collector.files
     history = [h for h in config.get("history") or [] if not h.get("empty_layer")]
     created_by = [str(h.get("created_by") or "") for h in history] if len(history) == len(diff_ids) else []
