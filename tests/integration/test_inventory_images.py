@@ -101,7 +101,7 @@ def test_diff_runtime_dev_shows_the_dev_additions(images):
     assert res.returncode == 0, res.stderr
     d = json.loads(res.stdout)
     os_added = {c["name"] for c in d["os_added"]}
-    assert set(DEV_APT) | {f"python{runtime.variant.python}-dev"} <= os_added
+    assert set(DEV_APT) | {f"python{runtime.variant.versions.python}-dev"} <= os_added
     assert {"name": "jupyterlab", "old": "", "new": JUPYTERLAB_VERSION} in d["py_added"]
     assert d["os_removed"] == d["py_removed"] == [] and not d["same_image"]
     assert [c for c in d["labels"] if c["name"] == "io.imagebuild.flavor"] == [

@@ -38,10 +38,16 @@ def command(reference, output, platform, ca_file):
     if output and output != "-":
         from pathlib import Path
 
+        from imagebuild.errors import ImagebuildError
+
         path = Path(output)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)  # never a half-written SBOM under the final name
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)  # never a half-written SBOM under the final name
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise ImagebuildError(f"{output}: cannot write the SBOM: {exc.strerror or exc}") from None
         click.echo(f"wrote {path}", err=True)
     else:
         click.echo(text, nl=False)

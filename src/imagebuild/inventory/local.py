@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from imagebuild.errors import ImagebuildError
 from imagebuild.inventory import dpkg, files, pydist
+from imagebuild.inventory.diff import InventoryDiff, diff
 from imagebuild.inventory.model import Inventory, Layer
 
 if TYPE_CHECKING:
@@ -26,6 +27,12 @@ _METADATA_ONLY = ("ENV", "LABEL", "ARG", "CMD", "ENTRYPOINT", "EXPOSE", "USER", 
 
 class ImageNotFound(ImagebuildError):
     """No such image in the engine (exit 1, naming the reference)."""
+
+
+def diff_images(client: docker.DockerClient, a: str, b: str) -> InventoryDiff:
+    """What changed from local image `a` to local image `b` (tags or IDs): for a build report's "against the image
+    the tag pointed at before"."""
+    return diff(read_local(client, a), read_local(client, b))
 
 
 def find_image(client: docker.DockerClient, reference: str) -> dict[str, Any] | None:
