@@ -31,18 +31,20 @@ ALLOWED: dict[str, set[str]] = {
     "oci": {"foundation"},
     "engine": {"foundation"},
     "host": {"foundation"},  # GPUs/NUMA/memory read under a root directory: no docker, no stage
+    "inventory": {"foundation", "oci", "engine"},
     "matrix": {"foundation", "compat", "oci"},
     "resolve": {"foundation", "compat", "oci", "matrix"},
     "render": {"foundation", "compat", "oci", "matrix", "resolve"},
     "plan": {"foundation", "compat", "oci", "matrix", "resolve", "render"},
     "report": PURE,
     "record": PURE,
-    "builder": PURE | {"engine", "report", "record"},
+    "builder": PURE | {"engine", "report", "record", "inventory"},
     "push": PURE | {"engine", "record"},
     "smoke": PURE | {"engine", "probe", "record"},
     "catalog": PURE | {"record"},  # the registry through oci, smoke results/sizes from the record; no engine
     "launch": PURE | {"engine", "host", "record"},
-    "commands": PURE | {"engine", "host", "report", "record", "builder", "push", "smoke", "catalog", "launch"},
+    "commands": PURE | {"engine", "host", "report", "record", "builder", "push", "smoke", "catalog", "launch",
+                         "inventory"},
     "cli": {"foundation", "commands"},
     "probe": set(),  # runs inside images: see probe_rule
     "suite": set(),  # a separate pytest run: never imports imagebuild

@@ -15,6 +15,8 @@ from imagebuild.oci.registry import MANIFEST_TYPES
 
 MANIFEST = b'{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}'
 DIGEST = "sha256:" + hashlib.sha256(MANIFEST).hexdigest()
+BLOB = b"layer bytes " * 1000
+BLOB_DIGEST = "sha256:" + hashlib.sha256(BLOB).hexdigest()
 UNAUTH = b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required","detail":null}]}'
 
 
@@ -84,6 +86,10 @@ class FakeRegistry:
                     if reg.send_digest:
                         headers["Docker-Content-Digest"] = DIGEST
                     return self._send(200, MANIFEST, headers)
+                if self.path == f"/v2/ml/pytorch/blobs/{BLOB_DIGEST}":
+                    return self._send(200, BLOB, {"Content-Type": "application/octet-stream"})
+                if self.path == "/v2/ml/pytorch/blobs/sha256:" + "0" * 64:  # serves bytes of another digest
+                    return self._send(200, BLOB)
                 return self._send(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}')
 
             do_GET = do_HEAD = do_POST = handle_one
@@ -193,3 +199,29 @@ def test_registry_message():
     assert registry_message(b'{"details":"bad creds"}') == "bad creds"
     assert registry_message(b"", "fallback") == "fallback"
     assert registry_message(b"plain text") == "plain text"
+
+
+@pytest.mark.parametrize("mode", ["basic", "bearer"])
+def test_manifest_blob_and_streamed_blob(mode):
+    """What `diff`/`sbom` of a registry image use: the manifest with its media type and digest, a small blob checked
+    against its digest, a blob as a stream (authorized with the same cached credentials)."""
+    with FakeRegistry(mode) as reg:
+        c = client(reg)
+        body, media, digest = c.manifest_raw("ml/pytorch", "2.9-cpu")
+        assert (body, media, digest) == (MANIFEST, "application/vnd.docker.distribution.manifest.v2+json", DIGEST)
+        assert c.blob("ml/pytorch", BLOB_DIGEST) == BLOB
+        stream = c.open_blob("ml/pytorch", BLOB_DIGEST)
+        try:
+            assert stream.read() == BLOB
+        finally:
+            stream.close()
+        with pytest.raises(RegistryError, match="has digest"):
+            c.blob("ml/pytorch", "sha256:" + "0" * 64)
+        with pytest.raises(RegistryError) as missing:
+            c.open_blob("ml/pytorch", "sha256:" + "1" * 64)
+        assert missing.value.status == 404
+        with pytest.raises(RegistryError) as gone:
+            c.manifest_raw("ml/pytorch", "missing")
+        assert gone.value.status == 404
+        if mode == "bearer":
+            assert len(reg.token_requests) == 1  # one token for the repository's pull scope, reused

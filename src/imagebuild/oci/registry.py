@@ -1,4 +1,4 @@
-"""A small Distribution v2 (OCI distribution) HTTP client: just what push needs.
+"""A small Distribution v2 (OCI distribution) HTTP client: what push and `diff`/`sbom` of registry images need.
 
 `repository` arguments are paths inside the registry (`Reference.repository`: `ml/pytorch`, `library/ubuntu`).
 
@@ -6,6 +6,7 @@
 - `manifest_digest(repo, tag)`: `HEAD /v2/<repo>/manifests/<tag>` with every manifest media type in Accept, so the
   registry answers with the digest of the manifest as pushed (a registry that gets no matching Accept may convert
   schema2 to schema1 and report another digest); falls back to GET + sha256 when `Docker-Content-Digest` is absent.
+- `manifest(repo, ref)`, `blob(repo, digest)`, `open_blob(repo, digest)`: read an image without an engine.
 
 Auth: anonymous, Basic, or Bearer (token endpoint from `WWW-Authenticate`, with Basic credentials or an identity
 token as OAuth refresh token). Transport: https; for loopback registries (127.0.0.0/8, localhost, ::1) plain http
@@ -187,6 +188,39 @@ class RegistryClient:
         if got != digest:
             raise RegistryError(f"{self.registry}: blob {digest} of {repository} has digest {got}")
         return r.body
+
+    def manifest_raw(self, repository: str, reference: str) -> tuple[bytes, str, str]:
+        """(body, media type, digest) of the manifest or index `repository:reference` (a tag or a digest);
+        RegistryError with status 404 when there is none. A digest reference is checked against the body."""
+        path = f"/v2/{repository}/manifests/{urllib.parse.quote(reference, safe=':@')}"
+        r = self._request("GET", path, headers={"Accept": ", ".join(MANIFEST_TYPES)},
+                          scope=f"repository:{repository}:pull")
+        digest = "sha256:" + hashlib.sha256(r.body).hexdigest()
+        if reference.startswith("sha256:") and reference != digest:
+            raise RegistryError(f"{self.registry}: manifest {repository}@{reference} has digest {digest}")
+        media = (r.headers.get("Content-Type") or "").split(";", 1)[0].strip()
+        return r.body, media, digest
+
+    def open_blob(self, repository: str, digest: str) -> IO[bytes]:
+        """A blob as a stream (layers can be GBs: never held in memory). The caller reads and closes it; the bytes
+        are not checked here (hash them while reading)."""
+        path = f"/v2/{repository}/blobs/{digest}"
+        scope = f"repository:{repository}:pull"
+        self._request("HEAD", path, scope=scope)  # authorizes (token cached per scope) and 404s early
+        headers = {"User-Agent": USER_AGENT}
+        cached = self._tokens.get(scope) or (self._basic_header() if self._basic_ok else None)
+        if cached:
+            headers["Authorization"] = cached
+        req = urllib.request.Request(f"{self._scheme}://{self.host}{path}", headers=headers)
+        opener = urllib.request.build_opener(_NoRedirectAuthStrip(), urllib.request.HTTPSHandler(context=self._ssl))
+        try:
+            resp: IO[bytes] = opener.open(req, timeout=self.timeout)
+        except urllib.error.HTTPError as exc:
+            raise RegistryError(f"{self.registry}: GET {path}: HTTP {exc.code}", status=exc.code) from None
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+            raise RegistryError(f"{self.registry}: GET {path}: {getattr(exc, 'reason', exc)}",
+                                transient=True) from exc
+        return resp
 
     # -- transport -----------------------------------------------------------------------------------------------
     def _schemes(self) -> list[str]:

@@ -1,0 +1,122 @@
+"""An image of the local engine, read without running anything of it: a container is created (never started), its
+filesystem streamed out with `export` and filtered on the fly, then removed. Works for any image, with or without
+python, dpkg or a shell.
+
+Layer sizes come from the engine's history, which lists every build step newest first with the size of the layer it
+made; steps that made no layer (ENV, LABEL, ...) are told apart by what made them, as `docker history` does not say.
+"""
+
+from __future__ import annotations
+
+import secrets
+import tarfile
+from typing import TYPE_CHECKING, Any
+
+from imagebuild.errors import ImagebuildError
+from imagebuild.inventory import dpkg, files, pydist
+from imagebuild.inventory.diff import InventoryDiff, diff
+from imagebuild.inventory.model import Inventory, Layer
+
+if TYPE_CHECKING:
+    import docker
+
+# Dockerfile instructions that never add a layer (classic builder: "/bin/sh -c #(nop)  ENV ..."; BuildKit: "ENV ...")
+_METADATA_ONLY = ("ENV", "LABEL", "ARG", "CMD", "ENTRYPOINT", "EXPOSE", "USER", "VOLUME", "STOPSIGNAL",
+                  "HEALTHCHECK", "SHELL", "MAINTAINER", "ONBUILD", "WORKDIR")
+
+
+class ImageNotFound(ImagebuildError):
+    """No such image in the engine (exit 1, naming the reference)."""
+
+
+def diff_images(client: docker.DockerClient, a: str, b: str) -> InventoryDiff:
+    """What changed from local image `a` to local image `b` (tags or IDs): for a build report's "against the image
+    the tag pointed at before"."""
+    return diff(read_local(client, a), read_local(client, b))
+
+
+def find_image(client: docker.DockerClient, reference: str) -> dict[str, Any] | None:
+    """The engine's inspect data for a tag / ID / name@digest, or None when it has no such image."""
+    import docker as sdk
+
+    try:
+        data: dict[str, Any] = client.api.inspect_image(reference)
+    except sdk.errors.ImageNotFound:
+        return None
+    except sdk.errors.APIError as exc:
+        if exc.status_code in (400, 404):  # 400: not a valid reference at all
+            return None
+        raise
+    return data
+
+
+def read_local(client: docker.DockerClient, reference: str, inspect: dict[str, Any] | None = None) -> Inventory:
+    """The inventory of a local image; `ImageNotFound` when the engine has none by that reference."""
+    data = inspect if inspect is not None else find_image(client, reference)
+    if data is None:
+        raise ImageNotFound(f"no image {reference!r} in the local engine")
+    image_id = str(data["Id"])
+    import docker as sdk
+    import requests
+
+    try:
+        found = _filesystem(client, image_id)
+    except (sdk.errors.DockerException, requests.exceptions.RequestException, OSError, tarfile.TarError) as exc:
+        reason = str(getattr(exc, "explanation", None) or exc).splitlines()[0][:300]
+        raise ImagebuildError(f"{reference}: reading its files from the engine failed: {reason}") from None
+    config = data.get("Config") or {}
+    return Inventory(
+        reference=reference,
+        image_id=image_id,
+        created=str(data.get("Created") or ""),
+        architecture=str(data.get("Architecture") or ""),
+        os=str(data.get("Os") or ""),
+        repo_digests=tuple(sorted(data.get("RepoDigests") or ())),
+        labels=dict(sorted((config.get("Labels") or {}).items())),
+        layers=_layers(client, image_id, list((data.get("RootFS") or {}).get("Layers") or [])),
+        size_kind="uncompressed",
+        os_release=files.os_release(found),
+        debs=tuple(dpkg.read_database(found)),
+        pythons=tuple(pydist.read_distributions(found)),
+        source="engine",
+    )
+
+
+def _filesystem(client: docker.DockerClient, image_id: str) -> dict[str, bytes]:
+    # A command is needed to create a container from an image without CMD/ENTRYPOINT (bootstrapped rootfs); it
+    # never runs, so it need not exist in the image.
+    container = client.api.create_container(
+        image_id, command=["/imagebuild-inventory-never-runs"], network_disabled=True,
+        name=f"imagebuild-inventory-{secrets.token_hex(4)}", labels={"io.imagebuild.purpose": "inventory"},
+    )
+    cid = container["Id"]
+    try:
+        stream = files.read_chunks(client.api.export(cid, chunk_size=1 << 20))
+        return files.collect([(stream, "")])
+    finally:
+        try:
+            client.api.remove_container(cid, force=True, v=True)
+        except Exception:  # noqa: BLE001 - already gone; nothing else to do about a failed cleanup here
+            pass
+
+
+def _makes_layer(created_by: str) -> bool:
+    text = created_by.strip()
+    if "#(nop)" in text:  # classic builder: metadata steps are "/bin/sh -c #(nop)  ENV ..."; ADD/COPY make layers
+        words = text.split("#(nop)", 1)[1].split()
+        return bool(words) and words[0] in ("ADD", "COPY")
+    word = text.split(None, 1)[0] if text else ""
+    return word not in _METADATA_ONLY
+
+
+def _layers(client: docker.DockerClient, image_id: str, diff_ids: list[str]) -> tuple[Layer, ...]:
+    """diff_ids with sizes from the history (oldest first). When the history cannot be matched to the layers
+    one to one, sizes are None rather than guessed."""
+    history = list(reversed(client.api.history(image_id) or []))
+    steps = [h for h in history if int(h.get("Size") or 0) > 0 or _makes_layer(str(h.get("CreatedBy") or ""))]
+    if len(steps) != len(diff_ids):
+        steps = [h for h in history if int(h.get("Size") or 0) > 0]
+    if len(steps) != len(diff_ids):
+        return tuple(Layer(d, None) for d in diff_ids)
+    return tuple(Layer(d, int(h.get("Size") or 0), str(h.get("CreatedBy") or "")) for d, h in
+                 zip(diff_ids, steps, strict=True))
