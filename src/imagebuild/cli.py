@@ -11,7 +11,7 @@ from imagebuild import __version__
 from imagebuild.errors import EXIT_INTERRUPTED, ImagebuildError
 
 # command name -> module under imagebuild.commands exposing a click command named `command`
-COMMANDS = ("validate", "plan", "render", "build", "test", "push", "report", "bake", "refresh")
+COMMANDS = ("validate", "plan", "render", "build", "test", "push", "report", "bake", "refresh", "lock")
 
 
 class _Group(click.Group):
