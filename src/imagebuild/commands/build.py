@@ -30,8 +30,11 @@ from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
               show_default=True, help="Where build-report.json/.md go.")
 @click.option("--test", "run_tests", is_flag=True, help="Run the smoke suite on the images afterwards.")
 @click.option("--push", "run_push", is_flag=True, help="Push the built (and tested) images afterwards.")
+@click.option("--locked", is_flag=True,
+              help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
+                   "Without it an existing lock is used too; a missing one means an unlocked build.")
 def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verbose, log_dir, report_dir,
-            run_tests, run_push):
+            run_tests, run_push, locked):
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -44,7 +47,9 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     from imagebuild.engine import connect
 
     check_inputs(inputs)
-    plan = load_plan(matrix, inputs, registry)
+    if locked:
+        require_lock(matrix)
+    plan = load_plan(matrix, inputs, registry)  # a lock that does not fit the matrix: LockError (exit 2)
     client = connect("build")  # its timeout also fits --push of multi-GB layers
     buildable, blocked = preflight_sources(client, plan, tuple(only), keep_going)
     progress = make_progress(plain=plain, verbose=verbose)
@@ -165,6 +170,16 @@ def check_inputs(inputs) -> None:
             raise UsageError(f"--ca-cert {p}: not a PEM certificate (no '-----BEGIN CERTIFICATE-----' line)")
     if inputs.wheelhouse is not None and not Path(inputs.wheelhouse).is_dir():
         raise UsageError(f"--wheelhouse {inputs.wheelhouse}: no such folder")
+
+
+def require_lock(matrix: str) -> None:
+    """--locked: the lock must exist (make_plan then checks that it fits the matrix)."""
+    from imagebuild.commands._options import resolve_matrix_path
+    from imagebuild.lock import LockError, lock_path
+
+    path = lock_path(resolve_matrix_path(matrix))
+    if not path.is_file():
+        raise LockError(f"--locked: {path} does not exist; `imagebuild lock --matrix {matrix}` writes it")
 
 
 def load_plan(matrix: str, inputs, registry):
