@@ -232,7 +232,8 @@ def parse(text: str, path: str = "<lock>") -> Lock:
         raise LockError(f"{path}: lock_format {fmt!r} is not {LOCK_FORMAT}; regenerate it with `imagebuild lock`")
     images = _need(doc, "images", path, dict)
     parsed = {str(k): _parse_image(str(k), v, f"{path}: images.{k}") for k, v in images.items()}
-    return Lock(matrix=str(doc.get("matrix") or ""), images=parsed, path=path)
+    made_with = next((ln[len("# Made with: "):] for ln in text.splitlines() if ln.startswith("# Made with: ")), "")
+    return Lock(matrix=str(doc.get("matrix") or ""), images=parsed, path=path, made_with=made_with)
 
 
 def load(path: str | Path) -> Lock:

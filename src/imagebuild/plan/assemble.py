@@ -70,7 +70,7 @@ def plan_from_variants(
             image_id = f"{variant.key}-{flavor}"
             locked = lock.images.get(image_id) if lock else None
             rendered = render_image(variant, flavor, inputs, locked)
-            extra = {"base": _base_source_inputs(variant)} if parent is None else {}
+            extra: dict[str, object] = {"base": _base_source_inputs(variant)} if parent is None else {}
             if locked is not None:  # the entry's content, not the file's header, path or time
                 extra["lock"] = entry_digest(locked)
             digest = inputs_hash(
