@@ -296,7 +296,7 @@ def test_build_failure_names_the_file_and_both_hashes():
                    "the package versions, please update the hashes. Otherwise, examine the package contents "
                    "carefully; someone may have tampered with them.\n"},
         {"stream": "    six==1.17.0 from https://files.pythonhosted.org/packages/b7/ce/six-1.17.0-py2.py3-none-any"
-                   f".whl#sha256={got}:\n"},
+                   ".whl (from -r /tmp/imagebuild-lock.txt (line 2)):\n"},
         {"stream": f"        Expected sha256 {exp}\n"},
         {"stream": f"             Got        {got}\n"},
         {"errorDetail": {"code": 1, "message": "The command '/bin/bash ...' returned a non-zero code: 1"},
@@ -304,7 +304,7 @@ def test_build_failure_names_the_file_and_both_hashes():
     ]:
         stream.feed(chunk)
     summary = stream.failure_summary()
-    assert summary.startswith("Step 7/12 : RUN")
+    assert summary.startswith("pip refused 1 file(s)") and summary.endswith("(Step 7/12, pip install --require-hashes)")
     assert (f"six-1.17.0-py2.py3-none-any.whl (six==1.17.0): the lock expects sha256 {exp}, the file has sha256 "
             f"{got}") in summary
 
@@ -314,7 +314,7 @@ def test_build_failure_names_a_pinned_apt_version_the_mirror_lost():
     stream.feed({"stream": "Step 3/9 : RUN set -eux; apt-get update; apt-get install gcc=4:12.2.0-2\n"})
     stream.feed({"stream": "E: Version '4:12.2.0-2' for 'gcc' was not found\n"})
     stream.feed({"error": "returned a non-zero code: 100"})
-    assert "apt has no gcc=4:12.2.0-2 (the lock's version is gone from the mirror" in stream.failure_summary()
+    assert stream.failure_summary().startswith("apt has no gcc=4:12.2.0-2: the lock's version is gone from the mirror")
 
 
 def test_locker_records_registry_base_digest():

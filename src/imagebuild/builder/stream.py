@@ -29,7 +29,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 #           Expected sha256 0000...
 #                Got        4721...
 _HASH_HEAD = "THESE PACKAGES DO NOT MATCH THE HASHES"
-_HASH_FROM = re.compile(r"^\s+(?P<req>\S+) from (?P<url>\S+?):?\s*$")
+_HASH_FROM = re.compile(r"^\s+(?P<req>\S+) from (?P<url>\S+?)(?: \(from .*\))?:\s*$")  # pip 23: (from -r F (line N))
 _HASH_EXPECTED = re.compile(r"^\s*(?:Expected sha256|or)\s+(?P<h>[0-9a-f]{64})\s*$")
 _HASH_GOT = re.compile(r"^\s*Got\s+(?P<h>[0-9a-f]{64})\s*$")
 # apt-get install name=version for a version the mirror no longer has (a lock older than the mirror)
@@ -131,12 +131,13 @@ class BuildStream:
         if not self.failed:
             return ""
         where = self.step_text or "before the first Dockerfile step"
+        step = where.split(" : ", 1)[0]  # "Step 15/39": the finding first, the long RUN line is in the log
         if self.hash_mismatches:
-            return (f"{where}: pip refused {len(self.hash_mismatches)} file(s) whose sha256 is not the lock's: "
-                    + "; ".join(str(m) for m in self.hash_mismatches) + f" ({self.error})")
+            return (f"pip refused {len(self.hash_mismatches)} file(s) whose sha256 is not the lock's: "
+                    + "; ".join(str(m) for m in self.hash_mismatches) + f" ({step}, pip install --require-hashes)")
         if self.apt_missing:
-            return (f"{where}: apt has no {', '.join(self.apt_missing)} (the lock's version is gone from the mirror: "
-                    f"`imagebuild lock` refreshes it, a base snapshot keeps it) ({self.error})")
+            return (f"apt has no {', '.join(self.apt_missing)}: the lock's version is gone from the mirror "
+                    f"(`imagebuild lock` refreshes it, a base snapshot keeps it) ({step}, apt-get install)")
         return f"{where}: {self.error}"
 
     def tail_text(self) -> str:
