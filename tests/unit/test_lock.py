@@ -186,6 +186,16 @@ def test_lock_check_and_build_locked_cli(cpu, tmp_path, monkeypatch):
     r = CliRunner().invoke(lock_cmd, ["--check", "-m", str(matrix), "--torch-index-url", "none"],
                            standalone_mode=False)
     assert r.return_value == 1 and "six is not in the lock" in r.output
+    matrix.write_text(matrix.read_text().replace("runtime: [numpy, six]", "runtime: [numpy]"))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    torch = load(lock_path(matrix)).images["2.13.0-cpu-py3.11-debian12-runtime"].pin("torch")
+    (wheels / torch.file).write_bytes(b"other bytes")
+    r = CliRunner().invoke(lock_cmd, ["--check", "-m", str(matrix), "--torch-index-url", "none", "--wheelhouse",
+                                      str(wheels)], standalone_mode=False)
+    assert r.return_value == 1
+    assert f"{wheels / torch.file} has sha256 {hashlib.sha256(b'other bytes').hexdigest()}, the lock has " \
+           f"{torch.sha256} for torch==2.13.0" in r.output
     lock_path(matrix).unlink()
     r = CliRunner().invoke(build, ["-m", str(matrix), "--locked"], standalone_mode=False)
     assert isinstance(r.exception, LockError) and "--locked:" in str(r.exception)

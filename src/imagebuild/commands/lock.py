@@ -47,7 +47,8 @@ def command(matrix, registry, inputs, check, quiet):
             click.echo(f"error: {path}: no lock for {matrix_path}; `imagebuild lock --matrix {matrix}` writes one",
                        err=True)
             return EXIT_FAILED
-        found = problems(load(path), plan.images)
+        lock = load(path)
+        found = problems(lock, plan.images) + wheelhouse_problems(lock, plan.images)
         for line in found:
             click.echo(f"stale: {line}", err=True)
         if found:
@@ -68,6 +69,24 @@ def command(matrix, registry, inputs, check, quiet):
                f"({time.monotonic() - start:.1f} s; pip {locker.pip.seconds:.1f} s in {locker.pip.calls} "
                f"resolution{'s' if locker.pip.calls != 1 else ''})")
     return EXIT_OK
+
+
+def wheelhouse_problems(lock, images) -> list[str]:
+    """Locked files that sit in the build's --wheelhouse with other bytes (the build would refuse them)."""
+    from imagebuild.plan.hashing import file_digest, save_cache
+
+    out = []
+    for image in images:
+        entry, folder = lock.images.get(image.id), image.context_dirs.get("wheelhouse")
+        if entry is None or folder is None:
+            continue
+        for pin in entry.pip:
+            local = Path(folder) / pin.file
+            if local.is_file() and file_digest(local) != pin.sha256:
+                out.append(f"{lock.path}: image {image.id}: {local} has sha256 {file_digest(local)}, the lock "
+                           f"has {pin.sha256} for {pin.requirement()}")
+    save_cache()
+    return out
 
 
 def made_with(inputs) -> str:
