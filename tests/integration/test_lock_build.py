@@ -54,11 +54,13 @@ def engine():
         pytest.skip(f"no Docker engine: {exc}")
     made: list[str] = []
     yield client, made
-    for ref in made:
-        try:
-            client.api.remove_image(ref, force=True)
-        except Exception:
-            pass
+    for repo in {ref.rsplit(":", 1)[0] for ref in made}:  # the tags and the plan's aliases (2.13-cpu-base, ...)
+        for img in client.images.list(name=repo):
+            for ref in img.tags:
+                try:
+                    client.api.remove_image(ref, force=True)
+                except Exception:
+                    pass
     client.close()
 
 
