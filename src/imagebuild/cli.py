@@ -11,8 +11,8 @@ from imagebuild import __version__
 from imagebuild.errors import EXIT_INTERRUPTED, ImagebuildError
 
 # command name -> module under imagebuild.commands exposing a click command named `command`
-COMMANDS = ("validate", "plan", "render", "build", "test", "push", "report", "bake", "refresh", "catalog",
-            "run", "sbom", "diff")
+COMMANDS = ("validate", "plan", "render", "lock", "build", "test", "push", "report", "bake", "refresh",
+            "catalog", "run", "sbom", "diff")
 
 
 class _Group(click.Group):

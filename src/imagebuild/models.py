@@ -143,6 +143,9 @@ class ImagePlan:
     aliases: tuple[str, ...] = ()  # the plan's alias decision: full references or short tags of `repository`
     dockerfile_path: Path | None = None  # where `render` wrote it
     te_wheel: TEWheelPlan | None = None  # runtime images with transformer_engine: how its cached wheel is built
+    pip_requirements: tuple[str, ...] = ()  # what the flavor's pip stage asks for (render), before any lock
+    apt_packages: tuple[str, ...] = ()  # apt packages its final stage installs from the OS archive (render)
+    locked: bool = False  # installs from the matrix's lock (pip --require-hashes, apt name=version)
 
     @property
     def repository(self) -> str:
@@ -157,6 +160,7 @@ class ImagePlan:
 class Plan:
     matrix_file: str
     images: list[ImagePlan]  # dependency order: every parent before its children
+    lock_file: str = ""  # the lock the plan was rendered with ("" = none)
 
     def by_tag(self) -> dict[str, ImagePlan]:
         return {i.tag: i for i in self.images}

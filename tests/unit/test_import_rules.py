@@ -23,7 +23,7 @@ TESTS = ROOT / "tests"
 
 FOUNDATION_MODULES = {"imagebuild", "imagebuild.models", "imagebuild.errors", "imagebuild.secrets",
                       "imagebuild.inputs", "imagebuild.units"}
-PURE = {"foundation", "compat", "oci", "matrix", "resolve", "render", "plan"}
+PURE = {"foundation", "compat", "oci", "lock", "matrix", "resolve", "render", "plan"}
 # layer -> the other layers it may import (its own layer is always allowed)
 ALLOWED: dict[str, set[str]] = {
     "foundation": set(),
@@ -32,10 +32,11 @@ ALLOWED: dict[str, set[str]] = {
     "engine": {"foundation"},
     "host": {"foundation"},  # GPUs/NUMA/memory read under a root directory: no docker, no stage
     "inventory": {"foundation", "oci", "engine"},
+    "lock": {"foundation"},
     "matrix": {"foundation", "compat", "oci"},
     "resolve": {"foundation", "compat", "oci", "matrix"},
-    "render": {"foundation", "compat", "oci", "matrix", "resolve"},
-    "plan": {"foundation", "compat", "oci", "matrix", "resolve", "render"},
+    "render": {"foundation", "compat", "oci", "matrix", "resolve", "lock"},
+    "plan": {"foundation", "compat", "oci", "matrix", "resolve", "render", "lock"},
     "report": PURE,
     "record": PURE,
     "builder": PURE | {"engine", "report", "record", "inventory"},
@@ -49,7 +50,7 @@ ALLOWED: dict[str, set[str]] = {
     "probe": set(),  # runs inside images: see probe_rule
     "suite": set(),  # a separate pytest run: never imports imagebuild
 }
-NO_DOCKER = {"foundation", "compat", "host", "matrix", "resolve", "render", "plan", "report", "record"}
+NO_DOCKER = {"foundation", "compat", "host", "lock", "matrix", "resolve", "render", "plan", "report", "record"}
 ENGINE_CLIENT_OWNERS = {"engine", "suite"}  # suite: separate process, inspects through testinfra's docker backend
 PROBE_THIRD_PARTY = {"torch", "transformer_engine", "numpy"}  # numpy: torch's optional interop, guarded
 

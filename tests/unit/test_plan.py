@@ -66,8 +66,8 @@ def test_runtime_template_change_changes_runtime_and_dev_not_base(h100_variants,
     before = {i.id: i.inputs_hash for i in plan_from_variants(h100_variants, BuildInputs()).images}
     real = render_pkg.render_image
 
-    def patched(variant, flavor, inputs=None):
-        out = real(variant, flavor, inputs)
+    def patched(variant, flavor, inputs=None, locked=None):
+        out = real(variant, flavor, inputs, locked)
         if flavor == "runtime":
             out = dataclasses.replace(out, dockerfile=out.dockerfile + "# template edit\n")
         return out

@@ -18,6 +18,7 @@ from _render_cases import CPU, CU128_TE, CU130
 
 from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
+from imagebuild.lock import LockedImage, PipPin
 from imagebuild.models import FLAVORS, ResolvedVariant
 from imagebuild.render import RenderedImage, render_image, templates_dir
 from imagebuild.render import image as render_mod
@@ -46,7 +47,7 @@ def _inputs(case: str, ca_file: Path, wheelhouse: Path) -> tuple[ResolvedVariant
         return CU128_TE, BuildInputs()
     if case == "cu130":
         return CU130, BuildInputs()
-    if case == "cpu":
+    if case in ("cpu", "cpu-locked"):
         return CPU, BuildInputs()
     assert case == "cpu-ca-wheelhouse-creds"
     return CPU, BuildInputs(
@@ -57,7 +58,24 @@ def _inputs(case: str, ca_file: Path, wheelhouse: Path) -> tuple[ResolvedVariant
     )
 
 
-CASES = ("cu128-te", "cu130", "cpu", "cpu-ca-wheelhouse-creds")
+CASES = ("cu128-te", "cu130", "cpu", "cpu-ca-wheelhouse-creds", "cpu-locked")
+
+
+def _pin(name: str, version: str) -> PipPin:
+    return PipPin(name, version, hashlib.sha256(f"{name}-{version}".encode()).hexdigest(), f"{name}-{version}.whl")
+
+
+def locked_entry(case: str, flavor: str) -> LockedImage | None:
+    """The `cpu-locked` case: a lock entry per flavor (apt versions, pip files), as `imagebuild lock` writes them."""
+    if case != "cpu-locked":
+        return None
+    apt = {"base": {"ca-certificates": "20250419~deb12u2", "python3": "3.11.2-1+b1", "tini": "0.19.0-1+b3"},
+           "runtime": {"g++": "4:12.2.0-3", "gcc": "4:12.2.0-3", "libc6-dev": "2.36-9+deb12u14"},
+           "dev": {"git": "1:2.39.5-0+deb12u3", "cmake": "3.25.1-1"}}[flavor]
+    pip = {"base": (), "runtime": (_pin("torch", "2.9.1+cpu"), _pin("numpy", "2.4.6")),
+           "dev": (_pin("jupyterlab", "4.6.6"),)}[flavor]
+    return LockedImage(id=f"{CPU.key}-{flavor}", os="debian12", python="3.11", platform="manylinux_2_36_x86_64",
+                       pip_requires=(), pip=pip, apt=apt)
 IMAGES = [(c, f) for c in CASES for f in FLAVORS]
 
 
@@ -66,7 +84,7 @@ def rendered(ca_file, wheelhouse) -> dict[tuple[str, str], RenderedImage]:
     out = {}
     for case, flavor in IMAGES:
         variant, inputs = _inputs(case, ca_file, wheelhouse)
-        out[(case, flavor)] = render_image(variant, flavor, inputs)
+        out[(case, flavor)] = render_image(variant, flavor, inputs, locked_entry(case, flavor))
     return out
 
 
@@ -90,7 +108,7 @@ def _stages(dockerfile: str) -> list[tuple[str, str]]:
 def _apt_packages(text: str) -> set[str]:
     pkgs: set[str] = set()
     for block in re.findall(r"apt-get install -y --no-install-recommends \\\n(.*?);", text, flags=re.S):
-        pkgs |= {p.strip(" \\") for p in block.split() if p.strip(" \\")}
+        pkgs |= {p.strip(" \\").split("=")[0] for p in block.split() if p.strip(" \\")}  # a lock pins name=version
     return pkgs
 
 
@@ -115,7 +133,7 @@ def test_golden(rendered, case, flavor):
 def test_deterministic(rendered, ca_file, wheelhouse, case, flavor):
     variant, inputs = _inputs(case, ca_file, wheelhouse)
     render_mod._environment.cache_clear()
-    again = render_image(variant, flavor, inputs)
+    again = render_image(variant, flavor, inputs, locked_entry(case, flavor))
     assert again == rendered[(case, flavor)]
     # the order of the matrix's package lists does not matter
     shuffled = replace(variant, apt_packages={"dev": ("zsh", "tmux")}, pip_packages={})

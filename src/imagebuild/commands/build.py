@@ -48,8 +48,11 @@ def _say(msg: str) -> None:
                    "(not built; pulled by digest only when a child must be built on it).")
 @click.option("--require-registry", is_flag=True,
               help="A registry that does not answer or refuses the credentials is an error, not a local build.")
+@click.option("--locked", is_flag=True,
+              help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
+                   "Without it an existing lock is used too; a missing one means an unlocked build.")
 def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verbose, log_dir, report_dir,
-            state_dir, run_tests, retest, run_push, registry_cache, require_registry):
+            state_dir, run_tests, retest, run_push, registry_cache, require_registry, locked):
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -68,7 +71,9 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     started = now()
     check_inputs(inputs)
     path = resolve_matrix_path(matrix)
-    plan = load_plan(path, inputs, registry)
+    if locked:
+        require_lock(matrix)
+    plan = load_plan(path, inputs, registry)  # a lock that does not fit the matrix: LockError (exit 2)
     report_dir = report_dir or default_report_dir(path)
     log_dir = log_dir or (report_dir / "logs")
     rec = load_record(path, state_dir)
@@ -226,6 +231,16 @@ def check_inputs(inputs) -> None:
             raise UsageError(f"--ca-cert {p}: not a PEM certificate (no '-----BEGIN CERTIFICATE-----' line)")
     if inputs.wheelhouse is not None and not Path(inputs.wheelhouse).is_dir():
         raise UsageError(f"--wheelhouse {inputs.wheelhouse}: no such folder")
+
+
+def require_lock(matrix: str) -> None:
+    """--locked: the lock must exist (make_plan then checks that it fits the matrix)."""
+    from imagebuild.commands._options import resolve_matrix_path
+    from imagebuild.lock import LockError, lock_path
+
+    path = lock_path(resolve_matrix_path(matrix))
+    if not path.is_file():
+        raise LockError(f"--locked: {path} does not exist; `imagebuild lock --matrix {matrix}` writes it")
 
 
 def load_plan(path, inputs, registry):

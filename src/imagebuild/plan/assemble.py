@@ -7,6 +7,8 @@ from pathlib import Path
 
 from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
+from imagebuild.lock import Lock, LockError, entry_digest, lock_path
+from imagebuild.lock import problems as lock_problems
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ImagePlan, Plan, ResolvedVariant, TEWheelPlan
 from imagebuild.oci import ReferenceError, check_registry
 from imagebuild.plan import tags
@@ -48,7 +50,10 @@ def plan_from_variants(
     registry: str | None = None,
     matrix_file: str = "",
     render_dir: Path | None = None,
+    lock: Lock | None = None,
 ) -> Plan:
+    """Every variant x needed flavor, parents first. With `lock`, images install what it pins, its entries are part
+    of their inputs hashes, and a lock that does not fit the matrix is a LockError naming every image and entry."""
     from imagebuild.render import render_image  # imported late: rendering needs jinja2 and the templates
     from imagebuild.render.te_wheel import render_te_wheel
 
@@ -62,8 +67,12 @@ def plan_from_variants(
     for variant in variants:
         parent: ImagePlan | None = None
         for flavor in _needed_flavors(variant):
-            rendered = render_image(variant, flavor, inputs)
             image_id = f"{variant.key}-{flavor}"
+            locked = lock.images.get(image_id) if lock else None
+            rendered = render_image(variant, flavor, inputs, locked)
+            extra: dict[str, object] = {"base": _base_source_inputs(variant)} if parent is None else {}
+            if locked is not None:  # the entry's content, not the file's header, path or time
+                extra["lock"] = entry_digest(locked)
             digest = inputs_hash(
                 rendered.dockerfile,
                 rendered.build_args,
@@ -71,7 +80,7 @@ def plan_from_variants(
                 rendered.context_files,
                 rendered.context_dirs,
                 parent.inputs_hash if parent else None,
-                extra={"base": _base_source_inputs(variant)} if parent is None else None,
+                extra=extra or None,
             )
             alias = aliases[flavor].get(variant.key)
             plan = ImagePlan(
@@ -90,11 +99,21 @@ def plan_from_variants(
                 aliases=(alias,) if alias else (),
                 dockerfile_path=(render_dir / image_id / "Dockerfile") if render_dir else None,
                 te_wheel=_te_wheel_plan(render_te_wheel(variant, inputs)) if flavor == "runtime" else None,
+                pip_requirements=rendered.pip_requirements,
+                apt_packages=rendered.apt_packages,
+                locked=locked is not None,
             )
             images.append(plan)
             parent = plan
     save_cache()
-    return Plan(matrix_file=matrix_file, images=images)
+    if lock is not None:
+        found = lock_problems(lock, images)
+        if found:
+            hint = f"`imagebuild lock --matrix {matrix_file or lock.matrix}` rewrites it from the matrix"
+            raise LockError(f"{found[0]}; {hint}" if len(found) == 1 else
+                            "\n".join(f"error: {line}" for line in found) + f"\nerror: {hint}")
+    return Plan(matrix_file=matrix_file, images=images, lock_file=lock.path if lock else "")
+
 
 
 def make_plan(
@@ -102,20 +121,28 @@ def make_plan(
     inputs: BuildInputs | None = None,
     registry: str | None = None,
     render_dir: Path | None = None,
+    use_lock: bool = True,
 ) -> Plan:
-    """Load, validate, resolve and render a matrix file. Raises MatrixError (exit 2) with every problem found."""
+    """Load, validate, resolve and render a matrix file. Raises MatrixError (exit 2) with every problem found.
+
+    The matrix's lock (`images/cpu.yaml` -> `images/cpu.lock`) is used when it exists, unless `use_lock` is False
+    (`imagebuild lock` plans without it: it is what gets rewritten)."""
+    from imagebuild.lock import load
     from imagebuild.matrix import load_matrix
     from imagebuild.resolve import resolve_matrix
 
     inputs = inputs or BuildInputs()
     doc = load_matrix(matrix_path)
     variants = resolve_matrix(doc, inputs)
+    path = lock_path(matrix_path)
+    lock = load(path) if use_lock and path.is_file() else None
     return plan_from_variants(
         variants,
         inputs,
         registry=registry,
         matrix_file=str(matrix_path),
         render_dir=render_dir if render_dir is not None else default_render_dir(matrix_path),
+        lock=lock,
     )
 
 

@@ -18,6 +18,7 @@ import jinja2
 from imagebuild.compat import accel
 from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
+from imagebuild.lock.model import LockedImage, requirements_text
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ResolvedVariant
 from imagebuild.render import data
 from imagebuild.secrets import has_credentials, redact
@@ -28,6 +29,7 @@ VOLATILE_BUILD_ARGS: tuple[str, ...] = ("BASE_IMAGE", "CREATED", "REVISION")
 CA_DIR = "ca"
 FILES_DIR = "files"
 WHEELHOUSE_DIR = "wheelhouse"
+LOCK_REQUIREMENTS = "lock/requirements.txt"  # the image's locked pip files (pip install --require-hashes -r)
 
 
 @dataclass
@@ -38,6 +40,8 @@ class RenderedImage:
     context_files: dict[str, bytes] = field(default_factory=dict)  # context path -> content
     context_dirs: dict[str, Path] = field(default_factory=dict)  # context path -> host folder (wheelhouse)
     labels: dict[str, str] = field(default_factory=dict)  # deterministic labels (also in the Dockerfile's LABEL)
+    pip_requirements: tuple[str, ...] = ()  # what the flavor's pip stage asks for (the lock pins its closure)
+    apt_packages: tuple[str, ...] = ()  # final-stage apt packages from the OS archive (the lock pins their versions)
 
 
 @functools.lru_cache(maxsize=1)
@@ -259,6 +263,8 @@ class _Common:
             "wheelhouse": False,
             "pip_arg_names": [],
             "pip_index_comment": "",
+            "pip_lock": False,
+            "apt_pins": {},
         }
 
 
@@ -269,6 +275,14 @@ class _Parts:
     ctx: dict[str, object]
     files: dict[str, bytes] = field(default_factory=dict)
     pip_requirements: list[str] = field(default_factory=list)
+    apt: list[str] = field(default_factory=list)  # final-stage apt packages from the OS archive (not a PPA/NVIDIA)
+
+
+def _os_archive(c: _Common, packages) -> list[str]:
+    """The packages that come from the OS archive (the lock resolves and pins those): not deadsnakes' Pythons."""
+    py = c.py
+    ppa = {f"python{py}", f"python{py}-venv", f"python{py}-dev", f"libpython{py}-dev"} if c.deadsnakes else set()
+    return sorted(set(packages) - ppa)
 
 
 def _deadsnakes(variant: ResolvedVariant) -> dict[str, str] | None:
@@ -295,7 +309,7 @@ def _base_parts(c: _Common, inputs: BuildInputs) -> _Parts:
         "require_cuda": None if c.cuda_major is None else f"cuda>={variant.versions.cuda}",
         "base_pip": c.extra_pip,
     }
-    return _Parts(ctx, files=ca, pip_requirements=c.extra_pip)
+    return _Parts(ctx, files=ca, pip_requirements=c.extra_pip, apt=_os_archive(c, ctx["base_apt"]))
 
 
 def _runtime_parts(c: _Common, inputs: BuildInputs) -> _Parts:
@@ -314,7 +328,8 @@ def _runtime_parts(c: _Common, inputs: BuildInputs) -> _Parts:
         f"{FILES_DIR}/imagebuild-entrypoint": _render_file("files/imagebuild-entrypoint.j2"),
         **_banner(c),
     }
-    return _Parts(ctx, files=files, pip_requirements=torch_requirements)
+    apt = _os_archive(c, [*ctx["compile_apt"], *ctx["flavor_apt"]])  # type: ignore[misc]
+    return _Parts(ctx, files=files, pip_requirements=torch_requirements, apt=apt)
 
 
 def _transformer_engine(c: _Common) -> dict[str, object] | None:
@@ -366,7 +381,7 @@ def _dev_parts(c: _Common, inputs: BuildInputs) -> _Parts:
     }
     files = {f"{FILES_DIR}/{name}": _render_file(f"files/{name}.j2") for name in DEV_FILES}
     files.update(_banner(c))
-    return _Parts(ctx, files=files, pip_requirements=dev_requirements)
+    return _Parts(ctx, files=files, pip_requirements=dev_requirements, apt=_os_archive(c, sorted(dev_apt)))
 
 
 @dataclass
@@ -415,9 +430,11 @@ _FLAVOR_PARTS: dict[str, Callable[[_Common, BuildInputs], _Parts]] = {
 }
 
 
-def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | None = None) -> RenderedImage:
+def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | None = None,
+                 locked: LockedImage | None = None) -> RenderedImage:
     """Render `flavor` ("base" | "runtime" | "dev") of `variant`: the shared template variables, the flavor's own
-    parts, and the pip stage's index build args when the flavor installs anything with pip."""
+    parts, and the pip stage's index build args when the flavor installs anything with pip. With `locked` (the
+    image's lock entry) its pip stage installs the locked files with --require-hashes and apt installs `name=version`."""
     if flavor not in FLAVORS:
         raise ValueError(f"unknown flavor {flavor!r}; valid choices: {', '.join(FLAVORS)}")
     inputs = inputs or BuildInputs()
@@ -435,13 +452,21 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
         if inputs.wheelhouse is not None:
             ctx["wheelhouse"] = True
             dirs[WHEELHOUSE_DIR] = Path(inputs.wheelhouse)
+    files = dict(parts.files)
+    if locked is not None:
+        ctx["apt_pins"] = {p: locked.apt[p] for p in parts.apt if p in locked.apt}
+        if parts.pip_requirements:
+            ctx["pip_lock"] = LOCK_REQUIREMENTS
+            files[LOCK_REQUIREMENTS] = requirements_text(locked).encode()
 
     dockerfile = _tidy(_render(f"{flavor}.Dockerfile.j2", **ctx))
     return RenderedImage(
         dockerfile=dockerfile,
         build_args=dict(sorted(build_args.items())),
         secret_build_args=dict(sorted(secret_args.items())),
-        context_files=dict(sorted(parts.files.items())),
+        context_files=dict(sorted(files.items())),
         context_dirs=dirs,
         labels=labels,
+        pip_requirements=tuple(parts.pip_requirements),
+        apt_packages=tuple(parts.apt),
     )

@@ -1,0 +1,244 @@
+"""The lock file: what one matrix's images install, by exact version and file hash; read, written and compared here.
+
+A lock is text meant for review next to its matrix (`images/cpu.yaml` -> `images/cpu.lock`): YAML, keys sorted,
+one pip file per line, no timestamps and no paths of the machine that wrote it, so regenerating it for the same
+upstream state gives the same bytes and a diff shows exactly what moved. `entry_digest` is what the plan feeds into
+an image's inputs hash: the content of the image's entry, never the file's header, path or mtime.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from imagebuild.errors import UsageError
+
+LOCK_FORMAT = 1
+SUFFIX = ".lock"
+
+
+class LockError(UsageError):
+    """A lock file that cannot be read, or that does not match its matrix (exit 2)."""
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503 normalised project name (`Jinja2` -> `jinja2`, `jupyter_core` -> `jupyter-core`)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class PipPin:
+    name: str  # canonical
+    version: str  # as pip reports it, local label included ("2.13.0+cpu")
+    sha256: str
+    file: str  # the wheel's file name (reviewers read it; hash mismatches name it)
+
+    def requirement(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+@dataclass(frozen=True)
+class BaseLock:
+    """Where the base flavor's FROM comes from, as it was when the lock was made."""
+
+    kind: str  # "bootstrap" | "registry"
+    ref: str | None = None  # registry: the reference the matrix names
+    digest: str | None = None  # registry: the manifest digest it had
+    suite: str | None = None  # bootstrap: the OS codename
+    mirror: str | None = None  # bootstrap: the mirror (credentials redacted)
+    snapshot: str | None = None
+    extra_packages: tuple[str, ...] = ()  # the matrix's base.packages (what the lock was made for)
+    mirror_state: dict[str, str] = field(default_factory=dict)  # "<url> <suite>" -> InRelease Date
+    packages: dict[str, str] = field(default_factory=dict)  # bootstrap package -> version at that mirror state
+
+
+@dataclass(frozen=True)
+class LockedImage:
+    """One image of the plan (`<variant key>-<flavor>`): what its own layers install on top of its parent."""
+
+    id: str
+    os: str
+    python: str
+    platform: str  # newest pip platform tag the files were chosen for (older manylinux tags and linux_* too)
+    pip_requires: tuple[str, ...]  # the requirements the matrix rendered for this flavor (what the lock is for)
+    pip: tuple[PipPin, ...] = ()  # the closure pip installs in this image's pip stage, sorted by name
+    apt: dict[str, str] = field(default_factory=dict)  # apt package -> version (OS archive packages only)
+    base: BaseLock | None = None  # base flavor only
+
+    def pin(self, name: str) -> PipPin | None:
+        wanted = canonical_name(name)
+        return next((p for p in self.pip if p.name == wanted), None)
+
+
+@dataclass(frozen=True)
+class Lock:
+    matrix: str  # the matrix file's name (not its path: the lock sits next to it)
+    images: dict[str, LockedImage]
+    path: str = ""  # where it was read from (messages only; never hashed)
+    made_with: str = ""  # the build options it was made with (header comment only; never hashed)
+
+
+def lock_path(matrix_path: str | Path) -> Path:
+    """images/cpu.yaml -> images/cpu.lock"""
+    return Path(matrix_path).with_suffix(SUFFIX)
+
+
+# -- requirements file handed to the build ---------------------------------------------------------------------------
+def requirements_text(image: LockedImage) -> str:
+    """The pip requirements file the image's pip stage installs with `--require-hashes` (every line pinned+hashed)."""
+    lines = [f"# imagebuild lock, image {image.id}: pip install --require-hashes -r this file"]
+    for p in image.pip:
+        lines.append(f"{p.requirement()} \\\n    --hash=sha256:{p.sha256}")
+    return "\n".join(lines) + "\n"
+
+
+def entry_digest(image: LockedImage) -> str:
+    """sha256 of the image's entry content (goes into the inputs hash)."""
+    return hashlib.sha256(json.dumps(_image_doc(image), sort_keys=True).encode()).hexdigest()
+
+
+# -- writing ---------------------------------------------------------------------------------------------------------
+def _q(value: object) -> str:
+    """A YAML scalar that reads back as the same string (JSON strings are valid YAML)."""
+    return "null" if value is None else json.dumps(str(value))
+
+
+def _base_doc(b: BaseLock) -> dict:
+    if b.kind == "registry":
+        return {"kind": b.kind, "ref": b.ref, "digest": b.digest}
+    return {"kind": b.kind, "suite": b.suite, "mirror": b.mirror, "snapshot": b.snapshot,
+            "extra_packages": sorted(b.extra_packages), "mirror_state": dict(sorted(b.mirror_state.items())),
+            "packages": dict(sorted(b.packages.items()))}
+
+
+def _image_doc(i: LockedImage) -> dict:
+    doc: dict = {"os": i.os, "python": i.python, "platform": i.platform,
+                 "pip_requires": sorted(i.pip_requires),
+                 "pip": [{"name": p.name, "version": p.version, "sha256": p.sha256, "file": p.file}
+                         for p in sorted(i.pip, key=lambda p: p.name)],
+                 "apt": dict(sorted(i.apt.items()))}
+    if i.base is not None:
+        doc["base"] = _base_doc(i.base)
+    return doc
+
+
+HEADER = """\
+# imagebuild lock for {matrix}: what `imagebuild build` installs, by exact version and file hash.
+# Written by `imagebuild lock --matrix {matrix}` (same command to refresh it; do not edit by hand).
+# `imagebuild lock --check --matrix {matrix}` says whether it still matches the matrix; while it does, `build`
+# installs every pip file below with `pip install --require-hashes` and every apt package as `name=version`.
+# pip: `pip install --dry-run --report` per image for its Python and platforms, each image on top of its parent's
+#      pins; sha256 of the exact wheel (for a --wheelhouse file: that file's). Wheels only (--only-binary=:all:).
+# apt: the newest version in the base suites' Packages indexes (suite, -updates, -security; amd64) at the recorded
+#      mirror state; packages these depend on are not pinned. transformer_engine (built locally) is not hash-locked.
+# Made with: {made_with}
+"""
+
+
+def dump(lock: Lock) -> str:
+    out = [HEADER.format(matrix=lock.matrix, made_with=lock.made_with or "the default indexes"), f"lock_format: {LOCK_FORMAT}", f"matrix: {_q(lock.matrix)}", "images:"]
+    for image_id in sorted(lock.images):
+        doc = _image_doc(lock.images[image_id])
+        out.append(f"  {_q(image_id)}:")
+        for key in ("os", "python", "platform"):
+            out.append(f"    {key}: {_q(doc[key])}")
+        out.append(f"    pip_requires: [{', '.join(_q(r) for r in doc['pip_requires'])}]")
+        if "base" in doc:
+            out.append("    base:")
+            for key, value in doc["base"].items():
+                if isinstance(value, dict):
+                    out.append(f"      {key}:" + ("" if value else " {}"))
+                    out += [f"        {_q(k)}: {_q(v)}" for k, v in value.items()]
+                elif isinstance(value, list):
+                    out.append(f"      {key}: [{', '.join(_q(v) for v in value)}]")
+                else:
+                    out.append(f"      {key}: {_q(value)}")
+        out.append("    apt:" + ("" if doc["apt"] else " {}"))
+        out += [f"      {_q(k)}: {_q(v)}" for k, v in doc["apt"].items()]
+        out.append("    pip:" + ("" if doc["pip"] else " []"))
+        out += [f"      - {{name: {_q(p['name'])}, version: {_q(p['version'])}, sha256: {_q(p['sha256'])}, "
+                f"file: {_q(p['file'])}}}" for p in doc["pip"]]
+    return "\n".join(out) + "\n"
+
+
+# -- reading ---------------------------------------------------------------------------------------------------------
+def _need(mapping: object, key: str, where: str, kind: type | tuple[type, ...] = str):
+    if not isinstance(mapping, dict) or key not in mapping:
+        raise LockError(f"{where}: missing `{key}`")
+    value = mapping[key]
+    if not isinstance(value, kind):
+        raise LockError(f"{where}.{key}: expected {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
+    return value
+
+
+def _str_map(value: object, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise LockError(f"{where}: expected a mapping")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _parse_base(doc: object, where: str) -> BaseLock:
+    kind = _need(doc, "kind", where)
+    assert isinstance(doc, dict)
+    if kind == "registry":
+        return BaseLock(kind=kind, ref=doc.get("ref"), digest=doc.get("digest"))
+    if kind != "bootstrap":
+        raise LockError(f"{where}.kind: {kind!r}; valid choices: bootstrap, registry")
+    return BaseLock(kind=kind, suite=doc.get("suite"), mirror=doc.get("mirror"), snapshot=doc.get("snapshot"),
+                    extra_packages=tuple(str(p) for p in doc.get("extra_packages") or ()),
+                    mirror_state=_str_map(doc.get("mirror_state"), f"{where}.mirror_state"),
+                    packages=_str_map(doc.get("packages"), f"{where}.packages"))
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _parse_image(image_id: str, doc: object, where: str) -> LockedImage:
+    pins = []
+    for n, item in enumerate(_need(doc, "pip", where, list)):
+        at = f"{where}.pip[{n}]"
+        pin = PipPin(name=canonical_name(_need(item, "name", at)), version=str(_need(item, "version", at, (str, int, float))),
+                     sha256=_need(item, "sha256", at), file=str(_need(item, "file", at)))
+        if not _SHA256.match(pin.sha256):
+            raise LockError(f"{at}.sha256: {pin.sha256!r} is not a sha256 (64 lowercase hex digits)")
+        pins.append(pin)
+    assert isinstance(doc, dict)
+    return LockedImage(
+        id=image_id, os=str(_need(doc, "os", where)), python=str(_need(doc, "python", where, (str, float))),
+        platform=str(_need(doc, "platform", where)),
+        pip_requires=tuple(str(r) for r in _need(doc, "pip_requires", where, list)),
+        pip=tuple(sorted(pins, key=lambda p: p.name)),
+        apt=_str_map(doc.get("apt"), f"{where}.apt"),
+        base=_parse_base(doc["base"], f"{where}.base") if doc.get("base") is not None else None,
+    )
+
+
+def parse(text: str, path: str = "<lock>") -> Lock:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise LockError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(doc, dict):
+        raise LockError(f"{path}: not an imagebuild lock (expected a mapping with `images`)")
+    fmt = doc.get("lock_format")
+    if fmt != LOCK_FORMAT:
+        raise LockError(f"{path}: lock_format {fmt!r} is not {LOCK_FORMAT}; regenerate it with `imagebuild lock`")
+    images = _need(doc, "images", path, dict)
+    parsed = {str(k): _parse_image(str(k), v, f"{path}: images.{k}") for k, v in images.items()}
+    made_with = next((ln[len("# Made with: "):] for ln in text.splitlines() if ln.startswith("# Made with: ")), "")
+    return Lock(matrix=str(doc.get("matrix") or ""), images=parsed, path=path, made_with=made_with)
+
+
+def load(path: str | Path) -> Lock:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise LockError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    return parse(text, str(path))
