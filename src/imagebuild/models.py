@@ -190,6 +190,8 @@ class ImageResult:
     te_wheel: dict | None = None  # {"key": ..., "status": "cached"|"built", "seconds": float, "wheel": name}
     built_at: str | None = None  # when the build that made image_id ran (an up-to-date row keeps it)
     source: str | None = None  # where image_id is: "built" | "engine" | "registry <prefix>" (not pulled)
+    sbom: dict | None = None  # {"path", "sha256", "image_id", "components", "spec"} (reports/<matrix>/sbom/)
+    diff: dict | None = None  # a rebuild: {"against": previous image ID, "os"/"python": counts, "text"}
 
     @classmethod
     def of(cls, image: ImagePlan) -> ImageResult:

@@ -29,7 +29,21 @@ def test_cpu_matrix_builds_every_image(built):
     assert [i.flavor for i in plan.images] == ["base", "runtime", "dev"]
     assert "3 built" in first.stdout
     report = json.loads((tmp / "report" / "build-report.json").read_text())
-    assert report  # the report stage wrote something
+    assert report["run"]["command"] == "build" and report["matrix"].endswith("cpu.yaml")
+    # one CycloneDX SBOM per image beside the report, its digest in the report, made from the image itself
+    import hashlib
+
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    for row, img in zip(report["images"], plan.images, strict=True):
+        sbom = row["sbom"]
+        text = (tmp / "report" / "sbom" / f"{img.id}.cdx.json").read_text()
+        assert sbom["sha256"] == "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+        assert sbom["image_id"] == client.api.inspect_image(img.tag)["Id"]
+        assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+        names = {c["name"] for c in json.loads(text)["components"]}
+        assert "libc6" in names and (img.flavor == "base" or "torch" in names)
 
 
 def test_labels_and_from_chain_by_image_id(built):

@@ -128,3 +128,18 @@ def test_report_command(tmp_path):
     assert json.loads(r.output)["images"][0]["tag"] == TAG_R
     r = CliRunner().invoke(command, ["--report-dir", str(tmp_path / "none")])
     assert r.exit_code != 0
+
+
+def test_sbom_and_rebuild_diff_sections(tmp_path):
+    row = built(TAG_R, "runtime")
+    row.sbom = {"path": str(tmp_path / "sbom" / "x-runtime.cdx.json"), "sha256": "sha256:" + "b" * 64,
+                "components": 340, "spec": "CycloneDX 1.6", "image_id": "sha256:aaa"}
+    row.diff = {"against": "sha256:" + "c" * 64, "os": {"added": 1, "removed": 0, "changed": 2},
+                "python": {"added": 0, "removed": 1, "changed": 0}, "text": "OS packages changed:\n  libc6 2.36-9 -> 2.36-10"}
+    write_reports([row], tmp_path, _Plan([TAG_R]), run=RUN)
+    md = (tmp_path / "build-report.md").read_text()
+    assert "`x-runtime.cdx.json` (CycloneDX 1.6, 340 components, `sha256:bbbbbbbbbbbb`)" in md
+    assert "against the image before (`cccccccccccc`): os +1 -0 ~2, python +0 -1 ~0" in md
+    assert "libc6 2.36-9 -> 2.36-10" in md
+    doc = load_report(tmp_path)
+    assert doc["images"][0]["sbom"]["sha256"] == "sha256:" + "b" * 64

@@ -48,11 +48,14 @@ def _say(msg: str) -> None:
                    "(not built; pulled by digest only when a child must be built on it).")
 @click.option("--require-registry", is_flag=True,
               help="A registry that does not answer or refuses the credentials is an error, not a local build.")
+@click.option("--sbom/--no-sbom", "sbom", default=True, show_default=True,
+              help="Write a CycloneDX SBOM per image beside the report (reports/<matrix>/sbom/), its digest in the "
+                   "report; a rebuild's report also shows the diff against the image the tag pointed at before.")
 @click.option("--locked", is_flag=True,
               help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
                    "Without it an existing lock is used too; a missing one means an unlocked build.")
 def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verbose, log_dir, report_dir,
-            state_dir, run_tests, retest, run_push, registry_cache, require_registry, locked):
+            state_dir, run_tests, retest, run_push, registry_cache, require_registry, sbom, locked):
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -64,6 +67,7 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     from imagebuild import __version__
     from imagebuild.builder import BuildOptions, build_plan, make_progress
     from imagebuild.commands._state import plan_registry
+    from imagebuild.commands._supply import diff_rebuilds, previous_ids, write_sboms
     from imagebuild.engine import connect
     from imagebuild.record import load_record, now, updating
     from imagebuild.record.update import record_build
@@ -94,9 +98,14 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     options = BuildOptions(force=force, only=tuple(only), keep_going=keep_going, log_dir=log_dir, remote=remote)
     if jobs:
         options.jobs = jobs
+    before = previous_ids(client, plan) if sbom else {}
     results = (build_plan(client, buildable, options, progress) if buildable.images else []) + blocked
     order = {img.tag: n for n, img in enumerate(plan.images)}
     results.sort(key=lambda r: order[r.tag])
+    if sbom:
+        recorded = {k: v.sbom for k, v in (rec.images if rec else {}).items() if v.sbom}
+        write_sboms(client, plan, results, report_dir, recorded, say)
+        diff_rebuilds(client, plan, results, before, say)
     with updating(path, inputs, registry, directory=state_dir, replace_inputs=True) as rec_w:
         record_build(rec_w, plan, results)
     progress.summary(results)

@@ -74,6 +74,7 @@ class ImageRecord:
     error: str | None = None
     log_path: str | None = None
     te_wheel: dict | None = None
+    sbom: dict | None = None  # {"path", "sha256", "image_id", ...}: the SBOM written for image_id
 
     @classmethod
     def from_dict(cls, d: dict) -> ImageRecord:

@@ -46,6 +46,8 @@ def record_build(rec: Record, plan: Plan, results: list[ImageResult]) -> None:
             entry.size = res.size if res.size is not None else entry.size
             entry.layers = res.layers or entry.layers
             entry.te_wheel = res.te_wheel or entry.te_wheel
+            if res.sbom and res.sbom.get("sha256"):
+                entry.sbom = res.sbom
             entry.tags[img.repository] = [img.tag, *img.aliases]
         else:  # failed / not-built: the last good image of these inputs (if any) stays recorded
             entry.error = res.error
@@ -78,4 +80,5 @@ def fill_row(rec: Record | None, img: ImagePlan, row: ImageResult) -> ImageResul
     row.size, row.layers = entry.size, entry.layers
     row.build_seconds, row.built_at, row.source = entry.build_seconds, entry.built_at, entry.source
     row.te_wheel = entry.te_wheel
+    row.sbom = entry.sbom if entry.sbom and entry.sbom.get("image_id") == row.image_id else None
     return row

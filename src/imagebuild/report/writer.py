@@ -237,6 +237,20 @@ def render_markdown(doc: dict) -> str:
             problems.append(f"- `{short}` push {push['status']}: {_cell(push.get('error') or push.get('reason'))}")
     if problems:
         lines += ["<details open><summary>Problems</summary>", "", *problems, "", "</details>", ""]
+    sboms = [f"- `{_short_tag(r['tag'])}`: `{Path(r['sbom']['path']).name}` ({r['sbom'].get('spec', 'CycloneDX')}, "
+             f"{r['sbom'].get('components', '?')} components, `{r['sbom']['sha256'][:19]}`)"
+             for r in rows if (r.get("sbom") or {}).get("sha256")]
+    if sboms:
+        lines += ["<details><summary>SBOMs (beside this report, in sbom/)</summary>", "", *sboms, "", "</details>", ""]
+    for r in rows:
+        d = r.get("diff")
+        if not d:
+            continue
+        changed = ", ".join(f"{what} +{d[what]['added']} -{d[what]['removed']} ~{d[what]['changed']}"
+                           for what in ("os", "python") if d.get(what))
+        lines += [f"<details><summary>`{_short_tag(r['tag'])}` against the image before "
+                  f"(`{str(d.get('against'))[7:19]}`): {changed}</summary>", "", "```text",
+                  str(d.get("text") or "").rstrip(), "```", "", "</details>", ""]
     return redact("\n".join(lines))
 
 

@@ -1,0 +1,100 @@
+"""What `build` writes about each image's content: a CycloneDX SBOM beside the report (its digest in the report and
+the record), and, for a rebuild, the diff against the image the tag pointed at before.
+
+SBOMs are made from the image's own files (inventory.read_local: dpkg database, every Python distribution, labels),
+with the wheel hashes of the matrix's lock when it has one. An image whose SBOM the record already holds for the
+same image ID (and whose file is still there, with that digest) is not read again: a no-op build stays fast."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+from imagebuild.models import ImagePlan, ImageResult, Plan
+
+DIFF_TEXT_MAX = 6000
+
+
+def previous_ids(client, plan: Plan) -> dict[str, str]:
+    """tag -> the image ID each planned tag points at before the build (what a rebuild is compared with)."""
+    out = {}
+    for img in plan.images:
+        try:
+            out[img.tag] = client.api.inspect_image(img.tag)["Id"]
+        except Exception:  # not there yet (or the engine says so another way): nothing to compare with
+            continue
+    return out
+
+
+def _lock_hashes(plan: Plan) -> dict[tuple[str, str], str]:
+    if not plan.lock_file:
+        return {}
+    from imagebuild.lock.model import canonical_name, parse
+
+    try:
+        lock = parse(Path(plan.lock_file).read_text(encoding="utf-8"), plan.lock_file)
+    except (OSError, ValueError):
+        return {}
+    return {(canonical_name(p.name), p.version): p.sha256 for entry in lock.images.values() for p in entry.pip}
+
+
+def write_sboms(client, plan: Plan, results: list[ImageResult], report_dir: Path, recorded: dict[str, dict],
+                say: Callable[[str], None]) -> None:
+    """SBOM per built/up-to-date local image: reports/<matrix>/sbom/<plan id>.cdx.json; fills `row.sbom`.
+
+    `recorded`: plan id -> the record's sbom entry (path, sha256, image_id) from an earlier run."""
+    from imagebuild.inventory import dump_sbom, make_sbom, read_local
+
+    by_tag = plan.by_tag()
+    hashes = _lock_hashes(plan)
+    folder = Path(report_dir) / "sbom"
+    for res in results:
+        img: ImagePlan | None = by_tag.get(res.tag)
+        if img is None or res.status not in ("built", "up-to-date") or not res.image_id:
+            continue
+        if (res.source or "").startswith("registry"):
+            continue  # not in this engine: `imagebuild sbom REF` reads it from the registry when wanted
+        path = folder / f"{img.id}.cdx.json"
+        old = recorded.get(img.id) or {}
+        if old.get("image_id") == res.image_id and path.is_file() and \
+                "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() == old.get("sha256"):
+            res.sbom = dict(old)
+            continue
+        try:
+            inv = read_local(client, res.image_id)
+            text = dump_sbom(make_sbom(inv, hashes))
+        except Exception as exc:  # the build stands; the report says the SBOM is missing and why
+            say(f"warning: {img.tag}: no SBOM ({exc})")
+            res.sbom = {"error": str(exc)}
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        data = text.encode()
+        res.sbom = {"path": str(path), "sha256": "sha256:" + hashlib.sha256(data).hexdigest(),
+                    "image_id": res.image_id, "components": text.count('"bom-ref"') - 1,
+                    "spec": "CycloneDX 1.6"}
+
+
+def diff_rebuilds(client, plan: Plan, results: list[ImageResult], before: dict[str, str],
+                  say: Callable[[str], None]) -> None:
+    """For every image rebuilt onto a tag that pointed at another image: what changed (`row.diff`)."""
+    from imagebuild.inventory import diff_images, diff_to_json, format_diff
+
+    for res in results:
+        old = before.get(res.tag)
+        if res.status != "built" or not old or not res.image_id or old == res.image_id:
+            continue
+        try:
+            d = diff_images(client, old, res.image_id)
+        except Exception as exc:  # the previous image may be gone (pruned); say so, keep going
+            say(f"warning: {res.tag}: no diff against the previous image {old[7:19]} ({exc})")
+            continue
+        doc = diff_to_json(d)
+        res.diff = {
+            "against": old,
+            "os": {k: len(doc.get(f"os_{k}") or []) for k in ("added", "removed", "changed")},
+            "python": {k: len(doc.get(f"py_{k}") or []) for k in ("added", "removed", "changed")},
+            "labels": len(doc.get("labels") or []),
+            "text": format_diff(d)[:DIFF_TEXT_MAX],
+        }
