@@ -1,0 +1,271 @@
+"""ldd: every shared library under site-packages resolves its dependencies (the ldd scan opendatahub's notebooks run).
+
+The image's own `ldd` (or its dynamic loader's `--list`) resolves each library the way the loader will: RPATH and
+RUNPATH (`$ORIGIN/../../nvidia/cublas/lib` in torch's CUDA wheels), LD_LIBRARY_PATH, the ld.so cache. A dependency
+ldd cannot find for a library on its own still counts as found when the image loads it some other way:
+
+- through a parent: library Y (scanned too) needs X, and `ldd Y` resolves X and X's dependency. That is what the
+  loader does when X comes in as Y's dependency: Y's DT_RPATH applies to the whole chain below it, and a soname
+  already loaded is reused;
+- through torch's preload: `import torch` loads torch/lib/libtorch_global_deps.so with RTLD_GLOBAL, so every soname
+  in its resolved closure is visible to later loads by name.
+
+Both are listed in the figures (`rescued`) so they stay visible. Without a GPU in the container the driver's
+libcuda.so.1 and libnvidia-ml.so.1 (mounted at run time by the NVIDIA container toolkit) may be missing; nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from probe.common import which
+
+DRIVER_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1")  # come with the driver, not the image
+PRELOAD_LIB = os.path.join("torch", "lib", "libtorch_global_deps.so")
+_SO_NAME = re.compile(r"\.so(\.[0-9]+)*$")
+_RESOLVED = re.compile(r"^(?P<name>\S+) => (?P<path>\S.*?) \(0x[0-9a-fA-F]+\)$")
+_MISSING = re.compile(r"^(?P<name>\S+) => not found$")
+_BARE = re.compile(r"^(?P<path>\S+) \(0x[0-9a-fA-F]+\)$")  # the interpreter (absolute) or the vDSO
+_VERSION = re.compile(r"(?:^|: )(?P<lib>[^:\s]+): version `(?P<version>[^']+)' not found \(required by (?P<by>[^)]+)\)")
+ET_DYN = 3
+
+
+def parse_ldd(text: str) -> dict:
+    """ldd / `ld.so --list` output -> {"resolved": {soname: path}, "missing": [soname], "version_errors": [...],
+    "dynamic": bool}."""
+    resolved: dict[str, str] = {}
+    missing: list[str] = []
+    version_errors: list[dict] = []
+    dynamic = True
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if "not a dynamic executable" in line or line == "statically linked":
+            dynamic = False
+            continue
+        m = _VERSION.search(line)
+        if m:
+            version_errors.append({"library": m.group("lib"), "version": m.group("version"),
+                                   "required_by": m.group("by")})
+            continue
+        m = _MISSING.match(line)
+        if m:
+            if m.group("name") not in missing:
+                missing.append(m.group("name"))
+            continue
+        m = _RESOLVED.match(line)
+        if m:
+            resolved[m.group("name")] = m.group("path")
+            continue
+        m = _BARE.match(line)
+        if m and m.group("path").startswith("/"):
+            resolved[os.path.basename(m.group("path"))] = m.group("path")
+    return {"resolved": resolved, "missing": missing, "version_errors": version_errors, "dynamic": dynamic}
+
+
+def elf_header(path: str):
+    """(class, byte order, e_type, e_machine) of an ELF file, else None."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(20)
+    except OSError:
+        return None
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return None
+    order = "<" if head[5] == 1 else ">"
+    e_type, e_machine = struct.unpack(order + "HH", head[16:20])
+    return head[4], head[5], e_type, e_machine
+
+
+def evaluate(results: dict, allowed_missing=(), preloaded=None) -> tuple[list, list]:
+    """`results`: {library realpath: parse_ldd(...)}. -> (problems, rescued).
+
+    problems: [{"library", "missing": [soname], "version_errors": [...]}] for what no load path resolves.
+    rescued:  [{"library", "soname", "via"}] for dependencies found only through a parent or torch's preload.
+    Driver sonames in `allowed_missing` are neither.
+    """
+    loaded_by: dict[str, list[str]] = {}
+    for parent, res in results.items():
+        for path in res["resolved"].values():
+            loaded_by.setdefault(os.path.realpath(path), []).append(parent)
+    preloaded = preloaded or {}
+    problems, rescued = [], []
+    for lib, res in sorted(results.items()):
+        unresolved = []
+        for soname in res["missing"]:
+            if soname in allowed_missing:
+                continue
+            via = next((y for y in sorted(loaded_by.get(lib, ())) if y != lib
+                        and soname in results[y]["resolved"]), None)
+            if via is None and soname in preloaded:
+                via = f"torch preload ({preloaded[soname]})"
+            if via is None:
+                unresolved.append(soname)
+            else:
+                rescued.append({"library": lib, "soname": soname, "via": via})
+        if unresolved or res["version_errors"]:
+            problems.append({"library": lib, "missing": unresolved, "version_errors": res["version_errors"]})
+    return problems, rescued
+
+
+def _top(rel: str) -> str:
+    """Top-level directory of a site-packages path; auditwheel's vendored `numpy.libs` belongs to `numpy`."""
+    top = rel.split(os.sep, 1)[0]
+    return top[:-len(".libs")] if top.endswith(".libs") else top
+
+
+def where_found(lib: str, dep: str, roots) -> str:
+    """"system", "own package", or the dependency's directory relative to site-packages (another wheel's dir,
+    reached through RPATH/RUNPATH or LD_LIBRARY_PATH)."""
+    for root in roots:
+        if dep.startswith(root + os.sep):
+            rel_dep = os.path.relpath(dep, root)
+            if lib.startswith(root + os.sep) and _top(os.path.relpath(lib, root)) == _top(rel_dep):
+                return "own package"
+            return os.path.dirname(rel_dep) or "."
+    return "system"
+
+
+def site_roots() -> list[str]:
+    import site
+    import sysconfig
+
+    roots = []
+    cands = list(getattr(site, "getsitepackages", lambda: [])()) + [sysconfig.get_paths().get(k, "")
+                                                                    for k in ("purelib", "platlib")]
+    for d in cands:
+        if d and os.path.isdir(d):
+            real = os.path.realpath(d)
+            if real not in roots:
+                roots.append(real)
+    return roots
+
+
+def find_libraries(roots) -> tuple[list[str], dict[str, list[str]]]:
+    """(ELF shared objects under `roots` as real paths, {basename: [paths]} of every .so name incl. symlinks)."""
+    libs: list[str] = []
+    names: dict[str, list[str]] = {}
+    seen = set()
+    for root in roots:
+        for dirpath, _dirs, files in os.walk(root):
+            for f in files:
+                if not _SO_NAME.search(f):
+                    continue
+                path = os.path.join(dirpath, f)
+                names.setdefault(f, []).append(path)
+                if os.path.islink(path):
+                    continue
+                real = os.path.realpath(path)
+                if real not in seen:
+                    seen.add(real)
+                    libs.append(real)
+    return sorted(libs), names
+
+
+def ldd_command():
+    """The image's ldd, else its dynamic loader's `--list` (what ldd runs), else None."""
+    exe = which("ldd")
+    if exe:
+        return [exe]
+    for cand in ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1", "/lib64/ld64.so.2",
+                 "/lib/ld-linux-x86-64.so.2"):
+        if os.path.exists(cand):
+            return [cand, "--list"]
+    return None
+
+
+def driver_present() -> bool:
+    """Did the NVIDIA container toolkit give this container a GPU (and so mount the driver's libraries)?"""
+    return os.path.exists("/dev/nvidiactl")
+
+
+def _ldd(cmd, path):
+    try:
+        out = subprocess.run(cmd + [path], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"resolved": {}, "missing": [], "version_errors": [], "dynamic": True, "error": str(exc)}
+    res = parse_ldd(out.stdout + "\n" + out.stderr)
+    if out.returncode != 0 and res["dynamic"] and not res["resolved"] and not res["missing"]:
+        res["error"] = (out.stderr.strip() or f"exit {out.returncode}")[-300:]
+    return res
+
+
+def run(p):
+    roots = site_roots()
+    cmd = ldd_command()
+    if cmd is None:
+        p.check("ldd.resolve", "skipped", "neither ldd nor a dynamic loader found in the image")
+        return
+    libs, names = find_libraries(roots)
+    me = elf_header(os.path.realpath(sys.executable))
+    ours, foreign = [], []
+    for lib in libs:
+        h = elf_header(lib)
+        if h is None or h[2] != ET_DYN:
+            continue
+        (ours if me is None or h[:2] + h[3:] == me[:2] + me[3:] else foreign).append(lib)
+    if not ours:
+        p.check("ldd.resolve", "skipped", f"no shared libraries under {', '.join(roots) or 'site-packages'}",
+                roots=roots)
+        return
+    workers = max(2, min(8, 2 * (os.cpu_count() or 1)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = dict(zip(ours, pool.map(lambda lib: _ldd(cmd, lib), ours)))
+    errors = {lib: r["error"] for lib, r in results.items() if r.get("error")}
+    driver = driver_present()
+    allowed = () if driver else DRIVER_LIBS
+    preload_path = next((os.path.join(r, PRELOAD_LIB) for r in roots
+                         if os.path.realpath(os.path.join(r, PRELOAD_LIB)) in results), None)
+    preloaded = {}
+    if preload_path:
+        pre = results[os.path.realpath(preload_path)]
+        preloaded = {s: PRELOAD_LIB for s in pre["resolved"]}
+    problems, rescued = evaluate(results, allowed, preloaded)
+
+    def rel(path):
+        for r in roots:
+            if path.startswith(r + os.sep):
+                return os.path.relpath(path, r)
+        return path
+
+    found: dict[str, set] = {}
+    for lib, res in results.items():
+        for soname, dep in res["resolved"].items():
+            found.setdefault(where_found(lib, os.path.realpath(dep), roots), set()).add(soname)
+    allowed_missing = sorted({s for r in results.values() for s in r["missing"] if s in allowed})
+    figures = {
+        "libraries": len(ours), "roots": roots, "ldd": " ".join(cmd), "driver_in_container": driver,
+        "foreign_arch": [rel(x) for x in foreign][:20],
+        "found_in_system": sorted(found.pop("system", ())),
+        "found_in_own_package": len(found.pop("own package", ())),
+        "found_in_other_packages": {d: sorted(s) for d, s in sorted(found.items())},
+        "rescued": [dict(r, library=rel(r["library"]), via=rel(r["via"])) for r in rescued][:50],
+        "driver_libs_missing": allowed_missing,
+        "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""),
+    }
+    p.doc["ldd"] = dict(figures, problems=[dict(x, library=rel(x["library"])) for x in problems],
+                        errors={rel(k): v for k, v in errors.items()})
+    bad = []
+    for x in problems:
+        parts = []
+        for s in x["missing"]:
+            elsewhere = [rel(q) for q in names.get(s, [])]
+            parts.append(f"{s} not found" + (f" (present at {', '.join(elsewhere[:2])}, not on its search path)"
+                                              if elsewhere else ""))
+        parts += [f"{v['version']} not found in {v['library']}" for v in x["version_errors"]]
+        bad.append(f"{rel(x['library'])}: {', '.join(parts)}")
+    bad += [f"{rel(k)}: ldd failed: {v}" for k, v in sorted(errors.items())]
+    note = (f"; without a GPU the driver's {', '.join(allowed_missing)} may be missing" if allowed_missing else "")
+    if bad:
+        p.check("ldd.resolve", "failed", f"{len(bad)} of {len(ours)} shared libraries under site-packages do not "
+                f"resolve: " + "; ".join(bad[:10]) + note, **figures)
+    else:
+        extra = f", {len(rescued)} through a parent or torch's preload" if rescued else ""
+        p.check("ldd.resolve", "passed", f"{len(ours)} shared libraries resolve every dependency{extra}{note}",
+                **figures)
