@@ -41,6 +41,7 @@ class ContainerSettings:
     stack_bytes: int | None = STACK_BYTES
     network: str = "none"  # "none" or "host": never a bridge network
     labels: dict[str, str] = field(default_factory=dict)
+    user: str | None = None  # `--user UID[:GID]`; None: the image's USER
 
     def kwargs(self) -> dict[str, Any]:
         import docker
@@ -59,6 +60,8 @@ class ContainerSettings:
             "ulimits": ulimits,
             "labels": dict(self.labels),
         }
+        if self.user is not None:
+            kw["user"] = self.user
         if self.ipc_host:
             kw["ipc_mode"] = "host"
         else:
