@@ -73,7 +73,8 @@ def oldest_ctime(path: str) -> float | None:
 
 def split_baked(paths, start: float | None, oldest=oldest_ctime) -> tuple[list[str], list[str]]:
     """paths -> (baked into the image, created in this container). Without a start time everything is baked."""
-    baked, fresh = [], []
+    baked: list[str] = []
+    fresh: list[str] = []
     for path in paths:
         t = oldest(path)
         (fresh if start is not None and t is not None and t >= start else baked).append(path)

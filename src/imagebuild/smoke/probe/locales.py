@@ -123,5 +123,5 @@ def run(p):
     if bad:
         p.check("locale.python", "failed", "python: " + ", ".join(bad), **enc)
     else:
-        p.check("locale.python", "passed", f"python's preferred and filesystem encodings are UTF-8"
+        p.check("locale.python", "passed", "python's preferred and filesystem encodings are UTF-8"
                 + (" (only through PEP 538 coercion of a C locale)" if enc["coerced"] else ""), **enc)

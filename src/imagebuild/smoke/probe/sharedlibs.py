@@ -216,7 +216,7 @@ def run(p):
         return
     workers = max(2, min(8, 2 * (os.cpu_count() or 1)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = dict(zip(ours, pool.map(lambda lib: _ldd(cmd, lib), ours)))
+        results = dict(pool.map(lambda lib: (lib, _ldd(cmd, lib)), ours))
     errors = {lib: r["error"] for lib, r in results.items() if r.get("error")}
     driver = driver_present()
     allowed = () if driver else DRIVER_LIBS
