@@ -121,13 +121,28 @@ def test_evaluate_torch_preload_and_version_errors():
     assert [p["library"] for p in problems] == ["/sp/x/_x.so"]
 
 
-def test_where_found():
-    roots = ["/sp"]
-    assert P.where_found("/sp/torch/lib/libtorch.so", "/lib/x86_64-linux-gnu/libc.so.6", roots) == "system"
-    assert P.where_found("/sp/torch/_C.so", "/sp/torch/lib/libtorch.so", roots) == "own package"
-    assert P.where_found("/sp/numpy/core/_m.so", "/sp/numpy.libs/libopenblas.so", roots) == "own package"
-    assert P.where_found("/sp/torch/lib/libtorch_cuda.so", "/sp/nvidia/cublas/lib/libcublas.so.12",
+def test_where_found(tmp_path):
+    sp = str(tmp_path)
+    for pkg in ("torch", "numpy"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").touch()
+    (tmp_path / "nvidia").mkdir()  # a namespace package: each nvidia/<name> is its own wheel
+    roots = [sp]
+    assert P.where_found(f"{sp}/torch/lib/libtorch.so", "/lib/x86_64-linux-gnu/libc.so.6", roots) == "system"
+    assert P.where_found(f"{sp}/torch/_C.so", f"{sp}/torch/lib/libtorch.so", roots) == "own package"
+    assert P.where_found(f"{sp}/numpy/core/_m.so", f"{sp}/numpy.libs/libopenblas.so", roots) == "own package"
+    assert P.where_found(f"{sp}/torch/lib/libtorch_cuda.so", f"{sp}/nvidia/cublas/lib/libcublas.so.12",
                          roots) == "nvidia/cublas/lib"
+    assert P.where_found(f"{sp}/nvidia/cusparse/lib/libcusparse.so.12", f"{sp}/nvidia/nvjitlink/lib/libnvJitLink.so.12",
+                         roots) == "nvidia/nvjitlink/lib"
+    assert P.where_found(f"{sp}/nvidia/cudnn/lib/libcudnn_ops.so.9", f"{sp}/nvidia/cudnn/lib/libcudnn_graph.so.9",
+                         roots) == "own package"
+    # the real nvidia wheels all ship nvidia/__init__.py: the RECORD owners decide
+    (tmp_path / "nvidia" / "__init__.py").touch()
+    owners = {f"{sp}/nvidia/cusparse/lib/libcusparse.so.12": "nvidia-cusparse-cu12",
+              f"{sp}/nvidia/nvjitlink/lib/libnvJitLink.so.12": "nvidia-nvjitlink-cu12"}
+    assert P.where_found(f"{sp}/nvidia/cusparse/lib/libcusparse.so.12", f"{sp}/nvidia/nvjitlink/lib/libnvJitLink.so.12",
+                         roots, owners) == "nvidia/nvjitlink/lib"
 
 
 # ---- the real loader: what evaluate() assumes about RPATH inheritance, checked with ldd on compiled libraries ----
@@ -167,6 +182,22 @@ def test_parent_rpath_reaches_child_only_as_dt_rpath(libs, dtags, inherited):
         assert {p["library"] for p in problems} == {str(libs / "a" / "libiba.so"), str(parent)}
 
 
+@pytest.mark.parametrize("dtags,field", [("--disable-new-dtags", "rpath"), ("--enable-new-dtags", "runpath")])
+def test_elf_dynamic_reads_needed_and_search_path(libs, dtags, field):
+    """What `readelf -d` shows, read by the probe itself (stdlib struct, seeks only)."""
+    lib = libs / f"libib{field}.so"
+    _cc("-o", str(lib), str(libs / "src.c"), f"-L{libs / 'b'}", "-libb", f"-Wl,{dtags},-rpath,$ORIGIN/../../b/lib")
+    dyn = sharedlibs.elf_dynamic(str(lib))
+    assert "libibb.so" in dyn["needed"]
+    assert dyn[field] == "$ORIGIN/../../b/lib"
+    assert dyn["rpath" if field == "runpath" else "runpath"] is None
+    assert sharedlibs.search_path_note(dyn) == f"{field.upper()} $ORIGIN/../../b/lib"
+    assert sharedlibs.elf_dynamic(str(libs / "src.c")) is None
+    if shutil.which("readelf"):
+        out = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True).stdout
+        assert f"({field.upper()})" in out and "[$ORIGIN/../../b/lib]" in out
+
+
 def test_ldd_section_on_a_site_packages_tree(libs, monkeypatch):
     """The section end to end over a fake site-packages: one library misses a dependency that lies elsewhere."""
     site = libs / "site-packages"
@@ -180,6 +211,7 @@ def test_ldd_section_on_a_site_packages_tree(libs, monkeypatch):
     c = p.doc["checks"][0]
     assert c["status"] == "failed"
     assert "pkg/libiba.so: libibb.so not found (present at other/libibb.so" in c["reason"]
+    assert "[no RPATH/RUNPATH; needed directly]" in c["reason"]
     assert c["figures"]["libraries"] == 2
 
 

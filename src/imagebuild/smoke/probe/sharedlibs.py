@@ -83,6 +83,85 @@ def elf_header(path: str):
     return head[4], head[5], e_type, e_machine
 
 
+PT_LOAD, PT_DYNAMIC = 1, 2
+DT_NEEDED, DT_STRTAB, DT_RPATH, DT_RUNPATH = 1, 5, 15, 29
+
+
+def elf_dynamic(path: str) -> dict | None:
+    """DT_NEEDED, DT_RPATH and DT_RUNPATH of an ELF shared object, read from its dynamic segment (seeks, no full
+    read: libtorch_cuda.so is over 1 GB). None when it is not ELF or has no dynamic segment."""
+    try:
+        with open(path, "rb") as fh:
+            ident = fh.read(64)
+            if len(ident) < 52 or ident[:4] != b"\x7fELF":
+                return None
+            order = "<" if ident[5] == 1 else ">"
+            wide = ident[4] == 2
+            if wide:
+                phoff, = struct.unpack(order + "Q", ident[32:40])
+                phentsize, phnum = struct.unpack(order + "HH", ident[54:58])
+                ph_fmt, dyn_fmt = order + "IIQQQQQQ", order + "qQ"
+            else:
+                phoff, = struct.unpack(order + "I", ident[28:32])
+                phentsize, phnum = struct.unpack(order + "HH", ident[42:46])
+                ph_fmt, dyn_fmt = order + "IIIIIIII", order + "iI"
+            loads, dynamic = [], None
+            fh.seek(phoff)
+            table = fh.read(phentsize * phnum)
+            for i in range(phnum):
+                f = struct.unpack(ph_fmt, table[i * phentsize:i * phentsize + struct.calcsize(ph_fmt)])
+                # 64-bit: type, flags, offset, vaddr, paddr, filesz; 32-bit: type, offset, vaddr, paddr, filesz
+                p_type, off, vaddr, filesz = (f[0], f[2], f[3], f[5]) if wide else (f[0], f[1], f[2], f[4])
+                if p_type == PT_LOAD:
+                    loads.append((vaddr, off, filesz))
+                elif p_type == PT_DYNAMIC:
+                    dynamic = (off, filesz)
+            if dynamic is None:
+                return None
+            fh.seek(dynamic[0])
+            raw = fh.read(dynamic[1])
+            size = struct.calcsize(dyn_fmt)
+            entries = []
+            for i in range(0, len(raw) - size + 1, size):
+                tag, val = struct.unpack(dyn_fmt, raw[i:i + size])
+                if tag == 0:
+                    break
+                entries.append((tag, val))
+            strtab = next((v for t, v in entries if t == DT_STRTAB), None)
+            base = next((off + strtab - vaddr for vaddr, off, filesz in loads
+                         if strtab is not None and vaddr <= strtab < vaddr + filesz), None)
+            if base is None:
+                return None
+
+            def string(offset):
+                fh.seek(base + offset)
+                data = fh.read(4096)
+                return data.split(b"\0", 1)[0].decode(errors="replace")
+
+            out: dict = {"needed": [], "rpath": None, "runpath": None}
+            for tag, val in entries:
+                if tag == DT_NEEDED:
+                    out["needed"].append(string(val))
+                elif tag == DT_RPATH:
+                    out["rpath"] = string(val)
+                elif tag == DT_RUNPATH:
+                    out["runpath"] = string(val)
+            return out
+    except (OSError, struct.error):
+        return None
+
+
+def search_path_note(dyn: dict | None) -> str:
+    """How a library looks for its dependencies, for a failure message."""
+    if not dyn:
+        return ""
+    if dyn.get("runpath") is not None:
+        return f"RUNPATH {dyn['runpath'] or '(empty)'}"
+    if dyn.get("rpath") is not None:
+        return f"RPATH {dyn['rpath'] or '(empty)'}"
+    return "no RPATH/RUNPATH"
+
+
 def evaluate(results: dict, allowed_missing=(), preloaded=None) -> tuple[list, list]:
     """`results`: {library realpath: parse_ldd(...)}. -> (problems, rescued).
 
@@ -114,21 +193,50 @@ def evaluate(results: dict, allowed_missing=(), preloaded=None) -> tuple[list, l
     return problems, rescued
 
 
-def _top(rel: str) -> str:
-    """Top-level directory of a site-packages path; auditwheel's vendored `numpy.libs` belongs to `numpy`."""
-    top = rel.split(os.sep, 1)[0]
-    return top[:-len(".libs")] if top.endswith(".libs") else top
+def _owner(root: str, rel: str) -> str:
+    """The package a site-packages path belongs to: its top-level directory (auditwheel's vendored `numpy.libs`
+    belongs to `numpy`), or two levels for a namespace package without __init__.py (`nvidia/cublas`)."""
+    parts = rel.split(os.sep)
+    top = parts[0][:-len(".libs")] if parts[0].endswith(".libs") else parts[0]
+    if len(parts) > 2 and not os.path.exists(os.path.join(root, parts[0], "__init__.py")):
+        return f"{top}/{parts[1]}"
+    return top
 
 
-def where_found(lib: str, dep: str, roots) -> str:
+def dist_owners() -> dict[str, str]:
+    """{real path of a shared library: the installed distribution whose RECORD lists it}. The nvidia-* wheels all
+    ship nvidia/__init__.py, so directories alone cannot tell nvidia-cublas from nvidia-cusparse."""
+    from importlib import metadata
+
+    out: dict[str, str] = {}
+    for dist in metadata.distributions():
+        try:
+            files = dist.files or []
+            name = dist.metadata["Name"] or "?"
+        except Exception:
+            continue
+        for f in files:
+            if _SO_NAME.search(str(f)):
+                try:
+                    out[os.path.realpath(str(dist.locate_file(f)))] = name
+                except Exception:
+                    continue
+    return out
+
+
+def where_found(lib: str, dep: str, roots, owners=None) -> str:
     """"system", "own package", or the dependency's directory relative to site-packages (another wheel's dir,
-    reached through RPATH/RUNPATH or LD_LIBRARY_PATH)."""
+    reached through RPATH/RUNPATH or LD_LIBRARY_PATH). `owners`: dist_owners(); the directory layout otherwise."""
+    owners = owners or {}
     for root in roots:
         if dep.startswith(root + os.sep):
             rel_dep = os.path.relpath(dep, root)
-            if lib.startswith(root + os.sep) and _top(os.path.relpath(lib, root)) == _top(rel_dep):
-                return "own package"
-            return os.path.dirname(rel_dep) or "."
+            if owners.get(lib) and owners.get(dep):
+                same = owners[lib] == owners[dep]
+            else:
+                same = lib.startswith(root + os.sep) and _owner(root, os.path.relpath(lib, root)) == _owner(root,
+                                                                                                            rel_dep)
+            return "own package" if same else (os.path.dirname(rel_dep) or ".")
     return "system"
 
 
@@ -234,10 +342,22 @@ def run(p):
                 return os.path.relpath(path, r)
         return path
 
+    dyn = {lib: elf_dynamic(lib) for lib in ours}
+    kinds = {"rpath": 0, "runpath": 0, "none": 0}
+    into_other: dict[str, int] = {}  # RPATH/RUNPATH entries that leave the library's package (`$ORIGIN/../../nvidia/...`)
+    for d in dyn.values():
+        if not d:
+            continue
+        path = d["runpath"] if d["runpath"] is not None else d["rpath"]
+        kinds["runpath" if d["runpath"] is not None else "rpath" if d["rpath"] is not None else "none"] += 1
+        for entry in (path or "").split(":"):
+            if entry.startswith("$ORIGIN/../") or entry.startswith("${ORIGIN}/../"):
+                into_other[entry] = into_other.get(entry, 0) + 1
     found: dict[str, set] = {}
+    owners = dist_owners()
     for lib, res in results.items():
         for soname, dep in res["resolved"].items():
-            found.setdefault(where_found(lib, os.path.realpath(dep), roots), set()).add(soname)
+            found.setdefault(where_found(lib, os.path.realpath(dep), roots, owners), set()).add(soname)
     allowed_missing = sorted({s for r in results.values() for s in r["missing"] if s in allowed})
     figures = {
         "libraries": len(ours), "roots": roots, "ldd": " ".join(cmd), "driver_in_container": driver,
@@ -247,6 +367,8 @@ def run(p):
         "found_in_other_packages": {d: sorted(s) for d, s in sorted(found.items())},
         "rescued": [dict(r, library=rel(r["library"]), via=rel(r["via"])) for r in rescued][:50],
         "driver_libs_missing": allowed_missing,
+        "search_path_kinds": kinds,
+        "origin_paths_out_of_package": dict(sorted(into_other.items(), key=lambda kv: (-kv[1], kv[0]))[:30]),
         "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""),
     }
     p.doc["ldd"] = dict(figures, problems=[dict(x, library=rel(x["library"])) for x in problems],
@@ -259,7 +381,13 @@ def run(p):
             parts.append(f"{s} not found" + (f" (present at {', '.join(elsewhere[:2])}, not on its search path)"
                                               if elsewhere else ""))
         parts += [f"{v['version']} not found in {v['library']}" for v in x["version_errors"]]
-        bad.append(f"{rel(x['library'])}: {', '.join(parts)}")
+        d = dyn.get(x["library"])
+        direct = [s for s in x["missing"] if d and s in d["needed"]]
+        how = search_path_note(d)
+        if x["missing"] and how:
+            how += ("; needed directly" if len(direct) == len(x["missing"]) else
+                    "; needed by one of its dependencies" if not direct else "")
+        bad.append(f"{rel(x['library'])}: {', '.join(parts)}" + (f" [{how}]" if how and x["missing"] else ""))
     bad += [f"{rel(k)}: ldd failed: {v}" for k, v in sorted(errors.items())]
     note = (f"; without a GPU the driver's {', '.join(allowed_missing)} may be missing" if allowed_missing else "")
     if bad:
