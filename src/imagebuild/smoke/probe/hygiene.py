@@ -124,7 +124,7 @@ def run(p):
     entries = [e for e in entries if not (own == e or own.startswith(e + os.sep))]
     baked, fresh = split_baked(sorted(entries), start)
     _status(p, "hygiene.tmp", baked, fresh, [d for d in TMP_DIRS if _unreadable(d)],
-            "files left in " + "/".join(TMP_DIRS), f"{' and '.join(TMP_DIRS)} empty")
+            "files left in " + " or ".join(TMP_DIRS), f"{' and '.join(TMP_DIRS)} empty")
 
     caches, unreadable = [], []
     for home in home_dirs():
