@@ -121,6 +121,46 @@ def test_evaluate_torch_preload_and_version_errors():
     assert [p["library"] for p in problems] == ["/sp/x/_x.so"]
 
 
+@pytest.mark.parametrize("name,ext", [("_C.cpython-311-x86_64-linux-gnu.so", True), ("_rust.abi3.so", True),
+                                      ("foo.so", True), ("libfoo.so", False), ("libcufile_rdma.so.1", False),
+                                      ("nvshmem_bootstrap_mpi.so.3", False)])
+def test_is_extension(name, ext):
+    assert sharedlibs.is_extension(name) is ext
+
+
+def _dyn(needed=(), soname=None):
+    return {"needed": list(needed), "soname": soname, "rpath": None, "runpath": None}
+
+
+def test_fabric_deps_of_dlopen_plugins_are_reported_not_failed():
+    """nvidia-nvshmem's MPI bootstrap and nvidia-cufile's RDMA plugin (both pulled in by torch's CUDA wheels) need
+    the cluster's MPI / verbs only when chosen; the same libraries missing elsewhere still fail."""
+    sp = "/sp/nvidia"
+    dyn = {f"{sp}/nvshmem/lib/nvshmem_bootstrap_mpi.so.3": _dyn(["libmpi.so.40", "libc.so.6"]),
+           f"{sp}/nvshmem/lib/libnvshmem_host.so.3": _dyn(["libc.so.6"], "libnvshmem_host.so.3"),
+           f"{sp}/cufile/lib/libcufile_rdma.so.1": _dyn(["libibverbs.so.1"], "libcufile_rdma.so.1"),
+           f"{sp}/cufile/lib/libcufile.so.0": _dyn(["libc.so.6"], "libcufile.so.0"),
+           "/sp/mpi4py/MPI.cpython-311-x86_64-linux-gnu.so": _dyn(["libmpi.so.40"]),
+           "/sp/torch/lib/libtorch_cuda.so": _dyn(["libnvshmem_host.so.3", "libgone.so.1"], "libtorch_cuda.so"),
+           "/sp/torch/_C.cpython-311-x86_64-linux-gnu.so": _dyn(["libtorch_cuda.so"])}
+    plugins = sharedlibs.plugins(dyn)
+    assert plugins == {f"{sp}/nvshmem/lib/nvshmem_bootstrap_mpi.so.3", f"{sp}/cufile/lib/libcufile_rdma.so.1",
+                       f"{sp}/cufile/lib/libcufile.so.0"}
+    problems = [{"library": lib, "missing": miss, "version_errors": []} for lib, miss in (
+        (f"{sp}/nvshmem/lib/nvshmem_bootstrap_mpi.so.3", ["libmpi.so.40"]),
+        (f"{sp}/cufile/lib/libcufile_rdma.so.1", ["libibverbs.so.1"]),
+        ("/sp/mpi4py/MPI.cpython-311-x86_64-linux-gnu.so", ["libmpi.so.40"]),  # imported by Python: a failure
+        ("/sp/torch/lib/libtorch_cuda.so", ["libgone.so.1"]))]
+    keep, optional = sharedlibs.split_optional(problems, plugins)
+    assert [x["library"] for x in optional] == [f"{sp}/nvshmem/lib/nvshmem_bootstrap_mpi.so.3",
+                                                f"{sp}/cufile/lib/libcufile_rdma.so.1"]
+    assert [x["library"] for x in keep] == ["/sp/mpi4py/MPI.cpython-311-x86_64-linux-gnu.so",
+                                            "/sp/torch/lib/libtorch_cuda.so"]
+    plugin_missing_other = [{"library": f"{sp}/cufile/lib/libcufile.so.0", "missing": ["libstdc++.so.6"],
+                             "version_errors": []}]
+    assert sharedlibs.split_optional(plugin_missing_other, plugins) == (plugin_missing_other, [])
+
+
 def test_where_found(tmp_path):
     sp = str(tmp_path)
     for pkg in ("torch", "numpy"):

@@ -18,21 +18,31 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from probe.common import which
+from probe.elf import ET_DYN, elf_dynamic, elf_header, search_path_note
 
 DRIVER_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1")  # come with the driver, not the image
+# A cluster's communication stack (MPI, OpenSHMEM, PMIx, libfabric, UCX, RDMA verbs). torch's CUDA wheels pull in
+# nvidia-nvshmem and nvidia-cufile, whose bootstrap/transport plugins (nvshmem_bootstrap_mpi.so.3 -> libmpi.so.40,
+# nvshmem_transport_ucx.so.3 -> libucp.so.0, libcufile_rdma.so.1 -> libibverbs.so.1, ...) are dlopen'ed only when
+# that stack is chosen, and must then be the cluster's own (nvshmem's MPI plugin even carries the RUNPATH of the MPI
+# it was built against). Missing from a PLUGIN (a library nothing else NEEDs, not a Python extension) they are
+# reported, not failed; missing from anything else they fail like any other library.
+FABRIC_LIBS = frozenset({
+    "libmpi.so.40", "libmpi.so.12", "liboshmem.so.40", "libpmix.so.2", "libpmi.so.0", "libpmi2.so.0",
+    "libfabric.so.1", "libucp.so.0", "libucs.so.0", "libuct.so.0", "libucm.so.0",
+    "libibverbs.so.1", "librdmacm.so.1", "libmlx5.so.1", "libefa.so.1",
+})
 PRELOAD_LIB = os.path.join("torch", "lib", "libtorch_global_deps.so")
 _SO_NAME = re.compile(r"\.so(\.[0-9]+)*$")
 _RESOLVED = re.compile(r"^(?P<name>\S+) => (?P<path>\S.*?) \(0x[0-9a-fA-F]+\)$")
 _MISSING = re.compile(r"^(?P<name>\S+) => not found$")
 _BARE = re.compile(r"^(?P<path>\S+) \(0x[0-9a-fA-F]+\)$")  # the interpreter (absolute) or the vDSO
 _VERSION = re.compile(r"(?:^|: )(?P<lib>[^:\s]+): version `(?P<version>[^']+)' not found \(required by (?P<by>[^)]+)\)")
-ET_DYN = 3
 
 
 def parse_ldd(text: str) -> dict:
@@ -67,99 +77,6 @@ def parse_ldd(text: str) -> dict:
         if m and m.group("path").startswith("/"):
             resolved[os.path.basename(m.group("path"))] = m.group("path")
     return {"resolved": resolved, "missing": missing, "version_errors": version_errors, "dynamic": dynamic}
-
-
-def elf_header(path: str):
-    """(class, byte order, e_type, e_machine) of an ELF file, else None."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(20)
-    except OSError:
-        return None
-    if len(head) < 20 or head[:4] != b"\x7fELF":
-        return None
-    order = "<" if head[5] == 1 else ">"
-    e_type, e_machine = struct.unpack(order + "HH", head[16:20])
-    return head[4], head[5], e_type, e_machine
-
-
-PT_LOAD, PT_DYNAMIC = 1, 2
-DT_NEEDED, DT_STRTAB, DT_RPATH, DT_RUNPATH = 1, 5, 15, 29
-
-
-def elf_dynamic(path: str) -> dict | None:
-    """DT_NEEDED, DT_RPATH and DT_RUNPATH of an ELF shared object, read from its dynamic segment (seeks, no full
-    read: libtorch_cuda.so is over 1 GB). None when it is not ELF or has no dynamic segment."""
-    try:
-        with open(path, "rb") as fh:
-            ident = fh.read(64)
-            if len(ident) < 52 or ident[:4] != b"\x7fELF":
-                return None
-            order = "<" if ident[5] == 1 else ">"
-            wide = ident[4] == 2
-            if wide:
-                phoff, = struct.unpack(order + "Q", ident[32:40])
-                phentsize, phnum = struct.unpack(order + "HH", ident[54:58])
-                ph_fmt, dyn_fmt = order + "IIQQQQQQ", order + "qQ"
-            else:
-                phoff, = struct.unpack(order + "I", ident[28:32])
-                phentsize, phnum = struct.unpack(order + "HH", ident[42:46])
-                ph_fmt, dyn_fmt = order + "IIIIIIII", order + "iI"
-            loads, dynamic = [], None
-            fh.seek(phoff)
-            table = fh.read(phentsize * phnum)
-            for i in range(phnum):
-                f = struct.unpack(ph_fmt, table[i * phentsize:i * phentsize + struct.calcsize(ph_fmt)])
-                # 64-bit: type, flags, offset, vaddr, paddr, filesz; 32-bit: type, offset, vaddr, paddr, filesz
-                p_type, off, vaddr, filesz = (f[0], f[2], f[3], f[5]) if wide else (f[0], f[1], f[2], f[4])
-                if p_type == PT_LOAD:
-                    loads.append((vaddr, off, filesz))
-                elif p_type == PT_DYNAMIC:
-                    dynamic = (off, filesz)
-            if dynamic is None:
-                return None
-            fh.seek(dynamic[0])
-            raw = fh.read(dynamic[1])
-            size = struct.calcsize(dyn_fmt)
-            entries = []
-            for i in range(0, len(raw) - size + 1, size):
-                tag, val = struct.unpack(dyn_fmt, raw[i:i + size])
-                if tag == 0:
-                    break
-                entries.append((tag, val))
-            strtab = next((v for t, v in entries if t == DT_STRTAB), None)
-            base = next((off + strtab - vaddr for vaddr, off, filesz in loads
-                         if strtab is not None and vaddr <= strtab < vaddr + filesz), None)
-            if base is None:
-                return None
-
-            def string(offset):
-                fh.seek(base + offset)
-                data = fh.read(4096)
-                return data.split(b"\0", 1)[0].decode(errors="replace")
-
-            out: dict = {"needed": [], "rpath": None, "runpath": None}
-            for tag, val in entries:
-                if tag == DT_NEEDED:
-                    out["needed"].append(string(val))
-                elif tag == DT_RPATH:
-                    out["rpath"] = string(val)
-                elif tag == DT_RUNPATH:
-                    out["runpath"] = string(val)
-            return out
-    except (OSError, struct.error):
-        return None
-
-
-def search_path_note(dyn: dict | None) -> str:
-    """How a library looks for its dependencies, for a failure message."""
-    if not dyn:
-        return ""
-    if dyn.get("runpath") is not None:
-        return f"RUNPATH {dyn['runpath'] or '(empty)'}"
-    if dyn.get("rpath") is not None:
-        return f"RPATH {dyn['rpath'] or '(empty)'}"
-    return "no RPATH/RUNPATH"
 
 
 def evaluate(results: dict, allowed_missing=(), preloaded=None) -> tuple[list, list]:
@@ -222,6 +139,40 @@ def dist_owners() -> dict[str, str]:
                 except Exception:
                     continue
     return out
+
+
+def is_extension(name: str) -> bool:
+    """Could Python import this file as an extension module? Tagged suffixes (`.cpython-311-x86_64-linux-gnu.so`,
+    `.abi3.so`) or a bare `.so` not named lib*; a versioned `libx.so.1` never."""
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    if any(name.endswith(sfx) for sfx in EXTENSION_SUFFIXES if sfx != ".so") or name.endswith(".abi3.so"):
+        return True
+    return name.endswith(".so") and not name.startswith("lib")
+
+
+def plugins(dyn: dict) -> set:
+    """Libraries (paths) that no scanned library NEEDs and Python cannot import: loaded only with dlopen."""
+    needed = {n for d in dyn.values() if d for n in d["needed"]}
+    out = set()
+    for lib, d in dyn.items():
+        name = os.path.basename(lib)
+        soname = (d or {}).get("soname") or name
+        if soname not in needed and name not in needed and not is_extension(name):
+            out.add(lib)
+    return out
+
+
+def split_optional(problems: list, plugin_libs, optional=FABRIC_LIBS) -> tuple[list, list]:
+    """(problems that fail the check, plugins whose only missing dependencies are a cluster stack's `optional`)."""
+    keep, opt = [], []
+    for x in problems:
+        if x["library"] in plugin_libs and x["missing"] and not x["version_errors"] \
+                and set(x["missing"]) <= set(optional):
+            opt.append(x)
+        else:
+            keep.append(x)
+    return keep, opt
 
 
 def where_found(lib: str, dep: str, roots, owners=None) -> str:
@@ -343,6 +294,7 @@ def run(p):
         return path
 
     dyn = {lib: elf_dynamic(lib) for lib in ours}
+    problems, optional = split_optional(problems, plugins(dyn))
     kinds = {"rpath": 0, "runpath": 0, "none": 0}
     into_other: dict[str, int] = {}  # RPATH/RUNPATH entries that leave the library's package (`$ORIGIN/../../nvidia/...`)
     for d in dyn.values():
@@ -367,6 +319,7 @@ def run(p):
         "found_in_other_packages": {d: sorted(s) for d, s in sorted(found.items())},
         "rescued": [dict(r, library=rel(r["library"]), via=rel(r["via"])) for r in rescued][:50],
         "driver_libs_missing": allowed_missing,
+        "plugins_needing_cluster_stack": {rel(x["library"]): x["missing"] for x in optional},
         "search_path_kinds": kinds,
         "origin_paths_out_of_package": dict(sorted(into_other.items(), key=lambda kv: (-kv[1], kv[0]))[:30]),
         "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""),
@@ -395,5 +348,9 @@ def run(p):
                 f"resolve: " + "; ".join(bad[:10]) + note, **figures)
     else:
         extra = f", {len(rescued)} through a parent or torch's preload" if rescued else ""
+        if optional:
+            extra += (f"; {len(optional)} dlopen'ed plugins need the cluster's own MPI/fabric stack when chosen ("
+                      + ", ".join(f"{os.path.basename(x['library'])}: {'/'.join(x['missing'])}"
+                                  for x in optional[:8]) + ")")
         p.check("ldd.resolve", "passed", f"{len(ours)} shared libraries resolve every dependency{extra}{note}",
                 **figures)
