@@ -319,6 +319,7 @@ def run(p):
         "found_in_other_packages": {d: sorted(s) for d, s in sorted(found.items())},
         "rescued": [dict(r, library=rel(r["library"]), via=rel(r["via"])) for r in rescued][:50],
         "driver_libs_missing": allowed_missing,
+        "torch_preload": {"library": rel(preload_path), "sonames": len(preloaded)} if preload_path else None,
         "plugins_needing_cluster_stack": {rel(x["library"]): x["missing"] for x in optional},
         "search_path_kinds": kinds,
         "origin_paths_out_of_package": dict(sorted(into_other.items(), key=lambda kv: (-kv[1], kv[0]))[:30]),
