@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.smoke import probe as P
-from imagebuild.smoke.probe import sharedlibs, uid
+from imagebuild.smoke.probe import linking, sharedlibs, uid
 
 PIP_OK = "No broken requirements found.\n"
 PIP_BROKEN = """\
@@ -83,7 +83,7 @@ def _res(resolved=None, missing=(), version_errors=()):
 
 def test_evaluate_driver_libs_allowed_only_when_asked():
     results = {"/sp/torch/lib/libtorch_cuda.so": _res(missing=["libcuda.so.1", "libnvidia-ml.so.1"])}
-    assert P.evaluate_ldd(results, allowed_missing=sharedlibs.DRIVER_LIBS) == ([], [])
+    assert P.evaluate_ldd(results, allowed_missing=linking.DRIVER_LIBS) == ([], [])
     problems, _ = P.evaluate_ldd(results)
     assert problems[0]["missing"] == ["libcuda.so.1", "libnvidia-ml.so.1"]
 
@@ -116,7 +116,7 @@ def test_evaluate_torch_preload_and_version_errors():
     results = {lib: _res(missing=["libnvJitLink.so.12"]),
                "/sp/x/_x.so": _res(version_errors=[{"library": "libc.so.6", "version": "GLIBC_2.38",
                                                     "required_by": "/sp/x/_x.so"}])}
-    problems, rescued = P.evaluate_ldd(results, preloaded={"libnvJitLink.so.12": sharedlibs.PRELOAD_LIB})
+    problems, rescued = P.evaluate_ldd(results, preloaded={"libnvJitLink.so.12": linking.PRELOAD_LIB})
     assert rescued[0]["via"].startswith("torch preload")
     assert [p["library"] for p in problems] == ["/sp/x/_x.so"]
 
@@ -125,7 +125,7 @@ def test_evaluate_torch_preload_and_version_errors():
                                       ("foo.so", True), ("libfoo.so", False), ("libcufile_rdma.so.1", False),
                                       ("nvshmem_bootstrap_mpi.so.3", False)])
 def test_is_extension(name, ext):
-    assert sharedlibs.is_extension(name) is ext
+    assert linking.is_extension(name) is ext
 
 
 def _dyn(needed=(), soname=None):
@@ -143,7 +143,7 @@ def test_fabric_deps_of_dlopen_plugins_are_reported_not_failed():
            "/sp/mpi4py/MPI.cpython-311-x86_64-linux-gnu.so": _dyn(["libmpi.so.40"]),
            "/sp/torch/lib/libtorch_cuda.so": _dyn(["libnvshmem_host.so.3", "libgone.so.1"], "libtorch_cuda.so"),
            "/sp/torch/_C.cpython-311-x86_64-linux-gnu.so": _dyn(["libtorch_cuda.so"])}
-    plugins = sharedlibs.plugins(dyn)
+    plugins = linking.plugins(dyn)
     assert plugins == {f"{sp}/nvshmem/lib/nvshmem_bootstrap_mpi.so.3", f"{sp}/cufile/lib/libcufile_rdma.so.1",
                        f"{sp}/cufile/lib/libcufile.so.0"}
     problems = [{"library": lib, "missing": miss, "version_errors": []} for lib, miss in (
@@ -151,14 +151,14 @@ def test_fabric_deps_of_dlopen_plugins_are_reported_not_failed():
         (f"{sp}/cufile/lib/libcufile_rdma.so.1", ["libibverbs.so.1"]),
         ("/sp/mpi4py/MPI.cpython-311-x86_64-linux-gnu.so", ["libmpi.so.40"]),  # imported by Python: a failure
         ("/sp/torch/lib/libtorch_cuda.so", ["libgone.so.1"]))]
-    keep, optional = sharedlibs.split_optional(problems, plugins)
+    keep, optional = linking.split_optional(problems, plugins)
     assert [x["library"] for x in optional] == [f"{sp}/nvshmem/lib/nvshmem_bootstrap_mpi.so.3",
                                                 f"{sp}/cufile/lib/libcufile_rdma.so.1"]
     assert [x["library"] for x in keep] == ["/sp/mpi4py/MPI.cpython-311-x86_64-linux-gnu.so",
                                             "/sp/torch/lib/libtorch_cuda.so"]
     plugin_missing_other = [{"library": f"{sp}/cufile/lib/libcufile.so.0", "missing": ["libstdc++.so.6"],
                              "version_errors": []}]
-    assert sharedlibs.split_optional(plugin_missing_other, plugins) == (plugin_missing_other, [])
+    assert linking.split_optional(plugin_missing_other, plugins) == (plugin_missing_other, [])
 
 
 def test_where_found(tmp_path):

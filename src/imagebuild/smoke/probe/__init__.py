@@ -56,12 +56,12 @@ from probe.distributed import dist_worker, nccl_transport_kind, parse_nccl_log  
 from probe.gpu import normalize_arch, parse_nvidia_smi_list  # noqa: E402
 from probe.hygiene import parse_btime, parse_proc_stat_starttime, split_baked  # noqa: E402
 from probe.libraries import group_library_copies, library_family, library_key, parse_ldconfig  # noqa: E402
+from probe.linking import evaluate as evaluate_ldd  # noqa: E402
+from probe.linking import parse_ldd, where_found  # noqa: E402
 from probe.locales import effective_ctype, is_utf8_name, parse_environ  # noqa: E402
 from probe.pack import build_zipapp, zipapp_path  # noqa: E402
 from probe.pipcheck import parse_pip_check  # noqa: E402
 from probe.services import parse_sshd_config_files, parse_sshd_T  # noqa: E402
-from probe.sharedlibs import evaluate as evaluate_ldd  # noqa: E402
-from probe.sharedlibs import parse_ldd, where_found  # noqa: E402
 from probe.system import NVIDIA_ENV, REPORTED_ENV, find_secret_env, parse_os_release  # noqa: E402
 from probe.tf32 import tf32_state  # noqa: E402
 from probe.versions import ABSENT, TRUE, format_cudnn_version, versions_match  # noqa: E402
