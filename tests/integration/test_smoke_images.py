@@ -177,7 +177,9 @@ def test_runtime_image_passes(client, runtime_image, tmp_path):
 def test_broken_image_fails_the_right_checks(client, broken_image):
     tests = runner.run_smoke(broken_image, name_prefix=PREFIX, client=client)
     failed = {c["name"]: c["reason"] for c in tests["checks"] if c["status"] == "failed"}
-    assert set(failed) == {"versions/version[torch]", "runtime_contract/default_user"}, failed
+    # userdel -r also removed /home/ml: HOME (fixed in ENV) is gone for the arbitrary UID too
+    assert set(failed) == {"versions/version[torch]", "runtime_contract/default_user",
+                           "arbitrary_uid/arbitrary_uid[home_writable]"}, failed
     assert failed["versions/version[torch]"].startswith("torch: expected 0.0.1 (label io.imagebuild.torch), found ")
     assert failed["runtime_contract/default_user"] == "user: expected ml, found uid 1000 without a passwd entry"
     assert _gone(client, tests["container"])

@@ -129,6 +129,7 @@ def test_container_kwargs_match_how_users_run_images():
     assert kw["command"] == ["sleep", "infinity"] and "entrypoint" not in kw
     kw = ContainerSettings(image="img:1", name="n", ipc_host=True).kwargs()
     assert kw["ipc_mode"] == "host" and "shm_size" not in kw and "device_requests" not in kw
+    assert "user" not in kw and ContainerSettings(image="i", name="n", user="12345:0").kwargs()["user"] == "12345:0"
 
 
 def test_run_smoke_passes_expectations_and_removes_container(monkeypatch, tmp_path):
@@ -147,7 +148,43 @@ def test_run_smoke_passes_expectations_and_removes_container(monkeypatch, tmp_pa
     assert cmd[cmd.index("--junitxml") + 1].endswith("img-1.xml")
     doc = json.loads((tmp_path / "r" / "img-1.json").read_text())
     assert doc["probe"]["probe"]["seconds"] == 4.2
-    assert [c.removed for c in client.created] == [True]
+    # the second container: the same image as an arbitrary UID in group 0, without GPUs; both removed
+    assert [c.removed for c in client.created] == [True, True]
+    uid_kw = client.created[1].kw
+    assert uid_kw["image"] == "img:1" and uid_kw["user"] == "12345:0" and "device_requests" not in uid_kw
+    assert "user" not in client.created[0].kw
+    assert cmd[cmd.index("--uid-host") + 1] == uid_kw["name"] == tests["uid_container"]
+    assert cmd[cmd.index("--uid-user") + 1] == "12345:0" and "--uid-error" not in cmd
+
+
+def test_arbitrary_uid_container_that_does_not_start_fails_the_uid_checks(monkeypatch):
+    client = FakeClient(start_errors=[None, "OCI runtime create failed: no such user"])
+    P, calls = fake_popen(GOOD)
+    monkeypatch.setattr(runner.subprocess, "Popen", P)
+    runner.run_smoke("img:1", client=client)
+    cmd = calls[0]
+    assert "--uid-host" not in cmd and "no such user" in cmd[cmd.index("--uid-error") + 1]
+    assert all(c.removed for c in client.created)
+
+
+def test_extra_probes_reach_the_result(monkeypatch, tmp_path):
+    host = dict(GOOD["hosts"]["docker://x"], extra_probes={
+        "uid": {"doc": {"checks": [{"name": "uid.home_writable"}]}, "error": None, "wall": 2.5, "where": "c-uid"},
+        "hygiene": {"doc": {"checks": []}, "error": None, "wall": 0.2, "where": "root@c"}})
+    P, _ = fake_popen(dict(GOOD, hosts={"docker://x": host}))
+    monkeypatch.setattr(runner.subprocess, "Popen", P)
+    tests = runner.run_smoke("img:1", client=FakeClient(), result_dir=tmp_path)
+    assert tests["extra_probe_seconds"] == {"hygiene": 0.2, "uid": 2.5}
+    doc = json.loads(Path(tests["result_json"]).read_text())
+    assert doc["probe"]["extra_probes"]["uid"]["checks"][0]["name"] == "uid.home_writable"
+
+
+def test_no_arbitrary_uid_container_when_not_asked(monkeypatch):
+    client = FakeClient()
+    P, calls = fake_popen(GOOD)
+    monkeypatch.setattr(runner.subprocess, "Popen", P)
+    runner.run_smoke("img:1", client=client, uid_user=None)
+    assert len(client.created) == 1 and not [a for a in calls[0] if a.startswith("--uid-")]
 
 
 def test_missing_image_is_one_failed_check():
@@ -159,7 +196,7 @@ def test_missing_image_is_one_failed_check():
 def test_refused_ulimit_is_retried_without_it_and_noted(monkeypatch):
     client = FakeClient(start_errors=["error setting rlimits for ready process: error setting rlimit type 8"])
     monkeypatch.setattr(runner.subprocess, "Popen", fake_popen(GOOD)[0])
-    tests = runner.run_smoke("img:1", client=client)
+    tests = runner.run_smoke("img:1", client=client, uid_user=None)
     assert len(client.created) == 2 and all(c.removed for c in client.created)
     assert [u["Name"] for u in client.created[1].kw["ulimits"]] == ["stack"]
     assert tests["notes"] == ["engine refused ulimit memlock=-1: ran without it"]

@@ -70,6 +70,8 @@ class ContainerSettings:
             "ulimits": ulimits,
             "labels": dict(self.labels),
         }
+        if self.user is not None:
+            kw["user"] = self.user
         if self.ipc_host:
             kw["ipc_mode"] = "host"
         else:
@@ -85,8 +87,6 @@ class ContainerSettings:
             kw["cpuset_mems"] = self.cpuset_mems
         if self.mounts:
             kw["volumes"] = {host: {"bind": path, "mode": mode} for host, path, mode in self.mounts}
-        if self.user:
-            kw["user"] = self.user
         if self.environment:
             kw["environment"] = dict(self.environment)
         if self.tty:

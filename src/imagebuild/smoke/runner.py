@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +33,9 @@ SUITE_DIR = Path(__file__).resolve().parent / "suite"
 PROBE_PATH = Path(__file__).resolve().parent / "probe"  # the in-image probe package (shipped as a zipapp)
 DEFAULT_TIMEOUT = 1800.0
 SMOKE_LABEL = "io.imagebuild.smoke"
+# OpenShift's restricted policy runs images as a random UID in group 0, without a passwd entry: the uid checks run in
+# a second container of the image started that way
+ARBITRARY_USER = "12345:0"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -158,6 +161,9 @@ class SuiteRun:
     timeout: float = DEFAULT_TIMEOUT
     pytest_args: list[str] = field(default_factory=list)
     echo: Callable[[str], None] | None = None
+    uid_user: str | None = ARBITRARY_USER  # None: no arbitrary-UID container (its checks skip)
+    uid_host: str | None = None  # set once that container runs
+    uid_error: str | None = None  # set when it did not start
 
     def command(self, container_name: str, raw_path: Path) -> list[str]:
         """The pytest command line that runs the suite against `container_name` over testinfra's docker backend."""
@@ -175,6 +181,12 @@ class SuiteRun:
         if self.perf:
             cmd.append("--perf")
         cmd += ["--probe-timeout", str(int(max(60, self.timeout - 30))), "--probe-pyz", str(probe_zipapp())]
+        if self.uid_user:
+            cmd += ["--uid-user", self.uid_user]
+        if self.uid_host:
+            cmd += ["--uid-host", self.uid_host]
+        if self.uid_error:
+            cmd += ["--uid-error", self.uid_error]
         return cmd + self.pytest_args
 
     @property
@@ -201,12 +213,14 @@ def run_smoke(
     label: str | None = None,
     pytest_args: Iterable[str] = (),
     echo: Callable[[str], None] | None = None,
+    uid_user: str | None = ARBITRARY_USER,
 ) -> dict:
     """Start `image_ref`, run the smoke suite in it, remove the container; return the ImageResult.tests dict.
 
     `flavor`: base|runtime|dev (default: the image's io.imagebuild.flavor label). `expectations`: KEY -> VALUE
     (the plan's pins; the image's labels are checked too). `gpus`: request all GPUs (default: when the host has
-    them). Writes `<junit_dir>/<name>.xml` and `<result_dir>/<name>.json` (the checks plus the raw probe JSON).
+    them). `uid_user`: also start the image as this user (default 12345:0, an arbitrary UID in group 0) for the
+    uid checks; None skips them. Writes `<junit_dir>/<name>.xml` and `<result_dir>/<name>.json` (the checks plus the raw probe JSON).
     Never raises for a failing image: a container that does not start is one failed check. Ctrl-C/SIGTERM
     remove the container and propagate.
     """
@@ -231,7 +245,7 @@ def run_smoke(
                                      labels={SMOKE_LABEL: "1"})
         run = SuiteRun(label or image_ref, flavor, dict(expectations or {}), require_gpu, perf,
                        Path(junit_dir) if junit_dir else None, Path(result_dir) if result_dir else None,
-                       timeout, list(pytest_args), echo)
+                       timeout, list(pytest_args), echo, uid_user)
         with _signals_raise():
             return _run_in_container(client, settings, run, extra, t0)
     finally:
@@ -243,8 +257,9 @@ def run_smoke(
 
 
 def _run_in_container(client, settings: ContainerSettings, run: SuiteRun, extra: dict, t0: float) -> dict:
-    """Start the container, run the suite against it, always remove it."""
+    """Start the container (and the arbitrary-UID one), run the suite against it, always remove them."""
     container = None
+    uid_container = None
     try:
         container, err = containers.start(client, settings.kwargs(), extra)
         if container is None:
@@ -255,13 +270,36 @@ def _run_in_container(client, settings: ContainerSettings, run: SuiteRun, extra:
             state = (container.attrs.get("State") or {})
             return _failed(f"container exited right after start (exit {state.get('ExitCode')}, "
                            f"{state.get('Error') or logs[-800:] or 'no output'})", **extra)
+        if run.uid_user:
+            uid_container = _start_as_arbitrary_uid(client, settings, run, extra)
         extra["start_seconds"] = round(time.time() - t0, 2)
         return _run_suite(settings.name, run, extra, t0)
     finally:
-        if container is not None:
-            err = containers.remove(container)
-            if err:
-                extra["remove_error"] = err
+        for c in (uid_container, container):
+            if c is not None:
+                err = containers.remove(c)
+                if err:
+                    extra["remove_error"] = err
+
+
+def _start_as_arbitrary_uid(client, settings: ContainerSettings, run: SuiteRun, extra: dict):
+    """The second container, as `run.uid_user` (no GPUs: the uid checks need none). Sets run.uid_host, or
+    run.uid_error when it does not start or exits at once (the uid checks then fail with that reason)."""
+    uid_settings = replace(settings, name=f"{settings.name}-uid"[:128], user=run.uid_user, gpus=False)
+    uid_extra: dict = {}
+    container, err = containers.start(client, uid_settings.kwargs(), uid_extra)
+    if container is None:
+        run.uid_error = f"container did not start: {err}"
+        return None
+    container.reload()
+    if container.status != "running":
+        logs = container.logs(tail=20).decode(errors="replace").strip()
+        run.uid_error = (f"container exited right after start (exit "
+                         f"{(container.attrs.get('State') or {}).get('ExitCode')}, {logs[-800:] or 'no output'})")
+    else:
+        run.uid_host = uid_settings.name
+        extra["uid_container"] = uid_settings.name
+    return container
 
 
 def _run_suite(container_name: str, run: SuiteRun, extra: dict, t0: float) -> dict:
@@ -328,6 +366,10 @@ def _collect(raw: dict, run: SuiteRun, extra: dict, exit_code: int, log_path: Pa
         "gpu": bool((probe.get("gpu") or {}).get("available")),
         "pytest_exit": exit_code,
     }
+    extra_probes = host.get("extra_probes") or {}  # hygiene (as root), uid (the arbitrary-UID container)
+    if extra_probes:
+        tests["extra_probe_seconds"] = {k: v.get("wall") for k, v in sorted(extra_probes.items())}
+        probe = dict(probe, extra_probes={k: v.get("doc") for k, v in sorted(extra_probes.items())})
     if host.get("probe_error"):
         tests["probe_error"] = host["probe_error"]
     if not raw["checks"]:

@@ -27,10 +27,14 @@ RUN set -eux; \
     if getent group 1000 >/dev/null; then groupdel "$(getent group 1000 | cut -d: -f1)"; fi; \
     groupadd --gid 1000 ml; \
     useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash ml; \
-    install -d -o ml -g ml -m 0755 /workspace; \
+    install -d -o ml -g 0 -m 0775 /workspace; \
+    chgrp -R 0 /home/ml; \
+    chmod -R g=u /home/ml; \
     apt-get clean; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
-ENV VIRTUAL_ENV=/opt/venv \
+# Runs as ml (1000) or as any UID in group 0 (OpenShift): HOME and /workspace are group-0 writable.
+ENV HOME=/home/ml \
+    VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH \
     PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
     REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt \

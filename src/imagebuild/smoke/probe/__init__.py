@@ -54,8 +54,13 @@ from probe.common import (  # noqa: E402
 )
 from probe.distributed import dist_worker, nccl_transport_kind, parse_nccl_log  # noqa: E402
 from probe.gpu import normalize_arch, parse_nvidia_smi_list  # noqa: E402
+from probe.hygiene import parse_btime, parse_proc_stat_starttime, split_baked  # noqa: E402
 from probe.libraries import group_library_copies, library_family, library_key, parse_ldconfig  # noqa: E402
+from probe.linking import evaluate as evaluate_ldd  # noqa: E402
+from probe.linking import parse_ldd, where_found  # noqa: E402
+from probe.locales import effective_ctype, is_utf8_name, parse_environ  # noqa: E402
 from probe.pack import build_zipapp, zipapp_path  # noqa: E402
+from probe.pipcheck import parse_pip_check  # noqa: E402
 from probe.services import parse_sshd_config_files, parse_sshd_T  # noqa: E402
 from probe.system import NVIDIA_ENV, REPORTED_ENV, find_secret_env, parse_os_release  # noqa: E402
 from probe.tf32 import tf32_state  # noqa: E402
@@ -68,9 +73,10 @@ if __name__ != "probe":  # a later import of <this package>.gpu gets the module 
 
 __all__ = [
     "ABSENT", "DEFAULT_SECTIONS", "NO_CUDA_TORCH", "NO_GPU", "NO_TORCH", "NVIDIA_ENV", "PROBE_VERSION", "REPORTED_ENV",
-    "RESULT_MARK", "SECTIONS", "TRUE", "Probe", "build_zipapp", "dist_worker", "find_secret_env",
-    "format_cudnn_version", "group_library_copies", "library_family", "library_key",
-    "nccl_transport_kind", "normalize_arch", "parse_ldconfig", "parse_nccl_log", "parse_nvidia_smi_list",
-    "parse_os_release", "parse_sshd_T", "parse_sshd_config_files", "render_table", "tf32_state", "versions_match",
-    "zipapp_path",
+    "RESULT_MARK", "SECTIONS", "TRUE", "Probe", "build_zipapp", "dist_worker", "effective_ctype", "evaluate_ldd",
+    "find_secret_env", "format_cudnn_version", "group_library_copies", "is_utf8_name", "library_family",
+    "library_key", "nccl_transport_kind", "normalize_arch", "parse_btime", "parse_environ", "parse_ldconfig",
+    "parse_ldd", "parse_nccl_log", "parse_nvidia_smi_list", "parse_os_release", "parse_pip_check",
+    "parse_proc_stat_starttime", "parse_sshd_T", "parse_sshd_config_files", "render_table", "split_baked",
+    "tf32_state", "versions_match", "where_found", "zipapp_path",
 ]

@@ -22,18 +22,24 @@ from probe import (  # noqa: E402
     dev,
     distributed,
     gpu,
+    hygiene,
     libraries,
+    locales,
     perf,
+    pipcheck,
     release,
+    sharedlibs,
     system,
     te,
     tf32,
     torch_compile,
+    uid,
     versions,
 )
 from probe.common import DEFAULT_SECTIONS, SECTIONS, Probe, render_table, watchdog, write_all  # noqa: E402
 
-RUNNERS = {"system": system.run, "versions": versions.run, "libraries": libraries.run, "gpu": gpu.run,
+RUNNERS = {"system": system.run, "hygiene": hygiene.run, "locale": locales.run, "pip": pipcheck.run,
+           "ldd": sharedlibs.run, "uid": uid.run, "versions": versions.run, "libraries": libraries.run, "gpu": gpu.run,
            "tf32": tf32.run, "amp": amp.run, "distributed": distributed.run, "te": te.run, "dev": dev.run,
            "compile": torch_compile.run, "release": release.run, "perf": perf.run}
 # sections that run part of their work in a child probe (`--child SECTION`): a crash there cannot end the probe

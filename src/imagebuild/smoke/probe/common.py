@@ -13,8 +13,9 @@ import time
 import traceback
 
 PROBE_VERSION = 1
-SECTIONS = ("system", "versions", "libraries", "gpu", "tf32", "amp", "distributed", "te", "compile", "release", "dev",
-            "perf")
+# hygiene right after system: it looks at /tmp before later sections (compile caches, child probes) write there
+SECTIONS = ("system", "hygiene", "locale", "pip", "ldd", "uid", "versions", "libraries", "gpu", "tf32", "amp",
+            "distributed", "te", "compile", "release", "dev", "perf")
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ("dev", "perf"))
 NO_GPU = "no GPU visible in the container"
 NO_CUDA_TORCH = NO_GPU + " (CPU variant: torch built without CUDA)"

@@ -32,11 +32,15 @@ PY_CANDIDATES = ("/opt/venv/bin/python", "python3", "python")
 # what an imagebuild image promises beyond its labels (docs/ARCHITECTURE.md "Image layout")
 IMAGEBUILD_DEFAULTS = {"user": "ml", "uid": "1000", "venv": "/opt/venv", "entrypoint": "tini",
                        "workdir": "/workspace"}
+_EVERY = ("system", "locale", "pip", "ldd", "versions", "libraries")
 SECTIONS_BY_FLAVOR = {
-    "base": ("system", "versions", "libraries"),
-    "runtime": ("system", "versions", "libraries", "gpu", "tf32", "amp", "distributed", "te", "compile", "release"),
-    "dev": ("system", "versions", "libraries", "gpu", "tf32", "amp", "distributed", "te", "compile", "release", "dev"),
+    "base": _EVERY,
+    "runtime": _EVERY + ("gpu", "tf32", "amp", "distributed", "te", "compile", "release"),
+    "dev": _EVERY + ("gpu", "tf32", "amp", "distributed", "te", "compile", "release", "dev"),
 }
+# probes run apart from the main one: hygiene as root in the same container (to read /root), uid in the second
+# container the runner starts as an arbitrary UID (--uid-host)
+EXTRA_PROBES = {"hygiene": ("hygiene",), "uid": ("uid",)}
 
 
 def _load_probe():
@@ -77,6 +81,12 @@ def pytest_addoption(parser):
     g.addoption("--probe-pyz", default=None, metavar="FILE",
                 help="the probe zipapp to ship (default: built from the probe package once per pytest process)")
     g.addoption("--smoke-json", default=None, metavar="FILE", help="write a JSON result (checks + probe) here")
+    g.addoption("--uid-host", default=None, metavar="CONTAINER",
+                help="a second container of the same image started as an arbitrary UID (docker run --user "
+                     "12345:0): the uid checks run there (the runner starts it)")
+    g.addoption("--uid-user", default=None, metavar="UID:GID", help="the user --uid-host was started as")
+    g.addoption("--uid-error", default=None, metavar="TEXT",
+                help="why the arbitrary-UID container is missing (it did not start): the uid checks fail with it")
 
 
 def pytest_configure(config):
@@ -131,6 +141,7 @@ class ImageUnderTest:
         self.probe_error = None
         self.probe_wall = None
         self.probe_stderr = ""
+        self.extra: dict[str, dict] = {}  # EXTRA_PROBES kind -> {"doc", "error", "wall", "stderr", "where"}
 
     # expectations -----------------------------------------------------------------------------------------------
     def expected(self, key: str) -> list[tuple[str, str]]:
@@ -192,7 +203,12 @@ class ImageUnderTest:
         return self._probe
 
     def _run_probe(self):
-        # ONE docker exec: write the zipapp (base64 on the command line; already deflate-compressed), run it, clean up
+        self._probe, self.probe_error, self.probe_wall, self.probe_stderr = self._exec_probe(self.host,
+                                                                                              self.sections())
+
+    def _exec_probe(self, host, sections):
+        """ONE docker exec on `host`: write the zipapp (base64 on the command line; already deflate-compressed),
+        run it with `sections`, clean up. -> (doc or None, error or None, wall seconds, stderr tail)."""
         pyz = self.config.getoption("probe_pyz") or P.zipapp_path()
         blob = base64.b64encode(Path(pyz).read_bytes()).decode()
         cands = [self.config.getoption("probe_python")] if self.config.getoption("probe_python") else PY_CANDIDATES
@@ -204,17 +220,16 @@ class ImageUnderTest:
             'D=$(mktemp -d 2>/dev/null || { mkdir -p /tmp/ibprobe.$$ && echo /tmp/ibprobe.$$; }); '
             '"$PY" -c "import base64,sys; open(sys.argv[1],\'wb\').write(base64.b64decode(sys.argv[2]))" '
             '"$D/probe.pyz" ' + blob + ' && '
-            '"$PY" "$D/probe.pyz" --sections ' + ",".join(self.sections())
+            '"$PY" "$D/probe.pyz" --sections ' + ",".join(sections)
             + f' --timeout {timeout:.0f}; rc=$?; rm -rf "$D"; exit $rc'
         )
         t0 = time.time()
+        self.execs += 1
         try:
-            res = self.run(script)
+            res = host.run(script)
         except Exception as exc:  # docker CLI missing, container gone ...
-            self.probe_error = f"{type(exc).__name__}: {exc}"
-            return
-        self.probe_wall = round(time.time() - t0, 2)
-        self.probe_stderr = res.stderr[-4000:]
+            return None, f"{type(exc).__name__}: {exc}", None, ""
+        wall = round(time.time() - t0, 2)
         doc = None
         out = res.stdout.strip()
         try:
@@ -229,9 +244,33 @@ class ImageUnderTest:
                         continue
         if doc is None:
             tail = " | ".join(ln for ln in res.stderr.strip().splitlines()[-4:])
-            self.probe_error = f"exit {res.rc}, no JSON on stdout: {tail[-1500:]}"
-            return
-        self._probe = doc
+            return None, f"exit {res.rc}, no JSON on stdout: {tail[-1500:]}", wall, res.stderr[-4000:]
+        return doc, None, wall, res.stderr[-4000:]
+
+    def extra_probe(self, kind: str) -> dict:
+        """The probe of one EXTRA_PROBES kind (run once): hygiene as root here, uid in the --uid-host container."""
+        if kind not in self.extra:
+            import testinfra
+
+            where, host, error = None, None, None
+            if kind == "uid":
+                if self.config.getoption("uid_error"):
+                    error = f"the image did not start as {self.config.getoption('uid_user') or 'an arbitrary UID'}: "\
+                            + self.config.getoption("uid_error")
+                elif self.config.getoption("uid_host"):
+                    where = self.config.getoption("uid_host")
+                    host = testinfra.get_host(f"docker://{where}")
+            elif getattr(self.host.backend, "NAME", "") == "docker":
+                where = f"root@{self.host.backend.name}"
+                host = testinfra.get_host(f"docker://{where}")
+            else:
+                where, host = "the test host's user", self.host
+            doc, wall, stderr = None, None, ""
+            if host is not None:
+                doc, error, wall, stderr = self._exec_probe(host, EXTRA_PROBES[kind])
+            self.extra[kind] = {"doc": doc, "error": error, "wall": wall, "where": where,
+                                "stderr": stderr if error else ""}
+        return self.extra[kind]
 
     def check(self, name):
         for c in self.probe.get("checks", []):
@@ -243,6 +282,7 @@ class ImageUnderTest:
         return {"flavor": self.flavor, "flavor_source": self.flavor_source, "docker_exec": self.execs,
                 "probe_wall_seconds": self.probe_wall, "probe_error": self.probe_error,
                 "probe": self._probe, "probe_stderr_tail": self.probe_stderr[-2000:] if self.probe_error else "",
+                "extra_probes": self.extra,
                 "expectations": {k: v for k, v in self.options.items()},
                 "labels": {k: v for k, v in self.labels.items() if k.startswith(LABEL_PREFIX)}}
 
@@ -358,6 +398,32 @@ def check(smoke, figures, request):
         if gpu and smoke.require_gpu and reason.startswith(P.NO_GPU) and not smoke.cpu_variant():
             pytest.fail(f"{reason} (--require-gpu)", pytrace=False)
         pytest.skip(reason)
+
+    return run
+
+
+@pytest.fixture
+def extra_check(smoke, figures, request):
+    """extra_check(kind, name): like `check`, for a check of an EXTRA_PROBES probe (hygiene, uid)."""
+
+    def run(kind: str, name: str):
+        if kind == "uid" and not (request.config.getoption("uid_host") or request.config.getoption("uid_error")):
+            pytest.skip("no arbitrary-UID container to test in (the runner starts one; by hand: docker run -d "
+                        "--user 12345:0 IMAGE sleep infinity, then --uid-host NAME)")
+        res = smoke.extra_probe(kind)
+        if res["error"]:
+            pytest.fail(f"{kind} probe ({res['where'] or 'not run'}): {res['error']}", pytrace=False)
+        c = next((c for c in res["doc"].get("checks", []) if c["name"] == name), None)
+        if c is None:
+            pytest.fail(f"the {kind} probe reported no '{name}' check", pytrace=False)
+        figures(dict(c.get("figures") or {}, probe_ran_as=res["where"]))
+        if c["status"] == "failed":
+            pytest.fail(f"{name}: {c['reason']}", pytrace=False)
+        if c["status"] == "skipped":
+            pytest.skip(c["reason"])
+        if c.get("reason"):
+            request.node.user_properties.append(("note", c["reason"]))
+        return c
 
     return run
 

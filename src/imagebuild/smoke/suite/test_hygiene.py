@@ -1,0 +1,8 @@
+"""Nothing baked in that must not be: SSH host keys, files in /tmp, pip caches, apt caches (probe run as root)."""
+
+import pytest
+
+
+@pytest.mark.parametrize("what", ["ssh_host_keys", "tmp", "pip_cache", "apt_cache"])
+def test_hygiene(extra_check, what):
+    extra_check("hygiene", f"hygiene.{what}")

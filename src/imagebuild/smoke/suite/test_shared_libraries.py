@@ -1,0 +1,6 @@
+"""Every shared library under site-packages resolves its dependencies (ldd; the driver's libcuda/libnvidia-ml may be
+missing only when the container has no GPU)."""
+
+
+def test_ldd_resolves(check):
+    check("ldd.resolve")

@@ -1,0 +1,158 @@
+"""The image checks (pip check, ldd, arbitrary UID, hygiene, locale) against deliberately broken images.
+
+Each broken image is a tiny image FROM the real CPU runtime image of images/cpu.yaml (conftest.cpu_build, or
+IMAGEBUILD_SMOKE_IMAGE) that breaks exactly one thing. `imagebuild test --image REF` must fail that check, and only
+that one of these checks, while the unbroken image passes all of them. `--flavor base` keeps each run to the
+sections these checks live in (no torch.compile, AMP, distributed): they are base-level checks of every flavor.
+The derived images are removed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _helpers import imagebuild  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+# the suite's check names (suite file/test[param]) of the checks under test
+CHECKS = ("pip/pip_check", "shared_libraries/ldd_resolves", "locale/utf8_locale", "locale/python_encoding",
+          "hygiene/hygiene[ssh_host_keys]", "hygiene/hygiene[tmp]", "hygiene/hygiene[pip_cache]",
+          "hygiene/hygiene[apt_cache]", "arbitrary_uid/arbitrary_uid[home_writable]",
+          "arbitrary_uid/arbitrary_uid[tmp_writable]", "arbitrary_uid/arbitrary_uid[torch_import]")
+
+SITE = """$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"""
+
+# kind -> (Dockerfile lines after FROM, the check that must fail, text its reason must contain)
+BROKEN = {
+    "ldd": ("""\
+USER 0
+RUN set -eux; d="{site}/ibbroken_native"; mkdir -p "$d" /tmp/ibdep; \\
+    echo 'int ibdep(void){{return 1;}}' > /tmp/ibdep/dep.c; \\
+    echo 'int ibdep(void); int ibf(void){{return ibdep();}}' > /tmp/ibdep/lib.c; \\
+    gcc -shared -fPIC -o /tmp/ibdep/libibdep.so /tmp/ibdep/dep.c; \\
+    gcc -shared -fPIC -o "$d/libibbroken.so" /tmp/ibdep/lib.c -L/tmp/ibdep -libdep; \\
+    rm -rf /tmp/ibdep
+USER 1000
+""", "shared_libraries/ldd_resolves", "ibbroken_native/libibbroken.so: libibdep.so not found"),
+    "pip": ("""\
+USER 0
+RUN set -eux; d="{site}/ibbroken-1.0.dist-info"; mkdir "$d"; \\
+    printf 'Metadata-Version: 2.1\\nName: ibbroken\\nVersion: 1.0\\nRequires-Dist: numpy<1\\n' > "$d/METADATA"; \\
+    printf 'pip\\n' > "$d/INSTALLER"; : > "$d/RECORD"
+USER 1000
+""", "pip/pip_check", "ibbroken 1.0 requires numpy<1, found numpy"),
+    "tmp": ("""\
+USER 0
+RUN echo leftover > /tmp/ib-leftover.txt
+USER 1000
+""", "hygiene/hygiene[tmp]", "/tmp/ib-leftover.txt"),
+    "sshkey": ("""\
+USER 0
+RUN mkdir -p /etc/ssh && head -c 64 /dev/urandom > /etc/ssh/ssh_host_ed25519_key \\
+    && chmod 0600 /etc/ssh/ssh_host_ed25519_key
+USER 1000
+""", "hygiene/hygiene[ssh_host_keys]", "/etc/ssh/ssh_host_ed25519_key"),
+    "locale": ("""\
+ENV LANG=C LC_ALL=
+""", "locale/utf8_locale", "LANG=C is not a UTF-8 locale"),
+    "home": ("""\
+USER 0
+RUN chgrp -R ml /home/ml && chmod -R g-w /home/ml
+USER 1000
+""", "arbitrary_uid/arbitrary_uid[home_writable]", "HOME /home/ml not writable by uid 12345 gid 0"),
+}
+
+
+@pytest.fixture(scope="module")
+def client():
+    from imagebuild.engine import connect
+    from imagebuild.errors import EngineUnavailable
+
+    try:
+        c = connect("smoke")
+    except EngineUnavailable as exc:
+        pytest.skip(str(exc))
+    if not shutil.which("docker"):
+        pytest.skip("the docker CLI (testinfra's docker backend) is not installed")
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def runtime_image(request):
+    if os.environ.get("IMAGEBUILD_SMOKE_IMAGE"):
+        return os.environ["IMAGEBUILD_SMOKE_IMAGE"]
+    build = request.getfixturevalue("cpu_build")
+    assert build.result.returncode == 0, build.result.stdout[-3000:] + build.result.stderr[-3000:]
+    return next(i.tag for i in build.plan.images if i.flavor == "runtime")
+
+
+@pytest.fixture(scope="module")
+def broken(client, runtime_image, tmp_path_factory):
+    """kind -> tag of the derived image, built lazily; all removed at the end."""
+    token = secrets.token_hex(4)
+    built: dict[str, str] = {}
+
+    def get(kind: str) -> str:
+        if kind not in built:
+            ctx = tmp_path_factory.mktemp(f"broken-{kind}")
+            (ctx / "Dockerfile").write_text(f"FROM {runtime_image}\n" + BROKEN[kind][0].format(site=SITE))
+            tag = f"ibtest-broken-{kind}:{token}"
+            t0 = time.time()
+            client.images.build(path=str(ctx), tag=tag, network_mode="host", rm=True, forcerm=True)
+            print(f"\nbuilt {tag} in {time.time() - t0:.1f}s")
+            built[kind] = tag
+        return built[kind]
+
+    yield get
+    for tag in built.values():
+        try:
+            client.images.remove(tag, force=True)
+        except Exception:
+            pass
+
+
+def _test(ref: str, tmp_path: Path) -> tuple[int, dict[str, dict]]:
+    out = imagebuild("test", "--image", ref, "--flavor", "base", "--json", "--timeout", "600",
+                     "--results", str(tmp_path / "results"), timeout=900)
+    assert out.stdout.strip().startswith("["), out.stdout[-2000:] + out.stderr[-2000:]
+    rows = json.loads(out.stdout)
+    assert len(rows) == 1
+    return out.returncode, {c["name"]: c for c in rows[0]["checks"]}
+
+
+def test_unbroken_runtime_passes_every_image_check(runtime_image, tmp_path):
+    t0 = time.time()
+    rc, checks = _test(runtime_image, tmp_path)
+    print(f"\n{runtime_image}: --flavor base run in {time.time() - t0:.1f}s")
+    bad = {n: checks.get(n, {}).get("reason", "missing") for n in CHECKS
+           if checks.get(n, {}).get("status") != "passed"}
+    assert not bad, bad
+    assert rc == 0, {n: c["reason"] for n, c in checks.items() if c["status"] == "failed"}
+    assert "HOME /home/ml writable by uid 12345 gid 0 (no passwd entry)" in \
+        checks["arbitrary_uid/arbitrary_uid[home_writable]"]["reason"]
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+def test_broken_image_fails_exactly_its_check(broken, tmp_path, kind):
+    _, check, text = BROKEN[kind]
+    rc, checks = _test(broken(kind), tmp_path)
+    assert rc == 1
+    assert checks[check]["status"] == "failed", checks[check]
+    assert text in checks[check]["reason"], checks[check]["reason"]
+    others = {n: checks[n]["status"] for n in CHECKS if n != check and checks[n]["status"] != "passed"}
+    assert not others, {n: checks[n]["reason"] for n in others}
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", f"ancestor={broken(kind)}"], capture_output=True,
+                          text=True).stdout.split()
+    assert left == [], f"containers left behind (main or arbitrary-UID): {left}"
