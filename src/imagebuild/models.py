@@ -184,6 +184,7 @@ class ImageResult:
     tests: dict | None = None  # {"passed": n, "failed": n, "skipped": n, "checks": [{name,status,reason,...}]}
     push: dict | None = None  # {"status": "pushed"|"unchanged"|"failed", "digest": ..., "tags": [...], ...}
     te_wheel: dict | None = None  # {"key": ..., "status": "cached"|"built", "seconds": float, "wheel": name}
+    reproduced_from: str | None = None  # rebuilt as this image ID, same content as image_id (kept): see reproduced.py
 
     @classmethod
     def of(cls, image: ImagePlan) -> ImageResult:

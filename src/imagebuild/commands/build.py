@@ -28,10 +28,14 @@ from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
               show_default=True, help="Full build logs (credentials redacted), one file per image.")
 @click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
               show_default=True, help="Where build-report.json/.md go.")
+@click.option("--created", metavar="now|DATE", callback=lambda ctx, param, value: check_created(value),
+              help="The org.opencontainers.image.created label: 'now' (the build time) or an RFC 3339 date. "
+                   "Default: the source date (SOURCE_DATE_EPOCH, else the OS base image's date), so an unchanged "
+                   "rebuild gives the same image.")
 @click.option("--test", "run_tests", is_flag=True, help="Run the smoke suite on the images afterwards.")
 @click.option("--push", "run_push", is_flag=True, help="Push the built (and tested) images afterwards.")
 def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verbose, log_dir, report_dir,
-            run_tests, run_push):
+            created, run_tests, run_push):
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -48,7 +52,7 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     client = connect("build")  # its timeout also fits --push of multi-GB layers
     buildable, blocked = preflight_sources(client, plan, tuple(only), keep_going)
     progress = make_progress(plain=plain, verbose=verbose)
-    options = BuildOptions(force=force, only=tuple(only), keep_going=keep_going, log_dir=log_dir)
+    options = BuildOptions(force=force, only=tuple(only), keep_going=keep_going, log_dir=log_dir, created=created)
     if jobs:
         options.jobs = jobs
     results = (build_plan(client, buildable, options, progress) if buildable.images else []) + blocked
@@ -149,6 +153,17 @@ def push(client, plan, images, by_tag, report_dir: Path, require_tests: bool) ->
         p = res.push or {}
         click.echo(redact(f"{p.get('status', '?'):>9}  {res.tag}  {p.get('digest') or p.get('reason') or ''}"))
     return not any((r.push or {}).get("status") == "failed" for r in pushed)
+
+
+def check_created(value: str | None) -> str | None:
+    """--created: 'now' or an RFC 3339 date (what the OCI label holds); anything else is a usage error."""
+    if value is None or value == "now":
+        return value
+    from imagebuild.builder.sourcedate import parse_created
+
+    if parse_created(value) is None:
+        raise UsageError(f"--created {value!r}: not 'now' nor an RFC 3339 date such as 2026-01-31T12:00:00Z")
+    return value
 
 
 def check_inputs(inputs) -> None:

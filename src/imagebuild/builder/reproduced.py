@@ -1,0 +1,64 @@
+"""Did a rebuild reproduce the image its tag pointed at? Then keep that one.
+
+The classic builder dates every config it writes (`created`, each history entry), so a rebuild whose layers are
+byte-identical to the previous image's still gets a new image ID, and every child, whose inputs include the parent's
+ID, would rebuild for nothing. After a build, the new image is compared with the one the tag named before: same
+layer diff_ids, same config once the dates are set aside, same history steps; when all match the previous image is
+kept (the tag moved back to it, the new one removed) and the run says "reproduced: same content as <id>".
+
+Set aside, and only these: the config's and history's dates; the volatile OCI labels (`created`, `revision`: a build
+that asks for the build time, or runs from another commit, still made the same content); the config's `Image` (the
+ID of the previous build step, itself dated) and the build container's host name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+VOLATILE_LABELS = ("org.opencontainers.image.created", "org.opencontainers.image.revision")
+_CONFIG_IGNORED = ("Image", "Hostname", "Domainname")
+
+
+def _config(info: Mapping) -> dict:
+    config = dict(info.get("Config") or {})
+    for key in _CONFIG_IGNORED:
+        config.pop(key, None)
+    config["Labels"] = {k: v for k, v in (config.get("Labels") or {}).items() if k not in VOLATILE_LABELS}
+    return config
+
+
+def _steps(info: Mapping, history: Sequence[Mapping]) -> list[tuple[str, int]]:
+    """History as (created_by, size) with the image's own volatile label values blanked (they appear in the LABEL
+    step's created_by)."""
+    labels = (info.get("Config") or {}).get("Labels") or {}
+    volatile = [str(labels[k]) for k in VOLATILE_LABELS if labels.get(k)]
+    out = []
+    for entry in history:
+        text = str(entry.get("CreatedBy") or "")
+        for value in volatile:
+            text = text.replace(value, "<volatile>")
+        out.append((text, int(entry.get("Size") or 0)))
+    return out
+
+
+def differences(old: Mapping, new: Mapping, old_history: Sequence[Mapping], new_history: Sequence[Mapping]) -> list[str]:
+    """What differs between two images (inspect + history as the engine gives them), dates and volatile labels
+    aside; empty when the new one reproduces the old one."""
+    out = []
+    if (old.get("RootFS") or {}).get("Layers") != (new.get("RootFS") or {}).get("Layers"):
+        out.append("layers")
+    for key in ("Architecture", "Os", "Variant"):
+        if old.get(key) != new.get(key):
+            out.append(key.lower())
+    a, b = _config(old), _config(new)
+    out += [f"config {k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    if _steps(old, old_history) != _steps(new, new_history):
+        out.append("history")
+    return out
+
+
+def same_content(client, old_id: str, new_id: str) -> bool:
+    """Whether image `new_id` reproduces `old_id` (see `differences`)."""
+    api = client.api
+    old, new = api.inspect_image(old_id), api.inspect_image(new_id)
+    return not differences(old, new, api.history(old_id), api.history(new_id))
