@@ -157,7 +157,7 @@ def why_not(a: dict[str, tuple], b: dict[str, tuple]) -> str:
     for path in sorted(set(a) & set(b)):
         if a[path] == b[path]:
             continue
-        diff = [f for f, x, y in zip(FIELDS, a[path], b[path]) if x != y]
+        diff = [f for f, x, y in zip(FIELDS, a[path], b[path], strict=True) if x != y]
         if "content" in diff or "size" in diff:
             content.append(path)
         elif diff == ["mtime"]:
@@ -185,7 +185,7 @@ def compare(name: str, ref_a: str, ref_b: str, client_a, client_b) -> list[dict]
              "why": "" if id_a == id_b else _config_why(cfg_a, cfg_b)}]
     steps = [h.get("created_by", "") for h in cfg_a.get("history", []) if not h.get("empty_layer")]
     ids_a, ids_b = cfg_a["rootfs"]["diff_ids"], cfg_b["rootfs"]["diff_ids"]
-    for n, (da, db) in enumerate(zip(ids_a, ids_b)):
+    for n, (da, db) in enumerate(zip(ids_a, ids_b, strict=False)):
         same = da == db
         rows.append({"image": name, "layer": str(n), "step": describe_step(steps[n] if n < len(steps) else "", 70),
                      "same": same, "why": "" if same else why_not(layers_a[da], layers_b[db]),
@@ -278,7 +278,7 @@ def main() -> int:
             c.close()
     finally:
         if args.keep:
-            for d, h in zip(dirs, hosts if not args.compare else []):
+            for d, h in zip(dirs, hosts if not args.compare else [], strict=False):
                 print(f"kept: DOCKER_HOST={h} (stop: scripts/docker-engine.sh --stop {d})", file=sys.stderr)
         else:
             for d in dirs:

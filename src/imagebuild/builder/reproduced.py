@@ -45,7 +45,8 @@ def differences(old: Mapping, new: Mapping, old_history: Sequence[Mapping], new_
     """What differs between two images (inspect + history as the engine gives them), dates and volatile labels
     aside; empty when the new one reproduces the old one."""
     out = []
-    if (old.get("RootFS") or {}).get("Layers") != (new.get("RootFS") or {}).get("Layers"):
+    layers = [(info.get("RootFS") or {}).get("Layers") for info in (old, new)]
+    if not layers[0] or layers[0] != layers[1]:  # no layer list: nothing to compare, so not the same
         out.append("layers")
     for key in ("Architecture", "Os", "Variant"):
         if old.get(key) != new.get(key):
