@@ -38,7 +38,7 @@ from imagebuild.models import ResolvedVariant
 from imagebuild.oci import Reference
 from imagebuild.secrets import has_credentials, redact, register_secret
 
-BOOTSTRAP_FORMAT = "1"  # bump when the way the rootfs is made changes (invalidates every bootstrap image)
+BOOTSTRAP_FORMAT = "2"  # bump when the way the image is made changes (invalidates every bootstrap image); 2: own config
 # apt: Debian's minbase has it (Priority: required), Ubuntu's does not, and every flavor installs with apt-get
 REQUIRED_PACKAGES = ("python3", "python3-venv", "ca-certificates", "tini", "apt")
 HASH_LABEL = "io.imagebuild.bootstrap-hash"
