@@ -226,14 +226,15 @@ def images_of(report: Path) -> list[tuple[str, str]]:
     return out
 
 
-def os_images(client) -> list[tuple[str, str]]:
-    """Bootstrap OS images on an engine (imagebuild-os/*)."""
-    found = []
+def os_images(client) -> dict[str, str]:
+    """Bootstrap OS images on an engine: repository (imagebuild-os/<os>) -> tag. The tag carries the bootstrap
+    inputs' hash, so two engines are paired by repository: a different tag is a finding, not a missing image."""
+    found = {}
     for img in client.api.images():
         for tag in img.get("RepoTags") or []:
             if tag.startswith("imagebuild-os/"):
-                found.append(("os (bootstrap)", tag))
-    return sorted(found)
+                found[tag.rsplit(":", 1)[0]] = tag
+    return found
 
 
 def main() -> int:
@@ -268,7 +269,10 @@ def main() -> int:
         clients = [docker.DockerClient(base_url=h, timeout=900) for h in hosts]
         assert report is not None
         rows: list[dict] = []
-        for name, tag in os_images(clients[0]) + images_of(report):
+        os_a, os_b = os_images(clients[0]), os_images(clients[1])
+        for repo in sorted(set(os_a) & set(os_b)):
+            rows += compare("os (bootstrap)", os_a[repo], os_b[repo], clients[0], clients[1])
+        for name, tag in images_of(report):
             rows += compare(name, tag, tag, clients[0], clients[1])
         table = markdown(rows)
         print(table)
