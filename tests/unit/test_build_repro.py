@@ -168,24 +168,29 @@ def _info(layers=("sha256:a", "sha256:b"), labels=None, created="2026-01-01T00:0
             "Config": {"Env": ["A=1"], "Cmd": ["bash"], "Labels": labels, "Image": image, "Hostname": "h1"}}
 
 
-def _history(created="2026-01-01T00:00:00Z"):
-    return [{"Id": "sha256:1", "Created": 1, "CreatedBy": f"LABEL org.opencontainers.image.created={created}",
-             "Size": 0},
-            {"Id": "sha256:2", "Created": 2, "CreatedBy": "/bin/sh -c apt-get install", "Size": 100}]
+def _history(created="2026-01-01T00:00:00Z", revision="r1"):
+    """Newest first: this image's volatile LABEL step, its parent's (built from commit r0), a RUN."""
+    return [{"Id": "sha256:1", "Created": 1, "Size": 0,
+             "CreatedBy": f"/bin/sh -c #(nop)  LABEL org.opencontainers.image.created={created} "
+                          f"org.opencontainers.image.revision={revision}"},
+            {"Id": "sha256:2", "Created": 2, "Size": 0,
+             "CreatedBy": '/bin/sh -c #(nop)  LABEL org.opencontainers.image.created="2025-12-01T00:00:00Z" '
+                          "org.opencontainers.image.revision=r0"},
+            {"Id": "sha256:3", "Created": 3, "CreatedBy": "/bin/sh -c apt-get install", "Size": 100}]
 
 
 def test_same_content_sets_aside_dates_volatile_labels_and_the_step_image_only():
     old = _info()
     new = _info(created="2026-02-02T00:00:00Z", image="sha256:step2", labels={"org.opencontainers.image.revision": "r2"})
     new["Config"]["Hostname"] = "h2"
-    assert differences(old, new, _history(), _history("2026-02-02T00:00:00Z")) == []
+    assert differences(old, new, _history(), _history("2026-02-02T00:00:00Z", "r2")) == []
     assert differences(old, _info(layers=("sha256:a", "sha256:c")), _history(), _history()) == ["layers"]
     assert differences(old, _info(labels={"io.imagebuild.flavor": "x"}), _history(), _history()) == ["config Labels"]
     env = _info()
     env["Config"]["Env"] = ["A=2"]
     assert differences(old, env, _history(), _history()) == ["config Env"]
     other_steps = _history()
-    other_steps[1] = {**other_steps[1], "CreatedBy": "/bin/sh -c apt-get install curl"}
+    other_steps[2] = {**other_steps[2], "CreatedBy": "/bin/sh -c apt-get install curl"}
     assert differences(old, _info(), _history(), other_steps) == ["history"]
     no_layers = _info()
     no_layers["RootFS"] = {}

@@ -13,6 +13,7 @@ ID of the previous build step, itself dated) and the build container's host name
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 VOLATILE_LABELS = ("org.opencontainers.image.created", "org.opencontainers.image.revision")
@@ -27,18 +28,15 @@ def _config(info: Mapping) -> dict:
     return config
 
 
-def _steps(info: Mapping, history: Sequence[Mapping]) -> list[tuple[str, int]]:
-    """History as (created_by, size) with the image's own volatile label values blanked (they appear in the LABEL
-    step's created_by)."""
-    labels = (info.get("Config") or {}).get("Labels") or {}
-    volatile = [str(labels[k]) for k in VOLATILE_LABELS if labels.get(k)]
-    out = []
-    for entry in history:
-        text = str(entry.get("CreatedBy") or "")
-        for value in volatile:
-            text = text.replace(value, "<volatile>")
-        out.append((text, int(entry.get("Size") or 0)))
-    return out
+# `LABEL org.opencontainers.image.created=VALUE` as the classic builder records it: a bare or a quoted value. Every
+# step's value is blanked, the parent's too (a kept parent carries the revision it was first built from).
+_VOLATILE_STEP = re.compile("(" + "|".join(re.escape(k) for k in VOLATILE_LABELS) + r')=("(?:[^"\\]|\\.)*"|\S*)')
+
+
+def _steps(history: Sequence[Mapping]) -> list[tuple[str, int]]:
+    """History as (created_by, size), the volatile label values blanked (they appear in the LABEL steps)."""
+    return [(_VOLATILE_STEP.sub(r"\1=<volatile>", str(entry.get("CreatedBy") or "")), int(entry.get("Size") or 0))
+            for entry in history]
 
 
 def differences(old: Mapping, new: Mapping, old_history: Sequence[Mapping], new_history: Sequence[Mapping]) -> list[str]:
@@ -53,7 +51,7 @@ def differences(old: Mapping, new: Mapping, old_history: Sequence[Mapping], new_
             out.append(key.lower())
     a, b = _config(old), _config(new)
     out += [f"config {k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-    if _steps(old, old_history) != _steps(new, new_history):
+    if _steps(old_history) != _steps(new_history):
         out.append("history")
     return out
 
