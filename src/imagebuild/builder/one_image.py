@@ -99,9 +99,13 @@ def _build(run: RunState, img: ImagePlan, res: ImageResult, base_id: str, start:
         res.error = outcome.error
         run.tails[img.tag] = outcome.tail
         return
-    res.status, res.image_id = "built", outcome.image_id
-    if previous and previous != outcome.image_id:
-        keep_reproduced(run, img, res, previous)
+    image_id = outcome.image_id
+    assert image_id
+    if previous and previous != image_id:
+        image_id = keep_reproduced(run, img, res, image_id, previous)
+    # the status last: the scheduler starts the children once it reads "built", and they take image_id as parent
+    res.image_id = image_id
+    res.status = "built"
     describe(run, res)
 
 
@@ -114,25 +118,25 @@ def _tagged_id(run: RunState, tag: str) -> str | None:
         return None
 
 
-def keep_reproduced(run: RunState, img: ImagePlan, res: ImageResult, previous: str) -> None:
-    """The new image has the same content as the one its tag named before (reproduced.py): keep that one, so the
-    children's parent ID, and with it their inputs, stays the same. Best effort: on any error the new image stays."""
-    new = res.image_id
-    assert new
+def keep_reproduced(run: RunState, img: ImagePlan, res: ImageResult, new: str, previous: str) -> str:
+    """The image ID to keep: `previous` when the new image has the same content as the one its tag named before
+    (reproduced.py), so the children's parent ID, and with it their inputs, stays the same; else `new`. Best effort:
+    on any error the new image stays."""
     try:
         if not same_content(run.client, previous, new):
-            return
+            return new
         ref = Reference.parse(img.tag)
         run.client.api.tag(previous, ref.name, ref.tag)
     except Exception as exc:
         run.warn(f"{img.tag}: could not compare with the previous image {previous[7:19]}: {exc}")
-        return
-    res.image_id, res.reproduced_from = previous, new
+        return new
+    res.reproduced_from = new
     try:
         run.client.api.remove_image(new)
     except Exception as exc:  # another tag or a container holds it: harmless, it is just not removed
         run.warn(f"{img.tag}: kept the previous image; could not remove the new one {new[7:19]}: {exc}")
     run.progress.note(f"{img.tag}: reproduced: same content as {previous[7:19]} (kept it)", style="")
+    return previous
 
 
 def run_build(run: RunState, request: BuildRequest, tag: str, key: str | None = None,
