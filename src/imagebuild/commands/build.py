@@ -31,7 +31,8 @@ from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
 @click.option("--created", metavar="now|DATE", callback=lambda ctx, param, value: check_created(value),
               help="The org.opencontainers.image.created label: 'now' (the build time) or an RFC 3339 date. "
                    "Default: the source date (SOURCE_DATE_EPOCH, else the OS base image's date), so an unchanged "
-                   "rebuild gives the same image.")
+                   "rebuild gives the same image. A rebuild whose content equals the image its tag named before "
+                   "keeps that image, and its date.")
 @click.option("--test", "run_tests", is_flag=True, help="Run the smoke suite on the images afterwards.")
 @click.option("--push", "run_push", is_flag=True, help="Push the built (and tested) images afterwards.")
 def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verbose, log_dir, report_dir,
