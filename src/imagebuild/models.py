@@ -192,6 +192,7 @@ class ImageResult:
     source: str | None = None  # where image_id is: "built" | "engine" | "registry <prefix>" (not pulled)
     sbom: dict | None = None  # {"path", "sha256", "image_id", "components", "spec"} (reports/<matrix>/sbom/)
     diff: dict | None = None  # a rebuild: {"against": previous image ID, "os"/"python": counts, "text"}
+    reproduced_from: str | None = None  # rebuilt as this image ID, same content as image_id (kept): see reproduced.py
 
     @classmethod
     def of(cls, image: ImagePlan) -> ImageResult:

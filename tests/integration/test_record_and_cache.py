@@ -113,11 +113,15 @@ def test_fresh_engine_takes_unchanged_images_from_the_registry(tested_build, eng
 
     # (a) nothing changed: up to date in the registry, nothing pulled, nothing built
     t0 = time.monotonic()
-    a = imagebuild("build", *build.build_args(), env=env)
+    args_a = build.build_args()
+    args_a[args_a.index("--report-dir") + 1] = str(tmp_path / "report-a")
+    a = imagebuild("build", *args_a, env=env)
     seconds_a = time.monotonic() - t0
     assert a.returncode == 0, a.stdout[-3000:] + a.stderr[-3000:]
     assert "3 up-to-date" in a.stdout, a.stdout[-2000:]
     assert client_b.api.images(all=True) == [], "engine B pulled or built something"
+    rows_a = json.loads((tmp_path / "report-a" / "build-report.json").read_text())["images"]
+    assert all(r["status"] == "up-to-date" and r["source"].startswith("registry ") for r in rows_a), rows_a
     print(f"\nregistry cache (a) no change on a fresh engine: {seconds_a:.1f}s, 0 images pulled")
 
     # (b) a change that only touches dev: runtime pulled once by digest, only dev built on it

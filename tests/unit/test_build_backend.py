@@ -313,14 +313,15 @@ def test_executor_builds_through_the_backend_protocol(tmp_path):
     assert [(r.status, r.image_id) for r in results] == [("built", base_id), ("failed", None)]
     assert results[1].error == "Step 2/2 : RUN false: boom"
     first, second = backend.builds
+    # SOURCE_DATE_EPOCH: the OS image's date (this fake engine has none: 0)
     assert first.request.build_args == {"HTTP_PROXY": "http://proxy:3128", "PY": "3.11", "BASE_IMAGE": OS_ID,
-                                        "CREATED": "2026-01-01T00:00:00Z", "REVISION": "abc",
-                                        "PIP_INDEX_URL": "https://u:s3cr3t@idx/"}
-    assert list(first.request.build_args) == ["HTTP_PROXY", "PY", "BASE_IMAGE", "CREATED", "REVISION",
-                                              "PIP_INDEX_URL"]
+                                        "SOURCE_DATE_EPOCH": "0", "CREATED": "2026-01-01T00:00:00Z",
+                                        "REVISION": "abc", "PIP_INDEX_URL": "https://u:s3cr3t@idx/"}
+    assert list(first.request.build_args) == ["HTTP_PROXY", "PY", "BASE_IMAGE", "SOURCE_DATE_EPOCH", "CREATED",
+                                              "REVISION", "PIP_INDEX_URL"]
     assert second.request.build_args["BASE_IMAGE"] == base_id
     assert second.request.labels == {"io.imagebuild.flavor": "runtime", INPUTS_LABEL: "sha256:runtime",
-                                     BASE_LABEL: base_id}
+                                     BASE_LABEL: base_id, "io.imagebuild.source-date-epoch": "0"}
     assert first.dockerfile == base.dockerfile and first.request.timeout == BuildOptions().build_timeout
     log = (tmp_path / "k-base.log").read_text()
     assert log.startswith(f"# {base.tag}\n# inputs hash sha256:base\n# BASE_IMAGE={OS_ID}\n")

@@ -325,7 +325,7 @@ def test_transformer_engine_builder(rendered):
     assert "--only-binary transformer_engine_torch" in pip_te
     assert "'transformer_engine[pytorch,core-cu12]==2.9.0'" in pip_te
     final = stages["FROM ${BASE_IMAGE}"]
-    assert "COPY --from=pip-te /opt/stage /opt/venv" in final and "te-wheels" not in final
+    assert "COPY --from=pip-te /opt/stage/ /" in final and "te-wheels" not in final
     assert "te-wheels" not in rendered[("cu130", "runtime")].dockerfile  # no TE asked
 
 

@@ -6,8 +6,10 @@
 compat/data/os.yaml pins for that OS (exported from the packaged key file into a keyring of their own), so an
 Ubuntu base bootstraps on a Debian host (no ubuntu-keyring package needed) and a wrong key fails before any package
 is read. SOURCE_DATE_EPOCH (the snapshot date; else the caller's; else the newest `Date:` of the suites' InRelease
-files) makes the root filesystem bit-reproducible for the same mirror state. The tar goes through the SDK's low-level `import_image`,
-tagged `imagebuild-os/<os id>:<hash12>` and labelled `io.imagebuild.bootstrap-hash=<hash>`. The image is reused
+files) makes the root filesystem bit-reproducible for the same mirror state. The tar is loaded as a one-layer image
+whose config we write (ociarchive.py: created = that SOURCE_DATE_EPOCH, not the import time), so the same inputs
+give the same image ID on any engine; tagged `imagebuild-os/<os id>:<hash12>`, labelled
+`io.imagebuild.bootstrap-hash=<hash>`. The image is reused
 while the inputs (suites, mirror, components, packages, snapshot) are unchanged. Needs root.
 
 This is how air-gapped sites build from an internal mirror, and the only way to get a base without a registry.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -29,12 +32,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuild.builder import ociarchive
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ResolvedVariant
 from imagebuild.oci import Reference
 from imagebuild.secrets import has_credentials, redact, register_secret
 
-BOOTSTRAP_FORMAT = "1"  # bump when the way the rootfs is made changes (invalidates every bootstrap image)
+BOOTSTRAP_FORMAT = "2"  # bump when the way the image is made changes (invalidates every bootstrap image); 2: own config
 # apt: Debian's minbase has it (Priority: required), Ubuntu's does not, and every flavor installs with apt-get
 REQUIRED_PACKAGES = ("python3", "python3-venv", "ca-certificates", "tini", "apt")
 HASH_LABEL = "io.imagebuild.bootstrap-hash"
@@ -54,6 +58,9 @@ UBUNTU_DEFAULT_HOSTS = ("archive.ubuntu.com", "ports.ubuntu.com", "security.ubun
 
 
 _URL_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+
+
+_log = logging.getLogger(__name__)
 
 
 class BootstrapError(ImagebuildError):
@@ -383,9 +390,7 @@ def _run(cmd: list[str], env: dict, log, on_line: Callable[[str], None] | None) 
             _running.discard(proc)
 
 
-def _import(client, tar_path: Path, spec: BootstrapSpec, h: str) -> str:
-    ref = Reference.parse(spec.tag)
-    repo, tag = ref.name, ref.tag
+def image_labels(spec: BootstrapSpec, h: str) -> dict[str, str]:
     labels = {
         HASH_LABEL: h,
         "io.imagebuild.os": spec.os_id,
@@ -395,19 +400,37 @@ def _import(client, tar_path: Path, spec: BootstrapSpec, h: str) -> str:
     }
     if spec.snapshot:
         labels["io.imagebuild.bootstrap-snapshot"] = spec.snapshot
-    changes = [f"LABEL {k}={json.dumps(v)}" for k, v in labels.items()]
-    changes += [f"ENV PATH={DEFAULT_PATH}", "ENV LANG=C.UTF-8", 'CMD ["bash"]']
-    with open(tar_path, "rb") as fh:
-        text = client.api.import_image(src=fh, repository=repo, tag=tag, changes=changes)
-    for line in str(text).splitlines():
-        try:
-            chunk = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(chunk, dict) and (chunk.get("error") or chunk.get("errorDetail")):
-            msg = chunk.get("error") or chunk["errorDetail"].get("message")
-            raise BootstrapError(f"importing the {spec.os_id} root filesystem failed: {redact(str(msg))}")
-    return client.api.inspect_image(spec.tag)["Id"]
+    return labels
+
+
+def bootstrap_config(spec: BootstrapSpec, h: str, diff_id: str, epoch: int, tool: str, architecture: str) -> bytes:
+    """The bootstrap image's config: dated SOURCE_DATE_EPOCH, not the import time, so its ID is reproducible."""
+    return ociarchive.image_config(
+        diff_id=diff_id, epoch=epoch, architecture=architecture, labels=image_labels(spec, h),
+        env=[f"PATH={DEFAULT_PATH}", "LANG=C.UTF-8"], cmd=["bash"],
+        created_by=f"imagebuild bootstrap: {tool} --variant={spec.variant} {spec.codename} ({spec.os_id})",
+        comment=f"bootstrap format {BOOTSTRAP_FORMAT}",
+    )
+
+
+def _import(client, tar_path: Path, spec: BootstrapSpec, h: str, epoch: int, tool: str) -> str:
+    """Load the rootfs tar as a one-layer image whose config we write (ociarchive): the same tar and inputs give the
+    same image ID on any engine."""
+    config = bootstrap_config(spec, h, ociarchive.file_digest(tar_path), epoch, tool, ociarchive.host_architecture())
+    archive = tar_path.with_name("image.tar")
+    ociarchive.write_docker_archive(archive, tar_path, config, spec.tag)
+    tar_path.unlink()  # the archive holds a copy: keep the peak disk use at one copy plus the archive
+    try:
+        ociarchive.load_archive(client, archive, f"the {spec.os_id} root filesystem")
+    except ociarchive.LoadError as exc:
+        raise BootstrapError(str(exc)) from None
+    finally:
+        archive.unlink(missing_ok=True)
+    image_id = client.api.inspect_image(spec.tag)["Id"]
+    expected = ociarchive.config_id(config)
+    if image_id != expected:  # an image store that IDs images otherwise (containerd): say so, the tag is right
+        _log.debug("bootstrap image %s has ID %s, config digest %s", spec.tag, image_id, expected)
+    return image_id
 
 
 def ensure_bootstrap(client, spec: BootstrapSpec, *, force: bool = False, log_dir: Path | None = None,
@@ -433,6 +456,9 @@ def ensure_bootstrap(client, spec: BootstrapSpec, *, force: bool = False, log_di
         tmp = Path(tmpname)
         out_tar = tmp / "rootfs.tar"
         cmd, env = _command(tool, spec, out_tar, tmp)
+        # no SOURCE_DATE_EPOCH (a mirror without a readable InRelease date): the rootfs is not reproducible anyway
+        sde = env.get("SOURCE_DATE_EPOCH", "")
+        epoch = int(sde) if sde.isdigit() else int(time.time())
         rc = _run(cmd, env, log, on_line)
         if rc == 0 and tool == "debootstrap":
             rc = _run(["tar", "--numeric-owner", "--xattrs", "-C", str(tmp / "rootfs"), "-cf", str(out_tar),
@@ -444,6 +470,6 @@ def ensure_bootstrap(client, spec: BootstrapSpec, *, force: bool = False, log_di
                 f"{tool} of {spec.codename} from {redact(spec.mirror)} failed (exit {rc}); "
                 f"full log: {log_path}\n{tail}"
             )
-        image_id = _import(client, out_tar, spec, h)
+        image_id = _import(client, out_tar, spec, h, epoch, tool)
     return BootstrapResult(image_id, spec.tag, reused=False, seconds=time.monotonic() - start, tool=tool,
                            log_path=str(log_path))

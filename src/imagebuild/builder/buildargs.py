@@ -1,4 +1,4 @@
-"""Build args that are the same for every image of a run: proxies, CREATED, REVISION.
+"""Build args that are the same for every image of a run: proxies, CREATED (when asked for), REVISION.
 
 None of them is part of the inputs hash (they would make every run "changed"); proxies are passed as Docker's
 predefined proxy ARGs only, so they never land in ENV or history. Any password in a URL is registered with
@@ -43,13 +43,14 @@ def register_secret_url(url: str) -> None:
         register_secret(urllib.parse.unquote(parts.password))
 
 
-def created_arg(options: BuildOptions) -> str:
-    """CREATED: the option, else SOURCE_DATE_EPOCH (reproducible builds), else now (UTC)."""
-    if options.created:
-        return options.created
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    when = datetime.fromtimestamp(int(epoch), timezone.utc) if epoch and epoch.isdigit() else datetime.now(timezone.utc)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+def created_arg(options: BuildOptions) -> str | None:
+    """CREATED for the whole run: the option ("now": the build time, in UTC), else None: each image gets its source
+    date (sourcedate.py), so an unchanged rebuild writes the same label and reproduces the same image."""
+    if not options.created:
+        return None
+    if options.created == "now":
+        return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return options.created
 
 
 def revision_arg(options: BuildOptions) -> str:

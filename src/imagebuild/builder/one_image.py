@@ -4,7 +4,8 @@ The base image is always an image ID (the parent's, or the OS image's), never a 
 exactly the parent this run produced. The build itself goes through the run's backend (backend.py; the classic
 builder by default), which streams steps and lines to the progress view, writes the whole output to the image's log
 (redacted) and reports an image ID or the failing step. Any error fails this image only; the scheduler decides what
-that means for the rest.
+that means for the rest. A rebuild whose content equals the image its tag named before keeps that image
+(reproduced.py), so a `--force` that changed nothing does not change the children's parent.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from imagebuild.builder.buildargs import register_secret_url
 from imagebuild.builder.context import build_context
 from imagebuild.builder.describe import describe
 from imagebuild.builder.remote import use_remote
+from imagebuild.builder.reproduced import same_content
+from imagebuild.builder.sourcedate import SOURCE_DATE_LABEL, rfc3339, source_date_epoch
 from imagebuild.builder.stream import open_log
 from imagebuild.builder.te_cache import TE_WHEEL_DIR, ensure_te_wheel
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL, find_up_to_date
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan, ImageResult
+from imagebuild.oci import Reference
 from imagebuild.report.budget import check_size_budget
 from imagebuild.secrets import redact, register_secret
 
@@ -84,6 +88,7 @@ def _build(run: RunState, img: ImagePlan, res: ImageResult, base_id: str, start:
     if img.te_wheel is not None:  # the TE wheel from the cache (built first when missing)
         extra_dirs[TE_WHEEL_DIR] = ensure_te_wheel(run, img, base_id, res)
     run.progress.set(img.tag, "building", "sending context")
+    previous = _tagged_id(run, img.tag)
     context = build_context(img, extra_dirs=extra_dirs)
     try:
         with open_log(log_path) as log:
@@ -97,8 +102,44 @@ def _build(run: RunState, img: ImagePlan, res: ImageResult, base_id: str, start:
         res.error = outcome.error
         run.tails[img.tag] = outcome.tail
         return
-    res.status, res.image_id = "built", outcome.image_id
+    image_id = outcome.image_id
+    assert image_id
+    if previous and previous != image_id:
+        image_id = keep_reproduced(run, img, res, image_id, previous)
+    # the status last: the scheduler starts the children once it reads "built", and they take image_id as parent
+    res.image_id = image_id
+    res.status = "built"
     describe(run, res)
+
+
+def _tagged_id(run: RunState, tag: str) -> str | None:
+    import docker
+
+    try:
+        return str(run.client.api.inspect_image(tag)["Id"])
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def keep_reproduced(run: RunState, img: ImagePlan, res: ImageResult, new: str, previous: str) -> str:
+    """The image ID to keep: `previous` when the new image has the same content as the one its tag named before
+    (reproduced.py), so the children's parent ID, and with it their inputs, stays the same; else `new`. Best effort:
+    on any error the new image stays."""
+    try:
+        if not same_content(run.client, previous, new):
+            return new
+        ref = Reference.parse(img.tag)
+        run.client.api.tag(previous, ref.name, ref.tag)
+    except Exception as exc:
+        run.warn(f"{img.tag}: could not compare with the previous image {previous[7:19]}: {exc}")
+        return new
+    res.reproduced_from = new
+    try:
+        run.client.api.remove_image(new)
+    except Exception as exc:  # another tag or a container holds it: harmless, it is just not removed
+        run.warn(f"{img.tag}: kept the previous image; could not remove the new one {new[7:19]}: {exc}")
+    run.progress.note(f"{img.tag}: reproduced: same content as {previous[7:19]} (kept it)", style="")
+    return previous
 
 
 def run_build(run: RunState, request: BuildRequest, tag: str, key: str | None = None,
@@ -128,15 +169,17 @@ def build_request(run: RunState, img: ImagePlan, base_id: str, context: IO[bytes
     for v in img.secret_build_args.values():
         register_secret(v)
         register_secret_url(v)
+    epoch = source_date_epoch(run.client, base_id)
     build_args = {
         **run.proxies,
         **img.build_args,
         "BASE_IMAGE": base_id,
-        "CREATED": run.created,
+        "SOURCE_DATE_EPOCH": str(epoch),
+        "CREATED": run.created or rfc3339(epoch),  # the source date unless the run asked for another
         "REVISION": run.revision,
         **img.secret_build_args,
     }
-    labels = {**img.labels, INPUTS_LABEL: img.inputs_hash, BASE_LABEL: base_id}
+    labels = {**img.labels, INPUTS_LABEL: img.inputs_hash, BASE_LABEL: base_id, SOURCE_DATE_LABEL: str(epoch)}
     return BuildRequest(tag=img.tag, context=context, build_args=build_args, labels=labels,
                         timeout=run.options.build_timeout, log=log)
 

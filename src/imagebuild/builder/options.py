@@ -22,7 +22,7 @@ class BuildOptions:
     only: tuple[str, ...] = ()  # fnmatch patterns on tag, short tag or id
     keep_going: bool = False
     log_dir: Path = Path("reports/logs")  # what the CLI defaults to
-    created: str | None = None  # CREATED build arg; default: SOURCE_DATE_EPOCH or now (UTC)
+    created: str | None = None  # CREATED build arg: a date or "now"; default: each image's source date (sourcedate.py)
     revision: str | None = None  # REVISION build arg; default: `git rev-parse HEAD` or "unknown"
     proxies: dict[str, str] | None = None  # None: HTTP(S)_PROXY/NO_PROXY (+ lowercase) from the environment
     check_disk: bool = True

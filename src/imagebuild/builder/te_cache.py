@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from imagebuild.builder.backend import BuildRequest
 from imagebuild.builder.buildargs import register_secret_url
 from imagebuild.builder.context import tar_context
+from imagebuild.builder.sourcedate import source_date_epoch
 from imagebuild.builder.stream import open_log
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan, ImageResult, TEWheelPlan
@@ -97,7 +98,9 @@ def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str,
     for v in plan.secret_build_args.values():
         register_secret(v)
         register_secret_url(v)
-    build_args = {**run.proxies, **plan.build_args, "BASE_IMAGE": base_id, **plan.secret_build_args}
+    # SOURCE_DATE_EPOCH as the runtime build passes it: its pip stage is the same, so the engine's cache serves it
+    build_args = {**run.proxies, **plan.build_args, "BASE_IMAGE": base_id,
+                  "SOURCE_DATE_EPOCH": str(source_date_epoch(run.client, base_id)), **plan.secret_build_args}
     context = tar_context(plan.dockerfile, {}, plan.context_dirs)
     try:
         with open_log(log_path) as log:

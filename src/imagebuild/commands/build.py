@@ -42,6 +42,11 @@ def _say(msg: str) -> None:
 @click.option("--test", "run_tests", is_flag=True,
               help="Smoke-test the images afterwards (an image that already passed this suite is up to date).")
 @click.option("--retest", is_flag=True, help="With --test: run the suite even where it already passed.")
+@click.option("--created", metavar="now|DATE", callback=lambda ctx, param, value: check_created(value),
+              help="The org.opencontainers.image.created label: 'now' (the build time) or an RFC 3339 date. "
+                   "Default: the source date (SOURCE_DATE_EPOCH, else the OS base image's date), so an unchanged "
+                   "rebuild gives the same image. A rebuild whose content equals the image its tag named before "
+                   "keeps that image, and its date.")
 @click.option("--push", "run_push", is_flag=True, help="Push the built (and tested) images afterwards.")
 @click.option("--registry-cache/--no-registry-cache", "registry_cache", default=True, show_default=True,
               help="Ask the registry first: an image it holds with the planned inputs hash is up to date there "
@@ -55,7 +60,7 @@ def _say(msg: str) -> None:
               help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
                    "Without it an existing lock is used too; a missing one means an unlocked build.")
 def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verbose, log_dir, report_dir,
-            state_dir, run_tests, retest, run_push, registry_cache, require_registry, sbom, locked):
+            state_dir, run_tests, retest, run_push, registry_cache, require_registry, sbom, locked, created):
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -95,7 +100,8 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     buildable, blocked = preflight_sources(client, plan, tuple(only), keep_going, rec=rec, force=force,
                                            remote=remote)
     progress = make_progress(plain=plain, verbose=verbose)
-    options = BuildOptions(force=force, only=tuple(only), keep_going=keep_going, log_dir=log_dir, remote=remote)
+    options = BuildOptions(force=force, only=tuple(only), keep_going=keep_going, log_dir=log_dir, remote=remote,
+                           created=created)
     if jobs:
         options.jobs = jobs
     before = previous_ids(client, plan) if sbom else {}
@@ -224,6 +230,17 @@ def push(client, plan, images, by_tag, matrix_path: Path, state_dir, require_tes
     for res in pushed:
         by_tag[res.tag].push = res.push
     return not any((r.push or {}).get("status") == "failed" for r in pushed)
+
+
+def check_created(value: str | None) -> str | None:
+    """--created: 'now' or an RFC 3339 date (what the OCI label holds); anything else is a usage error."""
+    if value is None or value == "now":
+        return value
+    from imagebuild.builder.sourcedate import parse_created
+
+    if parse_created(value) is None:
+        raise UsageError(f"--created {value!r}: not 'now' nor an RFC 3339 date such as 2026-01-31T12:00:00Z")
+    return value
 
 
 def check_inputs(inputs) -> None:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 Purpose = Literal["build", "push", "smoke", "inspect"]
 
 TIMEOUTS: dict[str, int] = {
-    "build": 1800,  # commits of multi-GB layers, `docker import` of a rootfs; `build --push` pushes on this client
+    "build": 1800,  # commits of multi-GB layers, loading a bootstrapped rootfs; `build --push` pushes on this client
     "push": 1800,  # one layer upload is one silent response
     "smoke": 600,  # container create/start/exec/remove
     "inspect": 120,  # image/registry look-ups only

@@ -24,7 +24,11 @@ from imagebuild.render import data
 from imagebuild.secrets import has_credentials, redact
 
 # Build args the builder passes on every build and that are not part of the inputs hash.
-VOLATILE_BUILD_ARGS: tuple[str, ...] = ("BASE_IMAGE", "CREATED", "REVISION")
+# SOURCE_DATE_EPOCH follows from BASE_IMAGE (the OS image's date), so it changes nothing the base ID does not.
+VOLATILE_BUILD_ARGS: tuple[str, ...] = ("BASE_IMAGE", "CREATED", "REVISION", "SOURCE_DATE_EPOCH")
+# pip builder stages install into STAGE_ROOT + /opt/venv, laid out as under / (one `COPY --from=pip /opt/stage/ /`)
+STAGE_ROOT = "/opt/stage"
+STAGE_PREFIX = STAGE_ROOT + "/opt/venv"
 # Context layout (relative paths inside the build context).
 CA_DIR = "ca"
 FILES_DIR = "files"
@@ -240,7 +244,7 @@ class _Common:
         py = variant.versions.python
         return cls(variant=variant, flavor=flavor, py=py, cuda_major=cuda_major(variant),
                    venv_site=f"/opt/venv/lib/python{py}/site-packages",
-                   stage_site=f"/opt/stage/lib/python{py}/site-packages",
+                   stage_site=f"{STAGE_PREFIX}/lib/python{py}/site-packages",
                    extra_pip=list(variant.pip_packages.get(flavor, ())),
                    extra_apt=list(variant.apt_packages.get(flavor, ())), deadsnakes=_deadsnakes(variant))
 
@@ -256,6 +260,7 @@ class _Common:
             "python": f"python{self.py}",
             "venv_site": self.venv_site,
             "stage_site": self.stage_site,
+            "stage_prefix": STAGE_PREFIX,
             "cuda_major": self.cuda_major,
             "deadsnakes": self.deadsnakes,
             "base_default": None,

@@ -58,7 +58,7 @@ LABEL \
     org.opencontainers.image.title="pytorch-cpu-base" \
     org.opencontainers.image.version="cpu-py3.11-debian12"
 
-# Volatile, not part of the inputs hash: passed by the builder.
+# Not part of the inputs hash, passed by the builder: CREATED is the source date unless asked otherwise.
 ARG CREATED=""
 ARG REVISION=""
 LABEL org.opencontainers.image.created="${CREATED}" \

@@ -14,20 +14,24 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 USER 0
 # pip indexes (credentials redacted): extra=https://download.pytorch.org/whl/cpu
 ARG PIP_EXTRA_INDEX_URL
-RUN mkdir -p /opt/stage && touch /opt/removed.txt
+ARG SOURCE_DATE_EPOCH=0
+RUN mkdir -p /opt/stage/opt/venv && touch /opt/removed.txt
 # the matrix's lock: torch==2.13.0+cpu, every file pinned by version and sha256
 COPY lock/requirements.txt /tmp/imagebuild-lock.txt
 # DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
 # hadolint ignore=DL3013
 RUN set -eux; \
     find /opt/venv -mindepth 1 | sort > /tmp/venv-before.txt; \
-    /opt/venv/bin/python -m pip install \
+    PYTHONHASHSEED=0 /opt/venv/bin/python -m pip install \
         --no-cache-dir --no-warn-script-location --disable-pip-version-check \
-        --prefix /opt/stage \
+        --prefix /opt/stage/opt/venv \
         --require-hashes -r /tmp/imagebuild-lock.txt; \
     find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
     comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
-    rm -f /tmp/venv-before.txt /tmp/venv-after.txt
+    rm -f /tmp/venv-before.txt /tmp/venv-after.txt; \
+    while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
+    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; fi; \
+    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 
 FROM ${BASE_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -45,10 +49,10 @@ RUN set -eux; \
         libpython3.11-dev; \
     apt-get clean; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
-COPY --from=pip /opt/removed.txt /tmp/imagebuild-removed.txt
-RUN if [ -s /tmp/imagebuild-removed.txt ]; then xargs -d '\n' rm -rf -- < /tmp/imagebuild-removed.txt; fi; \
-    rm -f /tmp/imagebuild-removed.txt
-COPY --from=pip /opt/stage /opt/venv
+COPY --from=pip /opt/stage/ /
+RUN if [ -f /opt/venv/.imagebuild-removed.txt ]; then \
+        xargs -d '\n' rm -rf -- < /opt/venv/.imagebuild-removed.txt; rm -f /opt/venv/.imagebuild-removed.txt; \
+    fi
 # TF32 policy (off): imagebuild_tf32.pth applies it in every process right after `import torch`
 # (legacy allow_tf32 flags and, on torch >= 2.9, the fp32_precision API). IMAGEBUILD_TF32=0/1 overrides it per process.
 COPY files/imagebuild_tf32.py files/imagebuild_tf32.pth /opt/venv/lib/python3.11/site-packages/
@@ -87,7 +91,7 @@ LABEL \
     org.opencontainers.image.title="pytorch-cpu-runtime" \
     org.opencontainers.image.version="2.13.0-cpu-py3.11-debian12"
 
-# Volatile, not part of the inputs hash: passed by the builder.
+# Not part of the inputs hash, passed by the builder: CREATED is the source date unless asked otherwise.
 ARG CREATED=""
 ARG REVISION=""
 LABEL org.opencontainers.image.created="${CREATED}" \

@@ -59,7 +59,7 @@ LABEL \
     org.opencontainers.image.title="pytorch-base" \
     org.opencontainers.image.version="cuda12.8-py3.12-ubuntu24.04"
 
-# Volatile, not part of the inputs hash: passed by the builder.
+# Not part of the inputs hash, passed by the builder: CREATED is the source date unless asked otherwise.
 ARG CREATED=""
 ARG REVISION=""
 LABEL org.opencontainers.image.created="${CREATED}" \

@@ -34,18 +34,22 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # DL3002: a builder stage; nothing from it runs in the image.
 # hadolint ignore=DL3002
 USER 0
-RUN mkdir -p /opt/stage && touch /opt/removed.txt
+ARG SOURCE_DATE_EPOCH=0
+RUN mkdir -p /opt/stage/opt/venv && touch /opt/removed.txt
 # DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
 # hadolint ignore=DL3013
 RUN set -eux; \
     find /opt/venv -mindepth 1 | sort > /tmp/venv-before.txt; \
-    /opt/venv/bin/python -m pip install \
+    PYTHONHASHSEED=0 /opt/venv/bin/python -m pip install \
         --no-cache-dir --no-warn-script-location --disable-pip-version-check \
-        --prefix /opt/stage \
+        --prefix /opt/stage/opt/venv \
         jupyterlab==4.6.6; \
     find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
     comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
-    rm -f /tmp/venv-before.txt /tmp/venv-after.txt
+    rm -f /tmp/venv-before.txt /tmp/venv-after.txt; \
+    while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
+    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; fi; \
+    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 
 FROM ${BASE_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -81,10 +85,10 @@ RUN set -eux; \
     rm -f /etc/ssh/ssh_host_*; \
     apt-get clean; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
-COPY --from=pip /opt/removed.txt /tmp/imagebuild-removed.txt
-RUN if [ -s /tmp/imagebuild-removed.txt ]; then xargs -d '\n' rm -rf -- < /tmp/imagebuild-removed.txt; fi; \
-    rm -f /tmp/imagebuild-removed.txt
-COPY --from=pip /opt/stage /opt/venv
+COPY --from=pip /opt/stage/ /
+RUN if [ -f /opt/venv/.imagebuild-removed.txt ]; then \
+        xargs -d '\n' rm -rf -- < /opt/venv/.imagebuild-removed.txt; rm -f /opt/venv/.imagebuild-removed.txt; \
+    fi
 # JupyterLab: a token is required (JUPYTER_TOKEN, else one generated at start and printed); an empty one is refused.
 COPY files/jupyter_server_config.py /etc/jupyter/jupyter_server_config.py
 COPY files/jupyter_imagebuild.json /etc/jupyter/jupyter_server_config.d/imagebuild.json
@@ -123,7 +127,7 @@ LABEL \
     org.opencontainers.image.title="pytorch-dev" \
     org.opencontainers.image.version="2.9.1-cuda12.8-py3.12-ubuntu24.04"
 
-# Volatile, not part of the inputs hash: passed by the builder.
+# Not part of the inputs hash, passed by the builder: CREATED is the source date unless asked otherwise.
 ARG CREATED=""
 ARG REVISION=""
 LABEL org.opencontainers.image.created="${CREATED}" \

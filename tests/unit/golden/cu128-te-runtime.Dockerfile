@@ -12,20 +12,24 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # DL3002: a builder stage; nothing from it runs in the image.
 # hadolint ignore=DL3002
 USER 0
-RUN mkdir -p /opt/stage && touch /opt/removed.txt
+ARG SOURCE_DATE_EPOCH=0
+RUN mkdir -p /opt/stage/opt/venv && touch /opt/removed.txt
 # DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
 # hadolint ignore=DL3013
 RUN set -eux; \
     find /opt/venv -mindepth 1 | sort > /tmp/venv-before.txt; \
-    /opt/venv/bin/python -m pip install \
+    PYTHONHASHSEED=0 /opt/venv/bin/python -m pip install \
         --no-cache-dir --no-warn-script-location --disable-pip-version-check \
-        --prefix /opt/stage \
+        --prefix /opt/stage/opt/venv \
         torch==2.9.1 \
         torchvision==0.24.1 \
         torchaudio==2.9.1; \
     find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
     comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
-    rm -f /tmp/venv-before.txt /tmp/venv-after.txt
+    rm -f /tmp/venv-before.txt /tmp/venv-after.txt; \
+    while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
+    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; fi; \
+    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 
 # transformer_engine 2.9.0: its torch extension is compiled once per build key (bd9c1b2c527d, see
 # te-wheel.Dockerfile) and cached outside the image; the builder puts that wheel in the context as te-wheels/.
@@ -34,20 +38,24 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # DL3002: a builder stage; nothing from it runs in the image.
 # hadolint ignore=DL3002
 USER 0
+ARG SOURCE_DATE_EPOCH=0
 COPY te-wheels/ /tmp/te-wheels/
 # DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
 # hadolint ignore=DL3013
 RUN set -eux; \
     find /opt/venv -mindepth 1 | sort > /tmp/venv-before.txt; \
-    PYTHONPATH=/opt/stage/lib/python3.12/site-packages /opt/venv/bin/python -m pip install \
+    PYTHONPATH=/opt/stage/opt/venv/lib/python3.12/site-packages PYTHONHASHSEED=0 /opt/venv/bin/python -m pip install \
         --no-cache-dir --no-warn-script-location --disable-pip-version-check \
-        --prefix /opt/stage \
+        --prefix /opt/stage/opt/venv \
         --find-links /tmp/te-wheels \
         --only-binary transformer_engine_torch \
         'transformer_engine[pytorch,core-cu12]==2.9.0'; \
     find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
     comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
-    rm -f /tmp/venv-before.txt /tmp/venv-after.txt
+    rm -f /tmp/venv-before.txt /tmp/venv-after.txt; \
+    while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
+    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; fi; \
+    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 
 FROM ${BASE_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -65,10 +73,10 @@ RUN set -eux; \
         libpython3.12-dev; \
     apt-get clean; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
-COPY --from=pip-te /opt/removed.txt /tmp/imagebuild-removed.txt
-RUN if [ -s /tmp/imagebuild-removed.txt ]; then xargs -d '\n' rm -rf -- < /tmp/imagebuild-removed.txt; fi; \
-    rm -f /tmp/imagebuild-removed.txt
-COPY --from=pip-te /opt/stage /opt/venv
+COPY --from=pip-te /opt/stage/ /
+RUN if [ -f /opt/venv/.imagebuild-removed.txt ]; then \
+        xargs -d '\n' rm -rf -- < /opt/venv/.imagebuild-removed.txt; rm -f /opt/venv/.imagebuild-removed.txt; \
+    fi
 # TF32 policy (on): imagebuild_tf32.pth applies it in every process right after `import torch`
 # (legacy allow_tf32 flags and, on torch >= 2.9, the fp32_precision API). IMAGEBUILD_TF32=0/1 overrides it per process.
 COPY files/imagebuild_tf32.py files/imagebuild_tf32.pth /opt/venv/lib/python3.12/site-packages/
@@ -108,7 +116,7 @@ LABEL \
     org.opencontainers.image.title="pytorch-runtime" \
     org.opencontainers.image.version="2.9.1-cuda12.8-py3.12-ubuntu24.04"
 
-# Volatile, not part of the inputs hash: passed by the builder.
+# Not part of the inputs hash, passed by the builder: CREATED is the source date unless asked otherwise.
 ARG CREATED=""
 ARG REVISION=""
 LABEL org.opencontainers.image.created="${CREATED}" \

@@ -12,26 +12,31 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # DL3002: a builder stage; nothing from it runs in the image.
 # hadolint ignore=DL3002
 USER 0
-RUN mkdir -p /opt/stage && touch /opt/removed.txt
+ARG SOURCE_DATE_EPOCH=0
+RUN mkdir -p /opt/stage/opt/venv && touch /opt/removed.txt
 # DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
 # hadolint ignore=DL3013
 RUN set -eux; \
     find /opt/venv -mindepth 1 | sort > /tmp/venv-before.txt; \
-    /opt/venv/bin/python -m pip install \
+    PYTHONHASHSEED=0 /opt/venv/bin/python -m pip install \
         --no-cache-dir --no-warn-script-location --disable-pip-version-check \
-        --prefix /opt/stage \
+        --prefix /opt/stage/opt/venv \
         torch==2.9.1 \
         torchvision==0.24.1 \
         torchaudio==2.9.1; \
     find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
     comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
-    rm -f /tmp/venv-before.txt /tmp/venv-after.txt
+    rm -f /tmp/venv-before.txt /tmp/venv-after.txt; \
+    while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
+    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; fi; \
+    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 
 FROM ${BASE_IMAGE} AS te-build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # DL3002: a builder stage; nothing from it runs in the image.
 # hadolint ignore=DL3002
 USER 0
+ARG SOURCE_DATE_EPOCH=0
 # DL3008: package versions come from the OS mirror/snapshot the base was bootstrapped from, not pinned per package.
 # hadolint ignore=DL3008
 RUN set -eux; \
@@ -42,7 +47,7 @@ RUN set -eux; \
         python3.12-dev; \
     apt-get clean; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
-COPY --from=pip /opt/stage /opt/venv
+COPY --from=pip /opt/stage/ /
 # TE's core and Python packages and the CUDA headers and compiler parts of the variant's CUDA minor from PyPI.
 # DL3013: a throwaway stage; every pin is exact.
 # hadolint ignore=DL3013
