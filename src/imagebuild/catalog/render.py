@@ -11,7 +11,7 @@ from imagebuild.catalog.collect import Entry
 from imagebuild.units import format_size
 
 COLUMNS = ("tag", "flavor", "torch", "CUDA", "cuDNN", "NCCL", "Python", "OS", "TE", "compressed", "uncompressed",
-           "digest", "smoke p/f/s", "tested on", "built")
+           "digest", "smoke p/f/s", "tested on", "created")
 _ALIGN = {"compressed": "---:", "uncompressed": "---:"}
 
 
@@ -72,9 +72,11 @@ def render_markdown(entries: list[Entry], header: Header) -> str:
         "",
         f"{tags} tags, {aliases} aliases; {missing} not pushed." if missing else f"{tags} tags, {aliases} aliases.",
         "",
-        "- Versions, flavor, digest, compressed size and build date are read from the registry (manifests and image "
+        "- Versions, flavor, digest, compressed size and `created` are read from the registry (manifests and image "
         "configs with their `io.imagebuild.*` / OCI labels, through the registry API; no image was pulled). Rows "
         "**not pushed** show what the plan would publish.",
+        "- created: the image's `org.opencontainers.image.created` label: its source date (the OS archive's date, so "
+        "rebuilds of the same inputs reproduce the same image), or the build time when built with `--created now`.",
         "- compressed: the sum of the manifest's layer sizes (what a pull downloads).",
         f"- uncompressed, smoke and tested on: from the matrix's record `{header.record}`, matched on the image's "
         "config digest (its image ID), so a record of another build under the same tag never counts; the size is the "
