@@ -116,8 +116,9 @@ def find_in_registry(images: list[ImagePlan], resolve_auth: Callable, log: Calla
                 log(f"registry cache: {img.tag}: manifest without a config in {prefix}")
                 continue
             config = json.loads(rc.blob(ref.repository, cfg_digest))
-        except RegistryError as exc:
-            raise RegistryUnavailable(f"{registry}: {exc}") from None
+        except RegistryError as exc:  # its message names the registry already
+            text = str(exc)
+            raise RegistryUnavailable(text if text.startswith(registry) else f"{registry}: {text}") from None
         except ValueError as exc:
             raise RegistryUnavailable(f"{registry}: {img.tag}: config is not JSON ({exc})") from None
         parent_id = None

@@ -220,7 +220,7 @@ def _check_axes(c: _Checker, matrix: Any) -> list[tuple[str, list[Cell]]]:
 
 def _meant_field(name: str, matrix: dict[Any, Any], c: _Checker) -> str | None:
     """The variant field an unknown axis name is a close typo of, when neither the axes nor `defaults` set it."""
-    close = difflib.get_close_matches(name, VARIANT_FIELDS, n=1, cutoff=0.75)
+    close = difflib.get_close_matches(name, VARIANT_FIELDS, n=1, cutoff=0.6)  # the did-you-mean of the message
     if not close or close[0] in matrix:
         return None
     defaults = c.loaded.data.get("defaults") if isinstance(c.loaded.data, dict) else None
