@@ -156,13 +156,14 @@ def opts(tmp_path, **kw) -> BuildOptions:
 def run_cli(plan: Plan, tmp_path: Path, *args: str, wait: bool = True):
     """Run `imagebuild build` in a subprocess with `plan` injected (the plan stage is not under test here)."""
     (tmp_path / "plan.pickle").write_bytes(pickle.dumps(plan))
+    (tmp_path / "injected.yaml").write_text("name: injected\n")  # the record is named after it; the plan is injected
     driver = textwrap.dedent(f"""
         import pickle, sys
         sys.path.insert(0, {SRC!r})
         import imagebuild.commands.build as b
         plan = pickle.loads(open({str(tmp_path / 'plan.pickle')!r}, 'rb').read())
         b.load_plan = lambda *a, **k: plan
-        sys.argv = ["imagebuild", "build", "--matrix", "injected.yaml", "--plain",
+        sys.argv = ["imagebuild", "build", "--matrix", {str(tmp_path / 'injected.yaml')!r}, "--plain",
                     "--log-dir", {str(tmp_path / 'logs')!r}, "--report-dir", {str(tmp_path / 'report')!r}]
         sys.argv += {list(args)!r}
         from imagebuild.cli import main
@@ -287,9 +288,11 @@ def test_no_engine_is_one_line_exit_1(tmp_path):
     env = {**os.environ, "PYTHONPATH": SRC, "DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
     images = chain("noengine", "unused:1")
     (tmp_path / "plan.pickle").write_bytes(pickle.dumps(Plan("t", images)))
+    (tmp_path / "x.yaml").write_text("name: x\n")
     driver = (f"import pickle,sys; sys.path.insert(0,{SRC!r}); import imagebuild.commands.build as b; "
               f"p=pickle.load(open({str(tmp_path / 'plan.pickle')!r},'rb')); b.load_plan=lambda *a,**k: p; "
-              "sys.argv=['imagebuild','build','--matrix','x.yaml']; from imagebuild.cli import main; main()")
+              f"sys.argv=['imagebuild','build','--matrix',{str(tmp_path / 'x.yaml')!r}]; "
+              "from imagebuild.cli import main; main()")
     res = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, env=env)
     assert res.returncode == 1
     lines = res.stderr.strip().splitlines()

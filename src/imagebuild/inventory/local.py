@@ -110,13 +110,27 @@ def _makes_layer(created_by: str) -> bool:
 
 
 def _layers(client: docker.DockerClient, image_id: str, diff_ids: list[str]) -> tuple[Layer, ...]:
-    """diff_ids with sizes from the history (oldest first). When the history cannot be matched to the layers
-    one to one, sizes are None rather than guessed."""
+    """diff_ids with sizes from the history (oldest first).
+
+    Every step with a size made a layer; a zero-size RUN/COPY may or may not have (the classic builder drops a RUN
+    that changed nothing, keeps one that only deleted files): such steps take a layer while there are more layers
+    left than sized steps still to come. Sizes are then right whichever zero-size step took it. When even that does
+    not add up, sizes are None rather than guessed."""
     history = list(reversed(client.api.history(image_id) or []))
-    steps = [h for h in history if int(h.get("Size") or 0) > 0 or _makes_layer(str(h.get("CreatedBy") or ""))]
-    if len(steps) != len(diff_ids):
-        steps = [h for h in history if int(h.get("Size") or 0) > 0]
-    if len(steps) != len(diff_ids):
+    sized_left = sum(1 for h in history if int(h.get("Size") or 0) > 0)
+    out: list[Layer] = []
+    i = 0
+    for h in history:
+        size = int(h.get("Size") or 0)
+        created_by = str(h.get("CreatedBy") or "")
+        if size > 0:
+            sized_left -= 1
+        elif not _makes_layer(created_by) or len(diff_ids) - i <= sized_left:
+            continue
+        if i >= len(diff_ids):
+            return tuple(Layer(d, None) for d in diff_ids)
+        out.append(Layer(diff_ids[i], size, created_by))
+        i += 1
+    if i != len(diff_ids):
         return tuple(Layer(d, None) for d in diff_ids)
-    return tuple(Layer(d, int(h.get("Size") or 0), str(h.get("CreatedBy") or "")) for d, h in
-                 zip(diff_ids, steps, strict=True))
+    return tuple(out)
