@@ -177,3 +177,29 @@ def test_os_release():
                                                                        "Debian GNU/Linux 12 (bookworm)")
     ubuntu = files.os_release({"etc/os-release": b"ID=ubuntu\nID_LIKE=debian\nVERSION_ID=\"24.04\"\n"})
     assert ubuntu.id_like == ("debian",) and files.os_release({}).id == ""
+
+
+def test_layer_sizes_from_history_with_zero_size_steps():
+    """A RUN that only deleted files made a (zero-size) layer, one that changed nothing made none: sizes still land
+    on the right layers."""
+    from imagebuild.inventory.local import _layers
+
+    history = [  # newest first, as the engine answers
+        {"Size": 0, "CreatedBy": "/bin/sh -c #(nop)  LABEL a=b"},
+        {"Size": 0, "CreatedBy": "/bin/sh -c if [ -f /x ]; then rm -rf ...; fi"},  # dev: nothing removed: no layer
+        {"Size": 500, "CreatedBy": "/bin/sh -c #(nop) COPY dir:abc in / "},
+        {"Size": 0, "CreatedBy": "/bin/sh -c if [ -f /x ]; then rm -rf ...; fi"},  # runtime: whiteouts only
+        {"Size": 900, "CreatedBy": "/bin/sh -c #(nop) COPY dir:def in / "},
+        {"Size": 100, "CreatedBy": "imagebuild bootstrap"},
+    ]
+
+    class Api:
+        def history(self, image_id):
+            return history
+
+    class Client:
+        api = Api()
+
+    layers = _layers(Client(), "sha256:x", ["d1", "d2", "d3", "d4"])
+    assert [(layer.diff_id, layer.size) for layer in layers] == [("d1", 100), ("d2", 900), ("d3", 0), ("d4", 500)]
+    assert all(layer.size is None for layer in _layers(Client(), "sha256:x", ["d1", "d2"]))  # does not add up
