@@ -40,7 +40,8 @@ render-check: $(BIN)/imagebuild
 
 bench: install ## Benchmarks (print tables; not tests)
 	$(BIN)/python bench/bench_resolve.py
-	eval "$$(scripts/docker-engine.sh)" && $(BIN)/python bench/bench_build.py && $(BIN)/python bench/bench_push.py
+	eval "$$(scripts/docker-engine.sh)" && $(BIN)/python bench/bench_build.py && $(BIN)/python bench/bench_push.py \
+	  && $(BIN)/python bench/bench_registry_cache.py
 
 e2e-cuda: install ## NOT in CI: real torch 2.9.1+cu128 runtime image from PyPI wheels (~4 GB download)
 	eval "$$(scripts/docker-engine.sh)" && scripts/e2e-cuda.sh
