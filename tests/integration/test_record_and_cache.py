@@ -74,8 +74,8 @@ def test_push_and_test_for_another_registry_reuse_the_built_and_tested_images(te
         runtime = state["images"][build.plan.images[1].id]
         assert any(repo.startswith(prefix) for repo in runtime["pushes"]), runtime["pushes"]
     finally:
-        for img in build.plan.images:
-            for ref in [f"{prefix}/{img.tag.split('/')[-1]}"]:
+        for img in build.plan.images:  # the tag and its aliases, as tagged for OTHER
+            for ref in [f"{prefix}/{r.split('/')[-1]}" for r in (img.tag, *img.aliases)]:
                 try:
                     build.client.api.remove_image(ref)
                 except Exception:
