@@ -11,8 +11,10 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -205,3 +207,31 @@ def start(client: docker.DockerClient, kw: dict[str, Any], extra: dict[str, Any]
             remove(container)
             raise
     return None, "gave up after retries"
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM/SIGHUP while one of our containers runs (handled like Ctrl-C: the container is removed)."""
+
+
+@contextmanager
+def signals_raise() -> Iterator[None]:
+    """SIGTERM/SIGHUP raise Interrupted (main thread only), so `finally` blocks remove the container; the smoke
+    runner and `imagebuild run` share it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted(f"signal {signum}")
+
+    old = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            old[sig] = signal.signal(sig, handler)
+        except (ValueError, OSError):
+            pass
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)

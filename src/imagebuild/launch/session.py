@@ -9,13 +9,12 @@ import re
 import select
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from imagebuild.engine import ContainerSettings, containers
+from imagebuild.engine.containers import Interrupted, signals_raise  # noqa: F401  (Interrupted: callers catch it here)
 from imagebuild.errors import ImagebuildError
 from imagebuild.launch import devaccess
 
@@ -25,32 +24,6 @@ Echo = Callable[[str], None]
 
 class StartFailed(ImagebuildError):
     """The engine refused to start the container (exit 1)."""
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM/SIGHUP while a container runs (handled like Ctrl-C: the container is removed)."""
-
-
-@contextmanager
-def _signals_raise() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise Interrupted(f"signal {signum}")
-
-    old = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        try:
-            old[sig] = signal.signal(sig, handler)
-        except (ValueError, OSError):
-            pass
-    try:
-        yield
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
 
 
 def _start(client: Any, settings: ContainerSettings, echo: Echo,
@@ -75,7 +48,7 @@ def run_command(client: Any, settings: ContainerSettings, echo: Echo) -> int:
     """The container's command in the foreground; its exit status. Removed on exit, Ctrl-C or SIGTERM."""
     container = None
     try:
-        with _signals_raise():
+        with signals_raise():
             if settings.tty:
                 return _run_tty(client, settings, echo)
             holder: dict[str, Any] = {}
@@ -161,7 +134,7 @@ def run_server(client: Any, settings: ContainerSettings, access: devaccess.Acces
     it exits or the caller stops it (Ctrl-C, SIGTERM); the container is removed either way."""
     container = None
     try:
-        with _signals_raise():
+        with signals_raise():
             container = _start(client, settings, echo)
             deadline = time.monotonic() + ready_timeout
             while not devaccess.port_answers(access.port):

@@ -16,15 +16,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imagebuild.engine import ContainerSettings, connect, containers, host_has_gpus
+from imagebuild.engine.containers import Interrupted, signals_raise  # noqa: F401  (Interrupted: callers catch it here)
 
 if TYPE_CHECKING:
     from imagebuild.models import ImagePlan
@@ -36,10 +35,6 @@ SMOKE_LABEL = "io.imagebuild.smoke"
 # OpenShift's restricted policy runs images as a random UID in group 0, without a passwd entry: the uid checks run in
 # a second container of the image started that way
 ARBITRARY_USER = "12345:0"
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM/SIGHUP while a smoke run holds a container (handled like Ctrl-C)."""
 
 
 def safe_name(ref: str) -> str:
@@ -103,29 +98,6 @@ def probe_zipapp() -> Path:
 def docker_client():
     """The engine connection for smoke runs (`imagebuild.engine.connect`): EngineUnavailable when none answers."""
     return connect("smoke")
-
-
-@contextmanager
-def _signals_raise():
-    """SIGTERM/SIGHUP raise Interrupted (main thread only) so `finally` blocks remove the container."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Interrupted(f"signal {signum}")
-
-    old = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        try:
-            old[sig] = signal.signal(sig, handler)
-        except (ValueError, OSError):
-            pass
-    try:
-        yield
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -246,7 +218,7 @@ def run_smoke(
         run = SuiteRun(label or image_ref, flavor, dict(expectations or {}), require_gpu, perf,
                        Path(junit_dir) if junit_dir else None, Path(result_dir) if result_dir else None,
                        timeout, list(pytest_args), echo, uid_user)
-        with _signals_raise():
+        with signals_raise():
             return _run_in_container(client, settings, run, extra, t0)
     finally:
         if own_client:
