@@ -7,6 +7,7 @@ import sys
 import click
 
 from imagebuild.commands._options import matrix_option, registry_option, state_dir_option
+from imagebuild.files import write_text_atomic
 
 
 @click.command("catalog")
@@ -85,24 +86,9 @@ def command(matrix, registry, username, password_stdin, ca_file, state_dir, as_j
                     record=str(record))
     text = render_json(entries, header) if as_json else render_markdown(entries, header)
     if output:
-        _write(Path(output), text)
+        write_text_atomic(Path(output).resolve(), text)
         missing = sum(1 for e in entries if not e.pushed)
         click.echo(f"catalog: {len(entries)} tags and aliases ({missing} not pushed) -> {output}", err=True)
     else:
         click.echo(text, nl=False)
     return EXIT_OK
-
-
-def _write(path, text: str) -> None:
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=path.resolve().parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

@@ -22,12 +22,12 @@ import fcntl
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from imagebuild import __version__
+from imagebuild.files import write_text_atomic
 from imagebuild.inputs import BuildInputs
 from imagebuild.secrets import redact
 
@@ -189,19 +189,6 @@ def updating(matrix_path: str | Path, inputs: BuildInputs | None = None, registr
             rec.matrix_digest = file_sha256(matrix_path)
             yield rec
             rec.updated, rec.schema, rec.tool_version = now(), SCHEMA, __version__
-            _atomic_write(path, rec.to_json())
+            write_text_atomic(path, rec.to_json())
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

@@ -17,10 +17,10 @@ import fcntl
 import json
 import os
 import re
-import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from imagebuild.files import write_text_atomic
 from imagebuild.models import ImageResult, Plan
 from imagebuild.report.budget import largest_layers
 from imagebuild.secrets import redact
@@ -73,19 +73,6 @@ def load_report(report_dir: str | Path) -> dict:
     return doc
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 @contextlib.contextmanager
 def _locked(report_dir: Path):
     with open(report_dir / ".build-report.lock", "w") as lock:
@@ -113,9 +100,9 @@ def write_reports(results: list[ImageResult], report_dir: str | Path, plan: Plan
     paths = {"json": report_dir / JSON_NAME, "md": report_dir / MD_NAME, "junit": report_dir / JUNIT_NAME,
              "history": report_dir / HISTORY_NAME}
     with _locked(report_dir):
-        _atomic_write(paths["json"], json.dumps(doc, indent=2, sort_keys=False) + "\n")
-        _atomic_write(paths["md"], render_markdown(doc))
-        _atomic_write(paths["junit"], render_junit(doc))
+        write_text_atomic(paths["json"], json.dumps(doc, indent=2, sort_keys=False) + "\n")
+        write_text_atomic(paths["md"], render_markdown(doc))
+        write_text_atomic(paths["junit"], render_junit(doc))
         with open(paths["history"], "a", encoding="utf-8") as fh:
             fh.write(json.dumps(_history_line(doc), sort_keys=True) + "\n")
     return paths
@@ -136,8 +123,8 @@ def rerender(report_dir: str | Path) -> dict[str, Path]:
     report_dir = Path(report_dir)
     doc = load_report(report_dir)
     paths = {"md": report_dir / MD_NAME, "junit": report_dir / JUNIT_NAME}
-    _atomic_write(paths["md"], render_markdown(doc))
-    _atomic_write(paths["junit"], render_junit(doc))
+    write_text_atomic(paths["md"], render_markdown(doc))
+    write_text_atomic(paths["junit"], render_junit(doc))
     return paths
 
 
