@@ -18,12 +18,11 @@ import platform
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
 from imagebuild.models import ImagePlan
 from imagebuild.oci import Reference, ReferenceError
 from imagebuild.oci.registry import RegistryClient, RegistryError
 
-INPUTS_LABEL = "io.imagebuild.inputs-hash"
-BASE_LABEL = "io.imagebuild.base-id"
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                "application/vnd.docker.distribution.manifest.list.v2+json")
 

@@ -8,11 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuild.builder.uptodate import INPUTS_LABEL
 from imagebuild.inputs import BuildInputs
 from imagebuild.models import ImagePlan, Plan
 from imagebuild.record import Record, load_record
-
-INPUTS_LABEL = "io.imagebuild.inputs-hash"
 
 
 @dataclass
