@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuild.builder import ociarchive
+from imagebuild.engine.store import ImageStore
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ResolvedVariant
 from imagebuild.oci import Reference
@@ -177,21 +178,16 @@ class BootstrapResult:
     log_path: str | None = None
 
 
-def find_existing(client, spec: BootstrapSpec) -> str | None:
+def find_existing(store: ImageStore, spec: BootstrapSpec) -> str | None:
     """Image ID of an existing bootstrap image for `spec` (tag + label must both match)."""
-    import docker
-
     h = spec.hash()
-    try:
-        info = client.api.inspect_image(spec.tag)
-        if (info.get("Config") or {}).get("Labels", {}).get(HASH_LABEL) == h:
-            return info["Id"]
-    except docker.errors.ImageNotFound:
-        pass
-    for img in client.api.images(filters={"label": f"{HASH_LABEL}={h}"}):
+    info = store.inspect(spec.tag)
+    if info is not None and ((info.get("Config") or {}).get("Labels") or {}).get(HASH_LABEL) == h:
+        return str(info["Id"])
+    for img in store.find({HASH_LABEL: h}):
         ref = Reference.parse(spec.tag)
-        client.api.tag(img["Id"], ref.name, ref.tag)
-        return img["Id"]
+        store.tag(img["Id"], ref.name, ref.tag or "latest")
+        return str(img["Id"])
     return None
 
 
@@ -413,7 +409,7 @@ def bootstrap_config(spec: BootstrapSpec, h: str, diff_id: str, epoch: int, tool
     )
 
 
-def _import(client, tar_path: Path, spec: BootstrapSpec, h: str, epoch: int, tool: str) -> str:
+def _import(store: ImageStore, tar_path: Path, spec: BootstrapSpec, h: str, epoch: int, tool: str) -> str:
     """Load the rootfs tar as a one-layer image whose config we write (ociarchive): the same tar and inputs give the
     same image ID on any engine."""
     config = bootstrap_config(spec, h, ociarchive.file_digest(tar_path), epoch, tool, ociarchive.host_architecture())
@@ -421,24 +417,26 @@ def _import(client, tar_path: Path, spec: BootstrapSpec, h: str, epoch: int, too
     ociarchive.write_docker_archive(archive, tar_path, config, spec.tag)
     tar_path.unlink()  # the archive holds a copy: keep the peak disk use at one copy plus the archive
     try:
-        ociarchive.load_archive(client, archive, f"the {spec.os_id} root filesystem")
+        ociarchive.load_archive(store, archive, f"the {spec.os_id} root filesystem")
     except ociarchive.LoadError as exc:
         raise BootstrapError(str(exc)) from None
     finally:
         archive.unlink(missing_ok=True)
-    image_id = client.api.inspect_image(spec.tag)["Id"]
+    image_id = store.image_id(spec.tag)
+    if image_id is None:
+        raise BootstrapError(f"loading the {spec.os_id} root filesystem finished but the engine has no {spec.tag}")
     expected = ociarchive.config_id(config)
     if image_id != expected:  # an image store that IDs images otherwise (containerd): say so, the tag is right
         _log.debug("bootstrap image %s has ID %s, config digest %s", spec.tag, image_id, expected)
     return image_id
 
 
-def ensure_bootstrap(client, spec: BootstrapSpec, *, force: bool = False, log_dir: Path | None = None,
+def ensure_bootstrap(store: ImageStore, spec: BootstrapSpec, *, force: bool = False, log_dir: Path | None = None,
                      workdir: Path | None = None, on_line: Callable[[str], None] | None = None) -> BootstrapResult:
     """Reuse or build the bootstrap image for `spec`; returns its image ID."""
     h = spec.hash()
     if not force:
-        existing = find_existing(client, spec)
+        existing = find_existing(store, spec)
         if existing:
             return BootstrapResult(existing, spec.tag, reused=True)
     if os.geteuid() != 0:
@@ -470,6 +468,6 @@ def ensure_bootstrap(client, spec: BootstrapSpec, *, force: bool = False, log_di
                 f"{tool} of {spec.codename} from {redact(spec.mirror)} failed (exit {rc}); "
                 f"full log: {log_path}\n{tail}"
             )
-        image_id = _import(client, out_tar, spec, h, epoch, tool)
+        image_id = _import(store, out_tar, spec, h, epoch, tool)
     return BootstrapResult(image_id, spec.tag, reused=False, seconds=time.monotonic() - start, tool=tool,
                            log_path=str(log_path))

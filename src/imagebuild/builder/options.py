@@ -32,3 +32,4 @@ class BuildOptions:
     build_timeout: int = 6 * 3600  # seconds without a byte from the engine before a build counts as lost
     on_warning: Callable[[str], None] | None = None
     remote: dict = field(default_factory=dict)  # planned tag -> remote.RemoteImage: up to date in the registry
+    backend: str = "classic"  # which build backend builds the images (builder/backends.py: BACKENDS)

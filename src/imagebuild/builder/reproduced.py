@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from imagebuild.engine.store import ImageStore
+
 VOLATILE_LABELS = ("org.opencontainers.image.created", "org.opencontainers.image.revision")
 _CONFIG_IGNORED = ("Image", "Hostname", "Domainname")
 
@@ -56,8 +58,9 @@ def differences(old: Mapping, new: Mapping, old_history: Sequence[Mapping], new_
     return out
 
 
-def same_content(client, old_id: str, new_id: str) -> bool:
-    """Whether image `new_id` reproduces `old_id` (see `differences`)."""
-    api = client.api
-    old, new = api.inspect_image(old_id), api.inspect_image(new_id)
-    return not differences(old, new, api.history(old_id), api.history(new_id))
+def same_content(store: ImageStore, old_id: str, new_id: str) -> bool:
+    """Whether image `new_id` reproduces `old_id` (see `differences`); False when either is gone."""
+    old, new = store.inspect(old_id), store.inspect(new_id)
+    if old is None or new is None:
+        return False
+    return not differences(old, new, store.history(old_id), store.history(new_id))

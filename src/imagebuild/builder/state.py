@@ -12,19 +12,20 @@ import threading
 from pathlib import Path
 
 from imagebuild.builder.backend import BuildBackend, RunningBuild
+from imagebuild.builder.backends import make_backend
 from imagebuild.builder.buildargs import created_arg, proxy_build_args, register_secret_url, revision_arg
-from imagebuild.builder.classic import ClassicBackend
 from imagebuild.builder.options import BuildOptions
 from imagebuild.builder.order import select_images
 from imagebuild.builder.progress import Progress
+from imagebuild.engine.store import ImageStore
 from imagebuild.models import ImagePlan, ImageResult, Plan
 
 
 class RunState:
-    def __init__(self, client, plan: Plan, options: BuildOptions, progress: Progress,
-                 backend: BuildBackend | None = None):
-        self.client, self.plan, self.options, self.progress = client, plan, options, progress
-        self.backend: BuildBackend = backend if backend is not None else ClassicBackend(client)
+    def __init__(self, store: ImageStore, plan: Plan, options: BuildOptions, progress: Progress,
+                 backend: BuildBackend | None = None) -> None:
+        self.store, self.plan, self.options, self.progress = store, plan, options, progress
+        self.backend: BuildBackend = backend if backend is not None else make_backend(options.backend, store)
         self.images, self.selected = select_images(plan, options.only)
         self.results: dict[str, ImageResult] = {}
         self.tails: dict[str, str] = {}  # tag -> last lines of a failed build, for the failure report
