@@ -95,6 +95,12 @@ class FakeEngine:
                   repo_digests: tuple[str, ...] = (), **info: Any) -> str:
         iid = image_id or "sha256:" + hashlib.sha256(f"{next(self.counter)}".encode()).hexdigest()
         with self.lock:
+            if iid in self.images_by_id:  # one more tag (and digests) for an image already here
+                known = self.images_by_id[iid]["RepoDigests"]
+                known += [d for d in repo_digests if d not in known]
+                if tag:
+                    self.tags[tag] = iid
+                return iid
             self.images_by_id[iid] = {"Id": iid, "Size": size, "Config": {"Labels": dict(labels)},
                                       "RepoDigests": list(repo_digests), **info}
             if tag:
@@ -109,9 +115,12 @@ class FakeEngine:
             for full in self.images_by_id:
                 if full.startswith("sha256:" + ref):
                     return full
-        if "@" in ref:  # name@digest: an image pulled by that digest
+        if "@" in ref:  # name[:tag]@digest: an image pulled by that digest (the tag is not looked at)
+            name, _, digest = ref.partition("@")
+            if ":" in name.rsplit("/", 1)[-1]:
+                name = name.rsplit(":", 1)[0]
             for info in self.images_by_id.values():
-                if ref in info.get("RepoDigests", []):
+                if f"{name}@{digest}" in info.get("RepoDigests", []):
                     return str(info["Id"])
         return None
 
