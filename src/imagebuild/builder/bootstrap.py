@@ -31,6 +31,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from imagebuild.builder import ociarchive
 from imagebuild.engine.store import ImageStore
@@ -68,7 +69,7 @@ class BootstrapError(ImagebuildError):
     pass
 
 
-_running: set[subprocess.Popen] = set()
+_running: set[subprocess.Popen[str]] = set()
 _running_lock = threading.Lock()
 
 
@@ -318,7 +319,7 @@ def mirror_epoch(spec: BootstrapSpec, timeout: float = 20.0) -> str | None:
     return None if newest is None else str(newest)
 
 
-def _command(tool: str, spec: BootstrapSpec, out_tar: Path, tmp: Path) -> tuple[list[str], dict]:
+def _command(tool: str, spec: BootstrapSpec, out_tar: Path, tmp: Path) -> tuple[list[str], dict[str, Any]]:
     env = dict(os.environ)
     sources, auth = _strip_credentials(spec, tmp)
     keyring = [f"--keyring={pinned_keyring(spec, tmp)}"]
@@ -367,7 +368,7 @@ def _epoch(snapshot: str) -> str:
     raise BootstrapError(f"snapshot {snapshot!r} is not a date like 20251101T000000Z")
 
 
-def _run(cmd: list[str], env: dict, log, on_line: Callable[[str], None] | None) -> int:
+def _run(cmd: list[str], env: dict[str, Any], log: IO[str], on_line: Callable[[str], None] | None) -> int:
     log.write("$ " + redact(" ".join(cmd)) + "\n")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", start_new_session=False)

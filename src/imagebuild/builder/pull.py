@@ -4,6 +4,7 @@ the pull stream (engine.stream) fails it with the engine's text."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from imagebuild.engine.store import ImageStore
 from imagebuild.engine.stream import EngineError
@@ -36,7 +37,7 @@ def ensure_pulled(store: ImageStore, ref: str, warn: Callable[[str], None] | Non
     if have is not None:
         return have
 
-    def status(chunk: dict) -> None:
+    def status(chunk: dict[str, Any]) -> None:
         if on_line and chunk.get("status") and "progress" not in chunk:
             on_line(f"{chunk.get('id', '')} {chunk['status']}".strip())
 

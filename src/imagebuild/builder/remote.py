@@ -17,7 +17,7 @@ import json
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
 from imagebuild.engine.store import ImageStore
@@ -45,7 +45,7 @@ class RemoteImage:
     image_id: str  # config digest = the image ID an engine gives it
     registry: str  # the registry prefix, for messages
     compressed: int  # sum of the layer sizes in the manifest: what a pull would download
-    auth_config: dict | None = field(default=None, repr=False, compare=False)  # for the engine's pull
+    auth_config: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # for the engine's pull
 
 
 def machine_arch() -> str:
@@ -53,7 +53,7 @@ def machine_arch() -> str:
     return {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(m, m)
 
 
-def _pick(rc: RegistryClient, repo: str, digest: str, doc: dict, arch: str) -> tuple[str, dict] | None:
+def _pick(rc: RegistryClient, repo: str, digest: str, doc: dict[str, Any], arch: str) -> tuple[str, dict[str, Any]] | None:
     if doc.get("mediaType") in INDEX_TYPES or "manifests" in doc:
         for entry in doc.get("manifests") or []:
             p = entry.get("platform") or {}
@@ -64,7 +64,7 @@ def _pick(rc: RegistryClient, repo: str, digest: str, doc: dict, arch: str) -> t
     return digest, doc
 
 
-def check_config(img: ImagePlan, config: dict, arch: str, parent_id: str | None) -> str | None:
+def check_config(img: ImagePlan, config: dict[str, Any], arch: str, parent_id: str | None) -> str | None:
     """Why this config is not `img` as planned (None: it is)."""
     labels = (config.get("config") or {}).get("Labels") or {}
     if labels.get(INPUTS_LABEL) != img.inputs_hash:
@@ -80,7 +80,7 @@ def check_config(img: ImagePlan, config: dict, arch: str, parent_id: str | None)
     return None
 
 
-def find_in_registry(images: list[ImagePlan], resolve_auth: Callable, log: Callable[[str], None],
+def find_in_registry(images: list[ImagePlan], resolve_auth: Callable[..., Any], log: Callable[[str], None],
                      local_id: Callable[[ImagePlan], str | None] | None = None,
                      make_client: Callable[..., RegistryClient] | None = None,
                      arch: str | None = None) -> dict[str, RemoteImage]:
@@ -88,7 +88,7 @@ def find_in_registry(images: list[ImagePlan], resolve_auth: Callable, log: Calla
     arch = arch or machine_arch()
     make_client = make_client or (lambda auth: RegistryClient(auth, retries=0, timeout=15.0))
     clients: dict[str, RegistryClient] = {}
-    auths: dict[str, dict | None] = {}
+    auths: dict[str, dict[str, Any] | None] = {}
     found: dict[str, RemoteImage] = {}
     by_tag = {i.tag: i for i in images}
     for img in images:

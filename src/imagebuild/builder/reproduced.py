@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from imagebuild.engine.store import ImageStore
 
@@ -22,7 +23,7 @@ VOLATILE_LABELS = ("org.opencontainers.image.created", "org.opencontainers.image
 _CONFIG_IGNORED = ("Image", "Hostname", "Domainname")
 
 
-def _config(info: Mapping) -> dict:
+def _config(info: Mapping[str, Any]) -> dict[str, Any]:
     config = dict(info.get("Config") or {})
     for key in _CONFIG_IGNORED:
         config.pop(key, None)
@@ -35,13 +36,13 @@ def _config(info: Mapping) -> dict:
 _VOLATILE_STEP = re.compile("(" + "|".join(re.escape(k) for k in VOLATILE_LABELS) + r')=("(?:[^"\\]|\\.)*"|\S*)')
 
 
-def _steps(history: Sequence[Mapping]) -> list[tuple[str, int]]:
+def _steps(history: Sequence[Mapping[str, Any]]) -> list[tuple[str, int]]:
     """History as (created_by, size), the volatile label values blanked (they appear in the LABEL steps)."""
     return [(_VOLATILE_STEP.sub(r"\1=<volatile>", str(entry.get("CreatedBy") or "")), int(entry.get("Size") or 0))
             for entry in history]
 
 
-def differences(old: Mapping, new: Mapping, old_history: Sequence[Mapping], new_history: Sequence[Mapping]) -> list[str]:
+def differences(old: Mapping[str, Any], new: Mapping[str, Any], old_history: Sequence[Mapping[str, Any]], new_history: Sequence[Mapping[str, Any]]) -> list[str]:
     """What differs between two images (inspect + history as the engine gives them), dates and volatile labels
     aside; empty when the new one reproduces the old one."""
     out = []

@@ -32,7 +32,7 @@ class RunState:
         self.cancel = threading.Event()
         self.lock = threading.Lock()
         self.builds: dict[str, RunningBuild] = {}  # tag -> the backend's handle of a running build (for cancel)
-        self.base_futures: dict[str, cf.Future] = {}  # base source key -> its OS image ID (bootstrapped/pulled once)
+        self.base_futures: dict[str, cf.Future[str]] = {}  # base source key -> its OS image ID (bootstrapped/pulled once)
         self.hash_locks: dict[str, threading.Lock] = {}  # inputs hash -> lock: identical entries build once
         self.te_rebuilt: set[str] = set()  # TE wheel keys this run built (--force rebuilds each key once)
         self.created = created_arg(options)
@@ -41,7 +41,7 @@ class RunState:
         for v in self.proxies.values():
             register_secret_url(v)
         self.log_dir = Path(options.log_dir)
-        self.running: dict[cf.Future, ImagePlan] = {}  # shared with the interrupt path, which waits on them
+        self.running: dict[cf.Future[ImageResult], ImagePlan] = {}  # shared with the interrupt path, which waits on them
         self.pool: cf.ThreadPoolExecutor | None = None
 
     def result(self, img: ImagePlan) -> ImageResult:

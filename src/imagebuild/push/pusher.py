@@ -24,6 +24,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.engine.store import ImageStore, as_store
 from imagebuild.engine.stream import EngineError, EngineStreamError, read_stream
@@ -40,6 +41,9 @@ from imagebuild.oci import (
 from imagebuild.plan.tags import references
 from imagebuild.retry import ENGINE_PUSH, RetryPolicy
 from imagebuild.secrets import redact
+
+if TYPE_CHECKING:
+    from imagebuild.engine.store import EngineClient
 
 DEFAULT_RETRIES = ENGINE_PUSH.retries
 
@@ -87,13 +91,13 @@ class StreamResult:
     retries_by_engine: int = 0  # the engine's own per-layer "Retrying in N seconds"
 
 
-def parse_push_stream(chunks: Iterable[dict], on_chunk: Callable[[dict], None] | None = None) -> StreamResult:
+def parse_push_stream(chunks: Iterable[dict[str, Any]], on_chunk: Callable[[dict[str, Any]], None] | None = None) -> StreamResult:
     """Read the whole stream (never stop at the first chunk): every `error`/`errorDetail` counts."""
     res = StreamResult()
     totals: dict[str, int] = {}
     retrying: set[str] = set()
 
-    def take(chunk: dict) -> None:
+    def take(chunk: dict[str, Any]) -> None:
         if on_chunk:
             on_chunk(chunk)
         aux = chunk.get("aux")
@@ -127,7 +131,7 @@ def parse_push_stream(chunks: Iterable[dict], on_chunk: Callable[[dict], None] |
 class Pusher:
     def __init__(
         self,
-        engine,  # the image store, or a docker.DockerClient from engine.connect("push") (its timeout fits big uploads)
+        engine: ImageStore | EngineClient,  # a docker client from engine.connect("push"): its timeout fits big uploads
         auth: RegistryAuth,
         *,
         registry_client: RegistryClient | None = None,
@@ -147,12 +151,12 @@ class Pusher:
         self._auth_checked: set[str] = set()
 
     # -- one image ---------------------------------------------------------------------------------------------
-    def push_image(self, image: ImagePlan, refs: list[str] | None = None) -> dict:
+    def push_image(self, image: ImagePlan, refs: list[str] | None = None) -> dict[str, Any]:
         """Push `image` under `refs` (default: its tag). Returns the ImageResult.push record; raises PushAuthError
         on refused credentials, returns status "failed" for anything else that went wrong."""
         refs = refs or [image.tag]
         started = time.monotonic()
-        rec: dict = {"status": "failed", "registry": self.auth.registry, "digest": None, "tags": list(refs),
+        rec: dict[str, Any] = {"status": "failed", "registry": self.auth.registry, "digest": None, "tags": list(refs),
                      "pushed": [], "unchanged": [], "attempts": 0, "bytes": 0, "layers_pushed": 0,
                      "layers_existing": 0, "seconds": 0.0}
         try:
@@ -168,7 +172,7 @@ class Pusher:
         rec["seconds"] = round(time.monotonic() - started, 2)
         return rec
 
-    def _inspect(self, tag: str) -> dict:
+    def _inspect(self, tag: str) -> dict[str, Any]:
         try:
             info = self.store.inspect(tag)
         except EngineError as exc:
@@ -178,7 +182,7 @@ class Pusher:
         return info
 
     @staticmethod
-    def _local_digests(inspect: dict, repository: str) -> set[str]:
+    def _local_digests(inspect: dict[str, Any], repository: str) -> set[str]:
         out = set()
         for rd in inspect.get("RepoDigests") or []:
             name, _, digest = rd.partition("@")
@@ -195,7 +199,7 @@ class Pusher:
             raise PushAuthError(str(exc)) from exc
         self._auth_checked.add(repo_path)
 
-    def _push_ref(self, ref: str, image_id: str, local_digests: set[str], rec: dict) -> None:
+    def _push_ref(self, ref: str, image_id: str, local_digests: set[str], rec: dict[str, Any]) -> None:
         try:
             parsed = Reference.parse(ref)
         except ReferenceSyntaxError as exc:
@@ -238,7 +242,7 @@ class Pusher:
     def _local_id(self, ref: str) -> str | None:
         return self.store.image_id(ref)
 
-    def _push_with_retries(self, repo: str, tag: str, repo_path: str, rec: dict) -> StreamResult:
+    def _push_with_retries(self, repo: str, tag: str, repo_path: str, rec: dict[str, Any]) -> StreamResult:
         ref = f"{repo}:{tag}"
         attempts = [0]
 
@@ -287,7 +291,7 @@ def result_for(image: ImagePlan) -> ImageResult:
     return ImageResult.of(image)
 
 
-def gate(image: ImagePlan, row: dict | None, require_tests: bool) -> str | None:
+def gate(image: ImagePlan, row: dict[str, Any] | None, require_tests: bool) -> str | None:
     """Why `image` must not be pushed, from its build-report row (None: push it)."""
     status = (row or {}).get("status")
     if status in ("failed", "not-built"):
@@ -307,10 +311,10 @@ def gate(image: ImagePlan, row: dict | None, require_tests: bool) -> str | None:
 def push_plan(
     plan: Plan,
     *,
-    client,  # the image store, or a docker.DockerClient
+    client: ImageStore | EngineClient,
     auth_for: Callable[[str], RegistryAuth],
     images: list[ImagePlan] | None = None,
-    report_rows: dict[str, dict] | None = None,
+    report_rows: dict[str, dict[str, Any]] | None = None,
     require_tests: bool = True,
     retries: int = DEFAULT_RETRIES,
     log: Callable[[str], None] = lambda _m: None,
