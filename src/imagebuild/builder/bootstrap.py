@@ -31,14 +31,17 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from imagebuild.builder import ociarchive
-from imagebuild.engine.store import ImageStore
+from imagebuild.engine.store import ImageStore, as_store
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ResolvedVariant
 from imagebuild.oci import Reference
 from imagebuild.secrets import has_credentials, redact, register_secret
+
+if TYPE_CHECKING:
+    from imagebuild.engine.store import EngineClient
 
 BOOTSTRAP_FORMAT = "2"  # bump when the way the image is made changes (invalidates every bootstrap image); 2: own config
 # apt: Debian's minbase has it (Priority: required), Ubuntu's does not, and every flavor installs with apt-get
@@ -432,9 +435,10 @@ def _import(store: ImageStore, tar_path: Path, spec: BootstrapSpec, h: str, epoc
     return image_id
 
 
-def ensure_bootstrap(store: ImageStore, spec: BootstrapSpec, *, force: bool = False, log_dir: Path | None = None,
+def ensure_bootstrap(engine: ImageStore | EngineClient, spec: BootstrapSpec, *, force: bool = False, log_dir: Path | None = None,
                      workdir: Path | None = None, on_line: Callable[[str], None] | None = None) -> BootstrapResult:
     """Reuse or build the bootstrap image for `spec`; returns its image ID."""
+    store = as_store(engine)
     h = spec.hash()
     if not force:
         existing = find_existing(store, spec)

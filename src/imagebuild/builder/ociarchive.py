@@ -19,11 +19,15 @@ import subprocess
 import tarfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imagebuild.builder.sourcedate import rfc3339
-from imagebuild.engine.store import ImageStore
+from imagebuild.engine.store import ImageStore, as_store
 from imagebuild.engine.stream import EngineError
 from imagebuild.errors import ImagebuildError
+
+if TYPE_CHECKING:
+    from imagebuild.engine.store import EngineClient
 
 # Debian architecture names -> OCI (GOARCH) names, and the machine names Python reports
 _DEB_TO_OCI = {"amd64": "amd64", "arm64": "arm64", "armhf": "arm", "armel": "arm", "i386": "386",
@@ -100,10 +104,10 @@ def write_docker_archive(out: Path, layer_tar: Path, config: bytes, repo_tag: st
         _member(tar, "manifest.json", json.dumps(manifest, separators=(",", ":")).encode())
 
 
-def load_archive(store: ImageStore, archive: Path, what: str) -> list[str]:
+def load_archive(engine: ImageStore | EngineClient, archive: Path, what: str) -> list[str]:
     """Load a docker-archive into the store; the engine's "Loaded image..." lines. Any error chunk in the HTTP-200
     stream (a bad layer, a full disk) raises LoadError naming `what`."""
     try:
-        return store.load(archive)
+        return as_store(engine).load(archive)
     except EngineError as exc:
         raise LoadError(f"loading {what} into the engine failed: {exc}") from None
