@@ -71,19 +71,34 @@ def auth_registry():
     stop_registry(info)
 
 
+@pytest.fixture(scope="session")
+def client():
+    """The one engine connection of the integration tests (imagebuild.engine.connect, with a read timeout long enough
+    for multi-GB commits and pushes); skips without an engine."""
+    from imagebuild.engine import connect
+    from imagebuild.errors import EngineUnavailable
+
+    try:
+        engine = connect(timeout=900)
+    except EngineUnavailable as exc:
+        pytest.skip(str(exc))
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def docker_cli():
+    """testinfra's docker backend runs the docker CLI: skip without it."""
+    if not shutil.which("docker"):
+        pytest.skip("the docker CLI (testinfra's docker backend) is not installed")
+
+
 @pytest.fixture(scope="module")
-def docker_client():
-    """An engine client for the push tests (skips without docker-registry or an engine)."""
-    docker = pytest.importorskip("docker")
+def docker_client(client):
+    """The engine for the push tests (skips without docker-registry or an engine)."""
     if not Path("/usr/bin/docker-registry").exists() and not shutil.which("docker-registry"):
         pytest.skip("docker-registry not installed (apt-get install docker-registry)")
-    try:
-        client = docker.from_env(timeout=600)
-        client.ping()
-    except Exception as exc:  # no engine
-        pytest.skip(f"no Docker engine: {exc}")
-    yield client
-    client.close()
+    return client
 
 
 @pytest.fixture(scope="module")
@@ -112,19 +127,13 @@ class CpuBuild:
 
 
 @pytest.fixture(scope="session")
-def cpu_build(auth_registry, tmp_path_factory):
+def cpu_build(auth_registry, client, tmp_path_factory):
     """images/cpu.yaml built for real (bootstrap Debian 12 → base → runtime → dev), tagged for the test registry."""
-    from imagebuild.engine import connect
-    from imagebuild.errors import EngineUnavailable
     from imagebuild.inputs import BuildInputs
     from imagebuild.plan import make_plan
 
     if not list(WHEELHOUSE.glob("torch-2.13.0*cp311*.whl")):
         pytest.skip(f"no torch 2.13.0 cp311 wheel in {WHEELHOUSE}")
-    try:
-        client = connect(timeout=900)
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
     tmp = tmp_path_factory.mktemp("cpu")
     prefix = f"{auth_registry.address}/ibtest-{secrets.token_hex(4)}"
     plan = make_plan(ROOT / "images" / "cpu.yaml",
@@ -139,4 +148,3 @@ def cpu_build(auth_registry, tmp_path_factory):
                 client.api.remove_image(ref, force=True)
             except Exception:
                 pass
-    client.close()

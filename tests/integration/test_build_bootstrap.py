@@ -14,8 +14,6 @@ import pytest
 
 from imagebuild.builder import bootstrap
 from imagebuild.compat import load as load_tables
-from imagebuild.engine import connect
-from imagebuild.errors import EngineUnavailable
 from imagebuild.models import BaseSource, OSInfo, ResolvedVariant, Versions
 
 pytestmark = pytest.mark.integration
@@ -23,16 +21,6 @@ pytestmark = pytest.mark.integration
 DEBIAN12 = OSInfo(id="debian12", family="debian", version="12", codename="bookworm", system_python="3.11",
                   installable_pythons=("3.11",), mirror="http://deb.debian.org/debian", glibc="2.36",
                   archive_keys=load_tables().os["debian12"].archive_keys, keyring="debian-archive.asc")
-
-
-@pytest.fixture(scope="module")
-def client():
-    try:
-        c = connect(timeout=600)
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
-    yield c
-    c.close()
 
 
 def test_bootstrap_debian12_import_label_reuse(client, tmp_path):

@@ -24,8 +24,6 @@ import pytest
 from imagebuild.builder import BuildOptions, build_plan
 from imagebuild.builder.progress import Progress
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
-from imagebuild.engine import connect
-from imagebuild.errors import EngineUnavailable
 from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions
 
 pytestmark = pytest.mark.integration
@@ -37,16 +35,6 @@ HOST_BINARIES = ("sh", "sleep", "true", "false", "cat", "echo", "ls", "mkdir", "
 
 
 # -- fixtures ---------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def client():
-    try:
-        c = connect(timeout=300)
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
-    yield c
-    c.close()
-
-
 def _libs(binary: str) -> list[str]:
     out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
     return re.findall(r"(/\S+\.so[.\d]*)", out)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _helpers import imagebuild  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_cli")]
 
 # the suite's check names (suite file/test[param]) of the checks under test
 CHECKS = ("pip/pip_check", "shared_libraries/ldd_resolves", "locale/utf8_locale", "locale/python_encoding",
@@ -72,21 +71,6 @@ RUN chgrp -R ml /home/ml && chmod -R g-w /home/ml
 USER 1000
 """, "arbitrary_uid/arbitrary_uid[home_writable]", "HOME /home/ml not writable by uid 12345 gid 0"),
 }
-
-
-@pytest.fixture(scope="module")
-def client():
-    from imagebuild.engine import connect
-    from imagebuild.errors import EngineUnavailable
-
-    try:
-        c = connect("smoke")
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
-    if not shutil.which("docker"):
-        pytest.skip("the docker CLI (testinfra's docker backend) is not installed")
-    yield c
-    c.close()
 
 
 @pytest.fixture(scope="module")

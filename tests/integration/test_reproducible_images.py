@@ -28,23 +28,11 @@ from imagebuild.builder import BuildOptions, bootstrap, build_plan, ociarchive  
 from imagebuild.builder.progress import Progress  # noqa: E402
 from imagebuild.builder.sourcedate import rfc3339  # noqa: E402
 from imagebuild.compat import load as load_tables  # noqa: E402
-from imagebuild.engine import connect  # noqa: E402
-from imagebuild.errors import EngineUnavailable  # noqa: E402
 from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
 ENGINE = ROOT / "scripts" / "docker-engine.sh"
-
-
-@pytest.fixture(scope="module")
-def client():
-    try:
-        c = connect(timeout=900)
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
-    yield c
-    c.close()
 
 
 @pytest.fixture

@@ -26,19 +26,6 @@ RUN_LABEL = "io.imagebuild.run"
 
 
 @pytest.fixture(scope="module")
-def client():
-    from imagebuild.engine import connect
-    from imagebuild.errors import EngineUnavailable
-
-    try:
-        c = connect("smoke")
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
 def runtime_image(request, client):
     return cpu_image(request, "runtime")
 

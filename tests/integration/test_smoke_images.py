@@ -25,7 +25,7 @@ from imagebuild.engine import ContainerSettings
 from imagebuild.smoke import probe as P
 from imagebuild.smoke import runner
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_cli")]
 PREFIX = "ibdev-smoke"
 WHEELHOUSE = os.environ.get("IMAGEBUILD_WHEELHOUSE", "/opt/wheels")
 CA = os.environ.get("IMAGEBUILD_CA_CERT", os.environ.get("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt"))
@@ -47,20 +47,6 @@ RUN rm -f /usr/bin/g++ /usr/bin/g++-* /usr/bin/x86_64-linux-gnu-g++* /usr/bin/c+
  && rm -rf /opt/venv/lib/python3*/site-packages/numpy
 USER 1000
 """
-
-
-@pytest.fixture(scope="module")
-def client():
-    from imagebuild.errors import EngineUnavailable
-
-    try:
-        c = runner.docker_client()
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
-    if not shutil.which("docker"):
-        pytest.skip("the docker CLI (testinfra's docker backend) is not installed")
-    yield c
-    c.close()
 
 
 class Images:

@@ -1,13 +1,13 @@
-"""Fakes for the push unit tests (no tests here): a plan row, engine push streams, an in-memory engine API and
-registry. Imported as `from _push_fakes import ...` by tests/unit/test_push_*.py.
+"""Push test helpers (no tests here): a plan row, engine push streams, the shared fake engine and registry set up
+for a push. Imported as `from _push_fakes import ...` by tests/unit/test_push_*.py.
 """
 
 from __future__ import annotations
 
-import docker.errors
+from _fake_engine import FakeEngine
+from _fake_registry import FakeRegistry
 
 from imagebuild.models import BaseSource, ImagePlan, OSInfo, ResolvedVariant, Versions
-from imagebuild.oci import RegistryAuthError
 
 REG = "127.0.0.1:5999"
 D1 = "sha256:" + "1" * 64
@@ -39,66 +39,17 @@ def ok_stream(tag, digest=D1, layers=(("aaa", 1000),)):
     return chunks
 
 
-class FakeRegistry:
-    def __init__(self, bad_auth=False):
-        self.manifests: dict[tuple[str, str], str] = {}
-        self.bad_auth = bad_auth
-        self.auth_checks = 0
-        self.serve_override: str | None = None
-
-    def check_auth(self, repo, actions="pull,push"):
-        self.auth_checks += 1
-        if self.bad_auth:
-            raise RegistryAuthError(f"{REG}: unauthorized: authentication required (HTTP 401)")
-
-    def manifest_digest(self, repo, tag):
-        if self.bad_auth:
-            raise RegistryAuthError(f"{REG}: unauthorized: authentication required (HTTP 401)")
-        return self.serve_override or self.manifests.get((repo, tag))
+def fake_registry(bad_auth: bool = False) -> FakeRegistry:
+    return FakeRegistry(REG, bad_auth=bad_auth)
 
 
-class FakeAPI:
-    def __init__(self, registry: FakeRegistry, scripts=None):
-        self.images: dict[str, dict] = {}
-        self.registry = registry
-        self.scripts = list(scripts or [])
-        self.push_calls: list[tuple[str, str, dict | None]] = []
-        self.tag_calls: list[tuple[str, str, str]] = []
-
-    def add(self, ref, image_id="sha256:img1", repo_digests=(), labels=None):
-        self.images[ref] = {"Id": image_id, "RepoDigests": list(repo_digests),
-                            "Config": {"Labels": dict(labels or {})}}
-
-    def inspect_image(self, ref):
-        if ref in self.images:
-            return self.images[ref]
-        for info in self.images.values():
-            if info["Id"] == ref:
-                return info
-        raise docker.errors.ImageNotFound(f"No such image: {ref}")
-
-    def tag(self, image, repo, tag, force=False):
-        self.tag_calls.append((image, repo, tag))
-        self.images[f"{repo}:{tag}"] = self.inspect_image(image)
-
-    def push(self, repo, tag, stream, decode, auth_config=None):
-        assert stream and decode
-        self.push_calls.append((repo, tag, auth_config))
-        step = self.scripts.pop(0) if self.scripts else ok_stream(tag)
-        if isinstance(step, Exception):
-            raise step
-        digest = None
-        for c in step:
-            if "aux" in c:
-                digest = c["aux"]["Digest"]
-        if digest:
-            self.registry.manifests[(repo.split("/", 1)[1], tag)] = digest
-            info = self.images[f"{repo}:{tag}"]
-            if f"{repo}@{digest}" not in info["RepoDigests"]:
-                info["RepoDigests"].append(f"{repo}@{digest}")
-        return iter(step)
+def fake_engine(registry: FakeRegistry, scripts=None) -> FakeEngine:
+    """The fake engine whose pushes land in `registry`; `scripts`: the next pushes' streams (or errors to raise)."""
+    engine = FakeEngine(registry)
+    engine.push_scripts = list(scripts or [])
+    return engine
 
 
-class FakeClient:
-    def __init__(self, api):
-        self.api = api
+def add(engine: FakeEngine, ref: str, image_id: str = "sha256:img1", repo_digests=(), labels=None) -> None:
+    """A local image `ref` (several refs may name one image ID, as tags do)."""
+    engine.add_image(ref, labels or {}, image_id=image_id, repo_digests=tuple(repo_digests))

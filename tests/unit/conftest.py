@@ -2,8 +2,10 @@
 
 Helpers that several test files use live in underscore modules beside the tests, imported by their top-level name
 (this folder is put on sys.path here so that works under any pytest import mode):
-    _support.py       build fakes: hand-made ImagePlans, the in-memory engine (tests/unit/test_build_*.py)
-    _push_fakes.py    push fakes: engine push streams, fake engine API and registry (test_push_*.py)
+    _fake_engine.py   THE fake engine: the image store protocol (engine/store.py) in memory, for every test
+    _fake_registry.py THE fake registry: what oci.RegistryClient answers, over dicts of manifests and blobs
+    _support.py       hand-made ImagePlans for the build tests (tests/unit/test_build_*.py)
+    _push_fakes.py    push set-up: plan rows, engine push streams, the fake engine and registry wired (test_push_*.py)
     _render_cases.py  the resolved variants the golden render tests use (test_render_*.py)
 A test module never imports another test module or conftest (tests/unit/test_import_rules.py checks it).
 """

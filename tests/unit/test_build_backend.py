@@ -1,26 +1,27 @@
-"""The builder seam: the classic backend against a fake low-level API (stream errors fail the image, cancel shuts the
-response, leftovers are removed) and the executor against a scripted backend (it talks to builds only through the
-protocol)."""
+"""The builder seam: the classic backend against the fake engine (stream errors fail the image, cancel breaks the
+call, leftovers are removed) and the executor against a scripted backend (it talks to builds only through the
+protocol). The docker store's own build request and cancel are test_engine_store.py's."""
 
 from __future__ import annotations
 
 import io
-import socket
-import tarfile
 import threading
 from collections.abc import Callable, Iterator
 
-import docker
 import pytest
+from _fake_engine import FakeEngine
 
 from imagebuild.builder import interrupt
 from imagebuild.builder.backend import BuildBackend, BuildEvent, BuildOutcome, BuildRequest, RunningBuild
-from imagebuild.builder.classic import ClassicBackend, ClassicBuild, shutdown_response
+from imagebuild.builder.backends import make_backend
+from imagebuild.builder.classic import ClassicBackend, ClassicBuild
 from imagebuild.builder.executor import build_plan
 from imagebuild.builder.options import BuildOptions
 from imagebuild.builder.progress import Progress
 from imagebuild.builder.state import RunState
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
+from imagebuild.engine.stream import EngineError
+from imagebuild.errors import UsageError
 from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions
 
 FULL_ID = "sha256:" + "ab" * 32
@@ -28,97 +29,45 @@ OS_REF = "example/os:1@sha256:" + "0" * 64
 OS_ID = "sha256:" + "05" * 32
 
 
-# -- a fake low-level API for the classic backend ------------------------------------------------------------------
-class FakeResponse:
-    def __init__(self) -> None:
-        self.closed = False
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def sdk_stream_helper(response: FakeResponse, chunks: list) -> Iterator:
-    """Like the SDK's `_stream_helper`: a generator whose frame holds the streaming `response`."""
-    for chunk in chunks:
-        if response.closed:
-            raise ConnectionError("Connection broken: the socket was shut")
-        yield chunk
-
-
-class FakeLowLevelAPI:
-    def __init__(self, chunks: list | None = None, post_error: Exception | None = None) -> None:
-        self.chunks = chunks or []
-        self.post_error = post_error
-        self.calls: list[dict] = []
-        self.responses: list[FakeResponse] = []
-        self.removed: list[str] = []
-        self.remove_errors: dict[str, Exception] = {}
-        self.ids = {"0123456789ab": FULL_ID}
-
-    def build(self, **kw):
-        kw["context_names"] = tarfile.open(fileobj=kw["fileobj"]).getnames()
-        self.calls.append(kw)
-        if self.post_error:
-            raise self.post_error
-        response = FakeResponse()
-        self.responses.append(response)
-        return sdk_stream_helper(response, list(self.chunks))
-
-    def inspect_image(self, ref: str) -> dict:
-        return {"Id": self.ids[ref]}
-
-    def remove_container(self, cid: str, force: bool = False) -> None:
-        if cid in self.remove_errors:
-            raise self.remove_errors[cid]
-        self.removed.append(cid)
-
-
-class FakeClient:
-    def __init__(self, api: FakeLowLevelAPI) -> None:
-        self.api = api
-
-
-def context_tar(dockerfile: str = "FROM scratch\n") -> io.BytesIO:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        data = dockerfile.encode()
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    out.seek(0)
-    return out
-
-
 def request(log: io.StringIO | None = None) -> BuildRequest:
-    return BuildRequest(tag="ib/x:1", context=context_tar(), build_args={"A": "1", "BASE_IMAGE": "sha256:p"},
-                        labels={"l": "v"}, timeout=60, log=log)
+    return BuildRequest(tag="ib/x:1", dockerfile="FROM scratch\n", build_args={"A": "1"}, labels={"l": "v"},
+                        timeout=60, parents={"BASE_IMAGE": "sha256:p"}, secret_build_args={"S": "s3cr3t"},
+                        context_files={"f.txt": b"x"}, log=log)
 
 
 def steps(*lines: str) -> list[dict]:
     return [{"stream": line + "\n"} for line in lines]
 
 
-def run_build(api: FakeLowLevelAPI, req: BuildRequest | None = None) -> tuple[ClassicBuild, list[BuildEvent]]:
-    build = ClassicBackend(FakeClient(api)).start(req or request())  # type: ignore[arg-type]
+def engine(chunks: list | None = None, error: Exception | None = None) -> FakeEngine:
+    fake = FakeEngine()
+    fake.add_image(None, {}, image_id=FULL_ID)
+    if chunks is not None:
+        fake.build_streams.append(chunks)
+    fake.build_error = error
+    return fake
+
+
+def run_build(store: FakeEngine, req: BuildRequest | None = None) -> tuple[ClassicBuild, list[BuildEvent]]:
+    build = ClassicBackend(store).start(req or request())
     return build, list(build.events())
 
 
 # -- classic backend ------------------------------------------------------------------------------------------------
-def test_classic_request_is_the_low_level_build_call():
-    api = FakeLowLevelAPI(steps("Step 1/1 : FROM scratch") + [{"aux": {"ID": FULL_ID}}])
-    build, events = run_build(api)
-    [call] = api.calls
-    assert call["context_names"] == ["Dockerfile"] and call["custom_context"] and call["decode"]
-    assert call["rm"] and call["forcerm"] and call["pull"] is False and call["network_mode"] == "host"
-    assert call["buildargs"] == {"A": "1", "BASE_IMAGE": "sha256:p"} and call["labels"] == {"l": "v"}
-    assert call["tag"] == "ib/x:1" and call["timeout"] == 60
+def test_classic_request_is_one_store_build():
+    store = engine(steps("Step 1/1 : FROM scratch") + [{"aux": {"ID": FULL_ID}}])
+    build, events = run_build(store)
+    [call] = store.builds
+    assert call["context"] == ["Dockerfile", "f.txt"] and call["dockerfile"] == "FROM scratch\n"
+    assert call["buildargs"] == {"A": "1", "BASE_IMAGE": "sha256:p", "S": "s3cr3t"} and call["labels"] == {"l": "v"}
+    assert list(call["buildargs"]) == ["A", "BASE_IMAGE", "S"]  # parents over build args, secrets over both
+    assert call["tag"] == "ib/x:1" and call["timeout"] == 60 and call["network"] == "host"
     assert [e.kind for e in events] == ["step", "image"] and events[0].step == 1 and events[0].text == "FROM scratch"
     assert build.outcome() == BuildOutcome(image_id=FULL_ID)
 
 
 def test_short_image_id_is_resolved_to_the_full_id():
-    api = FakeLowLevelAPI(steps("Step 1/1 : FROM scratch", "Successfully built 0123456789ab"))
-    build, _ = run_build(api)
+    build, _ = run_build(engine(steps("Step 1/1 : FROM scratch", "Successfully built " + FULL_ID[7:19])))
     assert build.outcome().image_id == FULL_ID
 
 
@@ -132,7 +81,7 @@ def test_error_chunk_in_http_200_stream_fails_the_image(error_chunk):
     # the engine goes on after the error chunk: neither an image ID nor "Successfully built" may undo the failure
     chunks = (steps("Step 1/2 : FROM scratch", "Step 2/2 : RUN false", "output of false") + [error_chunk]
               + [{"aux": {"ID": FULL_ID}}] + steps("Successfully built 0123456789ab"))
-    build, events = run_build(FakeLowLevelAPI(chunks), request(log))
+    build, events = run_build(engine(chunks), request(log))
     assert [e.kind for e in events].count("error") == 1
     out = build.outcome()
     assert out.failed and out.image_id is None
@@ -141,71 +90,58 @@ def test_error_chunk_in_http_200_stream_fails_the_image(error_chunk):
 
 
 def test_stream_without_image_id_fails():
-    build, events = run_build(FakeLowLevelAPI(steps("Step 1/1 : FROM scratch")))
+    build, events = run_build(engine(steps("Step 1/1 : FROM scratch")))
     assert events[-1].kind == "error" and "without an image ID" in events[-1].text
     assert build.outcome().failed
 
 
-def test_engine_api_error_fails_with_its_explanation():
-    exc = docker.errors.APIError("500 Server Error", explanation="dockerfile parse error line 3")
-    build, events = run_build(FakeLowLevelAPI(post_error=exc))
+def test_engine_error_fails_with_its_explanation():
+    build, events = run_build(engine([], EngineError("dockerfile parse error line 3", 500)))
     assert events == [BuildEvent("error", "dockerfile parse error line 3")]
     assert build.outcome().error == "before the first Dockerfile step: dockerfile parse error line 3"
 
 
 def test_lost_connection_fails_as_lost_not_interrupted():
-    build, events = run_build(FakeLowLevelAPI(post_error=ConnectionError("reset by peer")))
+    build, events = run_build(engine([], ConnectionError("reset by peer")))
     assert "lost the build stream: ConnectionError: reset by peer" in build.outcome().error
 
 
-def test_cancel_during_the_stream_closes_the_response_and_fails_as_interrupted():
-    api = FakeLowLevelAPI(steps("Step 1/3 : FROM scratch", "Step 2/3 : RUN sleep 100", "Step 3/3 : RUN true")
-                          + [{"aux": {"ID": FULL_ID}}])
-    build = ClassicBackend(FakeClient(api)).start(request())
+def test_missing_context_folder_fails_the_image_before_sending_anything(tmp_path):
+    store = engine([])
+    req = BuildRequest(tag="ib/x:1", dockerfile="FROM scratch\n", build_args={}, labels={}, timeout=60,
+                       context_dirs={"wheels": tmp_path / "gone"})
+    build, events = run_build(store, req)
+    assert store.builds == [] and [e.kind for e in events] == ["error"]
+    assert "FileNotFoundError" in build.outcome().error and "does not exist" in build.outcome().error
+
+
+def test_cancel_during_the_stream_breaks_the_call_and_fails_as_interrupted():
+    store = engine(steps("Step 1/3 : FROM scratch", "Step 2/3 : RUN sleep 100", "Step 3/3 : RUN true")
+                   + [{"aux": {"ID": FULL_ID}}])
+    build = ClassicBackend(store).start(request())
     seen = []
     for ev in build.events():
         seen.append(ev)
         if ev.kind == "step" and ev.step == 2:
             build.cancel()  # the interrupt path does this from another thread
-    assert api.responses[0].closed
+    assert store.build_calls[0].cancelled
     assert [e.kind for e in seen] == ["step", "step", "error"] and seen[-1].text == "interrupted"
     assert build.outcome().failed and build.outcome().error.endswith(": interrupted")
 
 
 def test_cancel_before_the_build_starts_sends_nothing():
-    api = FakeLowLevelAPI(steps("Step 1/1 : FROM scratch") + [{"aux": {"ID": FULL_ID}}])
-    build = ClassicBackend(FakeClient(api)).start(request())
+    store = engine(steps("Step 1/1 : FROM scratch") + [{"aux": {"ID": FULL_ID}}])
+    build = ClassicBackend(store).start(request())
     build.cancel()
     assert [e.kind for e in build.events()] == ["error"]
-    assert api.calls == [] and build.outcome().error.endswith("interrupted")
-
-
-def test_shutdown_response_shuts_the_socket_and_closes():
-    a, b = socket.socketpair()
-    try:
-        class Raw:
-            pass
-
-        raw = Raw()
-        raw._fp = Raw()
-        raw._fp.fp = Raw()
-        raw._fp.fp.raw = Raw()
-        raw._fp.fp.raw._sock = a
-        resp = FakeResponse()
-        resp.raw = raw
-        shutdown_response(resp)
-        assert resp.closed and b.recv(1) == b""  # the peer (the engine) sees EOF
-        shutdown_response(None)
-    finally:
-        a.close()
-        b.close()
+    assert store.builds == [] and build.outcome().error.endswith("interrupted")
 
 
 def test_cleanup_removes_announced_containers_and_warns_about_failures():
-    api = FakeLowLevelAPI(steps("Step 1/1 : RUN x", " ---> Running in aaa111bbb222", " ---> Running in ccc333ddd444",
-                                " ---> Running in eee555fff666"))
-    api.remove_errors = {"ccc333ddd444": docker.errors.NotFound("gone"), "eee555fff666": RuntimeError("busy")}
-    backend = ClassicBackend(FakeClient(api))
+    store = engine(steps("Step 1/1 : RUN x", " ---> Running in aaa111bbb222", " ---> Running in ccc333ddd444",
+                         " ---> Running in eee555fff666"))
+    store.remove_errors = {"ccc333ddd444": None, "eee555fff666": RuntimeError("busy")}
+    backend = ClassicBackend(store)
     list(backend.start(request()).events())
     warnings: list[str] = []
     assert backend.cleanup(warnings.append) == ["aaa111bbb222"]
@@ -213,9 +149,15 @@ def test_cleanup_removes_announced_containers_and_warns_about_failures():
 
 
 def test_classic_backend_satisfies_the_protocol():
-    backend: BuildBackend = ClassicBackend(FakeClient(FakeLowLevelAPI()))
+    backend: BuildBackend = ClassicBackend(FakeEngine())
     build: RunningBuild = backend.start(request())
     assert callable(build.cancel) and callable(build.outcome)
+
+
+def test_the_backend_is_chosen_by_name_per_run(tmp_path):
+    assert isinstance(make_backend("classic", FakeEngine()), ClassicBackend)
+    with pytest.raises(UsageError, match="unknown build backend 'nope'; choices: classic"):
+        RunState(FakeEngine(), Plan("t", []), BuildOptions(backend="nope"), Progress())
 
 
 # -- the executor through the protocol ------------------------------------------------------------------------------
@@ -226,8 +168,7 @@ class ScriptedBuild:
         self.dockerfile = ""
 
     def events(self) -> Iterator[BuildEvent]:
-        with tarfile.open(fileobj=self.request.context) as tar:
-            self.dockerfile = tar.extractfile("Dockerfile").read().decode()
+        self.dockerfile = self.request.dockerfile
         assert self.request.log is not None
         self.request.log.write("scripted output\n")
         yield from self._events
@@ -258,26 +199,11 @@ class ScriptedBackend:
         return []
 
 
-class ImageStore:
-    """The client side the executor still uses: image look-ups (bases, up to date, size, aliases)."""
-
-    def __init__(self) -> None:
-        self.api = self
-        self.known = {OS_REF: OS_ID}
-
-    def inspect_image(self, ref):
-        if ref not in self.known and ref not in self.known.values():
-            raise docker.errors.ImageNotFound(ref)
-        return {"Id": self.known.get(ref, ref), "Size": 10, "Config": {"Labels": {}}}
-
-    def images(self, filters=None):
-        return []
-
-    def history(self, ref):
-        return []
-
-    def tag(self, image, repo, tag=None):
-        self.known[f"{repo}:{tag}"] = image
+def image_store() -> FakeEngine:
+    """The engine side the executor uses besides the backend: image look-ups (bases, up to date, size, aliases)."""
+    store = FakeEngine()
+    store.add_image(OS_REF, {}, size=10, image_id=OS_ID)
+    return store
 
 
 def plan_image(flavor: str, parent: ImagePlan | None) -> ImagePlan:
@@ -309,17 +235,17 @@ def test_executor_builds_through_the_backend_protocol(tmp_path):
         runtime.tag: ([BuildEvent("step", "RUN false", 2, 2), BuildEvent("error", "boom")],
                       BuildOutcome(image_id=None, error="Step 2/2 : RUN false: boom", tail="last line")),
     })
-    results = build_plan(ImageStore(), Plan("t", [base, runtime]), options(tmp_path), Progress(), backend=backend)
+    results = build_plan(image_store(), Plan("t", [base, runtime]), options(tmp_path), Progress(), backend=backend)
     assert [(r.status, r.image_id) for r in results] == [("built", base_id), ("failed", None)]
     assert results[1].error == "Step 2/2 : RUN false: boom"
     first, second = backend.builds
     # SOURCE_DATE_EPOCH: the OS image's date (this fake engine has none: 0)
-    assert first.request.build_args == {"HTTP_PROXY": "http://proxy:3128", "PY": "3.11", "BASE_IMAGE": OS_ID,
-                                        "SOURCE_DATE_EPOCH": "0", "CREATED": "2026-01-01T00:00:00Z",
-                                        "REVISION": "abc", "PIP_INDEX_URL": "https://u:s3cr3t@idx/"}
-    assert list(first.request.build_args) == ["HTTP_PROXY", "PY", "BASE_IMAGE", "SOURCE_DATE_EPOCH", "CREATED",
-                                              "REVISION", "PIP_INDEX_URL"]
-    assert second.request.build_args["BASE_IMAGE"] == base_id
+    assert first.request.build_args == {"HTTP_PROXY": "http://proxy:3128", "PY": "3.11", "SOURCE_DATE_EPOCH": "0",
+                                        "CREATED": "2026-01-01T00:00:00Z", "REVISION": "abc"}
+    assert list(first.request.build_args) == ["HTTP_PROXY", "PY", "SOURCE_DATE_EPOCH", "CREATED", "REVISION"]
+    assert first.request.parents == {"BASE_IMAGE": OS_ID}
+    assert first.request.secret_build_args == {"PIP_INDEX_URL": "https://u:s3cr3t@idx/"}
+    assert second.request.parents["BASE_IMAGE"] == base_id
     assert second.request.labels == {"io.imagebuild.flavor": "runtime", INPUTS_LABEL: "sha256:runtime",
                                      BASE_LABEL: base_id, "io.imagebuild.source-date-epoch": "0"}
     assert first.dockerfile == base.dockerfile and first.request.timeout == BuildOptions().build_timeout
@@ -331,7 +257,7 @@ def test_executor_builds_through_the_backend_protocol(tmp_path):
 def test_interrupt_cancels_running_builds_and_cleans_up(tmp_path):
     base = plan_image("base", None)
     backend = ScriptedBackend({})
-    run = RunState(ImageStore(), Plan("t", [base]), options(tmp_path), Progress(), backend=backend)
+    run = RunState(image_store(), Plan("t", [base]), options(tmp_path), Progress(), backend=backend)
     build = ScriptedBuild(request(), [], BuildOutcome(image_id=None, error="x"))
     run.builds[base.tag] = build
     interrupt.interrupt(run)
@@ -339,5 +265,5 @@ def test_interrupt_cancels_running_builds_and_cleans_up(tmp_path):
 
 
 def test_default_backend_is_classic(tmp_path):
-    run = RunState(ImageStore(), Plan("t", [plan_image("base", None)]), options(tmp_path), Progress())
+    run = RunState(image_store(), Plan("t", [plan_image("base", None)]), options(tmp_path), Progress())
     assert isinstance(run.backend, ClassicBackend)

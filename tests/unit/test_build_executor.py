@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import pytest
-from _support import FakeClient, chain, plan_of
+from _fake_engine import FakeEngine
+from _support import chain, plan_of
 
 from imagebuild.builder.disk import DiskSpaceError, check_disk, estimate_bytes
 from imagebuild.builder.executor import build_plan
@@ -19,8 +20,8 @@ BASE_REF = "example/os:1@sha256:" + "0" * 64
 
 @pytest.fixture
 def client():
-    c = FakeClient()
-    c.api.add_image(BASE_REF, {})
+    c = FakeEngine()
+    c.add_image(BASE_REF, {})
     return c
 
 
@@ -63,8 +64,8 @@ def test_builds_in_order_children_from_parent_id(client, tmp_path):
     a = chain("a")
     results = run(client, plan_of(a), tmp_path)
     assert [r.status for r in results] == ["built"] * 3
-    builds = {b["tag"]: b for b in client.api.builds}
-    assert builds[a[0].tag]["buildargs"]["BASE_IMAGE"] == client.api.tags[BASE_REF]
+    builds = {b["tag"]: b for b in client.builds}
+    assert builds[a[0].tag]["buildargs"]["BASE_IMAGE"] == client.tags[BASE_REF]
     assert builds[a[1].tag]["buildargs"]["BASE_IMAGE"] == by_tag(results)[a[0].tag].image_id
     assert builds[a[2].tag]["buildargs"]["BASE_IMAGE"] == by_tag(results)[a[1].tag].image_id
     for img in a:
@@ -72,7 +73,7 @@ def test_builds_in_order_children_from_parent_id(client, tmp_path):
         assert b["labels"][INPUTS_LABEL] == img.inputs_hash
         assert b["labels"]["io.imagebuild.flavor"] == img.flavor
         assert b["buildargs"]["CREATED"] == "2026-01-01T00:00:00Z" and b["buildargs"]["REVISION"] == "abc"
-        assert b["kw"]["network_mode"] == "host" and b["kw"]["rm"] and b["kw"]["forcerm"]
+        assert b["network"] == "host"  # rm, forcerm, no pull: the docker store's request (test_engine_store.py)
     r = by_tag(results)[a[2].tag]
     assert r.size == 1000 and r.layers[0] == {"size": 700, "created_by": "/bin/sh -c big"} and len(r.layers) == 2
     assert r.versions["torch"] == "2.13.0" and r.parent == a[1].tag
@@ -82,43 +83,43 @@ def test_builds_in_order_children_from_parent_id(client, tmp_path):
 def test_second_run_is_all_up_to_date_and_force_rebuilds(client, tmp_path):
     plan = plan_of(chain("a"), chain("b"))
     run(client, plan, tmp_path)
-    n = len(client.api.builds)
+    n = len(client.builds)
     again = run(client, plan, tmp_path)
     assert [r.status for r in again] == ["up-to-date"] * 6
-    assert len(client.api.builds) == n
+    assert len(client.builds) == n
     assert all(r.image_id and r.size for r in again)
     forced = run(client, plan, tmp_path, force=True)
     assert [r.status for r in forced] == ["built"] * 6
-    assert len(client.api.builds) == 2 * n
+    assert len(client.builds) == 2 * n
 
 
 def test_up_to_date_needs_same_base_id(client, tmp_path):
     a = chain("a")
     run(client, plan_of(a), tmp_path)
     # the base was rebuilt elsewhere with the same inputs: a new ID, so the children are stale
-    new_base = client.api.add_image(a[0].tag, {INPUTS_LABEL: a[0].inputs_hash, BASE_LABEL: client.api.tags[BASE_REF]})
+    new_base = client.add_image(a[0].tag, {INPUTS_LABEL: a[0].inputs_hash, BASE_LABEL: client.tags[BASE_REF]})
     results = run(client, plan_of(a), tmp_path)
     assert [r.status for r in results] == ["up-to-date", "built", "built"]
-    assert client.api.builds[-2]["buildargs"]["BASE_IMAGE"] == new_base
+    assert client.builds[-2]["buildargs"]["BASE_IMAGE"] == new_base
 
 
 def test_same_hash_under_another_tag_counts_as_up_to_date(client, tmp_path):
     a = chain("a")
     run(client, plan_of(a), tmp_path)
-    base_id = client.api.tags[a[0].tag]
-    client.api.tags["renamed/repo:a-base"] = base_id  # the same finished image, known under another tag only
-    del client.api.tags[a[0].tag]
+    base_id = client.tags[a[0].tag]
+    client.tags["renamed/repo:a-base"] = base_id  # the same finished image, known under another tag only
+    del client.tags[a[0].tag]
     results = run(client, plan_of(a), tmp_path)
-    assert results[0].status == "up-to-date" and client.api.tags[a[0].tag] == base_id
+    assert results[0].status == "up-to-date" and client.tags[a[0].tag] == base_id
 
 
 def test_untagged_image_with_same_labels_is_not_adopted(client, tmp_path):
     """A child's builder stage inherits its parent's labels; an untagged image must never be taken for the parent."""
     a = chain("a")
     run(client, plan_of(a), tmp_path)
-    del client.api.tags[a[0].tag]
-    for alias in [t for t, i in client.api.tags.items() if t.endswith("base")]:
-        del client.api.tags[alias]
+    del client.tags[a[0].tag]
+    for alias in [t for t, i in client.tags.items() if t.endswith("base")]:
+        del client.tags[alias]
     results = run(client, plan_of(a), tmp_path)
     assert results[0].status == "built"
 
@@ -154,16 +155,16 @@ def test_keep_going_finishes_independent_images(client, tmp_path):
 def test_independent_images_build_in_parallel(client, tmp_path):
     import time
 
-    orig = client.api._stream
+    orig = client._stream
 
     def slow(steps, tag, labels):
         for chunk in orig(steps, tag, labels):
             time.sleep(0.02)
             yield chunk
 
-    client.api._stream = slow
+    client._stream = slow
     run(client, plan_of(chain("a"), chain("b"), chain("c")), tmp_path, jobs=3)
-    assert client.api.max_active >= 2
+    assert client.max_active >= 2
 
 
 def test_identical_inputs_build_once(client, tmp_path):
@@ -171,7 +172,7 @@ def test_identical_inputs_build_once(client, tmp_path):
     twin = chain("a", flavors=("base",), repo="other")
     results = run(client, plan_of(a, twin), tmp_path, jobs=2)
     assert sorted(r.status for r in results) == ["built", "up-to-date"]
-    assert len(client.api.builds) == 1
+    assert len(client.builds) == 1
     assert results[0].image_id == results[1].image_id
 
 
@@ -182,10 +183,10 @@ def test_proxies_and_secret_args_are_build_args_but_not_logged(client, tmp_path)
     opts = BuildOptions(log_dir=tmp_path / "logs", check_disk=False,
                         proxies={"HTTP_PROXY": "http://p:proxypass1@proxy:3128", "no_proxy": "localhost"})
     build_plan(client, plan_of(a), opts, Progress())
-    args = client.api.builds[0]["buildargs"]
+    args = client.builds[0]["buildargs"]
     assert args["HTTP_PROXY"] == "http://p:proxypass1@proxy:3128" and args["no_proxy"] == "localhost"
     assert args["PIP_INDEX_URL"].startswith("https://u:tok3n-xyz@")
-    assert "HTTP_PROXY" not in client.api.builds[0]["labels"]
+    assert "HTTP_PROXY" not in client.builds[0]["labels"]
     log = (tmp_path / "logs" / "a-base.log").read_text()
     assert "tok3n-xyz" not in log and "proxypass1" not in log
 
@@ -218,13 +219,14 @@ def test_cuda_estimate_is_bigger():
 def test_interrupt_removes_tracked_containers(client, tmp_path):
     import threading
 
-    from imagebuild.builder.executor import _Run
+    from imagebuild.builder.interrupt import interrupt
+    from imagebuild.builder.state import RunState
 
     a = chain("a", flavors=("base",))
-    r = _Run(client, plan_of(a), BuildOptions(log_dir=tmp_path, check_disk=False, proxies={}), Progress())
+    r = RunState(client, plan_of(a), BuildOptions(log_dir=tmp_path, check_disk=False, proxies={}), Progress())
     r.backend.containers.update({"aaa111bbb222", "ccc333ddd444"})
-    r.interrupt()
-    assert r.cancel.is_set() and sorted(client.api.removed) == ["aaa111bbb222", "ccc333ddd444"]
+    interrupt(r)
+    assert r.cancel.is_set() and sorted(client.removed) == ["aaa111bbb222", "ccc333ddd444"]
     assert isinstance(r.cancel, threading.Event)
 
 
@@ -238,7 +240,7 @@ def test_one_bootstrap_for_variants_sharing_an_os(client, tmp_path, monkeypatch)
 
     def fake_ensure(cl, spec, **kw):
         calls.append(spec.hash())
-        iid = cl.api.add_image(spec.tag, {bootstrap.HASH_LABEL: spec.hash()})
+        iid = cl.add_image(spec.tag, {bootstrap.HASH_LABEL: spec.hash()})
         return bootstrap.BootstrapResult(iid, spec.tag, reused=False, tool="fake")
 
     monkeypatch.setattr(bootstrap, "ensure_bootstrap", fake_ensure)
@@ -250,7 +252,7 @@ def test_one_bootstrap_for_variants_sharing_an_os(client, tmp_path, monkeypatch)
                                                                      jobs=3), Progress())
     assert [r.status for r in results] == ["built"] * 3
     assert len(calls) == 2 and len(set(calls)) == 2
-    args = {x["tag"]: x["buildargs"]["BASE_IMAGE"] for x in client.api.builds}
+    args = {x["tag"]: x["buildargs"]["BASE_IMAGE"] for x in client.builds}
     assert args[a.tag] == args[b.tag] != args[c.tag]
     again = build_plan(client, Plan("t", [a, b, c]), BuildOptions(log_dir=tmp_path, check_disk=False, proxies={}),
                        Progress())
@@ -281,8 +283,8 @@ def test_aliases_full_references_and_short_tags(client, tmp_path):
     a = chain("a", flavors=("base",))
     a[0].aliases = ("ibtest:2.13-cpu-base", "short-alias")
     [res] = run(client, plan_of(a), tmp_path)
-    assert client.api.tags["ibtest:2.13-cpu-base"] == res.image_id
-    assert client.api.tags["ibtest:short-alias"] == res.image_id
+    assert client.tags["ibtest:2.13-cpu-base"] == res.image_id
+    assert client.tags["ibtest:short-alias"] == res.image_id
 
 
 def test_size_budget_fails_the_image_and_its_children(client, tmp_path):

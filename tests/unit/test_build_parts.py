@@ -154,13 +154,13 @@ def test_os_without_pinned_keys_is_a_clear_error(tmp_path):
 
 
 def test_existing_bootstrap_is_reused():
-    from _support import FakeClient
+    from _fake_engine import FakeEngine
 
-    c = FakeClient()
+    c = FakeEngine()
     s = _spec()
-    iid = c.api.add_image(None, {bootstrap.HASH_LABEL: s.hash()})
+    iid = c.add_image(None, {bootstrap.HASH_LABEL: s.hash()})
     res = bootstrap.ensure_bootstrap(c, s)
-    assert res.reused and res.image_id == iid and c.api.tags[s.tag] == iid
+    assert res.reused and res.image_id == iid and c.tags[s.tag] == iid
 
 
 # -- pull / engine ----------------------------------------------------------------------------------------------
@@ -213,44 +213,34 @@ def test_build_command_help_lists_options():
         assert opt in res.output
 
 
-class _PullAPI:
-    def __init__(self, chunks):
-        self.chunks, self.have, self.pulled = chunks, False, []
-
-    def inspect_image(self, ref):
-        import docker
-
-        if not self.have:
-            raise docker.errors.ImageNotFound(ref)
-        return {"Id": "sha256:" + "a" * 64}
-
-    def pull(self, repo, tag=None, stream=False, decode=False):
-        self.pulled.append((repo, tag))
-
-        def gen():
-            yield from self.chunks
-            if not any("error" in c for c in self.chunks):
-                self.have = True
-        return gen()
-
-
 def test_pull_when_missing_by_digest_and_warn_without_digest():
+    from _fake_engine import FakeEngine
+
     from imagebuild.builder.pull import ensure_pulled
 
-    api = _PullAPI([{"status": "Pulling from library/ubuntu"}, {"status": "Digest: sha256:abc"}])
-    client = type("C", (), {"api": api})()
-    warnings = []
-    assert ensure_pulled(client, "ubuntu:24.04@sha256:" + "b" * 64, warn=warnings.append) == "sha256:" + "a" * 64
-    assert api.pulled == [("ubuntu", "sha256:" + "b" * 64)] and warnings == []
-    api2 = _PullAPI([])
-    ensure_pulled(type("C", (), {"api": api2})(), "nvidia/cuda:12.8.1-base-ubuntu24.04", warn=warnings.append)
-    assert api2.pulled == [("nvidia/cuda", "12.8.1-base-ubuntu24.04")] and "not pinned by digest" in warnings[0]
+    engine = FakeEngine()
+    engine.pull_streams.append([{"status": "Pulling from library/ubuntu"}, {"status": "Digest: sha256:abc"}])
+    warnings: list[str] = []
+    lines: list[str] = []
+    pinned = "ubuntu:24.04@sha256:" + "b" * 64
+    image_id = ensure_pulled(engine, pinned, warn=warnings.append, on_line=lines.append)
+    assert image_id == engine.image_id(pinned) and image_id is not None
+    assert engine.pulls == [("ubuntu", "sha256:" + "b" * 64, None)] and warnings == []
+    assert lines == ["Pulling from library/ubuntu", "Digest: sha256:abc"]
+    assert ensure_pulled(engine, pinned) == image_id and len(engine.pulls) == 1  # there now: not pulled again
+    ensure_pulled(engine, "nvidia/cuda:12.8.1-base-ubuntu24.04", warn=warnings.append)
+    assert engine.pulls[1][:2] == ("nvidia/cuda", "12.8.1-base-ubuntu24.04") and "not pinned by digest" in warnings[0]
 
 
 def test_pull_error_in_stream_under_http_200_fails():
+    from _fake_engine import FakeEngine
+
     from imagebuild.builder.pull import PullError, ensure_pulled
 
-    api = _PullAPI([{"status": "Pulling"}, {"errorDetail": {"message": "manifest unknown"},
-                                           "error": "manifest unknown"}])
-    with pytest.raises(PullError, match="manifest unknown"):
-        ensure_pulled(type("C", (), {"api": api})(), "ubuntu:99.04@sha256:" + "c" * 64)
+    engine = FakeEngine()
+    engine.pull_streams.append([{"status": "Pulling"}, {"errorDetail": {"message": "manifest unknown"},
+                                                       "error": "manifest unknown"}])
+    with pytest.raises(PullError, match="pulling base image ubuntu:99.04@sha256:c+ failed: manifest unknown "
+                                        r"\(offline alternative: base_image: bootstrap\)"):
+        ensure_pulled(engine, "ubuntu:99.04@sha256:" + "c" * 64)
+    assert engine.image_id("ubuntu:99.04@sha256:" + "c" * 64) is None

@@ -10,7 +10,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from _support import FakeClient, chain, plan_of
+from _fake_engine import FakeEngine
+from _support import chain, plan_of
 
 from imagebuild.builder import BuildOptions, bootstrap, build_plan, ociarchive
 from imagebuild.builder.progress import Progress
@@ -80,31 +81,18 @@ def test_docker_archive_holds_the_layer_unchanged_the_config_and_the_tag(tmp_pat
     assert out.read_bytes() == first
 
 
-class _LoadAPI:
-    def __init__(self, chunks):
-        self.chunks, self.sent = chunks, b""
-
-    def load_image(self, data, quiet=None):
-        self.sent = data.read()
-        return iter(self.chunks)
-
-
-class _LoadClient:
-    def __init__(self, chunks):
-        self.api = _LoadAPI(chunks)
-
-
 @pytest.mark.parametrize("chunk", [{"errorDetail": {"message": "no space left on device"}, "error": "no space left on device"},
                                    {"message": "no space left on device"}])
 def test_load_errors_inside_the_stream_fail_with_the_message(tmp_path, chunk):
     archive = tmp_path / "a.tar"
     archive.write_bytes(b"x")
-    client = _LoadClient([{"stream": "Loading layer"}, chunk])
+    engine = FakeEngine()
+    engine.load_streams.append([{"stream": "Loading layer"}, chunk])
     with pytest.raises(ociarchive.LoadError, match="loading the debian12 rootfs into the engine failed: no space"):
-        ociarchive.load_archive(client, archive, "the debian12 rootfs")
-    ok = _LoadClient([{"stream": "Loaded image: imagebuild-os/debian12:abc\n"}])
-    assert ociarchive.load_archive(ok, archive, "x") == ["Loaded image: imagebuild-os/debian12:abc"]
-    assert ok.api.sent == b"x"
+        ociarchive.load_archive(engine, archive, "the debian12 rootfs")
+    engine.load_streams.append([{"stream": "Loaded image: imagebuild-os/debian12:abc\n"}])
+    assert ociarchive.load_archive(engine, archive, "x") == ["Loaded image: imagebuild-os/debian12:abc"]
+    assert engine.loaded == [b"x", b"x"]
 
 
 # -- the source date -------------------------------------------------------------------------------------------
@@ -114,11 +102,11 @@ def test_parse_created_and_source_date_from_label_created_or_environment(monkeyp
     assert parse_created("2025-12-01T01:00:00+01:00") == EPOCH
     assert parse_created("0001-01-01T00:00:00Z") is None and parse_created("yesterday") is None
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
-    c = FakeClient()
-    parent = c.api.add_image("p", {SOURCE_DATE_LABEL: "1700000000"})
-    c.api.images_by_id[parent]["Created"] = "2026-06-01T10:00:00.5Z"  # a build time: not used when labelled
-    os_image = c.api.add_image("os", {})
-    c.api.images_by_id[os_image]["Created"] = "2025-12-01T00:00:00Z"
+    c = FakeEngine()
+    parent = c.add_image("p", {SOURCE_DATE_LABEL: "1700000000"})
+    c.images_by_id[parent]["Created"] = "2026-06-01T10:00:00.5Z"  # a build time: not used when labelled
+    os_image = c.add_image("os", {})
+    c.images_by_id[os_image]["Created"] = "2025-12-01T00:00:00Z"
     assert source_date_epoch(c, parent) == 1_700_000_000
     assert source_date_epoch(c, os_image) == EPOCH
     assert source_date_epoch(c, "sha256:missing") == 0
@@ -128,22 +116,22 @@ def test_parse_created_and_source_date_from_label_created_or_environment(monkeyp
 
 def test_build_passes_the_source_date_and_dates_created_by_it_unless_asked(tmp_path, monkeypatch):
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
-    c = FakeClient()
+    c = FakeEngine()
     base_ref = "example/os:1@sha256:" + "0" * 64
-    os_id = c.api.add_image(base_ref, {})
-    c.api.images_by_id[os_id]["Created"] = "2025-12-01T00:00:00Z"
+    os_id = c.add_image(base_ref, {})
+    c.images_by_id[os_id]["Created"] = "2025-12-01T00:00:00Z"
     plan = plan_of(chain("k"))
     opts = BuildOptions(log_dir=tmp_path, check_disk=False, revision="abc", proxies={})
     build_plan(c, plan, opts, Progress())
-    for record in c.api.builds:  # base on the OS image's date, children on the label their parent carries
+    for record in c.builds:  # base on the OS image's date, children on the label their parent carries
         assert record["buildargs"]["SOURCE_DATE_EPOCH"] == str(EPOCH)
         assert record["buildargs"]["CREATED"] == "2025-12-01T00:00:00Z"
         assert record["labels"][SOURCE_DATE_LABEL] == str(EPOCH)
-    c.api.builds.clear()
+    c.builds.clear()
     build_plan(c, plan, BuildOptions(log_dir=tmp_path, check_disk=False, proxies={}, created="now", force=True),
                Progress())
-    assert all(r["buildargs"]["CREATED"] != "2025-12-01T00:00:00Z" for r in c.api.builds)
-    assert all(r["buildargs"]["SOURCE_DATE_EPOCH"] == str(EPOCH) for r in c.api.builds)  # file dates stay
+    assert all(r["buildargs"]["CREATED"] != "2025-12-01T00:00:00Z" for r in c.builds)
+    assert all(r["buildargs"]["SOURCE_DATE_EPOCH"] == str(EPOCH) for r in c.builds)  # file dates stay
 
 
 def test_created_option_takes_now_or_a_date_and_nothing_else():
@@ -197,44 +185,36 @@ def test_same_content_sets_aside_dates_volatile_labels_and_the_step_image_only()
     assert "layers" in differences(no_layers, no_layers, _history(), _history())
 
 
-class _ReproAPI(FakeClient().api.__class__):
-    """The fake engine, whose builds give every image the same layers (a reproduced rebuild)."""
-
-    def add_image(self, tag, labels, size=1000):
-        iid = super().add_image(tag, labels, size)
-        self.images_by_id[iid]["RootFS"] = {"Layers": [f"sha256:{labels.get('io.imagebuild.flavor')}"]}
-        return iid
-
-    def remove_image(self, image, **kw):
-        self.removed.append(image)
-        self.images_by_id.pop(image, None)
+def repro_engine() -> FakeEngine:
+    """The fake engine, whose builds give every image of a flavor the same layers (a reproduced rebuild)."""
+    engine = FakeEngine()
+    engine.layers_of = lambda labels: [f"sha256:{labels.get('io.imagebuild.flavor')}"]
+    return engine
 
 
 def test_force_rebuild_with_the_same_content_keeps_the_previous_images_so_children_keep_their_parent(tmp_path):
-    c = FakeClient()
-    c.api = _ReproAPI()
+    c = repro_engine()
     base_ref = "example/os:1@sha256:" + "0" * 64
-    c.api.add_image(base_ref, {})
+    c.add_image(base_ref, {})
     plan = plan_of(chain("k"))
     opts = dict(log_dir=tmp_path, check_disk=False, revision="abc", proxies={}, tag_aliases=False)
     first = {r.tag: r.image_id for r in build_plan(c, plan, BuildOptions(**opts), Progress())}
     again = build_plan(c, plan, BuildOptions(force=True, **opts), Progress())
     assert {r.tag: r.image_id for r in again} == first
-    assert all(r.status == "built" and r.reproduced_from and r.reproduced_from in c.api.removed for r in again)
-    assert all(c.api.tags[tag] == iid for tag, iid in first.items())
+    assert all(r.status == "built" and r.reproduced_from and r.reproduced_from in c.removed_images for r in again)
+    assert all(c.tags[tag] == iid for tag, iid in first.items())
     # the children were built on the kept parent ID, not on the rebuilt one
-    runtime_build = [b for b in c.api.builds if b["tag"].endswith("runtime")][-1]
+    runtime_build = [b for b in c.builds if b["tag"].endswith("runtime")][-1]
     assert runtime_build["buildargs"]["BASE_IMAGE"] == first[plan.images[0].tag]
 
 
 def test_rebuild_with_other_content_replaces_the_previous_image(tmp_path):
-    c = FakeClient()
-    c.api = _ReproAPI()
+    c = repro_engine()
     base_ref = "example/os:1@sha256:" + "0" * 64
-    c.api.add_image(base_ref, {})
+    c.add_image(base_ref, {})
     plan = plan_of(chain("k", flavors=("base",)))
     opts = dict(log_dir=tmp_path, check_disk=False, revision="abc", proxies={}, tag_aliases=False)
     first = build_plan(c, plan, BuildOptions(**opts), Progress())[0].image_id
-    c.api.images_by_id[first]["RootFS"] = {"Layers": ["sha256:older"]}
+    c.images_by_id[first]["RootFS"] = {"Layers": ["sha256:older"]}
     again = build_plan(c, plan, BuildOptions(force=True, **opts), Progress())[0]
-    assert again.image_id != first and again.reproduced_from is None and c.api.tags[plan.images[0].tag] == again.image_id
+    assert again.image_id != first and again.reproduced_from is None and c.tags[plan.images[0].tag] == again.image_id

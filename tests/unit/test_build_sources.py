@@ -4,7 +4,7 @@ blocked with their parent, and `build` stopping (or, with --keep-going, building
 from __future__ import annotations
 
 import pytest
-from _support import FakeClient
+from _fake_engine import FakeEngine
 
 from imagebuild.builder import sources
 from imagebuild.inputs import BuildInputs
@@ -101,7 +101,7 @@ def test_build_stops_before_anything_builds(monkeypatch, tmp_path):
 
     monkeypatch.setattr(sources, "probe", offline)
     built: list = []
-    monkeypatch.setattr("imagebuild.engine.connect", lambda *a, **k: FakeClient())
+    monkeypatch.setattr("imagebuild.engine.connect", lambda *a, **k: FakeEngine())
     def fake_build(client, plan, *a, **k):
         built.append(plan)
         return [dataclasses.replace(ImageResult.of(i), status="built") for i in plan.images]
@@ -132,7 +132,7 @@ def test_keep_going_with_only_reports_every_image_once(monkeypatch, tmp_path):
     from imagebuild.models import ImageResult
 
     monkeypatch.setattr(sources, "probe", offline)
-    monkeypatch.setattr("imagebuild.engine.connect", lambda *a, **k: FakeClient())
+    monkeypatch.setattr("imagebuild.engine.connect", lambda *a, **k: FakeEngine())
     monkeypatch.setattr("imagebuild.builder.build_plan", lambda client, plan, *a, **k: [
         dataclasses.replace(ImageResult.of(i), status="built" if i.flavor == "base" else "skipped")
         for i in plan.images])

@@ -4,24 +4,9 @@ from __future__ import annotations
 
 import types
 
-import docker
+from _fake_engine import FakeEngine
 
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL, find_up_to_date
-
-
-class FakeAPI:
-    def __init__(self, images):
-        self._images = images
-        self.tagged = []
-
-    def inspect_image(self, ref):
-        raise docker.errors.ImageNotFound(ref)
-
-    def images(self, filters=None):
-        return self._images
-
-    def tag(self, image_id, repo, tag):
-        self.tagged.append((image_id, repo, tag))
 
 
 def _plan():
@@ -32,15 +17,26 @@ LABELS = {INPUTS_LABEL: "sha256:aaa", BASE_LABEL: "sha256:os"}
 
 
 def test_untagged_intermediate_with_inherited_labels_is_not_reused():
-    api = FakeAPI([{"Id": "sha256:pipstage", "RepoTags": None, "Labels": LABELS},
-                   {"Id": "sha256:dangling", "RepoTags": ["<none>:<none>"], "Labels": LABELS}])
-    client = types.SimpleNamespace(api=api)
-    assert find_up_to_date(client, _plan(), "sha256:os") is None
-    assert api.tagged == []
+    engine = FakeEngine()
+    engine.add_image(None, LABELS, image_id="sha256:pipstage")
+    engine.add_image(None, LABELS, image_id="sha256:dangling")
+    assert find_up_to_date(engine, _plan(), "sha256:os") is None
+    assert engine.tag_calls == []
 
 
 def test_tagged_image_with_same_inputs_is_retagged():
-    api = FakeAPI([{"Id": "sha256:final", "RepoTags": ["other/pytorch:1-base"], "Labels": LABELS}])
-    client = types.SimpleNamespace(api=api)
-    assert find_up_to_date(client, _plan(), "sha256:os") == "sha256:final"
-    assert api.tagged == [("sha256:final", "reg/pytorch", "1-base")]
+    engine = FakeEngine()
+    engine.add_image("other/pytorch:1-base", LABELS, image_id="sha256:final")
+    assert find_up_to_date(engine, _plan(), "sha256:os") == "sha256:final"
+    assert engine.tag_calls == [("sha256:final", "reg/pytorch", "1-base")]
+    assert engine.tags["reg/pytorch:1-base"] == "sha256:final"
+
+
+def test_the_plans_tag_on_another_base_is_not_up_to_date_but_holds_the_inputs():
+    from imagebuild.builder.uptodate import local_image
+
+    engine = FakeEngine()
+    engine.add_image("reg/pytorch:1-base", {**LABELS, BASE_LABEL: "sha256:old-os"}, image_id="sha256:stale")
+    assert find_up_to_date(engine, _plan(), "sha256:os") is None
+    assert local_image(engine, _plan()) == ("sha256:stale", "reg/pytorch:1-base")  # what `locate` asks
+    assert local_image(engine, _plan(), first=["sha256:stale"]) == ("sha256:stale", None)

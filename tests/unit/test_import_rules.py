@@ -22,7 +22,7 @@ PACKAGE = SRC / "imagebuild"
 TESTS = ROOT / "tests"
 
 FOUNDATION_MODULES = {"imagebuild", "imagebuild.models", "imagebuild.errors", "imagebuild.secrets",
-                      "imagebuild.inputs", "imagebuild.units", "imagebuild.files"}
+                      "imagebuild.inputs", "imagebuild.units", "imagebuild.files", "imagebuild.retry"}
 PURE = {"foundation", "compat", "oci", "lock", "matrix", "resolve", "render", "plan"}
 # layer -> the other layers it may import (its own layer is always allowed)
 ALLOWED: dict[str, set[str]] = {
@@ -52,6 +52,13 @@ ALLOWED: dict[str, set[str]] = {
 }
 NO_DOCKER = {"foundation", "compat", "host", "lock", "matrix", "resolve", "render", "plan", "report", "record"}
 ENGINE_CLIENT_OWNERS = {"engine", "suite"}  # suite: separate process, inspects through testinfra's docker backend
+# Only engine/ talks to the engine API: no docker import and no `.api` (the SDK's low-level client) elsewhere.
+ENGINE_API_OWNERS = {"engine", "suite"}
+# TODO(issue 21): commands/ (moving to pipeline/ on another branch) still calls `client.api` in _pushing.py, _state.py,
+# _supply.py and build.py; the lead converts them to imagebuild.engine.store after merging, then drops this line.
+ENGINE_API_NOT_YET = {"commands", "pipeline"}
+# the docker config's credential helpers (`docker-credential-*`), read through the SDK: not the engine API
+DOCKER_IMPORTS_ALLOWED = {"imagebuild.oci.auth": {"docker.auth", "docker.errors"}}
 PROBE_THIRD_PARTY = {"torch", "transformer_engine", "numpy"}  # numpy: torch's optional interop, guarded
 
 
@@ -73,8 +80,6 @@ def layer_of(module: str) -> str | None:
     top = parts[1]
     if top in ("cli", "__main__"):
         return "cli"
-    if top == "bake":  # buildx bake export: part of the builder layer (builder/bake.py)
-        return "builder"
     if top == "smoke" and len(parts) > 2 and parts[2] in ("probe", "suite"):
         return parts[2]
     return top if top in ALLOWED else None
@@ -133,6 +138,12 @@ def engine_clients_of(path: Path) -> list[tuple[int, str]]:
     return found
 
 
+def engine_api_uses_of(path: Path) -> list[tuple[int, str]]:
+    """Places that use the SDK's low-level client: any `<x>.api` attribute (`client.api.inspect_image(...)`)."""
+    return [(node.lineno, ast.unparse(node)) for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Attribute) and node.attr == "api"]
+
+
 def rel(path: Path) -> str:
     try:
         return str(path.relative_to(ROOT))
@@ -173,6 +184,10 @@ def check_source(src: Path = SRC) -> list[str]:
             if top == "docker" and layer in NO_DOCKER:
                 problems.append(f"{where}: {layer} imports {imp.target}: rule: {layer} never imports docker "
                                 "(validate/plan/render work without the SDK)")
+            elif (top == "docker" and layer not in ENGINE_API_OWNERS | ENGINE_API_NOT_YET
+                  and imp.target not in DOCKER_IMPORTS_ALLOWED.get(me, set())):
+                problems.append(f"{where}: {layer} imports {imp.target}: rule: only engine/ talks to the engine "
+                                "(use imagebuild.engine.store: ImageStore, as_store)")
             if top != "imagebuild":
                 continue
             target_layer = layer_of(imp.target)
@@ -192,6 +207,9 @@ def check_source(src: Path = SRC) -> list[str]:
         if me == "imagebuild.builder.backend":
             problems += [f"{rel(path)}:{i.line}: builder/backend.py imports {i.target}: rule: the backend seam "
                          "never imports docker" for i in imports_of(path, src) if i.target.split(".")[0] == "docker"]
+        if layer not in ENGINE_API_OWNERS | ENGINE_API_NOT_YET:
+            problems += [f"{rel(path)}:{line}: {what} in {layer}: rule: only engine/ talks to the engine API "
+                         "(use imagebuild.engine.store: ImageStore, as_store)" for line, what in engine_api_uses_of(path)]
         if layer not in ENGINE_CLIENT_OWNERS:
             problems += [f"{rel(path)}:{line}: {what} in {layer}: rule: only engine/ creates engine clients "
                          "(use imagebuild.engine.connect(purpose))" for line, what in engine_clients_of(path)]
@@ -266,6 +284,12 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
      "imagebuild/matrix/x.py:2: matrix imports docker: rule: matrix never imports docker"),
     ({"imagebuild/push/x.py": "import docker\nc = docker.from_env()\n"},
      "imagebuild/push/x.py:2: docker.from_env in push: rule: only engine/ creates engine clients"),
+    ({"imagebuild/builder/x.py": "def f(client):\n    return client.api.inspect_image('x')\n"},
+     "imagebuild/builder/x.py:2: client.api in builder: rule: only engine/ talks to the engine API"),
+    ({"imagebuild/push/x.py": "def f():\n    import docker.errors\n"},
+     "imagebuild/push/x.py:2: push imports docker.errors: rule: only engine/ talks to the engine"),
+    ({"imagebuild/launch/x.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import docker\n"},
+     "imagebuild/launch/x.py:3: launch imports docker: rule: only engine/ talks to the engine"),
     ({"imagebuild/smoke/probe/x.py": "from imagebuild.secrets import redact\n"},
      "imagebuild/smoke/probe/x.py:1: smoke/probe imports imagebuild.secrets: rule: the in-image probe never"),
     ({"imagebuild/smoke/probe/x.py": "import yaml\n"},
@@ -288,8 +312,9 @@ def test_checker_accepts_allowed_imports(tmp_path):
     src = _tree(tmp_path, {
         "imagebuild/plan/x.py": "from imagebuild.render import image\nfrom imagebuild import models\n",
         "imagebuild/render/image.py": "", "imagebuild/models.py": "",
-        "imagebuild/builder/x.py": "def f():\n    import docker\n    from imagebuild.engine import connect\n",
-        "imagebuild/engine/connect.py": "import docker\nc = docker.from_env()\n",
+        "imagebuild/builder/x.py": "def f():\n    from imagebuild.engine import connect\n",
+        "imagebuild/engine/connect.py": "import docker\nc = docker.from_env()\nc.api.ping()\n",
+        "imagebuild/oci/auth.py": "import docker.auth\n",
         "imagebuild/smoke/probe/x.py": "import json\nfrom probe.common import Probe\n\ndef f():\n    import torch\n",
     })
     assert check_source(src) == []

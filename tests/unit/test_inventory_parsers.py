@@ -182,6 +182,8 @@ def test_os_release():
 def test_layer_sizes_from_history_with_zero_size_steps():
     """A RUN that only deleted files made a (zero-size) layer, one that changed nothing made none: sizes still land
     on the right layers."""
+    from _fake_engine import FakeEngine
+
     from imagebuild.inventory.local import _layers
 
     history = [  # newest first, as the engine answers
@@ -193,13 +195,8 @@ def test_layer_sizes_from_history_with_zero_size_steps():
         {"Size": 100, "CreatedBy": "imagebuild bootstrap"},
     ]
 
-    class Api:
-        def history(self, image_id):
-            return history
-
-    class Client:
-        api = Api()
-
-    layers = _layers(Client(), "sha256:x", ["d1", "d2", "d3", "d4"])
+    engine = FakeEngine()
+    engine.histories["sha256:x"] = history
+    layers = _layers(engine, "sha256:x", ["d1", "d2", "d3", "d4"])
     assert [(layer.diff_id, layer.size) for layer in layers] == [("d1", 100), ("d2", 900), ("d3", 0), ("d4", 500)]
-    assert all(layer.size is None for layer in _layers(Client(), "sha256:x", ["d1", "d2"]))  # does not add up
+    assert all(layer.size is None for layer in _layers(engine, "sha256:x", ["d1", "d2"]))  # does not add up

@@ -11,6 +11,8 @@ import json
 import tarfile
 
 import pytest
+from _fake_engine import FakeEngine
+from _fake_registry import FakeRegistry
 
 from imagebuild.errors import EngineUnavailable, ImagebuildError
 from imagebuild.inventory import ImageNotFound
@@ -37,55 +39,45 @@ def layer(entries: dict[str, bytes]) -> tuple[bytes, bytes]:
     return raw, gzip.compress(raw, mtime=0)
 
 
-class FakeRegistry:
-    """manifest / blob / open_blob as RegistryClient answers them, over a dict of blobs."""
-
-    def __init__(self, tamper: bool = False):
-        l1_raw, l1 = layer({"var/lib/dpkg/status": b"Package: a\nStatus: install ok installed\nVersion: 1\n",
-                            f"{SITE}/six-1.16.0.dist-info/METADATA": b"Name: six\nVersion: 1.16.0\n"})
-        l2_raw, l2 = layer({f"{SITE}/.wh.six-1.16.0.dist-info": b"",
-                            f"{SITE}/numpy-2.1.0.dist-info/METADATA": b"Name: numpy\nVersion: 2.1.0\n",
-                            "usr/lib/os-release": b"ID=debian\nVERSION_ID=12\n"})
-        config = json.dumps({
-            "architecture": "amd64", "os": "linux", "created": "2026-11-30T20:00:00Z",
-            "config": {"Labels": {"io.imagebuild.torch": "2.13.0"}},
-            "rootfs": {"type": "layers", "diff_ids": [sha(l1_raw), sha(l2_raw)]},
-            "history": [{"created_by": "ADD rootfs"}, {"created_by": "ENV A=1", "empty_layer": True},
-                        {"created_by": "RUN pip install numpy"}],
-        }).encode()
-        manifest = json.dumps({
-            "schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-            "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": sha(config),
-                       "size": len(config)},
-            "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "digest": sha(b),
-                        "size": len(b)} for b in (l1, l2)],
-        }).encode()
-        index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-                            "manifests": [{"digest": "sha256:" + "0" * 64, "platform": {"os": "linux",
-                                                                                         "architecture": "arm64"}},
-                                          {"digest": sha(manifest), "platform": {"os": "linux",
-                                                                                  "architecture": "amd64"}}]}).encode()
-        self.blobs = {sha(b): b for b in (config, l1, l2)}
-        if tamper:
-            self.blobs[sha(l2)] = l1  # served bytes that do not match the digest asked for
-        self.manifests = {"v1": index, sha(manifest): manifest}
-        self.config_digest = sha(config)
-
-    def manifest_raw(self, repository, reference):
-        if reference not in self.manifests:
-            raise RegistryError("manifest unknown", status=404)
-        body = self.manifests[reference]
-        return body, json.loads(body)["mediaType"], sha(body)
-
-    def blob(self, repository, digest):
-        return self.blobs[digest]
-
-    def open_blob(self, repository, digest):
-        return io.BytesIO(self.blobs[digest])
+def fake_registry(tamper: bool = False) -> FakeRegistry:
+    """ml/pt:v1 is an index whose linux/amd64 entry is a two-layer image (layer 2 whites out a dist-info)."""
+    l1_raw, l1 = layer({"var/lib/dpkg/status": b"Package: a\nStatus: install ok installed\nVersion: 1\n",
+                        f"{SITE}/six-1.16.0.dist-info/METADATA": b"Name: six\nVersion: 1.16.0\n"})
+    l2_raw, l2 = layer({f"{SITE}/.wh.six-1.16.0.dist-info": b"",
+                        f"{SITE}/numpy-2.1.0.dist-info/METADATA": b"Name: numpy\nVersion: 2.1.0\n",
+                        "usr/lib/os-release": b"ID=debian\nVERSION_ID=12\n"})
+    config = json.dumps({
+        "architecture": "amd64", "os": "linux", "created": "2026-11-30T20:00:00Z",
+        "config": {"Labels": {"io.imagebuild.torch": "2.13.0"}},
+        "rootfs": {"type": "layers", "diff_ids": [sha(l1_raw), sha(l2_raw)]},
+        "history": [{"created_by": "ADD rootfs"}, {"created_by": "ENV A=1", "empty_layer": True},
+                    {"created_by": "RUN pip install numpy"}],
+    }).encode()
+    manifest = json.dumps({
+        "schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": sha(config),
+                   "size": len(config)},
+        "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "digest": sha(b),
+                    "size": len(b)} for b in (l1, l2)],
+    }).encode()
+    index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                        "manifests": [{"digest": "sha256:" + "0" * 64, "platform": {"os": "linux",
+                                                                                     "architecture": "arm64"}},
+                                      {"digest": sha(manifest), "platform": {"os": "linux",
+                                                                              "architecture": "amd64"}}]}).encode()
+    reg = FakeRegistry()
+    for blob in (config, l1, l2):
+        reg.put_blob(blob)
+    if tamper:
+        reg.blobs[sha(l2)] = l1  # served bytes that do not match the digest asked for
+    reg.put_manifest("ml/pt", "v1", index)
+    reg.put_manifest("ml/pt", None, manifest)
+    reg.config_digest = sha(config)  # what the tests compare the image ID with
+    return reg
 
 
 def test_index_layers_whiteouts_labels():
-    reg = FakeRegistry()
+    reg = fake_registry()
     inv = read_registry(reg, Reference.parse("reg.example:5000/ml/pt:v1"), "linux/amd64")
     assert inv.image_id == reg.config_digest and inv.source == "registry" and inv.size_kind == "compressed"
     assert [(d.name, d.version) for d in inv.pythons] == [("numpy", "2.1.0")]  # six whited out by layer 2
@@ -98,27 +90,16 @@ def test_index_layers_whiteouts_labels():
 
 def test_platform_not_in_index_names_what_is():
     with pytest.raises(ImagebuildError, match=r"no linux/s390x image in its index; it has: linux/amd64, linux/arm64"):
-        read_registry(FakeRegistry(), Reference.parse("reg.example:5000/ml/pt:v1"), "linux/s390x")
+        read_registry(fake_registry(), Reference.parse("reg.example:5000/ml/pt:v1"), "linux/s390x")
 
 
 def test_layer_digest_mismatch_fails():
     with pytest.raises(RegistryError, match="downloaded layer has digest"):
-        read_registry(FakeRegistry(tamper=True), Reference.parse("reg.example:5000/ml/pt:v1"), "linux/amd64")
-
-
-class NoImages:
-    """An engine client that has no image at all."""
-
-    class api:  # noqa: N801 - mimics DockerClient.api
-        @staticmethod
-        def inspect_image(ref):
-            import docker
-
-            raise docker.errors.ImageNotFound(f"No such image: {ref}")
+        read_registry(fake_registry(tamper=True), Reference.parse("reg.example:5000/ml/pt:v1"), "linux/amd64")
 
 
 def test_opener_local_name_unknown_is_image_not_found():
-    opener = Opener(lambda: NoImages())
+    opener = Opener(lambda: FakeEngine())  # an engine without any image
     with pytest.raises(ImageNotFound, match=r"no image 'nosuch:tag' in the local engine"):
         opener.open("nosuch:tag")
 
@@ -133,4 +114,4 @@ def test_opener_engine_down_local_name_says_so():
 
 def test_opener_not_an_image_reference_for_registry():
     with pytest.raises(ImagebuildError, match="is not an image reference"):
-        Opener(lambda: NoImages()).open("docker://reg.example/a:bad!tag")
+        Opener(lambda: FakeEngine()).open("docker://reg.example/a:bad!tag")

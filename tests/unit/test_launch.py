@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _fake_engine import FakeEngine
 from _hosts import HOSTS, topo_of
 
 from imagebuild.errors import UsageError
@@ -214,19 +215,14 @@ class _FakeContainers:
         raise AssertionError("a container was created")
 
 
-class _FakeAPI:
-    def inspect_image(self, ref):
-        for info in (RUNTIME, DEV):
-            if ref in (info.ref, info.id):
-                return {"Id": info.id, "Config": {"Labels": info.labels, "User": info.user}}
-        import docker
+class _FakeClient(FakeEngine):
+    """The shared fake engine holding the two images, plus a container side that must never be used."""
 
-        raise docker.errors.ImageNotFound(f"No such image: {ref}")
-
-
-class _FakeClient:
     def __init__(self):
-        self.api = _FakeAPI()
+        super().__init__()
+        for info in (RUNTIME, DEV):
+            self.add_image(info.ref, info.labels, image_id=info.id)
+            self.images_by_id[info.id]["Config"]["User"] = info.user
         self.containers = _FakeContainers()
 
     def info(self):

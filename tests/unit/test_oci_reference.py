@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from imagebuild.oci import DOCKER_HUB, Reference, ReferenceError, alias_reference
+from imagebuild.oci import DOCKER_HUB, Reference, ReferenceSyntaxError, alias_reference
 
 DIGEST = "sha256:" + "cd" * 32
 
@@ -53,7 +53,7 @@ def test_with_tag():
     moved = ref.with_tag("2.9-cpu-runtime")
     assert str(moved) == "127.0.0.1:5000/ml/pytorch:2.9-cpu-runtime"  # the digest pinned the old tag: dropped
     assert str(ref) == f"127.0.0.1:5000/ml/pytorch:2.9.1-cpu@{DIGEST}"  # unchanged
-    with pytest.raises(ReferenceError, match="tag '-x' is invalid"):
+    with pytest.raises(ReferenceSyntaxError, match="tag '-x' is invalid"):
         ref.with_tag("-x")
 
 
@@ -63,7 +63,7 @@ def test_with_registry():
     assert str(mirrored) == "mirror.example.internal:5000/ubuntu:24.04"
     assert (mirrored.registry, mirrored.repository) == ("mirror.example.internal:5000", "ubuntu")
     assert mirrored.with_registry(None) == ref
-    with pytest.raises(ReferenceError, match="port"):
+    with pytest.raises(ReferenceSyntaxError, match="port"):
         ref.with_registry("reg.io:99999")
 
 

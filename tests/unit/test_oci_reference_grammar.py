@@ -2,7 +2,7 @@
 
 import pytest
 
-from imagebuild.oci import ReferenceError, check_registry, parse_reference
+from imagebuild.oci import ReferenceSyntaxError, check_registry, parse_reference
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -46,7 +46,7 @@ def test_valid(text, domain, path, tag, digest):
     ],
 )
 def test_invalid(text, reason):
-    with pytest.raises(ReferenceError, match=None) as err:
+    with pytest.raises(ReferenceSyntaxError, match=None) as err:
         parse_reference(text)
     assert reason in str(err.value)
 
@@ -59,6 +59,6 @@ def test_registry_valid(text):
 @pytest.mark.parametrize("text, reason", [("ghcr.io/org:tag", "tag"), (f"ghcr.io/org@{DIGEST}", "digest"),
                                           ("reg:abc", "port"), ("reg.io/ML", "lowercase")])
 def test_registry_invalid(text, reason):
-    with pytest.raises(ReferenceError) as err:
+    with pytest.raises(ReferenceSyntaxError) as err:
         check_registry(text)
     assert reason in str(err.value)

@@ -6,7 +6,7 @@ import json
 import sys
 
 import pytest
-from _push_fakes import REG, FakeAPI, FakeClient, FakeRegistry, make_image
+from _push_fakes import REG, add, fake_engine, fake_registry, make_image
 from click.testing import CliRunner
 
 from imagebuild.commands._state import Planned
@@ -20,15 +20,15 @@ def setup(monkeypatch, tmp_path):
     base = make_image(flavor="base", aliases=("2.9-cuda12.8-base",))
     rt = make_image(parent=base.tag, aliases=("2.9-cuda12.8-runtime",))
     plan = Plan("images/h100.yaml", [base, rt])
-    reg = FakeRegistry()
-    api = FakeAPI(reg)
+    reg = fake_registry()
+    api = fake_engine(reg)
     for img in plan.images:
-        api.add(img.tag, image_id="sha256:" + img.flavor, labels={"io.imagebuild.inputs-hash": img.inputs_hash})
+        add(api, img.tag, image_id="sha256:" + img.flavor, labels={"io.imagebuild.inputs-hash": img.inputs_hash})
     matrix = tmp_path / "h100.yaml"
     matrix.write_text("name: x\n")
     monkeypatch.setattr("imagebuild.commands._state.plan_with_record", lambda m, r, i, echo, sd=None: Planned(
         matrix, plan, load_record(matrix), BuildInputs(), r))
-    monkeypatch.setattr("imagebuild.engine.connect", lambda *a, **k: FakeClient(api))
+    monkeypatch.setattr("imagebuild.engine.connect", lambda *a, **k: api)
     monkeypatch.setattr("imagebuild.push.pusher.RegistryClient", lambda *a, **k: reg)
     monkeypatch.setattr("imagebuild.push.pusher.time.sleep", lambda s: None)
     monkeypatch.delenv("IMAGEBUILD_REGISTRY_USER", raising=False)

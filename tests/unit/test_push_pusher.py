@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from _push_fakes import D1, D2, REG, FakeAPI, FakeClient, FakeRegistry, make_image, ok_stream
+from _push_fakes import D1, D2, REG, add, fake_engine, fake_registry, make_image, ok_stream
 
 from imagebuild.models import Plan
 from imagebuild.oci import RegistryAuth
@@ -14,12 +14,12 @@ from imagebuild.push import PushAuthError, Pusher, push_plan
 
 
 def make_pusher(scripts=None, bad_auth=False, retries=3):
-    reg = FakeRegistry(bad_auth)
-    api = FakeAPI(reg, scripts)
+    reg = fake_registry(bad_auth)
+    api = fake_engine(reg, scripts)
     sleeps: list[float] = []
     logs: list[str] = []
     auth = RegistryAuth(REG, "alice", "pw-secret-1", source="options")
-    pusher = Pusher(FakeClient(api), auth, registry_client=reg, retries=retries, backoff=1.0,
+    pusher = Pusher(api, auth, registry_client=reg, retries=retries, backoff=1.0,
                     sleep=sleeps.append, log=logs.append)
     return pusher, api, reg, sleeps, logs
 
@@ -27,7 +27,7 @@ def make_pusher(scripts=None, bad_auth=False, retries=3):
 def test_push_records_digest_bytes_and_aliases():
     img = make_image(aliases=("2.9-cuda12.8-runtime",))
     pusher, api, reg, sleeps, _ = make_pusher()
-    api.add(img.tag)
+    add(api, img.tag)
     rec = pusher.push_image(img, references(img))
     assert rec["status"] == "pushed"
     assert rec["digest"] == D1
@@ -45,7 +45,7 @@ def test_error_chunk_after_success_lines_fails_the_push():
     bad = ok_stream(tag)[:-2] + [{"errorDetail": {"message": "manifest invalid: manifest invalid"},
                                   "error": "manifest invalid: manifest invalid"}]
     pusher, api, *_ = make_pusher([bad])
-    api.add(img.tag)
+    add(api, img.tag)
     rec = pusher.push_image(img)
     assert rec["status"] == "failed"
     assert "manifest invalid" in rec["error"]
@@ -60,7 +60,7 @@ def test_transient_errors_retried_with_exponential_backoff():
     reset = [{"error": "Put http://x/v2/…: read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"}]
     unknown = [{"error": "blob upload unknown"}]
     pusher, api, reg, sleeps, logs = make_pusher([e503, reset, unknown], retries=3)
-    api.add(img.tag)
+    add(api, img.tag)
     rec = pusher.push_image(img)
     assert rec["status"] == "pushed", rec
     assert rec["attempts"] == 4
@@ -72,7 +72,7 @@ def test_transient_errors_give_up_after_bounded_attempts():
     img = make_image()
     e = [{"error": "received unexpected HTTP status: 502 Bad Gateway"}]
     pusher, api, reg, sleeps, _ = make_pusher([e] * 10, retries=2)
-    api.add(img.tag)
+    add(api, img.tag)
     rec = pusher.push_image(img)
     assert rec["status"] == "failed"
     assert "gave up after 3 attempts" in rec["error"]
@@ -80,19 +80,21 @@ def test_transient_errors_give_up_after_bounded_attempts():
 
 
 def test_engine_timeout_is_transient():
-    import requests.exceptions
+    from imagebuild.engine.stream import EngineError
 
-    img = make_image()
-    pusher, api, reg, sleeps, _ = make_pusher([requests.exceptions.ReadTimeout("read timed out")])
-    api.add(img.tag)
+    img = make_image()  # the store's word for a read timeout (test_engine_store.py: the SDK's error becomes this)
+    timeout = EngineError("engine connection: read timed out (timeout/EOF)", connection=True)
+    pusher, api, reg, sleeps, logs = make_pusher([timeout])
+    add(api, img.tag)
     assert pusher.push_image(img)["status"] == "pushed"
-    assert len(api.push_calls) == 2
+    assert len(api.push_calls) == 2 and sleeps == [1.0]
+    assert "read timed out (timeout/EOF); retry 1/3 in 1.0s" in logs[0]
 
 
 def test_wrong_credentials_fail_before_any_push_and_are_not_retried():
     img = make_image()
     pusher, api, reg, sleeps, _ = make_pusher(bad_auth=True)
-    api.add(img.tag)
+    add(api, img.tag)
     with pytest.raises(PushAuthError, match="unauthorized: authentication required"):
         pusher.push_image(img)
     assert api.push_calls == [] and sleeps == [] and reg.auth_checks == 1
@@ -102,7 +104,7 @@ def test_denied_in_stream_is_an_auth_failure_without_retry():
     img = make_image()
     denied = [{"error": "denied: requested access to the resource is denied"}]
     pusher, api, reg, sleeps, _ = make_pusher([denied])
-    api.add(img.tag)
+    add(api, img.tag)
     with pytest.raises(PushAuthError, match="requested access to the resource is denied"):
         pusher.push_image(img)
     assert len(api.push_calls) == 1 and sleeps == []
@@ -113,7 +115,7 @@ def test_unauthorized_from_engine_with_good_credentials_is_retried():
     img = make_image()
     unauth = [{"error": "unauthorized: authentication required"}]
     pusher, api, reg, sleeps, _ = make_pusher([unauth])
-    api.add(img.tag)
+    add(api, img.tag)
     assert pusher.push_image(img)["status"] == "pushed"
     assert len(api.push_calls) == 2 and reg.auth_checks == 2
 
@@ -121,8 +123,8 @@ def test_unauthorized_from_engine_with_good_credentials_is_retried():
 def test_unchanged_image_is_skipped():
     img = make_image()
     pusher, api, reg, *_ = make_pusher()
-    api.add(img.tag, repo_digests=[f"{REG}/pytorch@{D1}"])
-    reg.manifests[("pytorch", img.short_tag)] = D1
+    add(api, img.tag, repo_digests=[f"{REG}/pytorch@{D1}"])
+    reg.tags[("pytorch", img.short_tag)] = D1
     rec = pusher.push_image(img)
     assert rec["status"] == "unchanged" and rec["digest"] == D1 and api.push_calls == []
 
@@ -130,16 +132,16 @@ def test_unchanged_image_is_skipped():
 def test_tag_pointing_elsewhere_is_pushed():
     img = make_image()
     pusher, api, reg, *_ = make_pusher()
-    api.add(img.tag, repo_digests=[f"{REG}/pytorch@{D1}", f"otherreg:5000/pytorch@{D2}"])
-    reg.manifests[("pytorch", img.short_tag)] = D2  # same digest, but our RepoDigest for it is another registry's
-    pusher.client.api.scripts = [ok_stream(img.short_tag, D1)]
+    add(api, img.tag, repo_digests=[f"{REG}/pytorch@{D1}", f"otherreg:5000/pytorch@{D2}"])
+    reg.tags[("pytorch", img.short_tag)] = D2  # same digest, but our RepoDigest for it is another registry's
+    pusher.store.push_scripts = [ok_stream(img.short_tag, D1)]
     assert pusher.push_image(img)["status"] == "pushed"
 
 
 def test_digest_mismatch_after_push_fails():
     img = make_image()
     pusher, api, reg, *_ = make_pusher()
-    api.add(img.tag)
+    add(api, img.tag)
     reg.serve_override = D2
     rec = pusher.push_image(img)
     assert rec["status"] == "failed"
@@ -149,7 +151,7 @@ def test_digest_mismatch_after_push_fails():
 def test_stream_without_digest_is_a_failure():
     img = make_image()
     pusher, api, reg, *_ = make_pusher([[{"status": "Preparing", "id": "a"}]] * 5, retries=1)
-    api.add(img.tag)
+    add(api, img.tag)
     rec = pusher.push_image(img)
     assert rec["status"] == "failed" and "without a digest" in rec["error"]
 
@@ -178,10 +180,10 @@ def test_push_plan_gates_on_build_and_tests():
     rt = make_image(parent=base.tag)
     dev = make_image(flavor="dev", parent=rt.tag)
     plan = Plan("m.yaml", [base, rt, dev])
-    reg = FakeRegistry()
-    api = FakeAPI(reg)
+    reg = fake_registry()
+    api = fake_engine(reg)
     for img in plan.images:
-        api.add(img.tag)
+        add(api, img.tag)
     rows = {base.tag: {"status": "built", "tests": {"passed": 3, "failed": 0}},
             rt.tag: {"status": "built", "tests": {"passed": 2, "failed": 1}},
             dev.tag: {"status": "built"}}
@@ -190,12 +192,12 @@ def test_push_plan_gates_on_build_and_tests():
     orig = pm.RegistryClient
     pm.RegistryClient = lambda *a, **k: reg
     try:
-        results = push_plan(plan, client=FakeClient(api), auth_for=lambda r: RegistryAuth(r, "u", "pw-1234"),
+        results = push_plan(plan, client=api, auth_for=lambda r: RegistryAuth(r, "u", "pw-1234"),
                             report_rows=rows, sleep=lambda s: None)
         assert [r.push["status"] for r in results] == ["pushed", "skipped", "skipped"]
         assert "1 smoke test(s) failed" in results[1].push["reason"]
         assert "not tested" in results[2].push["reason"]
-        results = push_plan(plan, client=FakeClient(api), auth_for=lambda r: RegistryAuth(r, "u", "pw-1234"),
+        results = push_plan(plan, client=api, auth_for=lambda r: RegistryAuth(r, "u", "pw-1234"),
                             report_rows=rows, require_tests=False, sleep=lambda s: None)
         assert [r.push["status"] for r in results] == ["unchanged", "pushed", "pushed"]
     finally:
@@ -212,8 +214,8 @@ def test_push_plan_refuses_tags_without_registry():
 def test_moving_alias_local_tag_on_previous_build_is_retagged():
     img = make_image(aliases=("2.9-cuda12.8-runtime",))
     pusher, api, reg, *_ = make_pusher()
-    api.add(img.tag, image_id="sha256:new")
-    api.add(f"{REG}/pytorch:2.9-cuda12.8-runtime", image_id="sha256:old")
+    add(api, img.tag, image_id="sha256:new")
+    add(api, f"{REG}/pytorch:2.9-cuda12.8-runtime", image_id="sha256:old")
     rec = pusher.push_image(img, references(img))
     assert rec["status"] == "pushed"
     assert api.tag_calls == [("sha256:new", f"{REG}/pytorch", "2.9-cuda12.8-runtime")]

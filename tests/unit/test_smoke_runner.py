@@ -10,6 +10,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from _fake_engine import FakeEngine
 from click.testing import CliRunner
 
 from imagebuild.engine import ContainerSettings
@@ -44,26 +45,22 @@ class FakeContainer:
         self.removed = True
 
 
-class FakeImage:
-    def __init__(self, labels):
-        self.attrs = {"Config": {"Labels": labels}}
+class FakeClient(FakeEngine):
+    """The shared fake engine plus the container side the runner starts its containers with."""
 
-
-class FakeClient:
     def __init__(self, labels=None, start_errors=(), missing=False, runtimes=None):
+        super().__init__()
         self.created: list[FakeContainer] = []
         self.start_errors = list(start_errors)
         self.labels = labels if labels is not None else {"io.imagebuild.flavor": "runtime"}
         self.missing = missing
         self.runtimes = runtimes or {"runc": {}}
-        self.images = self
         self.containers = self
 
-    # images.get / containers.create
-    def get(self, ref):
-        if self.missing:
-            raise docker.errors.ImageNotFound(f"No such image: {ref}")
-        return FakeImage(self.labels)
+    def inspect(self, ref):
+        return None if self.missing else {"Id": "sha256:" + "1" * 64, "Config": {"Labels": self.labels}}
+
+    # containers.create
 
     def create(self, **kw):
         err = self.start_errors.pop(0) if self.start_errors else None
@@ -338,8 +335,6 @@ def test_test_command_image_exit_codes(monkeypatch):
 def test_test_command_matrix_tests_by_image_id_and_keeps_passes(monkeypatch, tmp_path):
     """`test --matrix` tests the image carrying the planned inputs hash, by ID; a second run is up to date (no
     container), --retest runs again, another --expect is its own result, a failure is never up to date."""
-    from _support import FakeClient
-
     from imagebuild.commands import test as cmd
     from imagebuild.commands._state import Planned
     from imagebuild.inputs import BuildInputs
@@ -353,8 +348,8 @@ def test_test_command_matrix_tests_by_image_id_and_keeps_passes(monkeypatch, tmp
     matrix.write_text("x: 1\n")
     monkeypatch.setattr("imagebuild.commands._state.plan_with_record", lambda m, r, i, echo, sd=None: Planned(
         matrix, Plan(str(matrix), images), load_record(matrix), BuildInputs(), r))
-    engine = FakeClient()
-    runtime_id = engine.api.add_image(images[1].tag, {"io.imagebuild.inputs-hash": "h"})
+    engine = FakeEngine()
+    runtime_id = engine.add_image(images[1].tag, {"io.imagebuild.inputs-hash": "h"})
     runs = []
     monkeypatch.setattr(runner, "docker_client", lambda: engine)
     monkeypatch.setattr(runner, "host_where", lambda client: "cpu")

@@ -10,6 +10,7 @@ import time
 import types
 
 import pytest
+from _fake_engine import FakeEngine
 
 from imagebuild.builder import te_cache
 
@@ -24,22 +25,10 @@ def _tar(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-class FakeAPI:
-    def __init__(self, archive: bytes):
-        self.archive, self.removed = archive, []
-
-    def create_container(self, image, command):
-        return {"Id": "c1"}
-
-    def get_archive(self, cid, path):
-        return iter([self.archive]), {}
-
-    def remove_container(self, cid, force):
-        self.removed.append(cid)
-
-
 def _run(archive: bytes):
-    return types.SimpleNamespace(client=types.SimpleNamespace(api=FakeAPI(archive)))
+    engine = FakeEngine()
+    engine.archives["sha256:img"] = archive
+    return types.SimpleNamespace(store=engine)
 
 
 def test_extract_writes_the_wheel_and_meta_once(tmp_path, monkeypatch):
@@ -47,7 +36,7 @@ def test_extract_writes_the_wheel_and_meta_once(tmp_path, monkeypatch):
     whl = "transformer_engine_torch-2.10.0-cp312-cp312-linux_x86_64.whl"
     run = _run(_tar({f"te-wheels/{whl}": b"wheel", "te-wheels/notes.txt": b"x"}))
     wheel, seconds = te_cache._extract(run, "sha256:img", "k" * 64, time.monotonic() - 5)
-    assert wheel == whl and 5 <= seconds < 60 and run.client.api.removed == ["c1"]
+    assert wheel == whl and 5 <= seconds < 60 and run.store.copies == [("sha256:img", "/te-wheels")]
     d = te_cache.cached("k" * 64)
     assert d is not None and sorted(p.name for p in d.iterdir()) == ["meta.json", whl]
     assert json.loads((d / "meta.json").read_text())["seconds"] == seconds

@@ -1,9 +1,10 @@
 """Build stage: base images (bootstrap / pull), the dependency-ordered executor, progress, and the backend seam
-(backend.py: build one image, stream events, cancel) with the classic builder behind it (classic.py, stream.py).
-`bake.py` exports the plan for `docker buildx bake` instead. The engine connection lives in `imagebuild.engine`.
+(backend.py: build one image, stream events, cancel) with the classic builder behind it (classic.py, stream.py;
+backends.py names the backends a run may choose).
+`bake.py` exports the plan for `docker buildx bake` instead. The engine connection and the image store live in `imagebuild.engine`.
 
 Public entry points:
-    build_plan(client, plan, options, progress, backend=None) -> list[ImageResult]   (executor.py)
+    build_plan(store, plan, options, progress, backend=None) -> list[ImageResult]    (executor.py)
     BuildOptions                                          (options.py)
     make_progress(plain=..., verbose=...)                 (progress.py)
 """

@@ -2,7 +2,8 @@
 
 In the style of cibuildwheel's platform modules: the executor (schedule.py, one_image.py) decides what to build, in
 which order, on which parent image ID, and whether an image is already up to date; a backend only turns one request
-(a context tar holding the rendered Dockerfile, build args, labels, a tag) into one image, streams what happens while
+(the rendered Dockerfile, its context files, build args, labels, the parent's image ID, a tag) into one image
+in the image store (engine/store.py), streams what happens while
 it does, and stops when asked. A backend never reads the plan, the matrix or the run's options, so another builder
 (BuildKit, a remote cluster) is one new module beside `classic.py`, not an edit across the executor.
 
@@ -18,7 +19,8 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Literal, Protocol
 
 EventKind = Literal["step", "line", "container", "image", "error"]
@@ -40,15 +42,25 @@ class BuildEvent:
 
 @dataclass(frozen=True)
 class BuildRequest:
-    """Build one image. Everything is already decided: the backend passes it on, it adds no build args or labels."""
+    """Build one image. Everything is already decided: the backend passes it on, it adds no build args or labels.
 
-    tag: str
-    context: IO[bytes]  # tar: the rendered Dockerfile plus context files, rewound; the caller closes it
-    build_args: Mapping[str, str]
+    The backend assembles the build arguments as `{**build_args, **parents, **secret_build_args}`; secret values
+    (index credentials) come separately so a backend that can mount secrets may do so, and never reach a log."""
+
+    tag: str  # the target tag
+    dockerfile: str  # the rendered Dockerfile text
+    build_args: Mapping[str, str]  # not secret
     labels: Mapping[str, str]
     timeout: int  # seconds without a byte from the builder before the build counts as lost
-    dockerfile: str = "Dockerfile"  # path inside the context
+    parents: Mapping[str, str] = field(default_factory=dict)  # build arg -> parent image ID (BASE_IMAGE)
+    secret_build_args: Mapping[str, str] = field(default_factory=dict)
+    context_files: Mapping[str, bytes] = field(default_factory=dict)  # relative path -> bytes
+    context_dirs: Mapping[str, Path] = field(default_factory=dict)  # context path -> host folder
+    network: str = "host"  # "host" or "none": never a bridge network
     log: IO[str] | None = None  # the image's log: the backend appends the whole output, redacted
+
+    def all_build_args(self) -> dict[str, str]:
+        return {**self.build_args, **self.parents, **self.secret_build_args}
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 from imagebuild.errors import UsageError
 from imagebuild.models import FLAVORS, ImagePlan, Plan
@@ -61,7 +62,7 @@ def _default_os_ref(image: ImagePlan) -> str:
 
 
 def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, str] | None = None,
-                  os_images: dict[str, str] | None = None) -> dict:
+                  os_images: dict[str, str] | None = None) -> dict[str, Any]:
     """The bake JSON for `plan`. `contexts`: image id -> context path as it should appear in the file;
     `dockerfiles`: image id -> dockerfile path (relative to the context), default "Dockerfile";
     `os_images`: os id -> default reference for bootstrapped bases."""
@@ -73,9 +74,9 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
         if name in names.values():
             raise ValueError(f"two plan ids map to the bake target {name!r}")
         names[image.tag] = name
-    variables: dict[str, dict] = {"CREATED": {"default": ""}, "REVISION": {"default": ""}}
-    targets: dict[str, dict] = {}
-    groups: dict[str, dict] = {"default": {"targets": []}}
+    variables: dict[str, dict[str, Any]] = {"CREATED": {"default": ""}, "REVISION": {"default": ""}}
+    targets: dict[str, dict[str, Any]] = {}
+    groups: dict[str, dict[str, Any]] = {"default": {"targets": []}}
     for image in plan.images:
         name = names[image.tag]
         args = {k: _esc(v) for k, v in sorted(image.build_args.items()) if k not in image.secret_build_args}
@@ -123,7 +124,7 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 
 def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = None,
-               os_images: dict[str, str] | None = None) -> dict:
+               os_images: dict[str, str] | None = None) -> dict[str, Any]:
     """Write each image's build context (Dockerfile, rendered context files, hard links to big context folders such as
     the wheelhouse) under `context_dir` (default: <output folder>/bake-context) and the bake JSON to `output`."""
     output = Path(output)

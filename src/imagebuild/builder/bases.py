@@ -45,10 +45,10 @@ def base_image_id(run: RunState, img: ImagePlan) -> str:
             if not b.ref:
                 raise UsageError(f"{img.tag}: base source 'registry' without a reference")
             run.progress.set(img.tag, "pulling", b.ref)
-            image_id = ensure_pulled(run.client, b.ref, warn=run.warn)
+            image_id = ensure_pulled(run.store, b.ref, warn=run.warn)
         elif b.kind == "bootstrap":
             spec = bootstrap_mod.spec_for(img.variant)
-            existing = None if run.options.force_bootstrap else bootstrap_mod.find_existing(run.client, spec)
+            existing = None if run.options.force_bootstrap else bootstrap_mod.find_existing(run.store, spec)
             if existing:
                 image_id = existing
             else:
@@ -56,7 +56,7 @@ def base_image_id(run: RunState, img: ImagePlan) -> str:
                                  f"{spec.os_id} ({spec.codename}) from {redact(spec.mirror)}")
                 # through the module attribute, so tests can replace ensure_bootstrap
                 res = bootstrap_mod.ensure_bootstrap(
-                    run.client, spec, force=run.options.force_bootstrap, log_dir=run.log_dir,
+                    run.store, spec, force=run.options.force_bootstrap, log_dir=run.log_dir,
                     workdir=run.options.bootstrap_workdir,
                     on_line=lambda ln: run.progress.line(img.tag, ln),
                 )

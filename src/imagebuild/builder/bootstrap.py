@@ -31,12 +31,17 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 from imagebuild.builder import ociarchive
+from imagebuild.engine.store import ImageStore, as_store
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ResolvedVariant
 from imagebuild.oci import Reference
 from imagebuild.secrets import has_credentials, redact, register_secret
+
+if TYPE_CHECKING:
+    from imagebuild.engine.store import EngineClient
 
 BOOTSTRAP_FORMAT = "2"  # bump when the way the image is made changes (invalidates every bootstrap image); 2: own config
 # apt: Debian's minbase has it (Priority: required), Ubuntu's does not, and every flavor installs with apt-get
@@ -67,7 +72,7 @@ class BootstrapError(ImagebuildError):
     pass
 
 
-_running: set[subprocess.Popen] = set()
+_running: set[subprocess.Popen[str]] = set()
 _running_lock = threading.Lock()
 
 
@@ -177,21 +182,16 @@ class BootstrapResult:
     log_path: str | None = None
 
 
-def find_existing(client, spec: BootstrapSpec) -> str | None:
+def find_existing(store: ImageStore, spec: BootstrapSpec) -> str | None:
     """Image ID of an existing bootstrap image for `spec` (tag + label must both match)."""
-    import docker
-
     h = spec.hash()
-    try:
-        info = client.api.inspect_image(spec.tag)
-        if (info.get("Config") or {}).get("Labels", {}).get(HASH_LABEL) == h:
-            return info["Id"]
-    except docker.errors.ImageNotFound:
-        pass
-    for img in client.api.images(filters={"label": f"{HASH_LABEL}={h}"}):
+    info = store.inspect(spec.tag)
+    if info is not None and ((info.get("Config") or {}).get("Labels") or {}).get(HASH_LABEL) == h:
+        return str(info["Id"])
+    for img in store.find({HASH_LABEL: h}):
         ref = Reference.parse(spec.tag)
-        client.api.tag(img["Id"], ref.name, ref.tag)
-        return img["Id"]
+        store.tag(img["Id"], ref.name, ref.tag or "latest")
+        return str(img["Id"])
     return None
 
 
@@ -322,7 +322,7 @@ def mirror_epoch(spec: BootstrapSpec, timeout: float = 20.0) -> str | None:
     return None if newest is None else str(newest)
 
 
-def _command(tool: str, spec: BootstrapSpec, out_tar: Path, tmp: Path) -> tuple[list[str], dict]:
+def _command(tool: str, spec: BootstrapSpec, out_tar: Path, tmp: Path) -> tuple[list[str], dict[str, Any]]:
     env = dict(os.environ)
     sources, auth = _strip_credentials(spec, tmp)
     keyring = [f"--keyring={pinned_keyring(spec, tmp)}"]
@@ -371,7 +371,7 @@ def _epoch(snapshot: str) -> str:
     raise BootstrapError(f"snapshot {snapshot!r} is not a date like 20251101T000000Z")
 
 
-def _run(cmd: list[str], env: dict, log, on_line: Callable[[str], None] | None) -> int:
+def _run(cmd: list[str], env: dict[str, Any], log: IO[str], on_line: Callable[[str], None] | None) -> int:
     log.write("$ " + redact(" ".join(cmd)) + "\n")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", start_new_session=False)
@@ -413,7 +413,7 @@ def bootstrap_config(spec: BootstrapSpec, h: str, diff_id: str, epoch: int, tool
     )
 
 
-def _import(client, tar_path: Path, spec: BootstrapSpec, h: str, epoch: int, tool: str) -> str:
+def _import(store: ImageStore, tar_path: Path, spec: BootstrapSpec, h: str, epoch: int, tool: str) -> str:
     """Load the rootfs tar as a one-layer image whose config we write (ociarchive): the same tar and inputs give the
     same image ID on any engine."""
     config = bootstrap_config(spec, h, ociarchive.file_digest(tar_path), epoch, tool, ociarchive.host_architecture())
@@ -421,24 +421,27 @@ def _import(client, tar_path: Path, spec: BootstrapSpec, h: str, epoch: int, too
     ociarchive.write_docker_archive(archive, tar_path, config, spec.tag)
     tar_path.unlink()  # the archive holds a copy: keep the peak disk use at one copy plus the archive
     try:
-        ociarchive.load_archive(client, archive, f"the {spec.os_id} root filesystem")
+        ociarchive.load_archive(store, archive, f"the {spec.os_id} root filesystem")
     except ociarchive.LoadError as exc:
         raise BootstrapError(str(exc)) from None
     finally:
         archive.unlink(missing_ok=True)
-    image_id = client.api.inspect_image(spec.tag)["Id"]
+    image_id = store.image_id(spec.tag)
+    if image_id is None:
+        raise BootstrapError(f"loading the {spec.os_id} root filesystem finished but the engine has no {spec.tag}")
     expected = ociarchive.config_id(config)
     if image_id != expected:  # an image store that IDs images otherwise (containerd): say so, the tag is right
         _log.debug("bootstrap image %s has ID %s, config digest %s", spec.tag, image_id, expected)
     return image_id
 
 
-def ensure_bootstrap(client, spec: BootstrapSpec, *, force: bool = False, log_dir: Path | None = None,
+def ensure_bootstrap(engine: ImageStore | EngineClient, spec: BootstrapSpec, *, force: bool = False, log_dir: Path | None = None,
                      workdir: Path | None = None, on_line: Callable[[str], None] | None = None) -> BootstrapResult:
     """Reuse or build the bootstrap image for `spec`; returns its image ID."""
+    store = as_store(engine)
     h = spec.hash()
     if not force:
-        existing = find_existing(client, spec)
+        existing = find_existing(store, spec)
         if existing:
             return BootstrapResult(existing, spec.tag, reused=True)
     if os.geteuid() != 0:
@@ -470,6 +473,6 @@ def ensure_bootstrap(client, spec: BootstrapSpec, *, force: bool = False, log_di
                 f"{tool} of {spec.codename} from {redact(spec.mirror)} failed (exit {rc}); "
                 f"full log: {log_path}\n{tail}"
             )
-        image_id = _import(client, out_tar, spec, h, epoch, tool)
+        image_id = _import(store, out_tar, spec, h, epoch, tool)
     return BootstrapResult(image_id, spec.tag, reused=False, seconds=time.monotonic() - start, tool=tool,
                            log_path=str(log_path))

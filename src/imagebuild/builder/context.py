@@ -12,6 +12,7 @@ import stat
 import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 from imagebuild.models import ImagePlan
 
@@ -69,14 +70,14 @@ def _add_parents(tar: tarfile.TarFile, rel: str, seen: set[str]) -> None:
 
 
 def build_context(image: ImagePlan, extra_files: dict[str, bytes] | None = None,
-                  extra_dirs: dict[str, Path] | None = None):
+                  extra_dirs: dict[str, Path] | None = None) -> IO[bytes]:
     """A rewound binary file object holding the tar context of `image` (close it when done). `extra_dirs`: folders
     the builder adds that are not plan inputs (the cached TE wheel, whose key is in the plan instead)."""
     return tar_context(image.dockerfile, {**image.context_files, **(extra_files or {})},
                        {**image.context_dirs, **(extra_dirs or {})})
 
 
-def tar_context(dockerfile: str, context_files: dict[str, bytes], context_dirs: dict[str, Path]):
+def tar_context(dockerfile: str, context_files: dict[str, bytes], context_dirs: dict[str, Path]) -> IO[bytes]:
     """A rewound tar of a Dockerfile, files (relative path -> bytes) and host folders (context path -> folder)."""
     files: dict[str, bytes] = {"Dockerfile": dockerfile.encode()}
     for rel, data in context_files.items():

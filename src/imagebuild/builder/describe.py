@@ -20,9 +20,11 @@ def describe(run: RunState, res: ImageResult) -> None:
     """size, 5 largest layers, aliases."""
     img = run.plan.by_tag()[res.tag]
     try:
-        info = run.client.api.inspect_image(res.image_id)
+        info = run.store.inspect(res.image_id or "")
+        if info is None:
+            raise LookupError(f"no image {res.image_id} in the engine")
         res.size = int(info.get("Size") or 0)
-        hist = run.client.api.history(res.image_id)
+        hist = run.store.history(res.image_id or "")
         layers = sorted((h for h in hist if h.get("Size")), key=lambda h: h["Size"], reverse=True)[:5]
         # CreatedBy can carry build-arg values (the `|N ARG=...` prefix): redact before it reaches a report
         res.layers = [{"size": int(h["Size"]), "created_by": redact(h.get("CreatedBy") or "")[:300]}
@@ -33,6 +35,6 @@ def describe(run: RunState, res: ImageResult) -> None:
         for alias in references(img)[1:]:
             try:
                 ref = Reference.parse(alias)
-                run.client.api.tag(res.image_id, ref.name, ref.tag)
+                run.store.tag(res.image_id or "", ref.name, ref.tag or "latest")
             except Exception as exc:
                 run.warn(f"{res.tag}: could not tag alias {alias}: {exc}")

@@ -11,8 +11,8 @@ import shutil
 from typing import TYPE_CHECKING
 
 from imagebuild.builder import bootstrap as bootstrap_mod
-from imagebuild.builder.uptodate import INPUTS_LABEL
-from imagebuild.engine import local_root_dir
+from imagebuild.builder.uptodate import holds_inputs, labels_of
+from imagebuild.engine.store import ImageStore
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan
 from imagebuild.units import format_size
@@ -51,13 +51,13 @@ def estimate_bytes(images: list[ImagePlan]) -> int:
     return total
 
 
-def check_disk(client, to_build: list[ImagePlan], bootstraps: int, free_bytes: int | None = None,
+def check_disk(store: ImageStore, to_build: list[ImagePlan], bootstraps: int, free_bytes: int | None = None,
                root: str | None = None) -> str | None:
     """Refuse (DiskSpaceError) when the engine's free space cannot hold the plan; returns a note when unchecked."""
     if not to_build and not bootstraps:
         return None
     if free_bytes is None:
-        root = root or local_root_dir(client)
+        root = root or store.root_dir()
         if root is None:
             return "disk check skipped: the engine's data-root is not on this machine"
         free_bytes = shutil.disk_usage(root).free
@@ -86,24 +86,17 @@ def preflight_disk_check(run: RunState) -> None:
     """
     if not run.options.check_disk:
         return
-    import docker
-
     to_build, bootstraps = [], set()
     for img in run.images:
         if img.parent is None and img.variant.base.kind == "bootstrap":
             spec = bootstrap_mod.spec_for(img.variant)
-            try:
-                run.client.api.inspect_image(spec.tag)
-            except docker.errors.ImageNotFound:
+            if run.store.inspect(spec.tag) is None:
                 bootstraps.add(spec.hash())
         if not run.options.force:
-            try:
-                labels = (run.client.api.inspect_image(img.tag).get("Config") or {}).get("Labels") or {}
-                if labels.get(INPUTS_LABEL) == img.inputs_hash:
-                    continue
-            except docker.errors.ImageNotFound:
-                pass
+            info = run.store.inspect(img.tag)
+            if info is not None and holds_inputs(labels_of(info), img):
+                continue
         to_build.append(img)
-    note = check_disk(run.client, to_build, len(bootstraps))
+    note = check_disk(run.store, to_build, len(bootstraps))
     if note:
         run.progress.note(note, style="dim")

@@ -1,4 +1,5 @@
-"""Build a Plan in dependency order, each image through the build backend (default: the classic builder).
+"""Build a Plan in dependency order, each image through the run's build backend (`BuildOptions.backend`, default the
+classic builder; backends.py names them), every image look-up through the engine's image store (engine/store.py).
 
 - Each parent is built once; children get build arg `BASE_IMAGE=<parent image ID>` (never a moving tag); the base
   flavor gets the bootstrap image ID (or the pulled registry base's ID).
@@ -17,7 +18,8 @@ This module is the entry point (`build_plan`); import every other name from the 
     uptodate.py   labels, up-to-date look-up        describe.py   size, largest layers, alias tags
     buildargs.py  proxies, CREATED, REVISION        disk.py       free space vs the plan's estimate
     interrupt.py  SIGINT/SIGTERM, cancel, cleanup   backend.py    the seam: BuildBackend / RunningBuild protocols
-    classic.py    the classic-builder backend (low-level `client.api.build`); stream.py parses its JSON stream
+    backends.py   the backends by name              logs.py       the per-image log files
+    classic.py    the classic-builder backend (`ImageStore.build`); stream.py parses its JSON stream
 """
 
 from __future__ import annotations
@@ -25,50 +27,27 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from imagebuild.builder import interrupt as _interrupt
-from imagebuild.builder import one_image as _one_image
 from imagebuild.builder import schedule as _schedule
-from imagebuild.builder.bases import base_image_id as _base_image_id
 from imagebuild.builder.options import BuildOptions
 from imagebuild.builder.progress import Progress
 from imagebuild.builder.state import RunState
-from imagebuild.builder.uptodate import find_up_to_date as _find_up_to_date
-from imagebuild.models import ImagePlan, ImageResult, Plan
+from imagebuild.engine.store import ImageStore, as_store
+from imagebuild.models import ImageResult, Plan
 
 if TYPE_CHECKING:
     from imagebuild.builder.backend import BuildBackend
+    from imagebuild.engine.store import EngineClient
 
 
-class _Run(RunState):
-    """One run: its state plus the operations on it (kept as methods for callers and tests that drive a run)."""
-
-    def execute(self) -> list[ImageResult]:
-        return _schedule.execute(self)
-
-    def build_one(self, img: ImagePlan) -> ImageResult:
-        return _one_image.build_one(self, img)
-
-    def base_image_id(self, img: ImagePlan) -> str:
-        return _base_image_id(self, img)
-
-    def find_up_to_date(self, img: ImagePlan, base_id: str) -> str | None:
-        return _find_up_to_date(self.client, img, base_id)
-
-    def interrupt(self) -> None:
-        _interrupt.interrupt(self)
-
-    def remove_containers(self) -> list[str]:
-        return _interrupt.remove_containers(self)
-
-
-def build_plan(client, plan: Plan, options: BuildOptions | None = None,
+def build_plan(engine: ImageStore | EngineClient, plan: Plan, options: BuildOptions | None = None,
                progress: Progress | None = None, backend: BuildBackend | None = None) -> list[ImageResult]:
     """Build (or find up to date) every selected image of `plan`; one ImageResult per planned image.
 
-    `backend` builds each image (default: the classic builder on `client`); `client` still serves the image store
-    look-ups (up to date, bases, size, aliases). Raises KeyboardInterrupt after cleaning up when interrupted
-    (SIGINT or SIGTERM).
+    `engine` is the image store (or a docker client, whose store is used): up to date, bases, size, aliases.
+    `backend` builds each image (default: the one `options.backend` names, on that store). Raises
+    KeyboardInterrupt after cleaning up when interrupted (SIGINT or SIGTERM).
     """
     options = options or BuildOptions()
     progress = progress or Progress()
-    run = _Run(client, plan, options, progress, backend)
-    return _interrupt.run_interruptibly(run, run.execute)
+    run = RunState(as_store(engine), plan, options, progress, backend)
+    return _interrupt.run_interruptibly(run, lambda: _schedule.execute(run))

@@ -51,7 +51,7 @@ def run_interruptibly(run: RunState, execute: Callable[[], list[ImageResult]]) -
     old_term = None
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:
-        def on_term(signum, frame):
+        def on_term(signum: int, frame: object) -> None:
             raise _Terminated()
 
         old_term = signal.signal(signal.SIGTERM, on_term)

@@ -5,7 +5,8 @@ ID on every engine and every run. Here the config is ours: `created` and the his
 SOURCE_DATE_EPOCH, the one layer's diff_id is the sha256 of the uncompressed tar, keys are sorted and nothing else
 is in it, so the image ID (sha256 of the config) is a function of the tar and the labels only. The engine gets a
 docker-archive (manifest.json + config + layer tar, the format `docker save` writes and `docker load` reads) through
-the SDK's `load_image`, which answers HTTP 200 and reports failures inside its JSON stream: every chunk is read.
+the image store's `load` (engine/store.py), which reads every chunk of the engine's HTTP-200 answer: an error chunk
+fails the load with the engine's own text.
 """
 
 from __future__ import annotations
@@ -18,10 +19,15 @@ import subprocess
 import tarfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imagebuild.builder.sourcedate import rfc3339
+from imagebuild.engine.store import ImageStore, as_store
+from imagebuild.engine.stream import EngineError
 from imagebuild.errors import ImagebuildError
-from imagebuild.secrets import redact
+
+if TYPE_CHECKING:
+    from imagebuild.engine.store import EngineClient
 
 # Debian architecture names -> OCI (GOARCH) names, and the machine names Python reports
 _DEB_TO_OCI = {"amd64": "amd64", "arm64": "arm64", "armhf": "arm", "armel": "arm", "i386": "386",
@@ -98,24 +104,10 @@ def write_docker_archive(out: Path, layer_tar: Path, config: bytes, repo_tag: st
         _member(tar, "manifest.json", json.dumps(manifest, separators=(",", ":")).encode())
 
 
-def load_archive(client, archive: Path, what: str) -> list[str]:
-    """Load a docker-archive through the SDK; the engine's "Loaded image..." lines. Any error chunk in the HTTP-200
+def load_archive(engine: ImageStore | EngineClient, archive: Path, what: str) -> list[str]:
+    """Load a docker-archive into the store; the engine's "Loaded image..." lines. Any error chunk in the HTTP-200
     stream (a bad layer, a full disk) raises LoadError naming `what`."""
-    import docker
-
-    lines: list[str] = []
     try:
-        with open(archive, "rb") as fh:
-            for chunk in client.api.load_image(fh, quiet=True):
-                if not isinstance(chunk, dict):
-                    continue
-                # the SDK skips the status check on this streaming call: a refused request is a bare {"message"}
-                if chunk.get("error") or chunk.get("errorDetail") or set(chunk) == {"message"}:
-                    msg = chunk.get("error") or (chunk.get("errorDetail") or {}).get("message") or chunk["message"]
-                    raise LoadError(f"loading {what} into the engine failed: {redact(str(msg))}")
-                text = str(chunk.get("stream") or "").strip()
-                if text:
-                    lines.append(text)
-    except docker.errors.APIError as exc:
-        raise LoadError(f"loading {what} into the engine failed: {redact(exc.explanation or str(exc))}") from None
-    return lines
+        return as_store(engine).load(archive)
+    except EngineError as exc:
+        raise LoadError(f"loading {what} into the engine failed: {exc}") from None

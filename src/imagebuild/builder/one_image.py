@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from imagebuild.builder.backend import BuildOutcome, BuildRequest
+from imagebuild.builder.backend import BuildRequest
+from imagebuild.builder.backend_run import run_build
 from imagebuild.builder.bases import base_image_id
 from imagebuild.builder.buildargs import register_secret_url
-from imagebuild.builder.context import build_context
 from imagebuild.builder.describe import describe
+from imagebuild.builder.logs import open_log
 from imagebuild.builder.remote import use_remote
 from imagebuild.builder.reproduced import same_content
 from imagebuild.builder.sourcedate import SOURCE_DATE_LABEL, rfc3339, source_date_epoch
-from imagebuild.builder.stream import open_log
 from imagebuild.builder.te_cache import TE_WHEEL_DIR, ensure_te_wheel
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL, find_up_to_date
 from imagebuild.errors import ImagebuildError
@@ -52,7 +53,7 @@ def build_one(run: RunState, img: ImagePlan) -> ImageResult:
         with run.lock:
             hlock = run.hash_locks.setdefault(img.inputs_hash, threading.Lock())
         with hlock:  # two plan entries with identical inputs build once
-            existing = None if run.options.force else find_up_to_date(run.client, img, base_id)
+            existing = None if run.options.force else find_up_to_date(run.store, img, base_id)
             if existing:
                 res.status, res.image_id = "up-to-date", existing
                 describe(run, res)
@@ -84,18 +85,14 @@ def build_one(run: RunState, img: ImagePlan) -> ImageResult:
 def _build(run: RunState, img: ImagePlan, res: ImageResult, base_id: str, start: float) -> None:
     log_path = run.log_dir / f"{img.id}.log"
     res.log_path = str(log_path)
-    extra_dirs = {}
+    extra_dirs: dict[str, Path] = {}
     if img.te_wheel is not None:  # the TE wheel from the cache (built first when missing)
         extra_dirs[TE_WHEEL_DIR] = ensure_te_wheel(run, img, base_id, res)
     run.progress.set(img.tag, "building", "sending context")
-    previous = _tagged_id(run, img.tag)
-    context = build_context(img, extra_dirs=extra_dirs)
-    try:
-        with open_log(log_path) as log:
-            log.write(f"# {img.tag}\n# inputs hash {img.inputs_hash}\n# BASE_IMAGE={base_id}\n")
-            outcome = run_build(run, build_request(run, img, base_id, context, log), img.tag)
-    finally:
-        context.close()
+    previous = run.store.image_id(img.tag)
+    with open_log(log_path) as log:
+        log.write(f"# {img.tag}\n# inputs hash {img.inputs_hash}\n# BASE_IMAGE={base_id}\n")
+        outcome = run_build(run, build_request(run, img, base_id, log, extra_dirs), img.tag)
     res.build_seconds = time.monotonic() - start
     if outcome.failed:
         res.status = "failed"
@@ -112,76 +109,46 @@ def _build(run: RunState, img: ImagePlan, res: ImageResult, base_id: str, start:
     describe(run, res)
 
 
-def _tagged_id(run: RunState, tag: str) -> str | None:
-    import docker
-
-    try:
-        return str(run.client.api.inspect_image(tag)["Id"])
-    except docker.errors.ImageNotFound:
-        return None
-
-
 def keep_reproduced(run: RunState, img: ImagePlan, res: ImageResult, new: str, previous: str) -> str:
     """The image ID to keep: `previous` when the new image has the same content as the one its tag named before
     (reproduced.py), so the children's parent ID, and with it their inputs, stays the same; else `new`. Best effort:
     on any error the new image stays."""
     try:
-        if not same_content(run.client, previous, new):
+        if not same_content(run.store, previous, new):
             return new
         ref = Reference.parse(img.tag)
-        run.client.api.tag(previous, ref.name, ref.tag)
+        run.store.tag(previous, ref.name, ref.tag or "latest")
     except Exception as exc:
         run.warn(f"{img.tag}: could not compare with the previous image {previous[7:19]}: {exc}")
         return new
     res.reproduced_from = new
     try:
-        run.client.api.remove_image(new)
+        run.store.remove(new)
     except Exception as exc:  # another tag or a container holds it: harmless, it is just not removed
         run.warn(f"{img.tag}: kept the previous image; could not remove the new one {new[7:19]}: {exc}")
     run.progress.note(f"{img.tag}: reproduced: same content as {previous[7:19]} (kept it)", style="")
     return previous
 
 
-def run_build(run: RunState, request: BuildRequest, tag: str, key: str | None = None,
-              step_prefix: str = "") -> BuildOutcome:
-    """One backend build, registered under `key` (default `tag`) so an interrupt can cancel it, its steps and lines
-    shown on `tag`'s progress row; returns how it ended."""
-    key = key or tag
-    build = run.backend.start(request)
-    with run.lock:
-        run.builds[key] = build
-    if run.cancel.is_set():  # interrupted before the build was registered
-        build.cancel()
-    try:
-        for ev in build.events():
-            if ev.kind == "step":
-                run.progress.step(tag, ev.step or 0, ev.steps or 0, step_prefix + ev.text)
-            elif ev.kind == "line":
-                run.progress.line(tag, ev.text)
-    finally:
-        with run.lock:
-            run.builds.pop(key, None)
-    return build.outcome()
-
-
-def build_request(run: RunState, img: ImagePlan, base_id: str, context: IO[bytes], log: IO[str]) -> BuildRequest:
+def build_request(run: RunState, img: ImagePlan, base_id: str, log: IO[str],
+                  extra_dirs: dict[str, Path] | None = None) -> BuildRequest:
     """The plan row as a backend request: the run's build args, the parent's image ID, the up-to-date labels."""
     for v in img.secret_build_args.values():
         register_secret(v)
         register_secret_url(v)
-    epoch = source_date_epoch(run.client, base_id)
+    epoch = source_date_epoch(run.store, base_id)
     build_args = {
         **run.proxies,
         **img.build_args,
-        "BASE_IMAGE": base_id,
         "SOURCE_DATE_EPOCH": str(epoch),
         "CREATED": run.created or rfc3339(epoch),  # the source date unless the run asked for another
         "REVISION": run.revision,
-        **img.secret_build_args,
     }
     labels = {**img.labels, INPUTS_LABEL: img.inputs_hash, BASE_LABEL: base_id, SOURCE_DATE_LABEL: str(epoch)}
-    return BuildRequest(tag=img.tag, context=context, build_args=build_args, labels=labels,
-                        timeout=run.options.build_timeout, log=log)
+    return BuildRequest(tag=img.tag, dockerfile=img.dockerfile, build_args=build_args, labels=labels,
+                        timeout=run.options.build_timeout, parents={"BASE_IMAGE": base_id},
+                        secret_build_args=dict(img.secret_build_args), context_files=dict(img.context_files),
+                        context_dirs={**img.context_dirs, **(extra_dirs or {})}, log=log)
 
 
 def check_budget(img: ImagePlan, res: ImageResult) -> None:

@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 def default_jobs() -> int:
@@ -31,4 +32,5 @@ class BuildOptions:
     tag_aliases: bool = True
     build_timeout: int = 6 * 3600  # seconds without a byte from the engine before a build counts as lost
     on_warning: Callable[[str], None] | None = None
-    remote: dict = field(default_factory=dict)  # planned tag -> remote.RemoteImage: up to date in the registry
+    remote: dict[str, Any] = field(default_factory=dict[str, Any])  # planned tag -> remote.RemoteImage: up to date in the registry
+    backend: str = "classic"  # which build backend builds the images (builder/backends.py: BACKENDS)

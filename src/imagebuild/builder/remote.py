@@ -17,11 +17,17 @@ import json
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
-from imagebuild.models import ImagePlan
-from imagebuild.oci import Reference, ReferenceError
+from imagebuild.engine.store import ImageStore
+from imagebuild.models import ImagePlan, ImageResult
+from imagebuild.oci import Reference, ReferenceSyntaxError
 from imagebuild.oci.registry import RegistryClient, RegistryError
+from imagebuild.secrets import redact
+
+if TYPE_CHECKING:
+    from imagebuild.builder.state import RunState
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                "application/vnd.docker.distribution.manifest.list.v2+json")
@@ -39,7 +45,7 @@ class RemoteImage:
     image_id: str  # config digest = the image ID an engine gives it
     registry: str  # the registry prefix, for messages
     compressed: int  # sum of the layer sizes in the manifest: what a pull would download
-    auth_config: dict | None = field(default=None, repr=False, compare=False)  # for the engine's pull
+    auth_config: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # for the engine's pull
 
 
 def machine_arch() -> str:
@@ -47,7 +53,7 @@ def machine_arch() -> str:
     return {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(m, m)
 
 
-def _pick(rc: RegistryClient, repo: str, digest: str, doc: dict, arch: str) -> tuple[str, dict] | None:
+def _pick(rc: RegistryClient, repo: str, digest: str, doc: dict[str, Any], arch: str) -> tuple[str, dict[str, Any]] | None:
     if doc.get("mediaType") in INDEX_TYPES or "manifests" in doc:
         for entry in doc.get("manifests") or []:
             p = entry.get("platform") or {}
@@ -58,7 +64,7 @@ def _pick(rc: RegistryClient, repo: str, digest: str, doc: dict, arch: str) -> t
     return digest, doc
 
 
-def check_config(img: ImagePlan, config: dict, arch: str, parent_id: str | None) -> str | None:
+def check_config(img: ImagePlan, config: dict[str, Any], arch: str, parent_id: str | None) -> str | None:
     """Why this config is not `img` as planned (None: it is)."""
     labels = (config.get("config") or {}).get("Labels") or {}
     if labels.get(INPUTS_LABEL) != img.inputs_hash:
@@ -74,7 +80,7 @@ def check_config(img: ImagePlan, config: dict, arch: str, parent_id: str | None)
     return None
 
 
-def find_in_registry(images: list[ImagePlan], resolve_auth: Callable, log: Callable[[str], None],
+def find_in_registry(images: list[ImagePlan], resolve_auth: Callable[..., Any], log: Callable[[str], None],
                      local_id: Callable[[ImagePlan], str | None] | None = None,
                      make_client: Callable[..., RegistryClient] | None = None,
                      arch: str | None = None) -> dict[str, RemoteImage]:
@@ -82,13 +88,13 @@ def find_in_registry(images: list[ImagePlan], resolve_auth: Callable, log: Calla
     arch = arch or machine_arch()
     make_client = make_client or (lambda auth: RegistryClient(auth, retries=0, timeout=15.0))
     clients: dict[str, RegistryClient] = {}
-    auths: dict[str, dict | None] = {}
+    auths: dict[str, dict[str, Any] | None] = {}
     found: dict[str, RemoteImage] = {}
     by_tag = {i.tag: i for i in images}
     for img in images:
         try:
             ref = Reference.parse(img.tag)
-        except ReferenceError:
+        except ReferenceSyntaxError:
             continue
         if ref.domain is None or not ref.tag:
             continue  # a local-only tag: no registry to ask
@@ -138,25 +144,19 @@ def find_in_registry(images: list[ImagePlan], resolve_auth: Callable, log: Calla
     return found
 
 
-def use_remote(run, img: ImagePlan, res) -> bool:
+def use_remote(run: RunState, img: ImagePlan, res: ImageResult) -> bool:
     """An image up to date in the registry: nothing built. Pulled by digest only when a child of this run must be
     built on it (or the engine already has it). Fills `res`; False when `img` is not up to date in the registry."""
-    import docker.errors
-
     remote: RemoteImage | None = (run.options.remote or {}).get(img.tag)
     if remote is None:
         return False
     ref = Reference.parse(img.tag)
     # the status is set last: the scheduler starts children as soon as it reads "up-to-date"
-    try:
-        run.client.api.inspect_image(remote.image_id)
-        have = True
-    except docker.errors.ImageNotFound:
-        have = False
+    have = run.store.image_id(remote.image_id) is not None
     needed = any(c.parent == img.tag and c.tag not in run.options.remote for c in run.images)
     if not have and needed:
         run.progress.set(img.tag, "pulling", f"{remote.ref} ({remote.compressed} bytes compressed)")
-        pulled = pull_by_digest(run.client, remote)
+        pulled = pull_by_digest(run.store, remote)
         if pulled != remote.image_id:
             raise RegistryError(f"{remote.ref}: pulled image {pulled} is not the config {remote.image_id}")
         res.source = f"pulled {remote.registry}"
@@ -166,7 +166,7 @@ def use_remote(run, img: ImagePlan, res) -> bool:
     else:
         res.source = f"registry {remote.registry}"
     if have:
-        run.client.api.tag(remote.image_id, ref.name, ref.tag, force=True)
+        run.store.tag(remote.image_id, ref.name, ref.tag or "latest", force=True)
     res.push = {"status": "present", "digest": remote.digest, "registry": ref.registry, "tags": [img.tag]}
     res.image_id = remote.image_id
     res.status = "up-to-date"
@@ -174,18 +174,14 @@ def use_remote(run, img: ImagePlan, res) -> bool:
     return True
 
 
-def pull_by_digest(client, remote: RemoteImage) -> str:
+def pull_by_digest(store: ImageStore, remote: RemoteImage) -> str:
     """Pull `remote` by digest with the registry's credentials; errors inside the HTTP-200 stream fail it."""
-    from imagebuild.secrets import redact
-
     name, _, digest = remote.ref.partition("@")
     try:
-        for chunk in client.api.pull(name, tag=digest, stream=True, decode=True, auth_config=remote.auth_config):
-            if isinstance(chunk, dict) and (chunk.get("error") or chunk.get("errorDetail")):
-                msg = chunk.get("error") or (chunk.get("errorDetail") or {}).get("message")
-                raise RegistryError(f"pulling {remote.ref} failed: {redact(str(msg))}")
-    except RegistryError:
-        raise
-    except Exception as exc:  # docker.errors.APIError, connection errors
+        store.pull(name, digest, auth_config=remote.auth_config)
+    except Exception as exc:  # EngineError (the stream's error text, a refused call), connection errors
         raise RegistryError(f"pulling {remote.ref} failed: {redact(str(exc))}") from None
-    return str(client.api.inspect_image(remote.ref)["Id"])
+    pulled = store.image_id(remote.ref)
+    if pulled is None:
+        raise RegistryError(f"pulling {remote.ref} finished but the engine does not have it")
+    return pulled

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+from imagebuild.engine.store import ImageStore
 
 VOLATILE_LABELS = ("org.opencontainers.image.created", "org.opencontainers.image.revision")
 _CONFIG_IGNORED = ("Image", "Hostname", "Domainname")
 
 
-def _config(info: Mapping) -> dict:
+def _config(info: Mapping[str, Any]) -> dict[str, Any]:
     config = dict(info.get("Config") or {})
     for key in _CONFIG_IGNORED:
         config.pop(key, None)
@@ -33,13 +36,13 @@ def _config(info: Mapping) -> dict:
 _VOLATILE_STEP = re.compile("(" + "|".join(re.escape(k) for k in VOLATILE_LABELS) + r')=("(?:[^"\\]|\\.)*"|\S*)')
 
 
-def _steps(history: Sequence[Mapping]) -> list[tuple[str, int]]:
+def _steps(history: Sequence[Mapping[str, Any]]) -> list[tuple[str, int]]:
     """History as (created_by, size), the volatile label values blanked (they appear in the LABEL steps)."""
     return [(_VOLATILE_STEP.sub(r"\1=<volatile>", str(entry.get("CreatedBy") or "")), int(entry.get("Size") or 0))
             for entry in history]
 
 
-def differences(old: Mapping, new: Mapping, old_history: Sequence[Mapping], new_history: Sequence[Mapping]) -> list[str]:
+def differences(old: Mapping[str, Any], new: Mapping[str, Any], old_history: Sequence[Mapping[str, Any]], new_history: Sequence[Mapping[str, Any]]) -> list[str]:
     """What differs between two images (inspect + history as the engine gives them), dates and volatile labels
     aside; empty when the new one reproduces the old one."""
     out = []
@@ -56,8 +59,9 @@ def differences(old: Mapping, new: Mapping, old_history: Sequence[Mapping], new_
     return out
 
 
-def same_content(client, old_id: str, new_id: str) -> bool:
-    """Whether image `new_id` reproduces `old_id` (see `differences`)."""
-    api = client.api
-    old, new = api.inspect_image(old_id), api.inspect_image(new_id)
-    return not differences(old, new, api.history(old_id), api.history(new_id))
+def same_content(store: ImageStore, old_id: str, new_id: str) -> bool:
+    """Whether image `new_id` reproduces `old_id` (see `differences`); False when either is gone."""
+    old, new = store.inspect(old_id), store.inspect(new_id)
+    if old is None or new is None:
+        return False
+    return not differences(old, new, store.history(old_id), store.history(new_id))

@@ -29,7 +29,7 @@ def execute(run: RunState) -> list[ImageResult]:
         run.result(img)
     preflight_disk_check(run)
     pending = list(run.images)
-    running: dict[cf.Future, ImagePlan] = run.running
+    running: dict[cf.Future[ImageResult], ImagePlan] = run.running
     stop_reason: str | None = None
     finished: set[str] = set()  # tags whose build_one returned
     run.pool = cf.ThreadPoolExecutor(max_workers=max(1, run.options.jobs), thread_name_prefix="build")

@@ -13,6 +13,8 @@ import os
 import re
 from datetime import datetime, timezone
 
+from imagebuild.engine.store import ImageStore
+
 SOURCE_DATE_LABEL = "io.imagebuild.source-date-epoch"
 _RFC3339 = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?(Z|[+-]\d\d:\d\d)$")
 
@@ -33,15 +35,17 @@ def from_environment() -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def source_date_epoch(client, base_id: str) -> int:
+def source_date_epoch(store: ImageStore, base_id: str) -> int:
     """The source date for an image built on `base_id` (see the module doc); 0 when nothing says one (a base the
     engine cannot show fails its build anyway, with a clearer message than this look-up would give)."""
     env = from_environment()
     if env is not None:
         return env
     try:
-        info = client.api.inspect_image(base_id)
+        info = store.inspect(base_id)
     except Exception:
+        return 0
+    if info is None:
         return 0
     label = ((info.get("Config") or {}).get("Labels") or {}).get(SOURCE_DATE_LABEL, "")
     if str(label).isdigit():

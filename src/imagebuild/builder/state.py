@@ -12,26 +12,27 @@ import threading
 from pathlib import Path
 
 from imagebuild.builder.backend import BuildBackend, RunningBuild
+from imagebuild.builder.backends import make_backend
 from imagebuild.builder.buildargs import created_arg, proxy_build_args, register_secret_url, revision_arg
-from imagebuild.builder.classic import ClassicBackend
 from imagebuild.builder.options import BuildOptions
 from imagebuild.builder.order import select_images
 from imagebuild.builder.progress import Progress
+from imagebuild.engine.store import ImageStore
 from imagebuild.models import ImagePlan, ImageResult, Plan
 
 
 class RunState:
-    def __init__(self, client, plan: Plan, options: BuildOptions, progress: Progress,
-                 backend: BuildBackend | None = None):
-        self.client, self.plan, self.options, self.progress = client, plan, options, progress
-        self.backend: BuildBackend = backend if backend is not None else ClassicBackend(client)
+    def __init__(self, store: ImageStore, plan: Plan, options: BuildOptions, progress: Progress,
+                 backend: BuildBackend | None = None) -> None:
+        self.store, self.plan, self.options, self.progress = store, plan, options, progress
+        self.backend: BuildBackend = backend if backend is not None else make_backend(options.backend, store)
         self.images, self.selected = select_images(plan, options.only)
         self.results: dict[str, ImageResult] = {}
         self.tails: dict[str, str] = {}  # tag -> last lines of a failed build, for the failure report
         self.cancel = threading.Event()
         self.lock = threading.Lock()
         self.builds: dict[str, RunningBuild] = {}  # tag -> the backend's handle of a running build (for cancel)
-        self.base_futures: dict[str, cf.Future] = {}  # base source key -> its OS image ID (bootstrapped/pulled once)
+        self.base_futures: dict[str, cf.Future[str]] = {}  # base source key -> its OS image ID (bootstrapped/pulled once)
         self.hash_locks: dict[str, threading.Lock] = {}  # inputs hash -> lock: identical entries build once
         self.te_rebuilt: set[str] = set()  # TE wheel keys this run built (--force rebuilds each key once)
         self.created = created_arg(options)
@@ -40,7 +41,7 @@ class RunState:
         for v in self.proxies.values():
             register_secret_url(v)
         self.log_dir = Path(options.log_dir)
-        self.running: dict[cf.Future, ImagePlan] = {}  # shared with the interrupt path, which waits on them
+        self.running: dict[cf.Future[ImageResult], ImagePlan] = {}  # shared with the interrupt path, which waits on them
         self.pool: cf.ThreadPoolExecutor | None = None
 
     def result(self, img: ImagePlan) -> ImageResult:

@@ -1,7 +1,8 @@
-"""Parse the decoded JSON stream of the classic builder (`client.api.build(..., decode=True)`); used by classic.py.
+"""Parse the decoded JSON stream of the classic builder (`ImageStore.build(...).chunks()`); used by classic.py.
 
 The engine answers HTTP 200 and reports a failed build as `{"error": ..., "errorDetail": {...}}` chunks in the
-stream: a tool that only looks at the HTTP status reports green on a failed build. `BuildStream` turns every chunk
+stream (recognised by `engine.stream.error_text`, the one reader of such chunks): a tool that only looks at the HTTP
+status reports green on a failed build. `BuildStream` turns every chunk
 into state (current step, image ID, failure), keeps the last lines for the error report and writes the whole output,
 redacted, to a log file.
 """
@@ -12,10 +13,10 @@ import re
 import urllib.parse
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO
 
 from imagebuild.builder.backend import BuildEvent
+from imagebuild.engine.stream import error_code, error_text
 from imagebuild.secrets import redact
 
 TAIL_LINES = 40
@@ -96,11 +97,9 @@ class BuildStream:
         if isinstance(aux, dict) and aux.get("ID"):
             self.image_id = str(aux["ID"])
             events.append(BuildEvent("image", self.image_id))
-        if "error" in chunk or "errorDetail" in chunk:
-            detail = chunk.get("errorDetail") or {}
-            message = chunk.get("error") or (detail.get("message") if isinstance(detail, dict) else None)
-            message = str(message or "the engine reported an error without a message").strip()
-            self.fail(message, detail.get("code") if isinstance(detail, dict) else None)
+        message = error_text(chunk)
+        if message is not None:
+            self.fail(message, error_code(chunk))
             events.append(BuildEvent("error", self.error or message))
         return events
 
@@ -204,7 +203,3 @@ class BuildStream:
             except (OSError, ValueError):
                 pass
 
-
-def open_log(path: Path) -> IO[str]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return open(path, "w", encoding="utf-8", errors="replace")

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imagebuild.builder.backend import BuildRequest
+from imagebuild.builder.backend_run import run_build
 from imagebuild.builder.buildargs import register_secret_url
-from imagebuild.builder.context import tar_context
+from imagebuild.builder.logs import open_log
 from imagebuild.builder.sourcedate import source_date_epoch
-from imagebuild.builder.stream import open_log
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan, ImageResult, TEWheelPlan
+from imagebuild.render.te_wheel import KEY_LABEL
 from imagebuild.secrets import register_secret
 
 if TYPE_CHECKING:
@@ -91,26 +92,21 @@ def ensure_te_wheel(run: RunState, img: ImagePlan, base_id: str, res: ImageResul
 def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str,
                  started: float) -> tuple[str, float]:
     """Build the wheel and put it in the cache; (wheel file name, seconds since `started`)."""
-    from imagebuild.builder.one_image import run_build  # one_image imports this module
-
     tag = f"{WHEEL_REPOSITORY}:{plan.key[:12]}"
     log_path = run.log_dir / f"{img.id}-te-wheel.log"
     for v in plan.secret_build_args.values():
         register_secret(v)
         register_secret_url(v)
     # SOURCE_DATE_EPOCH as the runtime build passes it: its pip stage is the same, so the engine's cache serves it
-    build_args = {**run.proxies, **plan.build_args, "BASE_IMAGE": base_id,
-                  "SOURCE_DATE_EPOCH": str(source_date_epoch(run.client, base_id)), **plan.secret_build_args}
-    context = tar_context(plan.dockerfile, {}, plan.context_dirs)
-    try:
-        with open_log(log_path) as log:
-            log.write(f"# TE wheel for {img.tag}\n# key {plan.key}\n# BASE_IMAGE={base_id}\n")
-            request = BuildRequest(tag=tag, context=context, build_args=build_args,
-                                   labels={"io.imagebuild.te-build-key": plan.key},
-                                   timeout=run.options.build_timeout, log=log)
-            outcome = run_build(run, request, img.tag, key=f"{img.tag} (TE wheel)", step_prefix="TE wheel: ")
-    finally:
-        context.close()
+    build_args = {**run.proxies, **plan.build_args,
+                  "SOURCE_DATE_EPOCH": str(source_date_epoch(run.store, base_id))}
+    with open_log(log_path) as log:
+        log.write(f"# TE wheel for {img.tag}\n# key {plan.key}\n# BASE_IMAGE={base_id}\n")
+        request = BuildRequest(tag=tag, dockerfile=plan.dockerfile, build_args=build_args,
+                               labels={KEY_LABEL: plan.key}, timeout=run.options.build_timeout,
+                               parents={"BASE_IMAGE": base_id}, secret_build_args=dict(plan.secret_build_args),
+                               context_dirs=dict(plan.context_dirs), log=log)
+        outcome = run_build(run, request, img.tag, key=f"{img.tag} (TE wheel)", step_prefix="TE wheel: ")
     if outcome.failed or not outcome.image_id:
         run.tails[img.tag] = outcome.tail
         raise TEWheelError(f"TE wheel {plan.key[:12]} (log {log_path}): {outcome.error}")
@@ -118,7 +114,7 @@ def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str,
         return _extract(run, outcome.image_id, plan.key, started)
     finally:
         try:  # untagged: its stages stay as build cache (the runtime's pip stage is served from it), like every
-            run.client.api.remove_image(tag, noprune=True)  # builder stage; `docker image prune` removes them
+            run.store.remove(tag, noprune=True)  # builder stage; `docker image prune` removes them
         except Exception as exc:
             run.warn(f"could not untag the TE wheel build image {tag}: {exc}")
 
@@ -126,13 +122,7 @@ def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str,
 def _extract(run: RunState, image_id: str, key: str, started: float) -> tuple[str, float]:
     """Copy /te-wheels/*.whl out of the built scratch image into the cache (atomically: a temp folder renamed, its
     meta.json written once, with the build's seconds); (wheel file name, seconds since `started`)."""
-    api = run.client.api
-    container = api.create_container(image_id, command=["/none"])  # never started: a scratch image runs nothing
-    try:
-        stream, _ = api.get_archive(container["Id"], "/te-wheels")
-        data = b"".join(stream)
-    finally:
-        api.remove_container(container["Id"], force=True)
+    data = run.store.copy_out(image_id, "/te-wheels")
     target = wheel_dir(key)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=target.parent))

@@ -235,3 +235,19 @@ def signals_raise() -> Iterator[None]:
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
+
+
+def attach_output(client: docker.DockerClient, container_id: str) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """The container's (stdout, stderr) chunks as they come (attach before the start: no output is missed)."""
+    stream: Iterator[tuple[bytes | None, bytes | None]] = client.api.attach(
+        container_id, stdout=True, stderr=True, stream=True, demux=True)
+    return stream
+
+
+def attach_terminal(client: docker.DockerClient, container_id: str) -> Any:
+    """A socket wired to the container's terminal (stdin, stdout and stderr)."""
+    return client.api.attach_socket(container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+
+
+def resize_terminal(client: docker.DockerClient, container_id: str, lines: int, columns: int) -> None:
+    client.api.resize(container_id, height=lines, width=columns)

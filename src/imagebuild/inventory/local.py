@@ -12,13 +12,15 @@ import secrets
 import tarfile
 from typing import TYPE_CHECKING, Any
 
+from imagebuild.engine.store import ImageStore, as_store
+from imagebuild.engine.stream import EngineError
 from imagebuild.errors import ImagebuildError
 from imagebuild.inventory import dpkg, files, pydist
 from imagebuild.inventory.diff import InventoryDiff, diff
 from imagebuild.inventory.model import Inventory, Layer
 
 if TYPE_CHECKING:
-    import docker
+    from imagebuild.engine.store import EngineClient
 
 # Dockerfile instructions that never add a layer (classic builder: "/bin/sh -c #(nop)  ENV ..."; BuildKit: "ENV ...")
 _METADATA_ONLY = ("ENV", "LABEL", "ARG", "CMD", "ENTRYPOINT", "EXPOSE", "USER", "VOLUME", "STOPSIGNAL",
@@ -29,40 +31,35 @@ class ImageNotFound(ImagebuildError):
     """No such image in the engine (exit 1, naming the reference)."""
 
 
-def diff_images(client: docker.DockerClient, a: str, b: str) -> InventoryDiff:
+def diff_images(engine: ImageStore | EngineClient, a: str, b: str) -> InventoryDiff:
     """What changed from local image `a` to local image `b` (tags or IDs): for a build report's "against the image
     the tag pointed at before"."""
-    return diff(read_local(client, a), read_local(client, b))
+    store = as_store(engine)
+    return diff(read_local(store, a), read_local(store, b))
 
 
-def find_image(client: docker.DockerClient, reference: str) -> dict[str, Any] | None:
+def find_image(engine: ImageStore | EngineClient, reference: str) -> dict[str, Any] | None:
     """The engine's inspect data for a tag / ID / name@digest, or None when it has no such image."""
-    import docker as sdk
-
     try:
-        data: dict[str, Any] = client.api.inspect_image(reference)
-    except sdk.errors.ImageNotFound:
-        return None
-    except sdk.errors.APIError as exc:
-        if exc.status_code in (400, 404):  # 400: not a valid reference at all
+        return as_store(engine).inspect(reference)
+    except EngineError as exc:
+        if exc.status in (400, 404):  # 400: not a valid reference at all
             return None
         raise
-    return data
 
 
-def read_local(client: docker.DockerClient, reference: str, inspect: dict[str, Any] | None = None) -> Inventory:
+def read_local(engine: ImageStore | EngineClient, reference: str,
+               inspect: dict[str, Any] | None = None) -> Inventory:
     """The inventory of a local image; `ImageNotFound` when the engine has none by that reference."""
-    data = inspect if inspect is not None else find_image(client, reference)
+    store = as_store(engine)
+    data = inspect if inspect is not None else find_image(store, reference)
     if data is None:
         raise ImageNotFound(f"no image {reference!r} in the local engine")
     image_id = str(data["Id"])
-    import docker as sdk
-    import requests
-
     try:
-        found = _filesystem(client, image_id)
-    except (sdk.errors.DockerException, requests.exceptions.RequestException, OSError, tarfile.TarError) as exc:
-        reason = str(getattr(exc, "explanation", None) or exc).splitlines()[0][:300]
+        found = _filesystem(store, image_id)
+    except (EngineError, OSError, tarfile.TarError) as exc:
+        reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         raise ImagebuildError(f"{reference}: reading its files from the engine failed: {reason}") from None
     config = data.get("Config") or {}
     return Inventory(
@@ -73,7 +70,7 @@ def read_local(client: docker.DockerClient, reference: str, inspect: dict[str, A
         os=str(data.get("Os") or ""),
         repo_digests=tuple(sorted(data.get("RepoDigests") or ())),
         labels=dict(sorted((config.get("Labels") or {}).items())),
-        layers=_layers(client, image_id, list((data.get("RootFS") or {}).get("Layers") or [])),
+        layers=_layers(store, image_id, list((data.get("RootFS") or {}).get("Layers") or [])),
         size_kind="uncompressed",
         os_release=files.os_release(found),
         debs=tuple(dpkg.read_database(found)),
@@ -82,22 +79,10 @@ def read_local(client: docker.DockerClient, reference: str, inspect: dict[str, A
     )
 
 
-def _filesystem(client: docker.DockerClient, image_id: str) -> dict[str, bytes]:
-    # A command is needed to create a container from an image without CMD/ENTRYPOINT (bootstrapped rootfs); it
-    # never runs, so it need not exist in the image.
-    container = client.api.create_container(
-        image_id, command=["/imagebuild-inventory-never-runs"], network_disabled=True,
-        name=f"imagebuild-inventory-{secrets.token_hex(4)}", labels={"io.imagebuild.purpose": "inventory"},
-    )
-    cid = container["Id"]
-    try:
-        stream = files.read_chunks(client.api.export(cid, chunk_size=1 << 20))
-        return files.collect([(stream, "")])
-    finally:
-        try:
-            client.api.remove_container(cid, force=True, v=True)
-        except Exception:  # noqa: BLE001 - already gone; nothing else to do about a failed cleanup here
-            pass
+def _filesystem(store: ImageStore, image_id: str) -> dict[str, bytes]:
+    with store.export(image_id, name=f"imagebuild-inventory-{secrets.token_hex(4)}",
+                      labels={"io.imagebuild.purpose": "inventory"}) as chunks:
+        return files.collect([(files.read_chunks(chunks), "")])
 
 
 def _makes_layer(created_by: str) -> bool:
@@ -109,14 +94,14 @@ def _makes_layer(created_by: str) -> bool:
     return word not in _METADATA_ONLY
 
 
-def _layers(client: docker.DockerClient, image_id: str, diff_ids: list[str]) -> tuple[Layer, ...]:
+def _layers(store: ImageStore, image_id: str, diff_ids: list[str]) -> tuple[Layer, ...]:
     """diff_ids with sizes from the history (oldest first).
 
     Every step with a size made a layer; a zero-size RUN/COPY may or may not have (the classic builder drops a RUN
     that changed nothing, keeps one that only deleted files): such steps take a layer while there are more layers
     left than sized steps still to come. Sizes are then right whichever zero-size step took it. When even that does
     not add up, sizes are None rather than guessed."""
-    history = list(reversed(client.api.history(image_id) or []))
+    history = list(reversed(store.history(image_id) or []))
     sized_left = sum(1 for h in history if int(h.get("Size") or 0) > 0)
     out: list[Layer] = []
     i = 0

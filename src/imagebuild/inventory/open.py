@@ -15,10 +15,10 @@ from imagebuild.errors import EngineUnavailable, ImagebuildError
 from imagebuild.inventory.local import ImageNotFound, find_image, read_local
 from imagebuild.inventory.model import Inventory
 from imagebuild.inventory.remote import read_registry
-from imagebuild.oci import Reference, ReferenceError, RegistryClient, RegistryError, resolve_auth
+from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryClient, RegistryError, resolve_auth
 
 if TYPE_CHECKING:
-    import docker
+    from imagebuild.engine.store import EngineClient
 
 REGISTRY_PREFIX = "docker://"
 
@@ -26,10 +26,10 @@ REGISTRY_PREFIX = "docker://"
 class Opener:
     """Reads references with one engine connection (made on first need) and one registry client per registry."""
 
-    def __init__(self, connect: Callable[[], docker.DockerClient], *, platform: str | None = None,
+    def __init__(self, connect: Callable[[], EngineClient], *, platform: str | None = None,
                  ca_file: str | None = None, log: Callable[[str], None] = lambda _m: None) -> None:
         self._connect = connect
-        self._client: docker.DockerClient | None = None
+        self._client: EngineClient | None = None
         self._engine_error: EngineUnavailable | None = None
         self._registries: dict[str, RegistryClient] = {}
         self._read: dict[str, Inventory] = {}
@@ -37,7 +37,7 @@ class Opener:
         self.ca_file = ca_file
         self.log = log
 
-    def engine(self) -> docker.DockerClient | None:
+    def engine(self) -> EngineClient | None:
         if self._client is None and self._engine_error is None:
             try:
                 self._client = self._connect()
@@ -71,7 +71,7 @@ class Opener:
     def _remote(self, ref_text: str, shown: str) -> Inventory:
         try:
             ref = Reference.parse(ref_text)
-        except ReferenceError as exc:
+        except ReferenceSyntaxError as exc:
             raise ImagebuildError(f"{shown!r} is not an image reference: {exc}") from None
         reg = self._registries.get(ref.registry)
         if reg is None:
@@ -92,6 +92,6 @@ def _registry_reference(text: str) -> Reference | None:
     """The reference when `text` names its registry explicitly (a domain with '.' or ':' or localhost)."""
     try:
         ref = Reference.parse(text)
-    except ReferenceError:
+    except ReferenceSyntaxError:
         return None
     return ref if ref.domain is not None else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from imagebuild.engine.store import as_store
 from imagebuild.errors import UsageError
 
 if TYPE_CHECKING:
@@ -32,13 +33,10 @@ class ImageInfo:
 
 def inspect(client: Any, ref: str) -> ImageInfo:
     """The image as the engine has it; UsageError (one line) when the engine does not have it."""
-    try:
-        info = client.api.inspect_image(ref)
-    except Exception as exc:
-        if getattr(exc, "status_code", None) == 404 or "No such image" in str(exc):
-            raise UsageError(f"image {ref!r} is not in the engine: build it (imagebuild build) or pull it "
-                             f"(docker pull {ref})") from None
-        raise
+    info = as_store(client).inspect(ref)
+    if info is None:
+        raise UsageError(f"image {ref!r} is not in the engine: build it (imagebuild build) or pull it "
+                         f"(docker pull {ref})")
     cfg = info.get("Config") or {}
     return ImageInfo(ref=ref, id=info["Id"], labels=dict(cfg.get("Labels") or {}), user=cfg.get("User") or "")
 

@@ -54,7 +54,7 @@ def run_command(client: Any, settings: ContainerSettings, echo: Echo) -> int:
             holder: dict[str, Any] = {}
 
             def attach(created: Any) -> None:  # before the start, as `docker run` does: no output can be missed
-                holder["stream"] = client.api.attach(created.id, stdout=True, stderr=True, stream=True, demux=True)
+                holder["stream"] = containers.attach_output(client, created.id)
 
             container = _start(client, settings, echo, attach)
             for out, err in holder["stream"]:
@@ -77,8 +77,7 @@ def _run_tty(client: Any, settings: ContainerSettings, echo: Echo) -> int:
     holder: dict[str, Any] = {}
 
     def attach(container: Any) -> None:
-        holder["sock"] = client.api.attach_socket(container.id, params={"stdin": 1, "stdout": 1, "stderr": 1,
-                                                                         "stream": 1})
+        holder["sock"] = containers.attach_terminal(client, container.id)
 
     container = _start(client, settings, echo, attach)
     sock = holder["sock"]
@@ -88,7 +87,7 @@ def _run_tty(client: Any, settings: ContainerSettings, echo: Echo) -> int:
     def resize(*_: Any) -> None:
         try:
             size = os.get_terminal_size(fd_out)
-            client.api.resize(container.id, height=size.lines, width=size.columns)
+            containers.resize_terminal(client, container.id, size.lines, size.columns)
         except Exception:
             pass
 

@@ -13,6 +13,7 @@ from imagebuild.oci.reference import (
     DOCKER_HUB,
     Reference,
     ReferenceError,
+    ReferenceSyntaxError,
     alias_reference,
     check_registry,
     check_repository_name,
@@ -21,7 +22,8 @@ from imagebuild.oci.reference import (
 from imagebuild.oci.registry import RegistryAuthError, RegistryClient, RegistryError, registry_message
 
 __all__ = [
-    "DOCKER_HUB", "ENV_PASSWORD", "ENV_USER", "Reference", "ReferenceError", "RegistryAuth", "RegistryAuthError",
+    "DOCKER_HUB", "ENV_PASSWORD", "ENV_USER", "Reference", "ReferenceError", "ReferenceSyntaxError",
+    "RegistryAuth", "RegistryAuthError",
     "RegistryClient", "RegistryError", "alias_reference", "check_registry", "check_repository_name",
     "parse_reference", "read_password_stdin", "registry_message", "resolve_auth",
 ]

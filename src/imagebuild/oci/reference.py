@@ -36,8 +36,13 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _NAME_MAX = 255
 
 
-class ReferenceError(ValueError):
+class ReferenceSyntaxError(ValueError):
     """The message names the wrong part of the reference."""
+
+
+# TODO(issue 21): the old name, which shadows the builtin; kept only until matrix/, plan/, builder/sources.py and
+# commands/ (other branches) import ReferenceSyntaxError. Remove it then.
+ReferenceError = ReferenceSyntaxError  # noqa: A001
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ class Reference:
 
     @classmethod
     def parse(cls, text: str) -> Reference:
-        """Parse `text` as an image reference; raises ReferenceError naming what is wrong."""
+        """Parse `text` as an image reference; raises ReferenceSyntaxError naming what is wrong."""
         return parse_reference(text)
 
     @property
@@ -80,7 +85,7 @@ class Reference:
     def with_tag(self, tag: str) -> Reference:
         """The same repository under `tag` (no digest: a digest pins the old content, not the new tag)."""
         if not _TAG.match(tag):
-            raise ReferenceError(f"tag {tag!r} is invalid: [A-Za-z0-9_] then up to 127 of [A-Za-z0-9_.-]")
+            raise ReferenceSyntaxError(f"tag {tag!r} is invalid: [A-Za-z0-9_] then up to 127 of [A-Za-z0-9_.-]")
         return replace(self, tag=tag, digest=None)
 
     def with_registry(self, domain: str | None) -> Reference:
@@ -103,14 +108,14 @@ def _check_domain(domain: str) -> None:
         end = domain.find("]")
         host, rest = domain[: end + 1], domain[end + 1 :]
         if end < 0 or (rest and not rest.startswith(":")):
-            raise ReferenceError(f"registry host {domain!r} is not a valid [IPv6] address")
+            raise ReferenceSyntaxError(f"registry host {domain!r} is not a valid [IPv6] address")
         port = rest[1:]
     else:
         host, _, port = domain.partition(":")
     if not _HOST.match(host):
-        raise ReferenceError(f"registry host {host!r} is not a valid host name")
+        raise ReferenceSyntaxError(f"registry host {host!r} is not a valid host name")
     if ":" in domain[len(host):] and (not _PORT.match(port) or not 0 < int(port) < 65536):
-        raise ReferenceError(f"registry port {port!r} is not a number between 1 and 65535")
+        raise ReferenceSyntaxError(f"registry port {port!r} is not a number between 1 and 65535")
 
 
 def _split_domain(name: str) -> tuple[str | None, str]:
@@ -122,37 +127,37 @@ def _split_domain(name: str) -> tuple[str | None, str]:
 
 def _check_path(path: str) -> None:
     if not path:
-        raise ReferenceError("repository path is empty")
+        raise ReferenceSyntaxError("repository path is empty")
     for comp in path.split("/"):
         if not comp:
-            raise ReferenceError(f"repository path {path!r} has an empty component ('//' or a trailing '/')")
+            raise ReferenceSyntaxError(f"repository path {path!r} has an empty component ('//' or a trailing '/')")
         if not _PATH_COMPONENT.match(comp):
             hint = " (must be lowercase)" if comp.lower() != comp else ""
-            raise ReferenceError(
+            raise ReferenceSyntaxError(
                 f"repository path component {comp!r} is invalid{hint}: use [a-z0-9] separated by '.', '_', '__' or '-'"
             )
 
 
 def parse_reference(text: str) -> Reference:
-    """Parse `text` as an image reference; raises ReferenceError naming what is wrong."""
+    """Parse `text` as an image reference; raises ReferenceSyntaxError naming what is wrong."""
     if not isinstance(text, str) or not text:
-        raise ReferenceError("empty reference")
+        raise ReferenceSyntaxError("empty reference")
     if text != text.strip() or any(c.isspace() for c in text):
-        raise ReferenceError("a reference cannot contain spaces")
+        raise ReferenceSyntaxError("a reference cannot contain spaces")
     name, digest = text, None
     if "@" in text:
         name, _, digest = text.partition("@")
         if not _DIGEST.match(digest):
-            raise ReferenceError(f"digest {digest!r} must be sha256:<64 lowercase hex digits>")
+            raise ReferenceSyntaxError(f"digest {digest!r} must be sha256:<64 lowercase hex digits>")
     tag = None
     slash = name.rfind("/")
     colon = name.rfind(":")
     if colon > slash:  # a ':' after the last '/' separates the tag (before it, it is a registry port)
         name, tag = name[:colon], name[colon + 1 :]
         if not _TAG.match(tag):
-            raise ReferenceError(f"tag {tag!r} is invalid: [A-Za-z0-9_] then up to 127 of [A-Za-z0-9_.-]")
+            raise ReferenceSyntaxError(f"tag {tag!r} is invalid: [A-Za-z0-9_] then up to 127 of [A-Za-z0-9_.-]")
     if len(name) > _NAME_MAX:
-        raise ReferenceError(f"repository name is longer than {_NAME_MAX} characters")
+        raise ReferenceSyntaxError(f"repository name is longer than {_NAME_MAX} characters")
     domain, path = _split_domain(name)
     if domain is not None:
         _check_domain(domain)
@@ -174,20 +179,20 @@ def check_registry(text: str) -> str:
     """A push target `domain[:port][/path]` (no tag, no digest): returns it normalised (no trailing '/')."""
     registry = text.rstrip("/")
     if "@" in registry:
-        raise ReferenceError("a registry cannot carry a digest; put only host[:port][/path]")
+        raise ReferenceSyntaxError("a registry cannot carry a digest; put only host[:port][/path]")
     last = registry.rsplit("/", 1)[-1]
     if ":" in last and "/" in registry:
-        raise ReferenceError("a registry cannot carry a tag; the tag comes from the variant")
+        raise ReferenceSyntaxError("a registry cannot carry a tag; the tag comes from the variant")
     # Validate as `<registry>/<probe>`, which is the repository every image of the matrix will get.
     ref = parse_reference(f"{registry}/probe")
     if ref.tag:
-        raise ReferenceError("a registry cannot carry a tag; the tag comes from the variant")
+        raise ReferenceSyntaxError("a registry cannot carry a tag; the tag comes from the variant")
     return registry
 
 
 def check_repository_name(text: str) -> str:
     """The matrix `name`: a repository path without registry or tag."""
     if ":" in text or "@" in text:
-        raise ReferenceError("name is the repository only; tags come from the variants")
+        raise ReferenceSyntaxError("name is the repository only; tags come from the variants")
     _check_path(text)
     return text

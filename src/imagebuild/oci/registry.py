@@ -12,7 +12,7 @@ Auth: anonymous, Basic, or Bearer (token endpoint from `WWW-Authenticate`, with 
 token as OAuth refresh token). Transport: https; for loopback registries (127.0.0.0/8, localhost, ::1) plain http
 first, as Docker 20.10+ allows them insecure, falling over to https when the port speaks TLS. CA: `ca_file`, else
 /etc/docker/certs.d/<host>/ca.crt (the file the engine itself uses), else the system store.
-Transient failures (5xx, 429, connection reset/refused, timeouts) are retried with exponential backoff.
+Transient failures (5xx, 429, connection reset/refused, timeouts) are retried by the one policy (imagebuild.retry).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from imagebuild import __version__
 from imagebuild.errors import ImagebuildError
 from imagebuild.oci.auth import RegistryAuth
 from imagebuild.oci.reference import DOCKER_HUB
+from imagebuild.retry import REGISTRY, RetryPolicy
 from imagebuild.secrets import redact
 
 MANIFEST_TYPES = (
@@ -102,6 +103,14 @@ class _Response:
         self.body = body
 
 
+class _ServerError(Exception):
+    """A 5xx answer of the token endpoint, raised to be retried."""
+
+    def __init__(self, response: _Response) -> None:
+        super().__init__(f"HTTP {response.status}")
+        self.response = response
+
+
 class RegistryClient:
     def __init__(
         self,
@@ -111,9 +120,9 @@ class RegistryClient:
         ca_file: str | None = None,
         insecure: bool = False,
         timeout: float = 60.0,
-        retries: int = 4,
-        backoff: float = 0.5,
-        max_backoff: float = 30.0,
+        retries: int = REGISTRY.retries,
+        backoff: float = REGISTRY.backoff,
+        max_backoff: float = REGISTRY.max_backoff,
         sleep: Callable[[float], None] = time.sleep,
         log: Callable[[str], None] | None = None,
     ) -> None:
@@ -123,9 +132,7 @@ class RegistryClient:
         self._scheme = scheme
         self.insecure = insecure
         self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
+        self.policy = RetryPolicy(retries, backoff, max_backoff)
         self.sleep = sleep
         self.log: Callable[[str], None] = log or (lambda _m: None)
         self._tokens: dict[str, str] = {}  # scope -> Authorization header value
@@ -141,7 +148,7 @@ class RegistryClient:
     # -- public --------------------------------------------------------------------------------------------------
     def check_auth(self, repository: str, actions: str = "pull,push") -> None:
         """Raise RegistryAuthError quoting the registry when the credentials are refused (or needed and absent)."""
-        self._request("GET", "/v2/", scope=f"repository:{repository}:{actions}", auth_probe=True)
+        self._request("GET", "/v2/", scope=f"repository:{repository}:{actions}")
 
     def manifest_digest(self, repository: str, reference: str) -> str | None:
         """Digest the registry serves for `repository:reference`, or None when the tag does not exist."""
@@ -242,17 +249,11 @@ class RegistryClient:
 
     def _send(self, method: str, path: str, headers: dict[str, str]) -> _Response:
         """One request with scheme discovery and transient-failure retries."""
-        attempt = 0
-        while True:
-            try:
-                return self._send_once(method, path, headers)
-            except RegistryError as exc:
-                if not exc.transient or attempt >= self.retries:
-                    raise
-                delay = min(self.max_backoff, self.backoff * (2 ** attempt))
-                attempt += 1
-                self.log(f"{exc}; retry {attempt}/{self.retries} in {delay:.1f}s")
-                self.sleep(delay)
+        return self.policy.call(lambda: self._send_once(method, path, headers),
+                                retryable=lambda exc: isinstance(exc, RegistryError) and exc.transient,
+                                sleep=self.sleep,
+                                on_retry=lambda exc, n, wait: self.log(f"{exc}; retry {n}/{self.policy.retries} in "
+                                                                       f"{wait:.1f}s"))
 
     def _discover(self) -> None:
         """Pick http or https with a `GET /v2/` ping (as the engine does); only when not given or known yet."""
@@ -295,7 +296,7 @@ class RegistryClient:
         return r
 
     def _request(self, method: str, path: str, headers: dict[str, str] | None = None, scope: str = "",
-                 ok: tuple[int, ...] = (200,), auth_probe: bool = False) -> _Response:
+                 ok: tuple[int, ...] = (200,)) -> _Response:
         headers = dict(headers or {})
         cached = self._tokens.get(scope) or (self._basic_header() if self._basic_ok else None)
         if cached:
@@ -361,18 +362,20 @@ class RegistryClient:
             if not self.auth.anonymous:
                 headers["Authorization"] = self._basic_header()
             method, url, data = "GET", f"{realm}?{urllib.parse.urlencode(query)}", None
-        for attempt in range(self.retries + 1):
+        def attempt() -> _Response:
             try:
-                r = self._raw(method, url, headers, data)
+                got = self._raw(method, url, headers, data)
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-                if attempt >= self.retries:
-                    raise RegistryError(f"{self.registry}: token endpoint {realm}: {exc}", transient=True) from exc
-                self.sleep(min(self.max_backoff, self.backoff * (2 ** attempt)))
-                continue
-            if r.status >= 500 and attempt < self.retries:
-                self.sleep(min(self.max_backoff, self.backoff * (2 ** attempt)))
-                continue
-            break
+                raise RegistryError(f"{self.registry}: token endpoint {realm}: {exc}", transient=True) from exc
+            if got.status >= 500:
+                raise _ServerError(got)
+            return got
+
+        try:
+            r = self.policy.call(attempt, retryable=lambda exc: isinstance(exc, (RegistryError, _ServerError)),
+                                 sleep=self.sleep)
+        except _ServerError as exc:  # still 5xx after the retries: reported below like any other status
+            r = exc.response
         if r.status in (401, 403):
             raise RegistryAuthError(
                 f"{self.registry}: {registry_message(r.body, 'authentication failed')} (token endpoint "

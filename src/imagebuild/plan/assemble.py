@@ -186,8 +186,10 @@ def select(plan: Plan, patterns: str | tuple[str, ...] | None) -> list[ImagePlan
 
 
 def _te_wheel_plan(rendered) -> TEWheelPlan | None:
+    from imagebuild.render.te_wheel import KEY_LABEL
+
     if rendered is None:
         return None
-    return TEWheelPlan(key=rendered.labels["io.imagebuild.te-build-key"], dockerfile=rendered.dockerfile,
+    return TEWheelPlan(key=rendered.labels[KEY_LABEL], dockerfile=rendered.dockerfile,
                        build_args=dict(rendered.build_args), secret_build_args=dict(rendered.secret_build_args),
                        context_dirs=dict(rendered.context_dirs))

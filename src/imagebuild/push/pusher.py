@@ -1,8 +1,9 @@
-"""Push built images (full tag + aliases) with the docker SDK, reading every chunk of the push stream.
+"""Push built images (full tag + aliases) through the engine's image store, reading every chunk of the push stream.
 
 The engine answers a push with HTTP 200 and reports failures as `{"error": ..., "errorDetail": ...}` chunks; each one
-fails the attempt. Attempts that failed for a transient reason (5xx, 429, connection reset/refused, timeouts, EOF,
-"blob upload unknown") are retried with exponential backoff, at most `retries` more times. Authentication and
+fails the attempt (engine.stream reads them). Attempts that failed for a transient reason (5xx, 429, connection
+reset/refused, timeouts, EOF, "blob upload unknown") are retried by the one retry policy (imagebuild.retry,
+ENGINE_PUSH), at most `retries` more times. Authentication and
 authorization failures are never retried: the credentials are checked against the registry before the first push
 (`RegistryClient.check_auth`), so a wrong password fails at once with the registry's own message; an "unauthorized"
 from the engine after a good check (the engine lost the auth challenge to a failed ping) is re-checked and retried
@@ -23,21 +24,28 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+from imagebuild.engine.store import ImageStore, as_store
+from imagebuild.engine.stream import EngineError, EngineStreamError, read_stream
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan, ImageResult, Plan
 from imagebuild.oci import (
     Reference,
-    ReferenceError,
+    ReferenceSyntaxError,
     RegistryAuth,
     RegistryAuthError,
     RegistryClient,
     RegistryError,
 )
 from imagebuild.plan.tags import references
+from imagebuild.retry import ENGINE_PUSH, RetryPolicy
 from imagebuild.secrets import redact
 
-DEFAULT_RETRIES = 4
+if TYPE_CHECKING:
+    from imagebuild.engine.store import EngineClient
+
+DEFAULT_RETRIES = ENGINE_PUSH.retries
 
 _DIGEST_LINE = re.compile(r"digest: (sha256:[0-9a-f]{64}) size: (\d+)")
 _AUTH = re.compile(r"unauthorized|authentication required|\bdenied\b|forbidden|\b40[13]\b|insufficient_scope",
@@ -57,6 +65,10 @@ class PushError(ImagebuildError):
 
 class PushAuthError(PushError):
     """The registry refused the credentials or the access (exit 1, never retried)."""
+
+
+class _Transient(Exception):
+    """One push attempt failed for a reason worth another (the message says which)."""
 
 
 def classify(message: str) -> str:
@@ -79,21 +91,15 @@ class StreamResult:
     retries_by_engine: int = 0  # the engine's own per-layer "Retrying in N seconds"
 
 
-def parse_push_stream(chunks: Iterable[dict], on_chunk: Callable[[dict], None] | None = None) -> StreamResult:
+def parse_push_stream(chunks: Iterable[dict[str, Any]], on_chunk: Callable[[dict[str, Any]], None] | None = None) -> StreamResult:
     """Read the whole stream (never stop at the first chunk): every `error`/`errorDetail` counts."""
     res = StreamResult()
     totals: dict[str, int] = {}
     retrying: set[str] = set()
-    for chunk in chunks:
-        if not isinstance(chunk, dict):
-            continue
+
+    def take(chunk: dict[str, Any]) -> None:
         if on_chunk:
             on_chunk(chunk)
-        if "error" in chunk or "errorDetail" in chunk:
-            detail = chunk.get("errorDetail") or {}
-            msg = chunk.get("error") or (detail.get("message") if isinstance(detail, dict) else str(detail))
-            res.errors.append(redact(str(msg or detail or "push failed")))
-            continue
         aux = chunk.get("aux")
         if isinstance(aux, dict) and aux.get("Digest"):
             res.digest = aux["Digest"]
@@ -114,40 +120,43 @@ def parse_push_stream(chunks: Iterable[dict], on_chunk: Callable[[dict], None] |
         elif status.startswith("Retrying in") and layer and layer not in retrying:
             retrying.add(layer)
             res.retries_by_engine += 1
+
+    try:
+        read_stream(chunks, take)
+    except EngineStreamError as exc:
+        res.errors += exc.messages
     return res
 
 
 class Pusher:
     def __init__(
         self,
-        client,  # docker.DockerClient (from engine.connect("push"): its timeout fits multi-GB uploads)
+        engine: ImageStore | EngineClient,  # a docker client from engine.connect("push"): its timeout fits big uploads
         auth: RegistryAuth,
         *,
         registry_client: RegistryClient | None = None,
         retries: int = DEFAULT_RETRIES,
-        backoff: float = 2.0,
-        max_backoff: float = 60.0,
+        backoff: float = ENGINE_PUSH.backoff,
+        max_backoff: float = ENGINE_PUSH.max_backoff,
         sleep: Callable[[float], None] = time.sleep,
         log: Callable[[str], None] = lambda _m: None,
         ca_file: str | None = None,
     ):
-        self.client = client
+        self.store: ImageStore = as_store(engine)
         self.auth = auth
-        self.retries = retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
+        self.policy = RetryPolicy(retries, backoff, max_backoff)
         self.sleep = sleep
         self.log = log
         self.registry = registry_client or RegistryClient(auth, ca_file=ca_file, sleep=sleep, log=log)
         self._auth_checked: set[str] = set()
 
     # -- one image ---------------------------------------------------------------------------------------------
-    def push_image(self, image: ImagePlan, refs: list[str] | None = None) -> dict:
+    def push_image(self, image: ImagePlan, refs: list[str] | None = None) -> dict[str, Any]:
         """Push `image` under `refs` (default: its tag). Returns the ImageResult.push record; raises PushAuthError
         on refused credentials, returns status "failed" for anything else that went wrong."""
         refs = refs or [image.tag]
         started = time.monotonic()
-        rec: dict = {"status": "failed", "registry": self.auth.registry, "digest": None, "tags": list(refs),
+        rec: dict[str, Any] = {"status": "failed", "registry": self.auth.registry, "digest": None, "tags": list(refs),
                      "pushed": [], "unchanged": [], "attempts": 0, "bytes": 0, "layers_pushed": 0,
                      "layers_existing": 0, "seconds": 0.0}
         try:
@@ -163,18 +172,17 @@ class Pusher:
         rec["seconds"] = round(time.monotonic() - started, 2)
         return rec
 
-    def _inspect(self, tag: str) -> dict:
-        import docker.errors
-
+    def _inspect(self, tag: str) -> dict[str, Any]:
         try:
-            return self.client.api.inspect_image(tag)
-        except docker.errors.ImageNotFound as exc:
-            raise PushError(f"{tag}: not built (no such local image)") from exc
-        except docker.errors.APIError as exc:
-            raise PushError(f"{tag}: engine: {exc.explanation or exc}") from exc
+            info = self.store.inspect(tag)
+        except EngineError as exc:
+            raise PushError(f"{tag}: engine: {exc}") from exc
+        if info is None:
+            raise PushError(f"{tag}: not built (no such local image)")
+        return info
 
     @staticmethod
-    def _local_digests(inspect: dict, repository: str) -> set[str]:
+    def _local_digests(inspect: dict[str, Any], repository: str) -> set[str]:
         out = set()
         for rd in inspect.get("RepoDigests") or []:
             name, _, digest = rd.partition("@")
@@ -191,10 +199,10 @@ class Pusher:
             raise PushAuthError(str(exc)) from exc
         self._auth_checked.add(repo_path)
 
-    def _push_ref(self, ref: str, image_id: str, local_digests: set[str], rec: dict) -> None:
+    def _push_ref(self, ref: str, image_id: str, local_digests: set[str], rec: dict[str, Any]) -> None:
         try:
             parsed = Reference.parse(ref)
-        except ReferenceError as exc:
+        except ReferenceSyntaxError as exc:
             raise PushError(f"{ref}: {exc}") from None
         if parsed.registry != self.auth.registry:
             raise PushError(f"{ref}: not in registry {self.auth.registry}")
@@ -212,7 +220,7 @@ class Pusher:
             rec["digest"] = rec["digest"] or remote
             return
         if self._local_id(ref) != image_id:  # missing, or a moving alias still on the previous build
-            self.client.api.tag(image_id, repo, tag, force=True)
+            self.store.tag(image_id, repo, tag, force=True)
         result = self._push_with_retries(repo, tag, repo_path, rec)
         try:
             served = self.registry.manifest_digest(repo_path, tag)
@@ -232,35 +240,23 @@ class Pusher:
             raise PushError(f"{ref}: digest {result.digest} differs from {rec['digest']} pushed for the same image")
 
     def _local_id(self, ref: str) -> str | None:
-        import docker.errors
+        return self.store.image_id(ref)
 
-        try:
-            return self.client.api.inspect_image(ref)["Id"]
-        except docker.errors.ImageNotFound:
-            return None
-
-    def _push_with_retries(self, repo: str, tag: str, repo_path: str, rec: dict) -> StreamResult:
-        import docker.errors
-        import requests.exceptions
-
+    def _push_with_retries(self, repo: str, tag: str, repo_path: str, rec: dict[str, Any]) -> StreamResult:
         ref = f"{repo}:{tag}"
-        attempt = 0
-        while True:
-            attempt += 1
+        attempts = [0]
+
+        def attempt() -> StreamResult:
+            attempts[0] += 1
             rec["attempts"] += 1
             try:
-                stream = self.client.api.push(repo, tag, stream=True, decode=True,
-                                              auth_config=self.auth.sdk_auth_config())
-                result = parse_push_stream(stream)
+                result = parse_push_stream(self.store.push(repo, tag, auth_config=self.auth.sdk_auth_config()))
                 if not result.errors and not result.digest:
                     result.errors.append("push stream ended without a digest (EOF)")
-            except docker.errors.APIError as exc:
-                result = StreamResult(errors=[f"engine: {exc.explanation or exc}"])
-                if exc.status_code and exc.status_code >= 500 and classify(result.errors[0]) == "fatal":
+            except EngineError as exc:
+                result = StreamResult(errors=[str(exc) if exc.connection else f"engine: {exc}"])
+                if exc.status and exc.status >= 500 and classify(result.errors[0]) == "fatal":
                     result.errors[0] += " (5xx)"
-            except (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
-                    requests.exceptions.ChunkedEncodingError) as exc:
-                result = StreamResult(errors=[f"engine connection: {exc} (timeout/EOF)"])
             if not result.errors:
                 return result
             message = "; ".join(dict.fromkeys(result.errors))
@@ -274,16 +270,19 @@ class Pusher:
                 message += " (the registry accepts the credentials: retrying as transient)"
             if kind == "fatal":
                 raise PushError(f"{ref}: {message}")
-            if attempt > self.retries:
-                raise PushError(f"{ref}: gave up after {attempt} attempts: {message}")
-            delay = min(self.max_backoff, self.backoff * (2 ** (attempt - 1)))
-            self.log(f"{ref}: {message}; retry {attempt}/{self.retries} in {delay:.1f}s")
-            self.sleep(delay)
+            raise _Transient(message)
+
+        try:
+            return self.policy.call(attempt, retryable=lambda exc: isinstance(exc, _Transient), sleep=self.sleep,
+                                    on_retry=lambda exc, n, wait: self.log(
+                                        f"{ref}: {exc}; retry {n}/{self.policy.retries} in {wait:.1f}s"))
+        except _Transient as exc:
+            raise PushError(f"{ref}: gave up after {attempts[0]} attempts: {exc}") from None
 
 
 def _push_registry(tag: str) -> str | None:
     """The registry `tag` is pushed to; None when it names none (`pytorch:…`, `ml/pytorch:…` are local or Docker Hub
-    names: pushing them needs an explicit registry). Raises ReferenceError for a tag that is not a reference."""
+    names: pushing them needs an explicit registry). Raises ReferenceSyntaxError for a tag that is not a reference."""
     ref = Reference.parse(tag)
     return ref.registry if ref.domain is not None else None
 
@@ -292,7 +291,7 @@ def result_for(image: ImagePlan) -> ImageResult:
     return ImageResult.of(image)
 
 
-def gate(image: ImagePlan, row: dict | None, require_tests: bool) -> str | None:
+def gate(image: ImagePlan, row: dict[str, Any] | None, require_tests: bool) -> str | None:
     """Why `image` must not be pushed, from its build-report row (None: push it)."""
     status = (row or {}).get("status")
     if status in ("failed", "not-built"):
@@ -312,10 +311,10 @@ def gate(image: ImagePlan, row: dict | None, require_tests: bool) -> str | None:
 def push_plan(
     plan: Plan,
     *,
-    client,
+    client: ImageStore | EngineClient,
     auth_for: Callable[[str], RegistryAuth],
     images: list[ImagePlan] | None = None,
-    report_rows: dict[str, dict] | None = None,
+    report_rows: dict[str, dict[str, Any]] | None = None,
     require_tests: bool = True,
     retries: int = DEFAULT_RETRIES,
     log: Callable[[str], None] = lambda _m: None,
@@ -338,7 +337,7 @@ def push_plan(
         if reason is None:
             try:
                 registry = _push_registry(image.tag)
-            except ReferenceError as exc:
+            except ReferenceSyntaxError as exc:
                 log(f"{image.tag}: push failed: {exc}")
                 res.push = {"status": "failed", "error": f"{image.tag}: {exc}", "tags": refs}
                 results.append(res)

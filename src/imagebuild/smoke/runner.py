@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from imagebuild.engine import ContainerSettings, connect, containers, host_has_gpus
 from imagebuild.engine.containers import Interrupted, signals_raise  # noqa: F401  (Interrupted: callers catch it here)
+from imagebuild.engine.store import as_store
 
 if TYPE_CHECKING:
     from imagebuild.models import ImagePlan
@@ -202,14 +203,11 @@ def run_smoke(
     name = f"{name_prefix}-{safe_name(label or image_ref)}-{secrets.token_hex(3)}"[:120]
     extra: dict = {"image": image_ref, "container": name}
     try:
-        try:
-            image = client.images.get(image_ref)
-        except Exception as exc:
-            if "No such image" in str(exc) or type(exc).__name__ == "ImageNotFound":
-                return _failed(f"image {image_ref} not found in the engine (build or pull it first)",
-                               "image/present", **extra)
-            raise
-        labels = (image.attrs.get("Config") or {}).get("Labels") or {}
+        info = as_store(client).inspect(image_ref)
+        if info is None:
+            return _failed(f"image {image_ref} not found in the engine (build or pull it first)",
+                           "image/present", **extra)
+        labels = (info.get("Config") or {}).get("Labels") or {}
         flavor = flavor or labels.get("io.imagebuild.flavor")
         use_gpus = host_has_gpus(client) if gpus is None else gpus
         extra.update(flavor=flavor, gpus_requested=use_gpus)

@@ -1,0 +1,12 @@
+"""The per-image build log files (reports/logs/<image id>.log): opened here for every backend and the TE wheel
+build alike, so no stage reaches into a backend's stream parser for them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import IO
+
+
+def open_log(path: Path) -> IO[str]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "w", encoding="utf-8", errors="replace")

@@ -1,0 +1,252 @@
+"""The image store: every question the stages ask the engine about images, and every change they make to them.
+
+One protocol (`ImageStore`) and one implementation over the docker SDK (`DockerImageStore`); nothing outside
+`engine/` calls the SDK. Look-ups answer None for "no such image" instead of raising, errors come back as
+`EngineError` with the engine's own text, and every streamed call (build, pull, push, load) is read by
+`engine.stream`, so an error chunk inside an HTTP-200 answer is never missed. The unit tests fake this protocol
+once (tests/unit/_fake_engine.py).
+
+    store = as_store(connect("build"))
+    image_id = store.image_id("ml/pytorch:2.9-runtime")      # None: not here
+    store.tag(image_id, "ml/pytorch", "latest")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from imagebuild.engine.build import BuildCall, EngineBuild
+from imagebuild.engine.connect import local_root_dir
+from imagebuild.engine.stream import EngineError, read_stream
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    import docker
+
+    EngineClient: TypeAlias = docker.DockerClient  # for annotations outside engine/, which never import docker
+
+Chunk = dict[str, Any]
+ImageInfo = dict[str, Any]  # the engine's inspect answer: Id, Size, Created, Config.Labels, RootFS.Layers, ...
+
+
+@runtime_checkable
+class ImageStore(Protocol):
+    """What the stages need from an engine's image store."""
+
+    def inspect(self, ref: str) -> ImageInfo | None:
+        """The engine's inspect data of a tag, ID or name@digest; None when it has no such image."""
+        ...
+
+    def image_id(self, ref: str) -> str | None:
+        """The image ID `ref` names here, None when the engine has no such image."""
+        ...
+
+    def find(self, labels: Mapping[str, str]) -> list[ImageInfo]:
+        """Images carrying every label: entries with Id, Labels, RepoTags (`<none>:<none>` when untagged)."""
+        ...
+
+    def tag(self, image: str, repository: str, tag: str, *, force: bool = False) -> None: ...
+
+    def remove(self, ref: str, *, noprune: bool = False) -> None:
+        """Untag `ref` (a tag) or remove the image (an ID); EngineError when a container or another tag holds it."""
+        ...
+
+    def history(self, image: str) -> list[dict[str, Any]]:
+        """The build steps, newest first: CreatedBy, Size, ..."""
+        ...
+
+    def pull(self, repository: str, tag_or_digest: str, *, auth_config: Mapping[str, str] | None = None,
+             on_chunk: Callable[[Chunk], None] | None = None) -> None:
+        """Pull `repository:tag` or `repository@sha256:...`; EngineStreamError with the engine's error text."""
+        ...
+
+    def push(self, repository: str, tag: str, *, auth_config: Mapping[str, str] | None = None) -> Iterator[Chunk]:
+        """The push stream, chunk by chunk (read it with engine.stream); EngineError(connection=True) when the
+        connection breaks or times out."""
+        ...
+
+    def load(self, archive: Path) -> list[str]:
+        """Load a docker-archive; the engine's "Loaded image ..." lines, EngineStreamError on an error chunk."""
+        ...
+
+    def copy_out(self, image: str, path: str) -> bytes:
+        """A tar of `path` in `image` (through a container that is created, never started, and removed)."""
+        ...
+
+    def export(self, image: str, *, name: str, labels: Mapping[str, str]) -> Any:
+        """Context manager: the image's whole filesystem as a stream of tar bytes (a created, never started
+        container, removed on exit)."""
+        ...
+
+    def build(self, context: IO[bytes], *, tag: str, dockerfile: str, build_args: Mapping[str, str],
+              labels: Mapping[str, str], timeout: int, network: str = "host") -> BuildCall:
+        """One classic-builder build (nothing sent until its chunks are read); see engine/build.py."""
+        ...
+
+    def remove_container(self, container_id: str) -> bool:
+        """Force-remove a container; False when it was already gone."""
+        ...
+
+    def root_dir(self) -> str | None:
+        """The engine's data-root when it is on this machine, else None."""
+        ...
+
+
+def _engine_error(exc: Exception) -> EngineError:
+    explanation = getattr(exc, "explanation", None)
+    return EngineError(str(explanation or exc), getattr(exc, "status_code", None))
+
+
+class DockerImageStore:
+    """The image store of the engine a `docker.DockerClient` talks to (its low-level API)."""
+
+    def __init__(self, client: docker.DockerClient) -> None:
+        self.client = client
+        self._api = client.api
+
+    def inspect(self, ref: str) -> ImageInfo | None:
+        import docker
+
+        try:
+            info: ImageInfo = self._api.inspect_image(ref)
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.APIError as exc:
+            raise _engine_error(exc) from None
+        return info
+
+    def image_id(self, ref: str) -> str | None:
+        info = self.inspect(ref)
+        return None if info is None else str(info["Id"])
+
+    def find(self, labels: Mapping[str, str]) -> list[ImageInfo]:
+        found: list[ImageInfo] = self._call(self._api.images, filters={"label": [f"{k}={v}" for k, v in labels.items()]})
+        return found
+
+    def tag(self, image: str, repository: str, tag: str, *, force: bool = False) -> None:
+        self._call(self._api.tag, image, repository, tag, force=force)
+
+    def remove(self, ref: str, *, noprune: bool = False) -> None:
+        self._call(self._api.remove_image, ref, noprune=noprune)
+
+    def history(self, image: str) -> list[dict[str, Any]]:
+        steps: list[dict[str, Any]] = self._call(self._api.history, image) or []
+        return steps
+
+    def pull(self, repository: str, tag_or_digest: str, *, auth_config: Mapping[str, str] | None = None,
+             on_chunk: Callable[[Chunk], None] | None = None) -> None:
+        import docker
+
+        kw: dict[str, Any] = {"tag": tag_or_digest, "stream": True, "decode": True}
+        if auth_config is not None:
+            kw["auth_config"] = dict(auth_config)
+        try:
+            read_stream(self._api.pull(repository, **kw), on_chunk)
+        except docker.errors.APIError as exc:
+            raise _engine_error(exc) from None
+
+    def push(self, repository: str, tag: str, *, auth_config: Mapping[str, str] | None = None) -> Iterator[Chunk]:
+        import docker
+        import requests.exceptions
+
+        try:
+            yield from self._api.push(repository, tag, stream=True, decode=True,
+                                      auth_config=dict(auth_config) if auth_config is not None else None)
+        except docker.errors.APIError as exc:
+            raise _engine_error(exc) from None
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+                requests.exceptions.ChunkedEncodingError) as exc:
+            raise EngineError(f"engine connection: {exc} (timeout/EOF)", connection=True) from None
+
+    def load(self, archive: Path) -> list[str]:
+        import docker
+
+        lines: list[str] = []
+
+        def keep(chunk: Chunk) -> None:
+            text = str(chunk.get("stream") or "").strip()
+            if text:
+                lines.append(text)
+
+        try:
+            with open(archive, "rb") as fh:
+                read_stream(self._api.load_image(fh, quiet=True), keep)
+        except docker.errors.APIError as exc:
+            raise _engine_error(exc) from None
+        return lines
+
+    def copy_out(self, image: str, path: str) -> bytes:
+        container = self._call(self._api.create_container, image, command=["/none"])  # a scratch image runs nothing
+        try:
+            stream, _ = self._call(self._api.get_archive, container["Id"], path)
+            return b"".join(stream)
+        finally:
+            self._call(self._api.remove_container, container["Id"], force=True)
+
+    @contextmanager
+    def export(self, image: str, *, name: str, labels: Mapping[str, str]) -> Iterator[Iterator[bytes]]:
+        import docker
+        import requests
+
+        # A command is needed to create a container from an image without CMD/ENTRYPOINT (bootstrapped rootfs); it
+        # never runs, so it need not exist in the image.
+        try:
+            container = self._api.create_container(image, command=["/imagebuild-never-runs"], network_disabled=True,
+                                                   name=name, labels=dict(labels))
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise _engine_error(exc) from None
+        cid = container["Id"]
+
+        def chunks() -> Iterator[bytes]:
+            try:
+                yield from self._api.export(cid, chunk_size=1 << 20)
+            except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+                raise _engine_error(exc) from None
+
+        try:
+            yield chunks()
+        finally:
+            try:
+                self._api.remove_container(cid, force=True, v=True)
+            except Exception:  # noqa: BLE001 - already gone; nothing else to do about a failed cleanup here
+                pass
+
+    def build(self, context: IO[bytes], *, tag: str, dockerfile: str, build_args: Mapping[str, str],
+              labels: Mapping[str, str], timeout: int, network: str = "host") -> EngineBuild:
+        return EngineBuild(self._api, fileobj=context, custom_context=True, decode=True, rm=True, forcerm=True,
+                           pull=False, network_mode=network, buildargs=dict(build_args), labels=dict(labels),
+                           tag=tag, timeout=timeout, dockerfile=dockerfile)
+
+    def remove_container(self, container_id: str) -> bool:
+        import docker
+
+        try:
+            self._api.remove_container(container_id, force=True)
+        except docker.errors.NotFound:
+            return False
+        except docker.errors.APIError as exc:
+            raise _engine_error(exc) from None
+        return True
+
+    def root_dir(self) -> str | None:
+        return local_root_dir(self.client)
+
+    @staticmethod
+    def _call(method: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        import docker
+
+        try:
+            return method(*args, **kw)
+        except docker.errors.APIError as exc:
+            raise _engine_error(exc) from None
+
+
+def as_store(engine: ImageStore | EngineClient) -> ImageStore:
+    """`engine` itself when it is a store already, else the store of the engine the docker client talks to."""
+    if isinstance(engine, ImageStore):
+        return engine
+    return DockerImageStore(engine)

@@ -1,0 +1,290 @@
+"""The one fake engine of the unit tests: an in-memory image store implementing `imagebuild.engine.store.ImageStore`
+(no tests here; imported as `from _fake_engine import FakeEngine`).
+
+It behaves like an engine where the tests need it to: look-ups answer None for missing images, streamed calls
+(pull, push, load) go through `engine.stream.read_stream` exactly as the docker store's do, so a scripted error chunk
+fails them the same way; a build streams classic-builder chunks made from the Dockerfile (a line `RUN false` fails
+it with the engine's error chunk) and adds the image with the request's labels. What a test wants to check is
+recorded: builds, pulls, pushes, tags, removed images and containers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import tarfile
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from imagebuild.engine.stream import EngineError, read_stream
+
+DEFAULT_PUSH_DIGEST = "sha256:" + "1" * 64
+DEFAULT_HISTORY = [{"Size": 700, "CreatedBy": "/bin/sh -c big"}, {"Size": 300, "CreatedBy": "/bin/sh -c small"},
+                   {"Size": 0, "CreatedBy": "LABEL x"}]
+
+
+def ok_push_stream(repository: str, tag: str, digest: str) -> list[dict]:
+    return [{"status": f"The push refers to repository [{repository}]"},
+            {"status": "Preparing", "id": "aaa"},
+            {"status": "Pushing", "id": "aaa", "progressDetail": {"current": 500, "total": 1000}},
+            {"status": "Pushed", "id": "aaa"},
+            {"status": f"{tag}: digest: {digest} size: 528"},
+            {"aux": {"Tag": tag, "Digest": digest, "Size": 528}, "progressDetail": {}}]
+
+
+class FakeBuildCall:
+    """One build call (engine/build.py's BuildCall): chunks() streams, cancel() breaks the stream like a shut socket."""
+
+    def __init__(self, chunks: Callable[[], Iterator[object]], error: Exception | None = None) -> None:
+        self._chunks, self._error = chunks, error
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def chunks(self) -> Iterator[object]:
+        if self.cancelled:
+            raise InterruptedError("cancelled before the build started")
+        if self._error is not None:
+            raise self._error
+        for chunk in self._chunks():
+            if self.cancelled:
+                raise ConnectionError("Connection broken: the socket was shut")
+            yield chunk
+
+
+class FakeEngine:
+    """An in-memory engine image store."""
+
+    def __init__(self, registry: Any = None) -> None:
+        self.images_by_id: dict[str, dict[str, Any]] = {}
+        self.tags: dict[str, str] = {}  # "repo:tag" -> image ID
+        self.lock = threading.Lock()
+        self.counter = itertools.count(1)
+        self.registry = registry  # a FakeRegistry that pushes land in
+        # recorded calls
+        self.builds: list[dict[str, Any]] = []
+        self.build_calls: list[FakeBuildCall] = []
+        self.tag_calls: list[tuple[str, str, str]] = []
+        self.removed_images: list[str] = []
+        self.removed: list[str] = []  # containers
+        self.pulls: list[tuple[str, str, Mapping[str, str] | None]] = []
+        self.push_calls: list[tuple[str, str, Mapping[str, str] | None]] = []
+        self.loaded: list[bytes] = []
+        self.copies: list[tuple[str, str]] = []
+        # scripts: what the next calls answer
+        self.build_streams: list[list[object]] = []  # chunks of the next builds (default: made from the Dockerfile)
+        self.build_error: Exception | None = None  # the engine refuses every build call with this
+        self.pull_streams: list[list[object]] = []  # chunks of the next pulls (default: one status line)
+        self.push_scripts: list[list[dict] | Exception] = []  # chunks of the next pushes, or an error to raise
+        self.load_streams: list[list[object]] = []
+        self.histories: dict[str, list[dict[str, Any]]] = {}
+        self.archives: dict[str, bytes] = {}  # image ID -> the tar copy_out gives back
+        self.filesystems: dict[str, bytes] = {}  # image ID -> the tar export gives back
+        self.remove_errors: dict[str, Exception | None] = {}  # container ID -> error (None: already gone)
+        self.layers_of: Callable[[Mapping[str, str]], list[str]] | None = None  # RootFS layers of built images
+        self.root: str | None = None
+        self.active = 0
+        self.max_active = 0
+
+    # -- images --------------------------------------------------------------------------------------------------
+    def add_image(self, tag: str | None, labels: Mapping[str, str], size: int = 1000, *, image_id: str | None = None,
+                  repo_digests: tuple[str, ...] = (), **info: Any) -> str:
+        iid = image_id or "sha256:" + hashlib.sha256(f"{next(self.counter)}".encode()).hexdigest()
+        with self.lock:
+            if iid in self.images_by_id:  # one more tag (and digests) for an image already here
+                known = self.images_by_id[iid]["RepoDigests"]
+                known += [d for d in repo_digests if d not in known]
+                if tag:
+                    self.tags[tag] = iid
+                return iid
+            self.images_by_id[iid] = {"Id": iid, "Size": size, "Config": {"Labels": dict(labels)},
+                                      "RepoDigests": list(repo_digests), **info}
+            if tag:
+                self.tags[tag] = iid
+        return iid
+
+    def _resolve(self, ref: str) -> str | None:
+        iid = self.tags.get(ref, ref)
+        if iid in self.images_by_id:
+            return iid
+        if len(ref) >= 12 and all(c in "0123456789abcdef" for c in ref):  # a short ID, as the engine takes it
+            for full in self.images_by_id:
+                if full.startswith("sha256:" + ref):
+                    return full
+        if "@" in ref:  # name[:tag]@digest: an image pulled by that digest (the tag is not looked at)
+            name, _, digest = ref.partition("@")
+            if ":" in name.rsplit("/", 1)[-1]:
+                name = name.rsplit(":", 1)[0]
+            for info in self.images_by_id.values():
+                if f"{name}@{digest}" in info.get("RepoDigests", []):
+                    return str(info["Id"])
+        return None
+
+    def inspect(self, ref: str) -> dict[str, Any] | None:
+        iid = self._resolve(ref)
+        return None if iid is None else self.images_by_id[iid]
+
+    def image_id(self, ref: str) -> str | None:
+        return self._resolve(ref)
+
+    def find(self, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        out = []
+        for iid, info in self.images_by_id.items():
+            have = info["Config"]["Labels"]
+            if all(have.get(k) == v for k, v in labels.items()):
+                repo_tags = sorted(t for t, i in self.tags.items() if i == iid)
+                out.append({"Id": iid, "Labels": have, "RepoTags": repo_tags or ["<none>:<none>"]})
+        return out
+
+    def tag(self, image: str, repository: str, tag: str, *, force: bool = False) -> None:
+        self.tag_calls.append((image, repository, tag))
+        iid = self._resolve(image)
+        if iid is None:
+            raise EngineError(f"No such image: {image}", 404)
+        self.tags[f"{repository}:{tag}"] = iid
+
+    def remove(self, ref: str, *, noprune: bool = False) -> None:
+        self.removed_images.append(ref)
+        if ref in self.tags:
+            del self.tags[ref]
+            return
+        self.images_by_id.pop(ref, None)
+        for t in [t for t, i in self.tags.items() if i == ref]:
+            del self.tags[t]
+
+    def history(self, image: str) -> list[dict[str, Any]]:
+        return self.histories.get(image, DEFAULT_HISTORY)
+
+    # -- streamed calls ------------------------------------------------------------------------------------------
+    def pull(self, repository: str, tag_or_digest: str, *, auth_config: Mapping[str, str] | None = None,
+             on_chunk: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.pulls.append((repository, tag_or_digest, auth_config))
+        chunks = self.pull_streams.pop(0) if self.pull_streams else [{"status": f"Pulling from {repository}"}]
+        read_stream(chunks, on_chunk)
+        digest = tag_or_digest.startswith("sha256:")
+        ref = f"{repository}@{tag_or_digest}" if digest else f"{repository}:{tag_or_digest}"
+        self.add_image(None if digest else ref, {}, repo_digests=(ref,) if digest else ())
+
+    def push(self, repository: str, tag: str, *, auth_config: Mapping[str, str] | None = None) -> Iterator[dict]:
+        self.push_calls.append((repository, tag, auth_config))
+        step = self.push_scripts.pop(0) if self.push_scripts else None
+        if isinstance(step, Exception):
+            raise step
+        if step is None:
+            step = ok_push_stream(repository, tag, DEFAULT_PUSH_DIGEST)
+        digest = next((c["aux"]["Digest"] for c in step if "aux" in c), None)
+        if digest:
+            if self.registry is not None:
+                self.registry.tags[(repository.split("/", 1)[1], tag)] = digest
+            info = self.inspect(f"{repository}:{tag}")
+            if info is not None and f"{repository}@{digest}" not in info["RepoDigests"]:
+                info["RepoDigests"].append(f"{repository}@{digest}")
+        return iter(step)
+
+    def load(self, archive: Path) -> list[str]:
+        self.loaded.append(archive.read_bytes())
+        chunks = self.load_streams.pop(0) if self.load_streams else [{"stream": "Loaded image\n"}]
+        lines: list[str] = []
+        read_stream(chunks, lambda c: lines.append(str(c.get("stream") or "").strip()))
+        return [line for line in lines if line]
+
+    # -- containers made for reading images ----------------------------------------------------------------------
+    def copy_out(self, image: str, path: str) -> bytes:
+        self.copies.append((image, path))
+        return self.archives[image]
+
+    @contextmanager
+    def export(self, image: str, *, name: str, labels: Mapping[str, str]) -> Iterator[Iterator[bytes]]:
+        yield iter([self.filesystems[image]])
+
+    def remove_container(self, container_id: str) -> bool:
+        if container_id in self.remove_errors:
+            error = self.remove_errors[container_id]
+            if error is None:
+                return False
+            raise error
+        self.removed.append(container_id)
+        return True
+
+    def root_dir(self) -> str | None:
+        return self.root
+
+    # -- builds --------------------------------------------------------------------------------------------------
+    def build(self, context: IO[bytes], *, tag: str, dockerfile: str, build_args: Mapping[str, str],
+              labels: Mapping[str, str], timeout: int, network: str = "host") -> FakeBuildCall:
+        with tarfile.open(fileobj=context) as tar:
+            member = tar.extractfile(dockerfile)
+            assert member is not None
+            text = member.read().decode()
+            names = tar.getnames()
+        record = {"tag": tag, "buildargs": dict(build_args), "labels": dict(labels), "dockerfile": text,
+                  "context": names, "timeout": timeout, "network": network}
+        with self.lock:
+            self.builds.append(record)
+        if self.build_streams:
+            chunks = self.build_streams.pop(0)
+            call = FakeBuildCall(lambda: iter(chunks), self.build_error)
+        else:
+            steps = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+            call = FakeBuildCall(lambda: self._stream(steps, tag, labels), self.build_error)
+        self.build_calls.append(call)
+        return call
+
+    def _stream(self, steps: list[str], tag: str, labels: Mapping[str, str]) -> Iterator[dict]:
+        with self.lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            for k, step in enumerate(steps, 1):
+                yield {"stream": f"Step {k}/{len(steps)} : {step}"}
+                yield {"stream": "\n"}
+                if step.startswith("RUN"):
+                    yield {"stream": f" ---> Running in {k:012x}\n"}
+                    yield {"stream": f"output of {step}\n"}
+                    if step.strip() == "RUN false":
+                        yield {"errorDetail": {"code": 1, "message": "The command '/bin/sh -c false' returned a "
+                                                                    "non-zero code: 1"},
+                               "error": "The command '/bin/sh -c false' returned a non-zero code: 1"}
+                        return
+            extra = {"RootFS": {"Layers": self.layers_of(labels)}} if self.layers_of else {}
+            iid = self.add_image(tag, labels, **extra)
+            yield {"aux": {"ID": iid}}
+            yield {"stream": f"Successfully built {iid[7:19]}\n"}
+        finally:
+            with self.lock:
+                self.active -= 1
+
+    # -- TODO(issue 21): the low-level calls commands/ still makes (client.api.inspect_image/images/tag); remove
+    # once commands/ and pipeline/ go through the store.
+    @property
+    def api(self) -> _CommandsAPI:
+        return _CommandsAPI(self)
+
+    def info(self) -> dict[str, Any]:
+        return {"DockerRootDir": self.root or "/nonexistent"}
+
+
+class _CommandsAPI:
+    def __init__(self, engine: FakeEngine) -> None:
+        self.engine = engine
+
+    def inspect_image(self, ref: str) -> dict[str, Any]:
+        import docker.errors
+
+        info = self.engine.inspect(ref)
+        if info is None:
+            raise docker.errors.ImageNotFound(f"No such image: {ref}")
+        return info
+
+    def images(self, filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        wanted = (filters or {}).get("label", [])
+        wanted = [wanted] if isinstance(wanted, str) else wanted
+        return self.engine.find(dict(w.split("=", 1) for w in wanted))
+
+    def tag(self, image: str, repository: str, tag: str, force: bool = False) -> bool:
+        self.engine.tag(image, repository, tag, force=force)
+        return True
