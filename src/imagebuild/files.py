@@ -1,12 +1,31 @@
-"""Writing a text file so that readers never see half of it: a temp file beside it, then rename (report, record,
-catalog share this)."""
+"""Files the tool reads and writes, handled one way everywhere.
+
+- `write_text_atomic`: readers never see half a file (a temp file beside it, then rename; report, record, catalog).
+- `read_bounded`: every state or input file (matrix, lock, record, report) is read with a size limit, so a hostile or
+  damaged file costs a bounded amount of memory and time; over it is one `FileProblem` line.
+- `certificate_blocks`: only the CERTIFICATE PEM blocks of a CA file reach an image. Intercepting proxies often ship
+  their CA file with the private key in it; copying the whole file would put the key in every pushed image.
+- `check_output_dir`: an output folder (--report-dir, --state-dir, render --out) is made and proved writable before
+  anything builds, not discovered read-only after an hour of building.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from pathlib import Path
+
+from imagebuild.errors import UsageError
+
+MAX_INPUT_BYTES = 16 << 20  # a matrix, lock, record or report larger than this is not one we wrote
+MAX_CA_BYTES = 4 << 20
+_PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n([A-Za-z0-9+/=\s]*?)-----END CERTIFICATE-----")
+
+
+class FileProblem(UsageError):
+    """A file that cannot be used, said in one line that names it (exit 2, bad input)."""
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -20,3 +39,50 @@ def write_text_atomic(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def read_bounded(path: Path, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of `path`, at most `limit` of them; FileProblem naming `what` when unreadable or larger."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except IsADirectoryError:
+        raise FileProblem(f"{what} {path}: is a folder, not a file") from None
+    except OSError as exc:
+        raise FileProblem(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > limit:
+        raise FileProblem(f"{what} {path}: larger than {limit >> 20} MiB, not a file this tool reads")
+    return data
+
+
+def read_bounded_text(path: Path, what: str, limit: int = MAX_INPUT_BYTES) -> str:
+    data = read_bounded(path, what, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileProblem(f"{what} {path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def certificate_blocks(path: Path) -> bytes:
+    """The CERTIFICATE PEM blocks of a CA file, each ending in a newline, nothing else (no private key, no text);
+    FileProblem when the file is unreadable or holds no certificate."""
+    data = read_bounded(Path(path), "CA file", MAX_CA_BYTES)
+    blocks = [m.group(0) for m in _PEM_CERT.finditer(data) if m.group(1).strip()]
+    if not blocks:
+        raise FileProblem(f"CA file {path}: holds no PEM certificate (no '-----BEGIN CERTIFICATE-----' block)")
+    return b"".join(b.replace(b"\r\n", b"\n") + b"\n" for b in blocks)
+
+
+def check_output_dir(path: Path | str, what: str) -> Path:
+    """Make `path` (and its parents) and prove a file can be written in it; FileProblem naming `what` otherwise."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise FileProblem(f"{what} {folder}: exists and is not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".imagebuild-write-check.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise FileProblem(f"{what} {folder}: cannot write there ({exc.strerror or exc})") from None
+    return folder

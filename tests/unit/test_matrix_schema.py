@@ -201,11 +201,18 @@ def test_gpu_archs_checked():
 
 
 def test_ca_certs_relative_to_the_matrix(tmp_path):
-    (tmp_path / "ca.pem").write_text("x")
-    text = HEAD + "ca_certs: [ca.pem, missing.pem]\nmatrix: {torch: ['2.9.1'], cuda: ['12.8'], os: [ubuntu24.04]}\n"
+    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    (tmp_path / "key.pem").write_text("-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n")
+    (tmp_path / "dir.pem").mkdir()
+    text = HEAD + ("ca_certs:\n  - ca.pem\n  - missing.pem\n  - key.pem\n  - dir.pem\n"
+                   "matrix: {torch: ['2.9.1'], cuda: ['12.8'], os: [ubuntu24.04]}\n")
     found = problems(text, base_dir=tmp_path)
-    assert found == [f"m.yaml:4: ca_certs[1]: CA file not found: {tmp_path / 'missing.pem'}; "
-                     "paths are relative to the matrix file"]
+    assert found == [
+        f"m.yaml:6: ca_certs[1]: CA file not found: {tmp_path / 'missing.pem'}; paths are relative to the matrix file",
+        f"m.yaml:7: ca_certs[2]: CA file {tmp_path / 'key.pem'}: holds no PEM certificate "
+        "(no '-----BEGIN CERTIFICATE-----' block)",
+        f"m.yaml:8: ca_certs[3]: CA file not found: {tmp_path / 'dir.pem'}; paths are relative to the matrix file",
+    ]
 
 
 def test_size_budget_and_perf_min():

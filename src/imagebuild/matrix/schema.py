@@ -15,6 +15,7 @@ from typing import Any
 
 from imagebuild.compat import Tables
 from imagebuild.errors import Problem
+from imagebuild.files import FileProblem, certificate_blocks
 from imagebuild.matrix.fields import VARIANT_FIELDS, Bad, check_field, describe, suggest
 from imagebuild.matrix.yamlload import Loaded, YPath
 from imagebuild.models import FLAVORS
@@ -242,15 +243,21 @@ def _check_rows(c: _Checker, doc: dict[Any, Any], section: str) -> list[tuple[YP
 
 
 def _check_ca_certs(c: _Checker, doc: dict[Any, Any], base_dir: Path) -> tuple[Path, ...]:
-    """CA files, relative to the matrix file; each must exist."""
+    """CA files, relative to the matrix file; each must exist and hold at least one PEM certificate (only those blocks
+    reach the image: files.certificate_blocks)."""
     certs: list[Path] = []
     for i, item in enumerate(c.items(doc.get("ca_certs"), ("ca_certs",), "CA certificate files")):
         if (text := c.string(item, ("ca_certs", i), "a CA file path")) is not None:
             cert = (base_dir / text).resolve()
-            if cert.is_file():
-                certs.append(cert)
-            else:
+            if not cert.is_file():
                 c.bad(("ca_certs", i), f"CA file not found: {cert}", "paths are relative to the matrix file")
+                continue
+            try:
+                certificate_blocks(cert)
+            except FileProblem as exc:
+                c.bad(("ca_certs", i), str(exc))
+                continue
+            certs.append(cert)
     return tuple(certs)
 
 
