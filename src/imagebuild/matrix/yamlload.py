@@ -8,6 +8,11 @@ Two things plain PyYAML gets wrong for a version matrix are handled here:
 - duplicate keys silently keep the last value: we report them;
 - `python: 3.10` becomes the float 3.1: we keep the source text of plain numeric scalars (`raw`) so the schema can
   read versions the way the user wrote them.
+
+And a matrix may be hostile (a pull request's file validated in CI): before anything is built from the node graph,
+`_measure` walks it once, each node once (memoised), and refuses a file whose alias-expanded tree would exceed
+`MAX_NODES` nodes or `MAX_DEPTH` levels, or whose aliases are recursive. A "billion laughs" alias bomb is one error
+line in milliseconds instead of gigabytes; the text itself is limited to `MAX_TEXT` characters.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ YPath = tuple  # tuple[str | int, ...]
 
 _NUMERIC_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 _COMPOSE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_MAX_DEPTH = 50  # aliases can nest; a matrix never needs this deep
+MAX_DEPTH = 50  # aliases can nest; a matrix never needs this deep
+MAX_NODES = 200_000  # nodes of the alias-expanded tree; the shipped matrices have a few hundred
+MAX_TEXT = 64 << 10  # characters; the shipped matrices have 1-2 thousand (and composing 64 KiB takes ~0.3 s here)
 
 
 def keypath(path: YPath) -> str:
@@ -66,7 +73,7 @@ class _Builder:
         self.constructor = SafeConstructor()
 
     def build(self, node, path: YPath, depth: int = 0) -> Any:
-        if depth > _MAX_DEPTH:
+        if depth > MAX_DEPTH:
             self.loaded.problems.append(self.loaded.problem(path, "nesting too deep (recursive alias?)"))
             return None
         if isinstance(node, MappingNode):
@@ -106,8 +113,38 @@ class _Builder:
         return out
 
 
+class _TooBig(Exception):
+    def __init__(self, node: Any, why: str) -> None:
+        super().__init__(why)
+        self.node, self.why = node, why
+
+
+def _measure(node: Any, sizes: dict[int, int], open_nodes: set[int], depth: int = 0) -> int:
+    """Nodes in the tree `node` expands to (aliases counted at every use); _TooBig past the limits."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if depth > MAX_DEPTH:
+        raise _TooBig(node, f"nested deeper than {MAX_DEPTH} levels")
+    if key in open_nodes:
+        raise _TooBig(node, "an alias refers to a node that contains it (recursive alias)")
+    total = 1
+    if isinstance(node, (MappingNode, SequenceNode)):
+        open_nodes.add(key)
+        children = [c for pair in node.value for c in pair] if isinstance(node, MappingNode) else node.value
+        for child in children:
+            total += _measure(child, sizes, open_nodes, depth + 1)
+            if total > MAX_NODES:
+                raise _TooBig(node, f"expands to more than {MAX_NODES} values (aliases repeated inside aliases?)")
+        open_nodes.discard(key)
+    sizes[key] = total
+    return total
+
+
 def load_yaml(text: str, file: str) -> Loaded:
-    """Parse `text`; raises MatrixError (with the line) when it is not YAML at all."""
+    """Parse `text`; raises MatrixError (with the line) when it is not YAML at all, or larger than the limits."""
+    if len(text) > MAX_TEXT:
+        raise MatrixError([Problem(file, 0, "", f"larger than {MAX_TEXT >> 10} KiB; a matrix file is a few KiB")])
     try:
         node = yaml.compose(text, Loader=_COMPOSE_LOADER)
     except yaml.MarkedYAMLError as exc:
@@ -120,9 +157,15 @@ def load_yaml(text: str, file: str) -> Loaded:
                                    "check the indentation and quote values containing ':' or '#'")]) from None
     except yaml.YAMLError as exc:
         raise MatrixError([Problem(file, 0, "", f"invalid YAML: {exc}")]) from None
+    except RecursionError:
+        raise MatrixError([Problem(file, 0, "", f"invalid YAML: nested deeper than {MAX_DEPTH} levels")]) from None
     loaded = Loaded(file=file, data=None)
     if node is None:
         return loaded
+    try:
+        _measure(node, {}, set())
+    except _TooBig as big:
+        raise MatrixError([Problem(file, big.node.start_mark.line + 1, "", big.why)]) from None
     loaded.lines[()] = node.start_mark.line + 1
     loaded.data = _Builder(loaded).build(node, ())
     return loaded
