@@ -5,6 +5,8 @@
   damaged file costs a bounded amount of memory and time; over it is one `FileProblem` line.
 - `certificate_blocks`: only the CERTIFICATE PEM blocks of a CA file reach an image. Intercepting proxies often ship
   their CA file with the private key in it; copying the whole file would put the key in every pushed image.
+- `yaml_shape_problem`: a YAML node graph (matrix, lock) measured once before anything is built from it, so an alias
+  bomb ("billion laughs", nested aliases or merge keys) or a recursive alias is one error line, not gigabytes.
 - `check_output_dir`: an output folder (--report-dir, --state-dir, render --out) is made and proved writable before
   anything builds, not discovered read-only after an hour of building.
 """
@@ -16,6 +18,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from imagebuild.errors import UsageError
 
@@ -71,6 +74,48 @@ def certificate_blocks(path: Path) -> bytes:
     if not blocks:
         raise FileProblem(f"CA file {path}: holds no PEM certificate (no '-----BEGIN CERTIFICATE-----' block)")
     return b"".join(b.replace(b"\r\n", b"\n") + b"\n" for b in blocks)
+
+
+YAML_MAX_NODES = 200_000  # nodes of the alias-expanded tree; the shipped matrices have a few hundred
+YAML_MAX_DEPTH = 50
+
+
+def yaml_shape_problem(node: Any) -> tuple[int, str] | None:
+    """(line, why) when the tree `node` expands to (aliases and merge keys counted at every use) is larger than
+    YAML_MAX_NODES, deeper than YAML_MAX_DEPTH or recursive; None when it is within them. Each node is visited once."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def measure(n: Any, depth: int) -> int:
+        key = id(n)
+        if key in sizes:
+            return sizes[key]
+        if depth > YAML_MAX_DEPTH:
+            raise _Shape(n, f"nested deeper than {YAML_MAX_DEPTH} levels")
+        if key in open_nodes:
+            raise _Shape(n, "an alias refers to a node that contains it (recursive alias)")
+        total = 1
+        if isinstance(n.value, list):  # MappingNode (pairs) or SequenceNode (items)
+            open_nodes.add(key)
+            for child in (c for item in n.value for c in (item if isinstance(item, tuple) else (item,))):
+                total += measure(child, depth + 1)
+                if total > YAML_MAX_NODES:
+                    raise _Shape(n, f"expands to more than {YAML_MAX_NODES} values (aliases repeated inside aliases?)")
+            open_nodes.discard(key)
+        sizes[key] = total
+        return total
+
+    try:
+        measure(node, 0)
+    except _Shape as bad:
+        return bad.node.start_mark.line + 1, bad.why
+    return None
+
+
+class _Shape(Exception):
+    def __init__(self, node: Any, why: str) -> None:
+        super().__init__(why)
+        self.node, self.why = node, why
 
 
 def check_output_dir(path: Path | str, what: str) -> Path:

@@ -10,7 +10,7 @@ Two things plain PyYAML gets wrong for a version matrix are handled here:
   read versions the way the user wrote them.
 
 And a matrix may be hostile (a pull request's file validated in CI): before anything is built from the node graph,
-`_measure` walks it once, each node once (memoised), and refuses a file whose alias-expanded tree would exceed
+`files.yaml_shape_problem` walks it once, each node once (memoised), and refuses a file whose alias-expanded tree would exceed
 `MAX_NODES` nodes or `MAX_DEPTH` levels, or whose aliases are recursive. A "billion laughs" alias bomb is one error
 line in milliseconds instead of gigabytes; the text itself is limited to `MAX_TEXT` characters.
 """
@@ -25,13 +25,14 @@ from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from imagebuild.errors import MatrixError, Problem
+from imagebuild.files import YAML_MAX_DEPTH, YAML_MAX_NODES, yaml_shape_problem
 
 YPath = tuple  # tuple[str | int, ...]
 
 _NUMERIC_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 _COMPOSE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-MAX_DEPTH = 50  # aliases can nest; a matrix never needs this deep
-MAX_NODES = 200_000  # nodes of the alias-expanded tree; the shipped matrices have a few hundred
+MAX_DEPTH = YAML_MAX_DEPTH  # aliases can nest; a matrix never needs this deep
+MAX_NODES = YAML_MAX_NODES
 MAX_TEXT = 64 << 10  # characters; the shipped matrices have 1-2 thousand (and composing 64 KiB takes ~0.3 s here)
 
 
@@ -113,34 +114,6 @@ class _Builder:
         return out
 
 
-class _TooBig(Exception):
-    def __init__(self, node: Any, why: str) -> None:
-        super().__init__(why)
-        self.node, self.why = node, why
-
-
-def _measure(node: Any, sizes: dict[int, int], open_nodes: set[int], depth: int = 0) -> int:
-    """Nodes in the tree `node` expands to (aliases counted at every use); _TooBig past the limits."""
-    key = id(node)
-    if key in sizes:
-        return sizes[key]
-    if depth > MAX_DEPTH:
-        raise _TooBig(node, f"nested deeper than {MAX_DEPTH} levels")
-    if key in open_nodes:
-        raise _TooBig(node, "an alias refers to a node that contains it (recursive alias)")
-    total = 1
-    if isinstance(node, (MappingNode, SequenceNode)):
-        open_nodes.add(key)
-        children = [c for pair in node.value for c in pair] if isinstance(node, MappingNode) else node.value
-        for child in children:
-            total += _measure(child, sizes, open_nodes, depth + 1)
-            if total > MAX_NODES:
-                raise _TooBig(node, f"expands to more than {MAX_NODES} values (aliases repeated inside aliases?)")
-        open_nodes.discard(key)
-    sizes[key] = total
-    return total
-
-
 def load_yaml(text: str, file: str) -> Loaded:
     """Parse `text`; raises MatrixError (with the line) when it is not YAML at all, or larger than the limits."""
     if len(text) > MAX_TEXT:
@@ -162,10 +135,8 @@ def load_yaml(text: str, file: str) -> Loaded:
     loaded = Loaded(file=file, data=None)
     if node is None:
         return loaded
-    try:
-        _measure(node, {}, set())
-    except _TooBig as big:
-        raise MatrixError([Problem(file, big.node.start_mark.line + 1, "", big.why)]) from None
+    if (too_big := yaml_shape_problem(node)) is not None:
+        raise MatrixError([Problem(file, too_big[0], "", too_big[1])])
     loaded.lines[()] = node.start_mark.line + 1
     loaded.data = _Builder(loaded).build(node, ())
     return loaded
