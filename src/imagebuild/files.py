@@ -50,11 +50,11 @@ def read_bounded(path: Path, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
         with open(path, "rb") as f:
             data = f.read(limit + 1)
     except IsADirectoryError:
-        raise FileProblem(f"{what} {path}: is a folder, not a file") from None
+        raise FileProblem(f"{path}: is a folder, not a {what}") from None
     except OSError as exc:
-        raise FileProblem(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None
+        raise FileProblem(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
     if len(data) > limit:
-        raise FileProblem(f"{what} {path}: larger than {limit >> 20} MiB, not a file this tool reads")
+        raise FileProblem(f"{path}: larger than {limit >> 20} MiB, not a {what} this tool wrote or reads")
     return data
 
 
@@ -63,16 +63,16 @@ def read_bounded_text(path: Path, what: str, limit: int = MAX_INPUT_BYTES) -> st
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise FileProblem(f"{what} {path}: not UTF-8 text (byte {exc.start})") from None
+        raise FileProblem(f"{path}: the {what} is not UTF-8 text (byte {exc.start})") from None
 
 
 def certificate_blocks(path: Path) -> bytes:
     """The CERTIFICATE PEM blocks of a CA file, each ending in a newline, nothing else (no private key, no text);
     FileProblem when the file is unreadable or holds no certificate."""
-    data = read_bounded(Path(path), "CA file", MAX_CA_BYTES)
+    data = read_bounded(Path(path), "file", MAX_CA_BYTES)
     blocks = [m.group(0) for m in _PEM_CERT.finditer(data) if m.group(1).strip()]
     if not blocks:
-        raise FileProblem(f"CA file {path}: holds no PEM certificate (no '-----BEGIN CERTIFICATE-----' block)")
+        raise FileProblem(f"{path}: holds no PEM certificate (no '-----BEGIN CERTIFICATE-----' block)")
     return b"".join(b.replace(b"\r\n", b"\n") + b"\n" for b in blocks)
 
 

@@ -255,7 +255,7 @@ def check_inputs(inputs) -> None:
         try:
             certificate_blocks(p)
         except FileProblem as exc:
-            raise UsageError(f"--ca-cert: {exc}") from None
+            raise UsageError(f"--ca-cert {exc}") from None
     if inputs.wheelhouse is not None and not Path(inputs.wheelhouse).is_dir():
         raise UsageError(f"--wheelhouse {inputs.wheelhouse}: no such folder")
 

@@ -289,5 +289,5 @@ def load(path: str | Path) -> Lock:
     try:
         text = read_bounded_text(Path(path), "lock", MAX_LOCK_BYTES)
     except FileProblem as exc:
-        raise LockError(str(exc).removeprefix("lock ")) from None
+        raise LockError(str(exc)) from None
     return parse(text, str(path))

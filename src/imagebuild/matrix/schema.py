@@ -255,7 +255,7 @@ def _check_ca_certs(c: _Checker, doc: dict[Any, Any], base_dir: Path) -> tuple[P
             try:
                 certificate_blocks(cert)
             except FileProblem as exc:
-                c.bad(("ca_certs", i), str(exc))
+                c.bad(("ca_certs", i), f"CA file {exc}")
                 continue
             certs.append(cert)
     return tuple(certs)

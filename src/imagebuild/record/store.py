@@ -149,15 +149,19 @@ _TOP_FIELDS: dict[str, tuple[type, ...]] = {
 _INPUT_LISTS, _INPUT_STRS = ("ca_certs", "pip_extra_index_urls"), ("pip_index_url", "torch_index_url", "wheelhouse")
 
 
+_JSON_NAMES = {str: "a string", int: "a number", float: "a number", list: "a list", dict: "an object",
+               type(None): "null"}
+
+
 def _kind(types: tuple[type, ...]) -> str:
-    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
+    return " or ".join(dict.fromkeys(_JSON_NAMES[t] for t in types))
 
 
 def shape_problem(doc: object) -> str | None:
     """Why a parsed record is not one this version wrote (valid JSON of the wrong shape), or None. Every field the
     commands read is checked here, so a damaged record is said and replaced, never a traceback later."""
     if not isinstance(doc, dict):
-        return f"expected a JSON object, got {type(doc).__name__}"
+        return f"expected a JSON object, got {_JSON_NAMES.get(type(doc), 'a value')}"
     for key, types in _TOP_FIELDS.items():
         if key in doc and (not isinstance(doc[key], types) or isinstance(doc[key], bool)):
             return f"{key!r} must be {_kind(types)}"
@@ -204,7 +208,7 @@ def load_record(matrix_path: str | Path, directory: str | Path | None = None) ->
         doc = json.loads(read_bounded_text(path, "record"))
         why = shape_problem(doc)
     except FileProblem as exc:
-        why = str(exc).removeprefix(f"record {path}: ")
+        why = str(exc).removeprefix(f"{path}: ")
     except (ValueError, RecursionError) as exc:
         why = f"not JSON ({exc})" if not isinstance(exc, RecursionError) else "nested too deeply"
     if why:

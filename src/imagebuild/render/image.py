@@ -138,7 +138,7 @@ def _ca_files(variant: ResolvedVariant, inputs: BuildInputs) -> dict[str, bytes]
         try:
             content = certificate_blocks(path)  # only the certificates: a key beside them never reaches the image
         except FileProblem as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(f"CA file {exc}") from None
         stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.name.removesuffix(".crt").removesuffix(".pem")) or "ca"
         files[f"{CA_DIR}/{n}-{stem}.crt"] = content
     return files
