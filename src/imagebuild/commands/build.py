@@ -76,6 +76,7 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     from imagebuild.commands._supply import diff_rebuilds, previous_ids, write_sboms
     from imagebuild.engine import connect
     from imagebuild.record import load_record, now, updating
+    from imagebuild.record.store import state_dir as record_state_dir
     from imagebuild.record.update import record_build
 
     started = now()
@@ -86,8 +87,7 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     plan = load_plan(path, inputs, registry)  # a lock that does not fit the matrix: LockError (exit 2)
     report_dir = check_output_dir(report_dir or default_report_dir(path), "--report-dir")
     log_dir = check_output_dir(log_dir or (report_dir / "logs"), "--log-dir")
-    if state_dir is not None:
-        check_output_dir(state_dir, "--state-dir")
+    check_output_dir(record_state_dir(state_dir), "--state-dir")  # before anything builds, not after an hour
     rec = load_record(path, state_dir)
     if rec is not None and rec.problem:
         click.echo(f"warning: {rec.problem}", err=True)
