@@ -51,6 +51,17 @@ def redact(text: str | None) -> str:
     return out
 
 
+def redact_host(text: str) -> str:
+    """A `[user[:pw]@]host[:port][/path]` value written without a scheme (a registry, a mirror host) with its userinfo
+    masked like a URL's: the same rule, for the form `redact` cannot tell from `name@sha256:...`."""
+    if "://" in text:
+        return redact(text)
+    host_part, slash, rest = text.partition("/")
+    if "@" not in host_part:
+        return text
+    return _USERINFO.sub(_mask_userinfo, "x://" + host_part)[len("x://"):] + slash + rest
+
+
 def has_credentials(url: str | None) -> bool:
     return bool(url and (_USERINFO.search(url) or _QUERY_SECRET.search(url)))
 

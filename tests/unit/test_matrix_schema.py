@@ -263,3 +263,37 @@ def test_all_problems_reported_in_one_run():
         (20, "include[6].transformer_engine"), (23, "size_budget.runtime"), (24, "pytorh"),
     ]
     assert lines == sorted(lines, key=lambda x: x[0])
+
+
+MATRIX_ROWS = "matrix: {torch: ['2.9.1'], cuda: ['12.8'], os: [ubuntu24.04]}\n"
+
+
+@pytest.mark.parametrize(("registry", "message"), [
+    ("https://host/ml", "'https://host/ml' is not a valid registry: a registry is host[:port][/path] without "
+                        "'https://'"),
+    ("builder:hunter22@host/ml", "'builder:***@host/ml' is not a valid registry: a registry cannot carry "
+                                 "credentials"),
+    ("t0kenvalue@host", "'***@host' is not a valid registry: a registry cannot carry credentials"),
+])
+def test_registry_mistakes_are_said_plainly_and_never_echo_a_password(registry, message):
+    found = one(f"name: pytorch\nregistry: {registry}\n" + MATRIX_ROWS)
+    assert found.startswith(f"m.yaml:2: registry: {message}"), found
+    assert "hunter22" not in found and "t0kenvalue" not in found
+
+
+def test_a_name_whose_references_would_pass_255_characters_is_refused_at_validate():
+    name = "/".join(["team" * 5] * 9)
+    found = one(f"name: {name}\nregistry: registry.example.internal:5000/ml\n" + MATRIX_ROWS)
+    assert found.startswith("m.yaml:1: name: registry/name is 222 characters; with a ':tag' of up to 64 an image "
+                            "reference would pass 255"), found
+
+
+@pytest.mark.parametrize(("req", "message"), [
+    ("numpy>=>2", "'numpy>=>2' is not a pip requirement (PEP 508: "),
+    ("two words", "'two words' is not a pip requirement (PEP 508: "),
+    ("pkg @ https://s3cr3t@files.example/pkg.whl", "'pkg @ https://***@files.example/pkg.whl' carries credentials"),
+])
+def test_pip_packages_are_pep508_requirements_at_validate(req, message):
+    found = one(HEAD + MATRIX_ROWS + f"defaults:\n  pip_packages:\n    dev: ['{req}']\n")
+    assert found.startswith(f"m.yaml:7: defaults.pip_packages.dev[0]: {message}"), found
+    assert "s3cr3t" not in found

@@ -19,7 +19,13 @@ from imagebuild.files import FileProblem, certificate_blocks
 from imagebuild.matrix.fields import VARIANT_FIELDS, Bad, check_field, describe, suggest
 from imagebuild.matrix.yamlload import Loaded, YPath
 from imagebuild.models import FLAVORS
-from imagebuild.oci.reference import ReferenceError, check_registry, check_repository_name
+from imagebuild.oci.reference import (
+    ReferenceError,
+    check_registry,
+    check_repository_name,
+    check_repository_room,
+)
+from imagebuild.secrets import redact_host
 
 TOP_KEYS = ("name", "registry", "gpu_archs", "defaults", "matrix", "include", "exclude", "ca_certs",
             "size_budget", "perf_min")
@@ -175,8 +181,13 @@ def _check_name_and_registry(c: _Checker, doc: dict[Any, Any], out: Schema) -> N
             try:
                 out.registry = check_registry(reg)
             except ReferenceError as exc:
-                c.bad(("registry",), f"{reg!r} is not a valid registry: {exc}",
+                c.bad(("registry",), f"{redact_host(reg)!r} is not a valid registry: {exc}",
                       "host[:port][/path], e.g. registry.example.internal:5000/ml")
+    if out.name:
+        try:
+            check_repository_room(f"{out.registry}/{out.name}" if out.registry else out.name)
+        except ReferenceError as exc:
+            c.bad(("name",), f"{exc}")
 
 
 def _check_gpu_archs(c: _Checker, doc: dict[Any, Any]) -> tuple[str, ...]:
