@@ -212,8 +212,7 @@ def _strip_credentials(spec: BootstrapSpec, tmp: Path) -> tuple[list[str], Path 
         kind, url, rest = line.split(" ", 2)
         url, user, password = split_userinfo(url)
         if user or password:
-            register_secret(user)
-            register_secret(password)
+            register_secret(password or user)  # token-only (`https://TOKEN@host/`): the user part is the secret
             parts = urllib.parse.urlsplit(url)
             auth_lines.append(f"machine {parts.netloc}{parts.path} login {user} password {password}")
         clean.append(f"{kind} {url} {rest}")
