@@ -9,7 +9,13 @@ from click.testing import CliRunner
 
 from imagebuild.cli import cli
 from imagebuild.errors import EXIT_BAD_INPUT
-from imagebuild.files import FileProblem, certificate_blocks, check_output_dir, read_bounded, read_bounded_text
+from imagebuild.files import (
+    FileProblem,
+    certificate_blocks,
+    check_output_dir,
+    read_bounded,
+    read_bounded_text,
+)
 
 CERT = b"-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n"
 KEY = b"-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIIrYSSNQFaA2Hwf1duRSxKtLYX5CB04fSeQ6tF1aY/PuoAoGCCqGSM49\n-----END EC PRIVATE KEY-----\n"

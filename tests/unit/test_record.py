@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from _push_fakes import make_image
 
 from imagebuild.inputs import BuildInputs
