@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import UsageError
+from imagebuild.units import format_size
 
 MAX_INPUT_BYTES = 16 << 20  # a matrix, lock, record or report larger than this is not one we wrote
 MAX_CA_BYTES = 4 << 20
@@ -54,7 +55,7 @@ def read_bounded(path: Path, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     except OSError as exc:
         raise FileProblem(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
     if len(data) > limit:
-        raise FileProblem(f"{path}: larger than {limit >> 20} MiB, not a {what} this tool wrote or reads")
+        raise FileProblem(f"{path}: larger than {format_size(limit)}, not a {what} this tool wrote or reads")
     return data
 
 

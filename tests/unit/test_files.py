@@ -37,7 +37,7 @@ def test_bounded_reads(tmp_path):
     f = tmp_path / "big"
     f.write_bytes(b"x" * 101)
     assert read_bounded(f, "thing", limit=101) == b"x" * 101
-    with pytest.raises(FileProblem, match=f"^{f}: larger than 0 MiB, not a thing"):
+    with pytest.raises(FileProblem, match=f"^{f}: larger than 100 B, not a thing"):
         read_bounded(f, "thing", limit=100)
     f.write_bytes(b"\xc3\x28")
     with pytest.raises(FileProblem, match="the thing is not UTF-8 text"):

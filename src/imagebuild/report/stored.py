@@ -75,14 +75,15 @@ def _shape(value: object, spec: object, where: str) -> str | None:
         if key not in value:
             return f"{where}: lacks {key!r}"
     for key, sub in spec.items():
-        if key in value and (why := _shape(value[key], sub, f"{where}.{key}" if where else key)) is not None:
+        if key in value and (why := _shape(value[key], sub, key if where == "the document" else f"{where}.{key}")) \
+                is not None:
             return why
     return None
 
 
 def check_report(doc: object) -> str | None:
     """Why a parsed build-report.json is not one the writers can read, or None."""
-    return _shape(doc, {**_DOC, "images": _Opt([_ROW])}, "")
+    return _shape(doc, {**_DOC, "images": _Opt([_ROW])}, "the document")
 
 
 def load_report(path: Path, empty: dict) -> dict:
