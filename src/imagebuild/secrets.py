@@ -62,6 +62,16 @@ def redact_host(text: str) -> str:
     return _USERINFO.sub(_mask_userinfo, "x://" + host_part)[len("x://"):] + slash + rest
 
 
+def register_url_credentials(text: str) -> None:
+    """Register the secret part of every URL's userinfo in `text` (the password; for a token-only URL, the token),
+    raw and percent-decoded, so a message that quotes it without its URL is redacted too."""
+    for m in _USERINFO.finditer(text):
+        user, sep, password = m["userinfo"].partition(":")
+        secret = password if sep else user
+        register_secret(secret)
+        register_secret(urllib.parse.unquote(secret))
+
+
 def has_credentials(url: str | None) -> bool:
     return bool(url and (_USERINFO.search(url) or _QUERY_SECRET.search(url)))
 

@@ -38,3 +38,38 @@ def test_credential_query_values(url):
 def test_no_credential_left_alone(text):
     assert not has_credentials(text)
     assert redact(text) == text == strip_credentials(text)
+
+
+def test_one_rule_no_module_keeps_its_own_credential_pattern():
+    """The bootstrap, apt and preflight code each had their own userinfo regex, and they disagreed."""
+    import re
+    from pathlib import Path
+
+    import imagebuild
+
+    root = Path(imagebuild.__file__).parent
+    own = []
+    for path in root.rglob("*.py"):
+        if path.name == "secrets.py" or "probe" in path.parts:  # the in-image probe cannot import imagebuild
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"re\.compile\(.*://.*@", line) or re.search(r"urlsplit\(.*\)\.(username|password)", line) \
+                    or re.search(r"\bparts\.(username|password)\b", line):
+                own.append(f"{path.relative_to(root)}:{n}")
+    assert own == []
+
+
+def test_outputs_use_the_rule_for_token_only_urls():
+    from imagebuild.inputs import BuildInputs
+
+    public = BuildInputs(pip_index_url="https://tok3n@idx.example/simple",
+                         pip_extra_index_urls=("https://:pw0rd@x.example/simple",)).public()
+    assert public["pip_index_url"] == "https://***@idx.example/simple"
+    assert public["pip_extra_index_urls"] == ["https://:***@x.example/simple"]
+
+
+def test_registered_url_credentials_are_hidden_even_without_their_url():
+    from imagebuild.secrets import register_url_credentials
+
+    register_url_credentials("https://u:pw%2Fwith-slash@a.example/simple https://t0ken-only-xyz@b.example/simple")
+    assert redact("auth failed for pw/with-slash and t0ken-only-xyz") == "auth failed for *** and ***"

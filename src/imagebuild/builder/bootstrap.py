@@ -35,7 +35,13 @@ from imagebuild.builder import ociarchive
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ResolvedVariant
 from imagebuild.oci import Reference
-from imagebuild.secrets import has_credentials, redact, register_secret, split_userinfo, strip_credentials
+from imagebuild.secrets import (
+    has_credentials,
+    redact,
+    register_url_credentials,
+    split_userinfo,
+    strip_credentials,
+)
 
 BOOTSTRAP_FORMAT = "2"  # bump when the way the image is made changes (invalidates every bootstrap image); 2: own config
 # apt: Debian's minbase has it (Priority: required), Ubuntu's does not, and every flavor installs with apt-get
@@ -210,9 +216,9 @@ def _strip_credentials(spec: BootstrapSpec, tmp: Path) -> tuple[list[str], Path 
     auth_lines, clean = [], []
     for line in sources:
         kind, url, rest = line.split(" ", 2)
+        register_url_credentials(url)
         url, user, password = split_userinfo(url)
         if user or password:
-            register_secret(password or user)  # token-only (`https://TOKEN@host/`): the user part is the secret
             parts = urllib.parse.urlsplit(url)
             auth_lines.append(f"machine {parts.netloc}{parts.path} login {user} password {password}")
         clean.append(f"{kind} {url} {rest}")
