@@ -20,10 +20,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from imagebuild.errors import UsageError
 from imagebuild.units import format_size
 
-MAX_INPUT_BYTES = 16 << 20  # a matrix, lock, record or report larger than this is not one we wrote
+MAX_INPUT_BYTES = 4 << 20  # a record or report larger than this is not one we wrote (ours: tens to hundreds of KB)
 MAX_CA_BYTES = 4 << 20
 _PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n([A-Za-z0-9+/=\s]*?)-----END CERTIFICATE-----")
 
@@ -79,6 +81,27 @@ def certificate_blocks(path: Path) -> bytes:
 
 YAML_MAX_NODES = 200_000  # nodes of the alias-expanded tree; the shipped matrices have a few hundred
 YAML_MAX_DEPTH = 50
+YAML_MAX_EVENTS = 200_000  # parser events (~ values written); composing that many takes ~0.5 s and ~50 MB here
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class YamlTooBig(Exception):
+    def __init__(self, line: int, why: str) -> None:
+        super().__init__(why)
+        self.line, self.why = line, why
+
+
+def compose_yaml(text: str) -> Any:
+    """The node graph of `text` (None for an empty document), built only within the limits: the parser's events are
+    counted first (lazily, so a file of millions of tiny values stops after YAML_MAX_EVENTS), then the composed graph
+    is measured (yaml_shape_problem). YamlTooBig(line, why) over a limit; yaml.YAMLError when it is not YAML."""
+    for n, event in enumerate(yaml.parse(text, Loader=_YAML_LOADER)):
+        if n > YAML_MAX_EVENTS:
+            raise YamlTooBig(event.start_mark.line + 1, f"more than {YAML_MAX_EVENTS} YAML values")
+    node = yaml.compose(text, Loader=_YAML_LOADER)
+    if node is not None and (too_big := yaml_shape_problem(node)) is not None:
+        raise YamlTooBig(*too_big)
+    return node
 
 
 def yaml_shape_problem(node: Any) -> tuple[int, str] | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from imagebuild.errors import UsageError
-from imagebuild.files import FileProblem, read_bounded_text, yaml_shape_problem
+from imagebuild.files import FileProblem, YamlTooBig, compose_yaml, read_bounded_text
 
 LOCK_FORMAT = 1
 SUFFIX = ".lock"
@@ -253,16 +253,16 @@ def _parse_image(image_id: str, doc: object, where: str) -> LockedImage:
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-MAX_LOCK_BYTES = 8 << 20  # a lock of 50 images with 200 pins each is about 3 MB
+MAX_LOCK_BYTES = 4 << 20  # h100's 9 images lock to a few hundred KB
 
 
 def _yaml(text: str, path: str) -> object:
-    """The document, read within files.yaml_shape_problem's limits (no alias bomb, no recursion)."""
+    """The document, read within files.compose_yaml's limits (no alias bomb, no recursion, bounded size)."""
     try:
-        node = yaml.compose(text, Loader=_LOADER)
-        if node is not None and (too_big := yaml_shape_problem(node)) is not None:
-            raise LockError(f"{path}:{too_big[0]}: {too_big[1]}")
+        compose_yaml(text)
         return yaml.load(text, Loader=_LOADER)  # noqa: S506 (a safe loader)
+    except YamlTooBig as big:
+        raise LockError(f"{path}:{big.line}: {big.why}") from None
     except yaml.YAMLError as exc:
         raise LockError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     except RecursionError:
