@@ -97,7 +97,8 @@ def compose_yaml(text: str) -> Any:
     is measured (yaml_shape_problem). YamlTooBig(line, why) over a limit; yaml.YAMLError when it is not YAML."""
     for n, event in enumerate(yaml.parse(text, Loader=_YAML_LOADER)):
         if n > YAML_MAX_EVENTS:
-            raise YamlTooBig(event.start_mark.line + 1 if event.start_mark else 0, f"more than {YAML_MAX_EVENTS} YAML values")
+            line = event.start_mark.line + 1 if event.start_mark else 0
+            raise YamlTooBig(line, f"more than {YAML_MAX_EVENTS} YAML values")
     node = yaml.compose(text, Loader=_YAML_LOADER)
     if node is not None and (too_big := yaml_shape_problem(node)) is not None:
         raise YamlTooBig(*too_big)

@@ -16,7 +16,8 @@ import urllib.parse
 
 # scheme://USERINFO@ : userinfo is everything up to the last "@" before the host part ends (/ ? # or space); an
 # "@sha256:<hex>" is a digest (docker-image://debian:12@sha256:...), not a host
-_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/?#\s@]*(?:@[^/?#\s@]*)*)@(?![a-z0-9]+:[0-9a-f]{32})")
+_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)"
+                       r"(?P<userinfo>[^/?#\s@]*(?:@[^/?#\s@]*)*)@(?![a-z0-9]+:[0-9a-f]{32})")
 _SECRET_PARAMS = (
     "token", "access_token", "auth", "auth_token", "password", "passwd", "pwd", "secret", "client_secret", "api_key",
     "apikey", "key", "sig", "signature", "x-amz-signature", "x-amz-security-token", "x-goog-signature", "private_token",
