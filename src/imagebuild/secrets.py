@@ -2,11 +2,14 @@
 
 A URL's userinfo is a credential in every form: `user:password@`, token-only `TOKEN@`, password-only `:pw@`.
 So is the value of a credential-like query parameter (`?token=`, `access_token=`, `password=`, `X-Amz-Signature=`,
-...). `redact` hides them (and any value registered with `register_secret`: registry passwords, proxy credentials read
-from the environment); `has_credentials` says whether a URL carries any; `strip_credentials` removes them (the bootstrap
-moves them into apt's auth.conf, bake leaves them for the caller to supply). Every output — rendered Dockerfile
-comments, bake JSON, lock errors, registry messages, reports, records — goes through these three, so there is no
-second rule to fall out of step.
+...). On that one rule:
+- `redact` hides them (and any value registered with `register_secret` / `register_url_credentials`: registry
+  passwords, proxy and index credentials), `redact_host` the userinfo of a scheme-less `user:pw@host/path`;
+- `has_credentials` says whether a URL carries any (render makes such an index URL a secret build arg);
+- `strip_credentials` removes them, `split_userinfo` hands them over (the bootstrap moves them into apt's auth.conf,
+  apt and the preflight send them as Basic auth, bake leaves them for the caller to supply).
+Every output — rendered Dockerfile comments, bake JSON, lock errors, registry messages, reports, records — goes
+through these, so there is no second rule to fall out of step (tests/unit/test_secrets.py checks no module has one).
 """
 
 from __future__ import annotations
