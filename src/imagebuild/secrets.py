@@ -7,7 +7,7 @@ So is the value of a credential-like query parameter (`?token=`, `access_token=`
   passwords, proxy and index credentials), `redact_host` the userinfo of a scheme-less `user:pw@host/path`;
 - `has_credentials` says whether a URL carries any (render makes such an index URL a secret build arg);
 - `strip_credentials` removes them, `split_userinfo` hands them over (the bootstrap moves them into apt's auth.conf,
-  apt and the preflight send them as Basic auth, bake leaves them for the caller to supply).
+  apt sends them as Basic auth, the preflight probes without them, bake leaves them for the caller to supply).
 Every output — rendered Dockerfile comments, bake JSON, lock errors, registry messages, reports, records — goes
 through these, so there is no second rule to fall out of step (tests/unit/test_secrets.py checks no module has one).
 """
