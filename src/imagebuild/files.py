@@ -5,8 +5,9 @@
   damaged file costs a bounded amount of memory and time; over it is one `FileProblem` line.
 - `certificate_blocks`: only the CERTIFICATE PEM blocks of a CA file reach an image. Intercepting proxies often ship
   their CA file with the private key in it; copying the whole file would put the key in every pushed image.
-- `yaml_shape_problem`: a YAML node graph (matrix, lock) measured once before anything is built from it, so an alias
-  bomb ("billion laughs", nested aliases or merge keys) or a recursive alias is one error line, not gigabytes.
+- `compose_yaml`: a YAML document (matrix, lock) composed only within limits: parser events counted first, then the
+  node graph measured once (`yaml_shape_problem`) before anything is built from it, so an alias bomb ("billion
+  laughs", nested aliases or merge keys) or a recursive alias is one error line, not gigabytes.
 - `check_output_dir`: an output folder (--report-dir, --state-dir, render --out) is made and proved writable before
   anything builds, not discovered read-only after an hour of building.
 """
