@@ -21,6 +21,7 @@ step() {  # step NAME COMMAND...
 }
 
 step ruff ruff check src tests bench
+step zizmor zizmor --offline --quiet .github/workflows  # GitHub Actions supply chain: pinned actions, no persisted credentials
 shopt -s nullglob
 matrices=(images/*.yaml)
 [[ ${#matrices[@]} -gt 0 ]] || { echo "lint: no shipped matrix under images/" >&2; failed+=(render); }

@@ -36,14 +36,23 @@ class ImagebuildError(Exception):
     exit_code = EXIT_FAILED
 
 
+SHOWN_PROBLEMS = 40  # a file with thousands of problems lists these many, then says how many more (as compilers do)
+
+
 class MatrixError(ImagebuildError):
-    """All problems found in one matrix file (reported together, not only the first)."""
+    """All problems found in one matrix file (reported together, not only the first; `problems` holds every one,
+    the message the first SHOWN_PROBLEMS and a count of the rest)."""
 
     exit_code = EXIT_BAD_INPUT
 
     def __init__(self, problems: list[Problem]):
         self.problems = list(problems)
-        super().__init__("\n".join(str(p) for p in self.problems))
+        lines = [str(p) for p in self.problems[:SHOWN_PROBLEMS]]
+        if len(self.problems) > SHOWN_PROBLEMS:
+            more = len(self.problems) - SHOWN_PROBLEMS
+            lines.append(f"{self.problems[0].file}: ... and {more} more problem{'s' if more > 1 else ''} "
+                         f"({len(self.problems)} in all; fix these first)")
+        super().__init__("\n".join(lines))
 
 
 class UsageError(ImagebuildError):

@@ -109,7 +109,7 @@ def test_secrets_never_written_and_literals_escaped():
     plan = make_plan()
     doc = bake_document(plan, {i.id: i.id for i in plan.images})
     text = json.dumps(doc)
-    assert "u:p@idx" not in text and "PIP_INDEX_URL" not in text
+    assert "u:p@idx" not in text and "u:" not in text
     t = doc["target"]["2_9_1-cpu-py3_11-debian12-runtime"]
     assert t["args"]["PIP_FLAGS"] == "--no-cache-dir $${NOT_A_VAR}"
     assert t["args"]["CREATED"] == "${CREATED}" and doc["variable"]["CREATED"] == {"default": ""}
@@ -178,3 +178,18 @@ def test_te_runtime_gets_the_cached_wheel_or_a_clear_error(tmp_path, monkeypatch
     write_bake(plan, tmp_path / "out" / "bake.json")
     wheels = list((tmp_path / "out" / "bake-context" / runtime.id / "te-wheels").glob("*.whl"))
     assert [w.name for w in wheels] == ["transformer_engine_torch-2.10.0-cp312-cp312-linux_x86_64.whl"]
+
+
+def test_credentialed_extra_index_keeps_the_other_indexes():
+    """A user:pass (or token-only) extra index used to drop the whole PIP_EXTRA_INDEX_URL, the torch index with it."""
+    plan = make_plan()
+    rt = plan.images[1]
+    extra = "https://TOKEN@priv.example/simple https://download.pytorch.org/whl/cpu"
+    rt.secret_build_args = {"PIP_EXTRA_INDEX_URL": extra}
+    rt.build_args["PIP_EXTRA_INDEX_URL"] = extra
+    doc = bake_document(plan, {i.id: i.id for i in plan.images})
+    assert "TOKEN" not in json.dumps(doc)
+    t = doc["target"]["2_9_1-cpu-py3_11-debian12-runtime"]
+    assert t["args"]["PIP_EXTRA_INDEX_URL"] == "${PIP_EXTRA_INDEX_URL}"
+    assert doc["variable"]["PIP_EXTRA_INDEX_URL"] == {
+        "default": "https://priv.example/simple https://download.pytorch.org/whl/cpu"}

@@ -202,7 +202,10 @@ def test_build_command_bad_ca_path_is_a_clear_input_error(tmp_path):
     bad = tmp_path / "bad.pem"
     bad.write_text("not a cert")
     res = _invoke(["build", "--matrix", "x.yaml", "--ca-cert", str(bad)])
-    assert "not a PEM certificate" in str(res.exception)
+    assert str(res.exception) == f"--ca-cert {bad}: holds no PEM certificate (no '-----BEGIN CERTIFICATE-----' block)"
+    bad.write_text("-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n")  # a key alone is no CA file
+    res = _invoke(["build", "--matrix", "x.yaml", "--ca-cert", str(bad)])
+    assert "holds no PEM certificate" in str(res.exception) and "\n" not in str(res.exception)
 
 
 def test_build_command_help_lists_options():

@@ -146,3 +146,24 @@ def test_keep_going_with_only_reports_every_image_once(monkeypatch, tmp_path):
     assert len(rows) == 9
     assert rows["2.9.1-cuda13.0-cudnn9-py3.12-ubuntu24.04-runtime"] == "failed"
     assert rows["2.9.1-cuda13.0-cudnn9-py3.12-ubuntu24.04-dev"] == "skipped"
+
+
+@pytest.mark.parametrize(("wheels", "needs_index"), [
+    (["torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"], False),  # exactly the planned torch wheel
+    (["torch-2.12.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"], True),   # another version
+    (["torch-2.13.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl"], True),   # another Python
+    (["numpy-2.0.0-cp311-cp311-manylinux_2_28_x86_64.whl", "not-a-wheel.whl"], True),
+    ([], True),
+])
+def test_a_wheelhouse_holding_the_planned_torch_wheel_needs_no_torch_index(tmp_path, wheels, needs_index):
+    """`--wheelhouse DIR` holding the planned torch wheel was refused with "needs the PyTorch index ... instead: ...
+    or --wheelhouse DIR holding the wheels" — the option the user had given."""
+    for name in wheels:
+        (tmp_path / name).write_bytes(b"PK")
+    plan = make_plan(find_matrix("cpu.yaml"), BuildInputs(wheelhouse=tmp_path), None)
+    runtime = next(img for img in plan.images if img.flavor == "runtime")
+    assert runtime.variant.torch_index_url == "https://download.pytorch.org/whl/cpu"
+    need = [s.what for s in sources.needed_sources(runtime)]
+    assert need == (["the PyTorch index"] if needs_index else [])
+    blocked = sources.unreachable(plan.images, offline)
+    assert (runtime.tag in blocked) is needs_index

@@ -228,6 +228,9 @@ def test_local_record_matches_on_image_id_only(tmp_path):
     assert local_record("sha256:aa", tmp_path / "missing.json") is None
     (tmp_path / "bad.json").write_text("{not json")
     assert local_record("sha256:aa", tmp_path / "bad.json") is None
+    for damaged in ([], {"schema": SCHEMA, "images": []}, {"schema": SCHEMA, "tests": ["x"]}, "[" * 100_000):
+        (tmp_path / "bad.json").write_text(damaged if isinstance(damaged, str) else json.dumps(damaged))
+        assert local_record("sha256:aa", tmp_path / "bad.json") is None
     other = json.loads(path.read_text())
     other["schema"] = SCHEMA + 1
     (tmp_path / "other.json").write_text(json.dumps(other))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -58,3 +59,36 @@ def test_bad_matrix_exits_2_with_file_and_line(tmp_path):
                          capture_output=True, text=True)
     assert res.returncode == 2
     assert f"{bad}:3:" in res.stderr and "torch" in res.stderr
+
+
+def test_render_removes_only_what_it_wrote_before(tmp_path):
+    """A folder that held another matrix's render used to fail `render --check` forever."""
+    out = tmp_path / "r"
+    assert run("render", "--matrix", "h100.yaml", "--out", str(out)).return_value == 0
+    (out / "README.md").write_text("ours, not the tool's\n")
+    (out / "notes").mkdir()
+    (out / "notes" / "keep.txt").write_text("x")
+    assert run("render", "--matrix", "cpu.yaml", "--out", str(out)).return_value == 0
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [
+        "2.13.0-cpu-py3.11-debian12-base", "2.13.0-cpu-py3.11-debian12-dev", "2.13.0-cpu-py3.11-debian12-runtime",
+        "notes"]
+    assert (out / "README.md").is_file() and (out / "notes" / "keep.txt").is_file()
+    check = run("render", "--matrix", "cpu.yaml", "--out", str(out), "--check")
+    assert check.return_value == 1
+    assert sorted(ln for ln in check.output.splitlines() if ln.startswith("drift:")) == [
+        f"drift: {out / 'README.md'}: stale (not written by `imagebuild render` here (no manifest line): delete it "
+        "by hand)",
+        f"drift: {out / 'notes' / 'keep.txt'}: stale (not written by `imagebuild render` here (no manifest line): "
+        "delete it by hand)"]
+    (out / "README.md").unlink()
+    shutil.rmtree(out / "notes")
+    assert run("render", "--matrix", "cpu.yaml", "--out", str(out), "--check").return_value == 0
+
+
+def test_render_out_that_cannot_be_a_folder_is_one_error(tmp_path):
+    from imagebuild.files import FileProblem
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    r = CliRunner().invoke(cli, ["render", "--matrix", "cpu.yaml", "--out", str(blocker / "r")], standalone_mode=False)
+    assert isinstance(r.exception, FileProblem) and str(r.exception).startswith(f"--out {blocker / 'r'}: cannot write")

@@ -201,11 +201,18 @@ def test_gpu_archs_checked():
 
 
 def test_ca_certs_relative_to_the_matrix(tmp_path):
-    (tmp_path / "ca.pem").write_text("x")
-    text = HEAD + "ca_certs: [ca.pem, missing.pem]\nmatrix: {torch: ['2.9.1'], cuda: ['12.8'], os: [ubuntu24.04]}\n"
+    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    (tmp_path / "key.pem").write_text("-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n")
+    (tmp_path / "dir.pem").mkdir()
+    text = HEAD + ("ca_certs:\n  - ca.pem\n  - missing.pem\n  - key.pem\n  - dir.pem\n"
+                   "matrix: {torch: ['2.9.1'], cuda: ['12.8'], os: [ubuntu24.04]}\n")
     found = problems(text, base_dir=tmp_path)
-    assert found == [f"m.yaml:4: ca_certs[1]: CA file not found: {tmp_path / 'missing.pem'}; "
-                     "paths are relative to the matrix file"]
+    assert found == [
+        f"m.yaml:6: ca_certs[1]: CA file not found: {tmp_path / 'missing.pem'}; paths are relative to the matrix file",
+        f"m.yaml:7: ca_certs[2]: CA file {tmp_path / 'key.pem'}: holds no PEM certificate "
+        "(no '-----BEGIN CERTIFICATE-----' block)",
+        f"m.yaml:8: ca_certs[3]: CA file not found: {tmp_path / 'dir.pem'}; paths are relative to the matrix file",
+    ]
 
 
 def test_size_budget_and_perf_min():
@@ -256,3 +263,37 @@ def test_all_problems_reported_in_one_run():
         (20, "include[6].transformer_engine"), (23, "size_budget.runtime"), (24, "pytorh"),
     ]
     assert lines == sorted(lines, key=lambda x: x[0])
+
+
+MATRIX_ROWS = "matrix: {torch: ['2.9.1'], cuda: ['12.8'], os: [ubuntu24.04]}\n"
+
+
+@pytest.mark.parametrize(("registry", "message"), [
+    ("https://host/ml", "'https://host/ml' is not a valid registry: a registry is host[:port][/path] without "
+                        "'https://'"),
+    ("builder:hunter22@host/ml", "'builder:***@host/ml' is not a valid registry: a registry cannot carry "
+                                 "credentials"),
+    ("t0kenvalue@host", "'***@host' is not a valid registry: a registry cannot carry credentials"),
+])
+def test_registry_mistakes_are_said_plainly_and_never_echo_a_password(registry, message):
+    found = one(f"name: pytorch\nregistry: {registry}\n" + MATRIX_ROWS)
+    assert found.startswith(f"m.yaml:2: registry: {message}"), found
+    assert "hunter22" not in found and "t0kenvalue" not in found
+
+
+def test_a_name_whose_references_would_pass_255_characters_is_refused_at_validate():
+    name = "/".join(["team" * 5] * 9)
+    found = one(f"name: {name}\nregistry: registry.example.internal:5000/ml\n" + MATRIX_ROWS)
+    assert found.startswith("m.yaml:1: name: registry/name is 222 characters; with a ':tag' of up to 64 an image "
+                            "reference would pass 255"), found
+
+
+@pytest.mark.parametrize(("req", "message"), [
+    ("numpy>=>2", "'numpy>=>2' is not a pip requirement (PEP 508: "),
+    ("two words", "'two words' is not a pip requirement (PEP 508: "),
+    ("pkg @ https://s3cr3t@files.example/pkg.whl", "'pkg @ https://***@files.example/pkg.whl' carries credentials"),
+])
+def test_pip_packages_are_pep508_requirements_at_validate(req, message):
+    found = one(HEAD + MATRIX_ROWS + f"defaults:\n  pip_packages:\n    dev: ['{req}']\n")
+    assert found.startswith(f"m.yaml:7: defaults.pip_packages.dev[0]: {message}"), found
+    assert "s3cr3t" not in found

@@ -106,3 +106,19 @@ def test_reference_parsing(ref, reg, path):
     parsed = Reference.parse(ref)
     assert parsed.registry == reg
     assert parsed.repository == path
+
+
+@pytest.mark.parametrize(("registry", "target", "refused"), [
+    ("http://127.0.0.1:5000", "http://127.0.0.1:5000/token", False),   # the registry's own host
+    ("https://reg.example", "https://reg.example:443/token", False),
+    ("https://reg.example", "https://auth.example/token", False),      # a token service over https
+    ("https://reg.example", "http://auth.example/token", True),        # another host in clear
+    ("https://reg.example", "http://reg.example/token", True),         # port 80 is not the registry's 443, in clear
+    ("http://127.0.0.1:5000", "http://127.0.0.1:5001/token", True),    # another port is another service
+    ("https://reg.example", "file:///etc/passwd", True),
+    ("https://reg.example", "ftp://reg.example/token", True),
+])
+def test_credentials_refused(registry, target, refused):
+    from imagebuild.oci.auth import credentials_refused
+
+    assert (credentials_refused(registry, target) is not None) is refused

@@ -21,8 +21,9 @@ UNAUTH = b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"
 
 
 class FakeRegistry:
-    def __init__(self, mode="basic", user="alice", password="s3cret-pw", fail_first=0, send_digest=True):
+    def __init__(self, mode="basic", user="alice", password="s3cret-pw", fail_first=0, send_digest=True, realm=None):
         self.mode, self.user, self.password = mode, user, password
+        self.realm = realm  # the token service the Bearer challenge names (default: this server's /token)
         self.fail_first = fail_first
         self.send_digest = send_digest
         self.requests: list[tuple[str, str, dict]] = []
@@ -64,7 +65,8 @@ class FakeRegistry:
             def _challenge(self):
                 if reg.mode == "basic":
                     return {"WWW-Authenticate": 'Basic realm="test"'}
-                return {"WWW-Authenticate": f'Bearer realm="http://{reg.address}/token",service="fake-reg"'}
+                realm = reg.realm or f"http://{reg.address}/token"
+                return {"WWW-Authenticate": f'Bearer realm="{realm}",service="fake-reg"'}
 
             def handle_one(self):
                 reg.requests.append((self.command, self.path, dict(self.headers)))
@@ -225,3 +227,27 @@ def test_manifest_blob_and_streamed_blob(mode):
         assert gone.value.status == 404
         if mode == "bearer":
             assert len(reg.token_requests) == 1  # one token for the repository's pull scope, reused
+
+
+@pytest.mark.parametrize("realm_of", [lambda collector: f"http://{collector.address}/token",
+                                      lambda collector: f"http://localhost:{collector.port}/token",
+                                      lambda collector: "file:///etc/passwd"])
+def test_credentials_never_go_to_another_host_over_http(realm_of):
+    """A registry naming a token service on another host over plain http (a fake collector) gets no Basic password."""
+    with FakeRegistry("none") as collector, FakeRegistry("bearer") as reg:
+        reg.realm = realm_of(collector)
+        with pytest.raises(RegistryAuthError, match="not sending credentials") as err:
+            client(reg).check_auth("ml/pytorch")
+        assert "s3cret-pw" not in str(err.value)
+        assert collector.requests == []
+        assert not any("Authorization" in h for _m, path, h in reg.requests if path.startswith("/token"))
+
+
+def test_anonymous_token_from_another_http_host_is_allowed():
+    """No credentials, nothing to leak: an anonymous pull token may come from anywhere http(s)."""
+    with FakeRegistry("bearer") as tokens, FakeRegistry("bearer") as reg:
+        reg.realm = f"http://{tokens.address}/token"
+        c = RegistryClient(RegistryAuth(reg.address), sleep=lambda s: None)
+        with pytest.raises(RegistryAuthError, match="incorrect username or password"):
+            c.check_auth("ml/pytorch")  # the fake token service wants credentials; what matters: it was asked
+        assert tokens.token_requests and not any("Authorization" in h for _m, _p, h in tokens.requests)

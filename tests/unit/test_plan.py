@@ -149,3 +149,18 @@ def test_variants_share_an_identical_base(h100_variants):
     assert bases["2.9.1-cuda13.0-py3.12-ubuntu24.04"] != bases["2.9.1-cuda12.8-py3.12-ubuntu24.04"]
     runtimes = {i.inputs_hash for i in plan.images if i.flavor == "runtime"}
     assert len(runtimes) == 3
+
+
+def test_a_damaged_digest_cache_is_no_cache(tmp_path, monkeypatch):
+    import hashlib
+
+    from imagebuild.plan import hashing
+
+    monkeypatch.setenv("IMAGEBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    wheel = tmp_path / "w.whl"
+    wheel.write_bytes(b"PK wheel")
+    for damaged in ("[1, 2]", "{", "[" * 100_000):
+        (tmp_path / "cache" / "file-digests.json").write_text(damaged)
+        monkeypatch.setattr(hashing, "_CACHE", None)
+        assert hashing.file_digest(wheel) == hashlib.sha256(b"PK wheel").hexdigest()

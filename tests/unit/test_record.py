@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from _push_fakes import make_image
 
 from imagebuild.inputs import BuildInputs
@@ -79,3 +80,36 @@ def test_no_op_keeps_the_build_that_made_the_image(tmp_path):
     # other inputs: a new entry, the old image is not shown for them
     img.inputs_hash = "h-other"
     assert fill_row(load_record(m), img, ImageResult.of(img)).image_id is None
+
+
+@pytest.mark.parametrize(("doc", "why"), [
+    ([], "expected a JSON object, got a list"),
+    ({"schema": 1, "images": []}, "'images' must be an object or null"),
+    ({"schema": 1, "images": {"x": "built"}}, "images.x must be an object"),
+    ({"schema": 1, "images": {"x": {"id": "x", "flavor": "base"}}}, "images.x lacks 'inputs_hash'"),
+    ({"schema": 1, "images": {"x": {"id": "x", "flavor": "base", "inputs_hash": "h", "tags": {"": "t"}}}},
+     "images.x.tags. must be a list of strings"),
+    ({"schema": "1"}, "'schema' must be a number"),
+    ({"schema": 1, "inputs": {"ca_certs": "a.pem"}}, "inputs.ca_certs must be a list of strings"),
+    ({"schema": 1, "tests": {"k": 3}}, "tests.k must be an object"),
+])
+def test_wrong_shape_is_said_and_replaced_by_the_next_build(tmp_path, doc, why):
+    """Valid JSON of the wrong shape used to raise in every command (and `build` never replaced it)."""
+    m = matrix(tmp_path)
+    record_path(m).parent.mkdir(parents=True, exist_ok=True)
+    record_path(m).write_text(json.dumps(doc))
+    rec = load_record(m)
+    assert rec.problem == f"{record_path(m)}: unreadable ({why}); it is ignored and will be replaced"
+    assert rec.images == {} and rec.tests == {}
+    with updating(m, BuildInputs(), None, replace_inputs=True) as rec_w:
+        assert rec_w.problem is None
+    assert load_record(m).problem is None
+
+
+def test_binary_or_huge_record_is_a_problem_not_a_crash(tmp_path):
+    m = matrix(tmp_path)
+    record_path(m).parent.mkdir(parents=True, exist_ok=True)
+    record_path(m).write_bytes(b"\x00\xff" * 10)
+    assert "not UTF-8 text" in load_record(m).problem
+    record_path(m).write_bytes(b"[" * 200_000)
+    assert "unreadable" in load_record(m).problem

@@ -239,7 +239,7 @@ def test_bad_ca_files(tmp_path):
         render_image(CPU, "base", BuildInputs(ca_certs=(tmp_path / "missing.crt",)))
     junk = tmp_path / "junk.crt"
     junk.write_text("not a certificate")
-    with pytest.raises(UsageError, match="not a PEM"):
+    with pytest.raises(UsageError, match="holds no PEM certificate"):
         render_image(CPU, "base", BuildInputs(ca_certs=(junk,)))
     # matrix CA files come first, duplicates once
     good = tmp_path / "a.crt"
@@ -422,3 +422,12 @@ def test_cuda13_pip_toolchain_pins_every_part_to_the_variant_minor():
     dev = render_image(CU130, "dev").dockerfile
     for pkg in ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl"):
         assert f"{pkg}=={CU130.versions.cuda}.*" in dev, pkg
+
+
+def test_token_only_index_is_a_secret_and_never_in_the_dockerfile():
+    """`https://TOKEN@host/` is a credential like user:pass@: secret build arg, masked in the comment render writes."""
+    inputs = BuildInputs(pip_extra_index_urls=("https://tok3nvalue@pkgs.example/simple",))
+    r = render_image(CPU, "runtime", inputs)
+    assert "tok3nvalue" not in r.dockerfile and "tok3nvalue" not in json.dumps(r.build_args)
+    assert "extra=https://***@pkgs.example/simple" in r.dockerfile
+    assert "tok3nvalue" in r.secret_build_args["PIP_EXTRA_INDEX_URL"]

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
+
+import pytest
 
 from imagebuild.models import ImageResult
 from imagebuild.report import load_report, render_markdown, write_reports
+from imagebuild.report.stored import ReportError
 from imagebuild.secrets import register_secret
 
 TAG_B = "127.0.0.1:5000/pytorch:2.9.1-cpu-py3.11-debian12-base"
@@ -143,3 +149,40 @@ def test_sbom_and_rebuild_diff_sections(tmp_path):
     assert "libc6 2.36-9 -> 2.36-10" in md
     doc = load_report(tmp_path)
     assert doc["images"][0]["sbom"]["sha256"] == "sha256:" + "b" * 64
+
+
+def test_history_keeps_every_complete_entry_after_a_torn_last_line(tmp_path):
+    write_reports([built(TAG_B, "base")], tmp_path, _Plan([TAG_B]), run=RUN)
+    history = tmp_path / "history.jsonl"
+    history.write_bytes(history.read_bytes() + b'{"run": {"id": "killed-while-wri')
+    write_reports([built(TAG_B, "base")], tmp_path, _Plan([TAG_B]), run=dict(RUN, id="run-2"))
+    lines = history.read_text().splitlines()
+    assert len(lines) == 3 and lines[1] == '{"run": {"id": "killed-while-wri'
+    assert [json.loads(ln)["run"]["id"] for ln in (lines[0], lines[2])] == ["run-1", "run-2"]
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    (b'{"schema": 2, "run": {}, "images": [{"tag": "a:b", "sta', "not JSON"),
+    (b"\xff\xfe\x00binary", "not UTF-8 text"),
+    (b"[1, 2]", "expected an object, got a list"),
+    (b'{"images": [{"tag": 5}]}', "images[0].tag: expected a string, got a number"),
+    (b'{"images": [{"tag": "t", "tests": {"checks": "x"}}]}', "images[0].tests.checks: expected a list"),
+    (b'{"images": [{"tag": "t", "push": {"digest": ["x"]}}]}', "images[0].push.digest: expected a string or null"),
+    (b'{"images": [{"tag": "t", "sbom": {"sha256": "x"}}]}', "images[0].sbom: lacks 'path'"),
+    (b'{"images": [{"status": "built"}]}', "images[0]: lacks 'tag'"),
+    (b'{"run": {"steps": [[1]]}}', "run.steps[0]: expected a string"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+])
+def test_damaged_report_is_one_error_line(tmp_path, content, why):
+    (tmp_path / "build-report.json").write_bytes(content)
+    with pytest.raises(ReportError, match=re.escape(why)) as err:
+        load_report(tmp_path)
+    assert str(err.value).startswith(f"{tmp_path / 'build-report.json'}: ") and "\n" not in str(err.value)
+
+
+def test_truncated_report_given_to_the_command(tmp_path):
+    (tmp_path / "build-report.json").write_bytes(b'{"schema": 2, "run": {}, "images": [{"tag": "a:b", "sta')
+    proc = subprocess.run([sys.executable, "-c", "from imagebuild.cli import main; main()", "report",
+                           "--report-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"error: {tmp_path / 'build-report.json'}") and len(proc.stderr.splitlines()) == 1

@@ -18,7 +18,9 @@ somewhere the cluster can pull it: set OS_IMAGE_<os>=<ref> in the environment) o
 
 Target names are the plan ids with characters outside [a-zA-Z0-9_-] replaced by "_" (bake's rule). Paths are relative
 to the bake file's folder: run `docker buildx bake -f docker-bake.json` from there. Secret build args (credentialed
-index URLs) are never written: pass them with `--set '*.args.NAME=...'`. Literal `${`/`%{` in values are escaped.
+index URLs) are written as a bake variable of the same name whose default is the value with its credentials removed
+(`secrets.strip_credentials`: the other indexes, torch's included, stay); set NAME in the environment to the full value.
+Literal `${`/`%{` in values are escaped.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 from imagebuild.errors import UsageError
 from imagebuild.models import FLAVORS, ImagePlan, Plan
 from imagebuild.plan.tags import references
+from imagebuild.secrets import strip_credentials
 
 PARENT_CONTEXT = "imagebuild-parent"
 OS_CONTEXT = "imagebuild-os"
@@ -80,6 +83,9 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
     for image in plan.images:
         name = names[image.tag]
         args = {k: _esc(v) for k, v in sorted(image.build_args.items()) if k not in image.secret_build_args}
+        for k, v in sorted(image.secret_build_args.items()):  # the value without its credentials, env may override
+            variables.setdefault(k, {"default": _esc(strip_credentials(v))})
+            args[k] = "${" + k + "}"
         if image.parent:
             if image.parent not in names:
                 raise ValueError(f"{image.tag}: parent {image.parent} is not in the plan")

@@ -21,7 +21,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -38,7 +37,13 @@ from imagebuild.engine.store import ImageStore, as_store
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ResolvedVariant
 from imagebuild.oci import Reference
-from imagebuild.secrets import has_credentials, redact, register_secret
+from imagebuild.secrets import (
+    has_credentials,
+    redact,
+    register_url_credentials,
+    split_userinfo,
+    strip_credentials,
+)
 
 if TYPE_CHECKING:
     from imagebuild.engine.store import EngineClient
@@ -62,7 +67,6 @@ DEBIAN_DEFAULT_HOSTS = ("deb.debian.org", "ftp.debian.org", "httpredir.debian.or
 UBUNTU_DEFAULT_HOSTS = ("archive.ubuntu.com", "ports.ubuntu.com", "security.ubuntu.com")
 
 
-_URL_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 
 
 _log = logging.getLogger(__name__)
@@ -128,7 +132,7 @@ class BootstrapSpec:
             "os": self.os_id,
             "codename": self.codename,
             # credentials change nothing in the content: hash the sources without them
-            "sources": [_URL_USERINFO.sub(r"\1", s) for s in self.sources()],
+            "sources": [strip_credentials(s) for s in self.sources()],
             "packages": sorted(set(self.packages)),
             "snapshot": self.snapshot,
             "variant": self.variant,
@@ -212,15 +216,11 @@ def _strip_credentials(spec: BootstrapSpec, tmp: Path) -> tuple[list[str], Path 
     auth_lines, clean = [], []
     for line in sources:
         kind, url, rest = line.split(" ", 2)
-        parts = urllib.parse.urlsplit(url)
-        if parts.username:
-            register_secret(parts.password)
-            host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-            auth_lines.append(
-                f"machine {host}{parts.path} login {urllib.parse.unquote(parts.username)} "
-                f"password {urllib.parse.unquote(parts.password or '')}"
-            )
-            url = urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+        register_url_credentials(url)
+        url, user, password = split_userinfo(url)
+        if user or password:
+            parts = urllib.parse.urlsplit(url)
+            auth_lines.append(f"machine {parts.netloc}{parts.path} login {user} password {password}")
         clean.append(f"{kind} {url} {rest}")
     auth = tmp / "auth.conf"
     auth.write_text("\n".join(auth_lines) + "\n")
@@ -298,14 +298,12 @@ def mirror_epoch(spec: BootstrapSpec, timeout: float = 20.0) -> str | None:
     newest = None
     for line in spec.sources():
         _, url, suite = line.split(" ", 3)[:3]
-        parts = urllib.parse.urlsplit(url)
-        clean = _URL_USERINFO.sub(r"\1", url).rstrip("/")
-        req = urllib.request.Request(f"{clean}/dists/{suite}/InRelease")
-        if parts.username:
+        clean, user, password = split_userinfo(url)
+        req = urllib.request.Request(f"{clean.rstrip('/')}/dists/{suite}/InRelease")
+        if user or password:
             import base64
 
-            token = base64.b64encode(f"{urllib.parse.unquote(parts.username)}:"
-                                     f"{urllib.parse.unquote(parts.password or '')}".encode()).decode()
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
             req.add_header("Authorization", f"Basic {token}")
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (the user's mirror)

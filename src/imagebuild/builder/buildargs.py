@@ -1,7 +1,7 @@
 """Build args that are the same for every image of a run: proxies, CREATED (when asked for), REVISION.
 
 None of them is part of the inputs hash (they would make every run "changed"); proxies are passed as Docker's
-predefined proxy ARGs only, so they never land in ENV or history. Any password in a URL is registered with
+predefined proxy ARGs only, so they never land in ENV or history. Any password or token in a URL is registered with
 `imagebuild.secrets` so logs and error messages redact it.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 
 from imagebuild.builder.options import BuildOptions
-from imagebuild.secrets import register_secret
+from imagebuild.secrets import register_url_credentials
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")
 
@@ -27,20 +27,8 @@ def proxy_build_args(env: Mapping[str, str] | None = None) -> dict[str, str]:
             value = source.get(key)
             if value:
                 out[key] = value
-                register_secret_url(value)
+                register_url_credentials(value)
     return out
-
-
-def register_secret_url(url: str) -> None:
-    import urllib.parse
-
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return
-    if parts.password:
-        register_secret(parts.password)
-        register_secret(urllib.parse.unquote(parts.password))
 
 
 def created_arg(options: BuildOptions) -> str | None:

@@ -18,7 +18,6 @@ from typing import IO, TYPE_CHECKING
 from imagebuild.builder.backend import BuildRequest
 from imagebuild.builder.backend_run import run_build
 from imagebuild.builder.bases import base_image_id
-from imagebuild.builder.buildargs import register_secret_url
 from imagebuild.builder.describe import describe
 from imagebuild.builder.logs import open_log
 from imagebuild.builder.remote import use_remote
@@ -30,7 +29,7 @@ from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan, ImageResult
 from imagebuild.oci import Reference
 from imagebuild.report.budget import check_size_budget
-from imagebuild.secrets import redact, register_secret
+from imagebuild.secrets import redact, register_secret, register_url_credentials
 
 if TYPE_CHECKING:
     from imagebuild.builder.state import RunState
@@ -135,7 +134,7 @@ def build_request(run: RunState, img: ImagePlan, base_id: str, log: IO[str],
     """The plan row as a backend request: the run's build args, the parent's image ID, the up-to-date labels."""
     for v in img.secret_build_args.values():
         register_secret(v)
-        register_secret_url(v)
+        register_url_credentials(v)
     epoch = source_date_epoch(run.store, base_id)
     build_args = {
         **run.proxies,

@@ -13,20 +13,22 @@ has no nvcc driver for 12.x), the deadsnakes PPA (a Python the Ubuntu release la
 from __future__ import annotations
 
 import concurrent.futures
-import re
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from imagebuild.models import ImagePlan
 from imagebuild.oci import DOCKER_HUB, Reference, ReferenceError
 from imagebuild.oci.registry import HUB_API_HOST
 from imagebuild.render import data
-from imagebuild.secrets import redact
+from imagebuild.secrets import redact, strip_credentials
 
 PROBE_TIMEOUT = 8.0
-_USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ def needed_sources(image: ImagePlan, present: Callable[[str], bool] | None = Non
     out: list[Source] = []
     if image.flavor == "base":
         out += _base_sources(image, present)
-    elif image.flavor == "runtime" and v.torch_index_url:
+    elif image.flavor == "runtime" and v.torch_index_url and not _wheelhouse_holds_index_wheels(image):
         out.append(Source(
             "the PyTorch index", v.torch_index_url,
             "a torch/CUDA pair whose wheels are PyPI's default (`imagebuild plan` shows them), a reachable mirror "
@@ -57,6 +59,36 @@ def needed_sources(image: ImagePlan, present: Callable[[str], bool] | None = Non
             "a CUDA 13 variant (its dev image gets nvcc from PyPI), a dev-less variant (flavors: [base, runtime]), "
             "or a host that reaches NVIDIA's repository (or an internal mirror of it)"))
     return out
+
+
+_FROM_TORCH_INDEX = ("torch", "torchvision", "torchaudio")  # what render asks the torch index for
+
+
+def _wheelhouse_holds_index_wheels(image: ImagePlan) -> bool:
+    """The image's --wheelhouse holds a wheel for each torch-index requirement it installs (torch, and torchvision /
+    torchaudio when planned) for its Python: pip finds them there (--find-links), the index is not needed."""
+    folder = image.context_dirs.get("wheelhouse")
+    if folder is None or not Path(folder).is_dir():
+        return False
+    py = "cp" + image.variant.versions.python.replace(".", "")
+    wheels = []
+    for path in Path(folder).glob("*.whl"):
+        try:
+            name, version, _build, tags = parse_wheel_filename(path.name)
+        except InvalidWheelFilename:
+            continue
+        if any(t.interpreter in (py, "py3") for t in tags):
+            wheels.append((canonicalize_name(name), version))
+    for text in image.pip_requirements:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            return False
+        if canonicalize_name(req.name) in _FROM_TORCH_INDEX and not any(
+                name == canonicalize_name(req.name) and req.specifier.contains(version, prereleases=True)
+                for name, version in wheels):
+            return False
+    return True
 
 
 def _base_sources(image: ImagePlan, present: Callable[[str], bool] | None) -> list[Source]:
@@ -94,7 +126,7 @@ def _registry_url(ref: str) -> str:
 
 def probe(url: str, timeout: float = PROBE_TIMEOUT) -> str | None:
     """None when `url`'s server answers (any HTTP status); else why not, in a few words."""
-    clean = _USERINFO.sub(r"\1", url)
+    clean = strip_credentials(url)
     req = urllib.request.Request(clean, method="HEAD")
     try:
         with urllib.request.urlopen(req, timeout=timeout):  # noqa: S310 (the user's configured sources)

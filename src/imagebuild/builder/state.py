@@ -13,12 +13,13 @@ from pathlib import Path
 
 from imagebuild.builder.backend import BuildBackend, RunningBuild
 from imagebuild.builder.backends import make_backend
-from imagebuild.builder.buildargs import created_arg, proxy_build_args, register_secret_url, revision_arg
+from imagebuild.builder.buildargs import created_arg, proxy_build_args, revision_arg
 from imagebuild.builder.options import BuildOptions
 from imagebuild.builder.order import select_images
 from imagebuild.builder.progress import Progress
 from imagebuild.engine.store import ImageStore
 from imagebuild.models import ImagePlan, ImageResult, Plan
+from imagebuild.secrets import register_url_credentials
 
 
 class RunState:
@@ -39,7 +40,7 @@ class RunState:
         self.revision = revision_arg(options)
         self.proxies = proxy_build_args() if options.proxies is None else dict(options.proxies)
         for v in self.proxies.values():
-            register_secret_url(v)
+            register_url_credentials(v)
         self.log_dir = Path(options.log_dir)
         self.running: dict[cf.Future[ImageResult], ImagePlan] = {}  # shared with the interrupt path, which waits on them
         self.pool: cf.ThreadPoolExecutor | None = None

@@ -25,13 +25,12 @@ from typing import TYPE_CHECKING
 
 from imagebuild.builder.backend import BuildRequest
 from imagebuild.builder.backend_run import run_build
-from imagebuild.builder.buildargs import register_secret_url
 from imagebuild.builder.logs import open_log
 from imagebuild.builder.sourcedate import source_date_epoch
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan, ImageResult, TEWheelPlan
 from imagebuild.render.te_wheel import KEY_LABEL
-from imagebuild.secrets import register_secret
+from imagebuild.secrets import register_secret, register_url_credentials
 
 if TYPE_CHECKING:
     from imagebuild.builder.state import RunState
@@ -96,7 +95,7 @@ def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str,
     log_path = run.log_dir / f"{img.id}-te-wheel.log"
     for v in plan.secret_build_args.values():
         register_secret(v)
-        register_secret_url(v)
+        register_url_credentials(v)
     # SOURCE_DATE_EPOCH as the runtime build passes it: its pip stage is the same, so the engine's cache serves it
     build_args = {**run.proxies, **plan.build_args,
                   "SOURCE_DATE_EPOCH": str(source_date_epoch(run.store, base_id))}

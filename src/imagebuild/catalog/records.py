@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagebuild.files import FileProblem, read_bounded_text
 from imagebuild.record.store import SCHEMA
 
 
@@ -38,11 +39,13 @@ def local_record(image_id: str, path: Path) -> LocalRecord | None:
     error: a registry's catalog may be written on a host that never built the images.
     """
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc = json.loads(read_bounded_text(path, "record"))
+    except (FileProblem, ValueError, RecursionError):
         return None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not image_id:
         return None
+    if not isinstance(doc.get("images") or {}, dict) or not isinstance(doc.get("tests") or {}, dict):
+        return None  # valid JSON of another shape: no record
     images = [i for i in (doc.get("images") or {}).values() if isinstance(i, dict) and i.get("image_id") == image_id]
     runs = [t for t in (doc.get("tests") or {}).values() if isinstance(t, dict) and t.get("image_id") == image_id]
     if not images and not runs:

@@ -16,6 +16,7 @@ from imagebuild.commands._options import (
     state_dir_option,
 )
 from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
+from imagebuild.files import FileProblem, certificate_blocks, check_output_dir
 
 
 def _say(msg: str) -> None:
@@ -75,6 +76,7 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     from imagebuild.commands._supply import diff_rebuilds, previous_ids, write_sboms
     from imagebuild.engine import connect
     from imagebuild.record import load_record, now, updating
+    from imagebuild.record.store import state_dir as record_state_dir
     from imagebuild.record.update import record_build
 
     started = now()
@@ -83,8 +85,9 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     if locked:
         require_lock(matrix)
     plan = load_plan(path, inputs, registry)  # a lock that does not fit the matrix: LockError (exit 2)
-    report_dir = report_dir or default_report_dir(path)
-    log_dir = log_dir or (report_dir / "logs")
+    report_dir = check_output_dir(report_dir or default_report_dir(path), "--report-dir")
+    log_dir = check_output_dir(log_dir or (report_dir / "logs"), "--log-dir")
+    check_output_dir(record_state_dir(state_dir), "--state-dir")  # before anything builds, not after an hour
     rec = load_record(path, state_dir)
     if rec is not None and rec.problem:
         click.echo(f"warning: {rec.problem}", err=True)
@@ -250,11 +253,9 @@ def check_inputs(inputs) -> None:
         if not p.is_file():
             raise UsageError(f"--ca-cert {p}: no such file")
         try:
-            head = p.read_bytes()[:1 << 16]
-        except OSError as exc:
-            raise UsageError(f"--ca-cert {p}: cannot read it ({exc.strerror})") from None
-        if b"-----BEGIN CERTIFICATE-----" not in head:
-            raise UsageError(f"--ca-cert {p}: not a PEM certificate (no '-----BEGIN CERTIFICATE-----' line)")
+            certificate_blocks(p)
+        except FileProblem as exc:
+            raise UsageError(f"--ca-cert {exc}") from None
     if inputs.wheelhouse is not None and not Path(inputs.wheelhouse).is_dir():
         raise UsageError(f"--wheelhouse {inputs.wheelhouse}: no such folder")
 

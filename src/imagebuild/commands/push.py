@@ -55,11 +55,13 @@ def command(matrix, registry, username, password_stdin, dry_run, only, state_dir
     from imagebuild.commands._pushing import gate_rows, push_located
     from imagebuild.commands._state import locate, plan_registry, plan_with_record
     from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
+    from imagebuild.files import check_output_dir
     from imagebuild.oci import Reference, ReferenceError, read_password_stdin, resolve_auth
     from imagebuild.plan.assemble import matching
     from imagebuild.plan.tags import references
     from imagebuild.push import gate
     from imagebuild.record import now
+    from imagebuild.record.store import state_dir as record_state_dir
     from imagebuild.record.update import fill_row
     from imagebuild.report import write_reports
 
@@ -72,6 +74,8 @@ def command(matrix, registry, username, password_stdin, dry_run, only, state_dir
         click.echo(msg, err=True)
 
     planned = plan_with_record(matrix, registry, None, say, state_dir)
+    check_output_dir(Path(report_dir) if report_dir else default_report_dir(planned.path), "--report-dir")
+    check_output_dir(record_state_dir(state_dir), "--state-dir")
     plan = planned.plan
     images = matching(plan, tuple(only))
     if not images:

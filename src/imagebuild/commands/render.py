@@ -13,6 +13,7 @@ from imagebuild.commands._options import (
     resolve_matrix_path,
 )
 from imagebuild.errors import EXIT_FAILED
+from imagebuild.files import check_output_dir
 
 
 @click.command("render")
@@ -47,6 +48,6 @@ def command(matrix, registry, inputs, out, check):
             return EXIT_FAILED
         click.echo(f"{out}: {len(plan.images)} images, up to date")
         return 0
-    written = write_rendered(plan, out)
+    written = write_rendered(plan, check_output_dir(out, "--out"))
     click.echo(f"{out}: wrote {written} files for {len(plan.images)} images")
     return 0

@@ -35,7 +35,10 @@ def command(matrix, report_dir, fmt):
     if not (Path(report_dir) / JSON_NAME).is_file():
         raise UsageError(f"{Path(report_dir) / JSON_NAME}: no report yet (run imagebuild build/test/push first)")
     doc = load_report(report_dir)
-    rerender(report_dir)
+    try:
+        rerender(report_dir)
+    except OSError as exc:  # a read-only folder (a downloaded artifact): still print the report
+        click.echo(f"warning: {report_dir}: cannot rewrite the Markdown and JUnit files ({exc.strerror})", err=True)
     if fmt == "json":
         click.echo(json.dumps(doc, indent=2))
     else:

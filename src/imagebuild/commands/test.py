@@ -75,15 +75,19 @@ def command(matrix, image, only, expect, flavor, junit_dir, result_dir, require_
         from imagebuild import __version__
         from imagebuild.commands._state import locate, plan_registry, plan_with_record
         from imagebuild.commands._testing import test_planned
+        from imagebuild.files import check_output_dir
         from imagebuild.models import ImageResult
         from imagebuild.plan.assemble import matching
         from imagebuild.record import now
+        from imagebuild.record.store import state_dir as record_state_dir
         from imagebuild.record.update import fill_row
         from imagebuild.report import write_reports
 
         started = now()
         say = _say
         planned = plan_with_record(matrix, registry, None, say, state_dir)
+        check_output_dir(report_dir or default_report_dir(planned.path), "--report-dir")
+        check_output_dir(record_state_dir(state_dir), "--state-dir")
         images = matching(planned.plan, tuple(only))
         if not images:
             raise UsageError(f"--only {' '.join(only)}: matches no image of {planned.path}")

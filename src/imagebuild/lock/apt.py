@@ -13,16 +13,14 @@ import base64
 import email.utils
 import gzip
 import lzma
-import re
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
 from imagebuild.errors import ImagebuildError
-from imagebuild.secrets import redact
+from imagebuild.secrets import redact, split_userinfo
 
 ARCH = "amd64"  # the templates build x86_64 images (CUDA repository arch x86_64, manylinux *_x86_64 wheels)
-_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 
 
 # -- Debian version ordering (deb-version(7)) ------------------------------------------------------------------------
@@ -82,11 +80,10 @@ def compare_versions(a: str, b: str) -> int:
 
 # -- indexes ---------------------------------------------------------------------------------------------------------
 def _fetch(url: str, timeout: float) -> bytes:
-    parts = urllib.parse.urlsplit(url)
-    req = urllib.request.Request(_USERINFO.sub(r"\1", url))
-    if parts.username:
-        token = base64.b64encode(f"{urllib.parse.unquote(parts.username)}:"
-                                 f"{urllib.parse.unquote(parts.password or '')}".encode()).decode()
+    clean, user, password = split_userinfo(url)
+    req = urllib.request.Request(clean)
+    if user or password:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
         req.add_header("Authorization", f"Basic {token}")
     with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (the matrix's own mirror)
         return resp.read()

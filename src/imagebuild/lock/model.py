@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from imagebuild.errors import UsageError
+from imagebuild.files import FileProblem, YamlTooBig, compose_yaml, read_bounded_text
 
 LOCK_FORMAT = 1
 SUFFIX = ".lock"
@@ -81,6 +82,7 @@ class Lock:
     images: dict[str, LockedImage]
     path: str = ""  # where it was read from (messages only; never hashed)
     made_with: str = ""  # the build options it was made with (header comment only; never hashed)
+    seal: str = "ok"  # its content_sha256: "ok" (matches), "edited" (does not), "missing" (an older lock); check.py
 
 
 def lock_path(matrix_path: str | Path) -> Path:
@@ -95,6 +97,13 @@ def requirements_text(image: LockedImage) -> str:
     for p in image.pip:
         lines.append(f"{p.requirement()} \\\n    --hash=sha256:{p.sha256}")
     return "\n".join(lines) + "\n"
+
+
+def content_digest(matrix: str, images: dict[str, LockedImage]) -> str:
+    """sha256 of everything the lock says (matrix name and every entry): written into the lock, so an edit inside it
+    (a deleted transitive pin, a version changed with its hash kept) is found by `lock --check` and `build`."""
+    doc = {"matrix": matrix, "images": {k: _image_doc(v) for k, v in sorted(images.items())}}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
 def entry_digest(image: LockedImage) -> str:
@@ -141,7 +150,9 @@ HEADER = """\
 
 
 def dump(lock: Lock) -> str:
-    out = [HEADER.format(matrix=lock.matrix, made_with=lock.made_with or "the default indexes"), f"lock_format: {LOCK_FORMAT}", f"matrix: {_q(lock.matrix)}", "images:"]
+    out = [HEADER.format(matrix=lock.matrix, made_with=lock.made_with or "the default indexes"),
+           f"lock_format: {LOCK_FORMAT}", f"content_sha256: {_q(content_digest(lock.matrix, lock.images))}",
+           f"matrix: {_q(lock.matrix)}", "images:"]
     for image_id in sorted(lock.images):
         doc = _image_doc(lock.images[image_id])
         out.append(f"  {_q(image_id)}:")
@@ -176,23 +187,43 @@ def _need(mapping: object, key: str, where: str, kind: type | tuple[type, ...] =
     return value
 
 
+def _scalar(value: object, where: str) -> str:
+    """A string, or a number YAML read from unquoted text; never a list or mapping (whose text could be huge)."""
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise LockError(f"{where}: expected a string, got {type(value).__name__}")
+
+
+def _opt_scalar(value: object, where: str) -> str | None:
+    return None if value is None else _scalar(value, where)
+
+
+def _str_list(value: object, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise LockError(f"{where}: expected a list, got {type(value).__name__}")
+    return tuple(_scalar(v, f"{where}[{n}]") for n, v in enumerate(value))
+
+
 def _str_map(value: object, where: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise LockError(f"{where}: expected a mapping")
-    return {str(k): str(v) for k, v in value.items()}
+    return {_scalar(k, where): _scalar(v, f"{where}.{k}") for k, v in value.items()}
 
 
 def _parse_base(doc: object, where: str) -> BaseLock:
     kind = _need(doc, "kind", where)
     assert isinstance(doc, dict)
+    opt = {k: _opt_scalar(doc.get(k), f"{where}.{k}") for k in ("ref", "digest", "suite", "mirror", "snapshot")}
     if kind == "registry":
-        return BaseLock(kind=kind, ref=doc.get("ref"), digest=doc.get("digest"))
+        return BaseLock(kind=kind, ref=opt["ref"], digest=opt["digest"])
     if kind != "bootstrap":
         raise LockError(f"{where}.kind: {kind!r}; valid choices: bootstrap, registry")
-    return BaseLock(kind=kind, suite=doc.get("suite"), mirror=doc.get("mirror"), snapshot=doc.get("snapshot"),
-                    extra_packages=tuple(str(p) for p in doc.get("extra_packages") or ()),
+    return BaseLock(kind=kind, suite=opt["suite"], mirror=opt["mirror"], snapshot=opt["snapshot"],
+                    extra_packages=_str_list(doc.get("extra_packages"), f"{where}.extra_packages"),
                     mirror_state=_str_map(doc.get("mirror_state"), f"{where}.mirror_state"),
                     packages=_str_map(doc.get("packages"), f"{where}.packages"))
 
@@ -204,41 +235,59 @@ def _parse_image(image_id: str, doc: object, where: str) -> LockedImage:
     pins = []
     for n, item in enumerate(_need(doc, "pip", where, list)):
         at = f"{where}.pip[{n}]"
-        pin = PipPin(name=canonical_name(_need(item, "name", at)), version=str(_need(item, "version", at, (str, int, float))),
-                     sha256=_need(item, "sha256", at), file=str(_need(item, "file", at)))
+        pin = PipPin(name=canonical_name(_need(item, "name", at)),
+                     version=_scalar(_need(item, "version", at, (str, int, float)), f"{at}.version"),
+                     sha256=_need(item, "sha256", at), file=_need(item, "file", at))
         if not _SHA256.match(pin.sha256):
             raise LockError(f"{at}.sha256: {pin.sha256!r} is not a sha256 (64 lowercase hex digits)")
         pins.append(pin)
     assert isinstance(doc, dict)
     return LockedImage(
-        id=image_id, os=str(_need(doc, "os", where)), python=str(_need(doc, "python", where, (str, float))),
-        platform=str(_need(doc, "platform", where)),
-        pip_requires=tuple(str(r) for r in _need(doc, "pip_requires", where, list)),
+        id=image_id, os=_need(doc, "os", where), python=_scalar(_need(doc, "python", where, (str, float)), where),
+        platform=_need(doc, "platform", where),
+        pip_requires=_str_list(_need(doc, "pip_requires", where, list), f"{where}.pip_requires"),
         pip=tuple(sorted(pins, key=lambda p: p.name)),
         apt=_str_map(doc.get("apt"), f"{where}.apt"),
         base=_parse_base(doc["base"], f"{where}.base") if doc.get("base") is not None else None,
     )
 
 
-def parse(text: str, path: str = "<lock>") -> Lock:
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+MAX_LOCK_BYTES = 4 << 20  # h100's 9 images lock to a few hundred KB
+
+
+def _yaml(text: str, path: str) -> object:
+    """The document, read within files.compose_yaml's limits (no alias bomb, no recursion, bounded size)."""
     try:
-        doc = yaml.safe_load(text)
+        compose_yaml(text)
+        return yaml.load(text, Loader=_LOADER)  # noqa: S506 (a safe loader)
+    except YamlTooBig as big:
+        raise LockError(f"{path}:{big.line}: {big.why}") from None
     except yaml.YAMLError as exc:
         raise LockError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise LockError(f"{path}: not valid YAML (nested too deeply)") from None
+
+
+def parse(text: str, path: str = "<lock>") -> Lock:
+    doc = _yaml(text, path)
     if not isinstance(doc, dict):
         raise LockError(f"{path}: not an imagebuild lock (expected a mapping with `images`)")
     fmt = doc.get("lock_format")
     if fmt != LOCK_FORMAT:
         raise LockError(f"{path}: lock_format {fmt!r} is not {LOCK_FORMAT}; regenerate it with `imagebuild lock`")
     images = _need(doc, "images", path, dict)
-    parsed = {str(k): _parse_image(str(k), v, f"{path}: images.{k}") for k, v in images.items()}
+    parsed = {_scalar(k, f"{path}: images"): _parse_image(str(k), v, f"{path}: images.{k}") for k, v in images.items()}
     made_with = next((ln[len("# Made with: "):] for ln in text.splitlines() if ln.startswith("# Made with: ")), "")
-    return Lock(matrix=str(doc.get("matrix") or ""), images=parsed, path=path, made_with=made_with)
+    matrix = _opt_scalar(doc.get("matrix"), f"{path}: matrix") or ""
+    recorded = _opt_scalar(doc.get("content_sha256"), f"{path}: content_sha256")
+    seal = "missing" if recorded is None else "ok" if recorded == content_digest(matrix, parsed) else "edited"
+    return Lock(matrix=matrix, images=parsed, path=path, made_with=made_with, seal=seal)
 
 
 def load(path: str | Path) -> Lock:
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise LockError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+        text = read_bounded_text(Path(path), "lock", MAX_LOCK_BYTES)
+    except FileProblem as exc:
+        raise LockError(str(exc)) from None
     return parse(text, str(path))

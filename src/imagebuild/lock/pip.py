@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagebuild.errors import ImagebuildError
+from imagebuild.files import certificate_blocks
 from imagebuild.lock.model import PipPin, canonical_name
 from imagebuild.secrets import redact
 
@@ -120,7 +121,7 @@ def _ca_bundle(extra: tuple[str, ...], tmp: Path) -> Path | None:
         return Path(base) if base else None
     bundle = tmp / "ca-bundle.pem"
     parts = [Path(base).read_bytes()] if base else []
-    parts += [Path(p).read_bytes() for p in extra]
+    parts += [certificate_blocks(Path(p)) for p in extra]
     bundle.write_bytes(b"\n".join(parts))
     return bundle
 

@@ -9,9 +9,10 @@ from pathlib import Path
 from imagebuild.compat import Tables
 from imagebuild.compat import load as load_tables
 from imagebuild.errors import MatrixError, Problem
+from imagebuild.files import FileProblem, read_bounded_text
 from imagebuild.matrix.expand import RawVariant, expand
 from imagebuild.matrix.schema import check_document
-from imagebuild.matrix.yamlload import Loaded, YPath, keypath, load_yaml
+from imagebuild.matrix.yamlload import MAX_TEXT, Loaded, YPath, keypath, load_yaml
 from imagebuild.models import Location
 
 
@@ -87,10 +88,10 @@ def load_matrix(path: str | Path, tables: Tables | None = None) -> MatrixDoc:
     """Load a matrix file (see parse_matrix for what raises and what is collected)."""
     path = Path(path)
     file = display_name(path)
+    if not path.exists():
+        raise MatrixError([Problem(file, 0, "", "no such file")])
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MatrixError([Problem(file, 0, "", "no such file")]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MatrixError([Problem(file, 0, "", f"cannot read: {exc}")]) from None
+        text = read_bounded_text(path, "matrix file", MAX_TEXT)  # never more than the limit in memory
+    except FileProblem as exc:
+        raise MatrixError([Problem(file, 0, "", str(exc).removeprefix(f"{path}: "))]) from None
     return parse_matrix(text, file, base_dir=path.resolve().parent, tables=tables, path=path)

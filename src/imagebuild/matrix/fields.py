@@ -12,9 +12,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from imagebuild.compat import Tables
 from imagebuild.models import FLAVORS, PARENT_FLAVOR
 from imagebuild.oci.reference import ReferenceError, parse_reference
+from imagebuild.secrets import has_credentials, redact
 
 TORCH_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 CUDA_RE = re.compile(r"^\d+\.\d+$")
@@ -157,6 +160,13 @@ def _pip_req(item: str) -> str | None:
         return f"{item!r} looks like a pip option; give requirements only"
     if set(item) & _PIP_FORBIDDEN:
         return f"{item!r} contains a quote, backslash, '$' or newline, which cannot be passed safely to pip"
+    try:
+        req = Requirement(item)
+    except InvalidRequirement as exc:
+        return f"{item!r} is not a pip requirement (PEP 508: {str(exc).splitlines()[0]})"
+    if req.url and has_credentials(req.url):
+        return (f"{redact(item)!r} carries credentials in its URL, which would stay in the image; give the index "
+                "with --pip-index-url/--pip-extra-index-url instead")
     return None
 
 

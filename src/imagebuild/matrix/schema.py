@@ -15,10 +15,17 @@ from typing import Any
 
 from imagebuild.compat import Tables
 from imagebuild.errors import Problem
+from imagebuild.files import FileProblem, certificate_blocks
 from imagebuild.matrix.fields import VARIANT_FIELDS, Bad, check_field, describe, suggest
 from imagebuild.matrix.yamlload import Loaded, YPath
 from imagebuild.models import FLAVORS
-from imagebuild.oci.reference import ReferenceError, check_registry, check_repository_name
+from imagebuild.oci.reference import (
+    ReferenceError,
+    check_registry,
+    check_repository_name,
+    check_repository_room,
+)
+from imagebuild.secrets import redact_host
 
 TOP_KEYS = ("name", "registry", "gpu_archs", "defaults", "matrix", "include", "exclude", "ca_certs",
             "size_budget", "perf_min")
@@ -174,8 +181,13 @@ def _check_name_and_registry(c: _Checker, doc: dict[Any, Any], out: Schema) -> N
             try:
                 out.registry = check_registry(reg)
             except ReferenceError as exc:
-                c.bad(("registry",), f"{reg!r} is not a valid registry: {exc}",
+                c.bad(("registry",), f"{redact_host(reg)!r} is not a valid registry: {exc}",
                       "host[:port][/path], e.g. registry.example.internal:5000/ml")
+    if out.name:
+        try:
+            check_repository_room(f"{out.registry}/{out.name}" if out.registry else out.name)
+        except ReferenceError as exc:
+            c.bad(("name",), f"{exc}")
 
 
 def _check_gpu_archs(c: _Checker, doc: dict[Any, Any]) -> tuple[str, ...]:
@@ -242,15 +254,21 @@ def _check_rows(c: _Checker, doc: dict[Any, Any], section: str) -> list[tuple[YP
 
 
 def _check_ca_certs(c: _Checker, doc: dict[Any, Any], base_dir: Path) -> tuple[Path, ...]:
-    """CA files, relative to the matrix file; each must exist."""
+    """CA files, relative to the matrix file; each must exist and hold at least one PEM certificate (only those blocks
+    reach the image: files.certificate_blocks)."""
     certs: list[Path] = []
     for i, item in enumerate(c.items(doc.get("ca_certs"), ("ca_certs",), "CA certificate files")):
         if (text := c.string(item, ("ca_certs", i), "a CA file path")) is not None:
             cert = (base_dir / text).resolve()
-            if cert.is_file():
-                certs.append(cert)
-            else:
+            if not cert.is_file():
                 c.bad(("ca_certs", i), f"CA file not found: {cert}", "paths are relative to the matrix file")
+                continue
+            try:
+                certificate_blocks(cert)
+            except FileProblem as exc:
+                c.bad(("ca_certs", i), f"CA file {exc}")
+                continue
+            certs.append(cert)
     return tuple(certs)
 
 

@@ -8,6 +8,11 @@ Two things plain PyYAML gets wrong for a version matrix are handled here:
 - duplicate keys silently keep the last value: we report them;
 - `python: 3.10` becomes the float 3.1: we keep the source text of plain numeric scalars (`raw`) so the schema can
   read versions the way the user wrote them.
+
+And a matrix may be hostile (a pull request's file validated in CI): `files.compose_yaml` counts the parser's events,
+then walks the composed graph once (each node once) and refuses a file whose alias-expanded tree would exceed
+`MAX_NODES` nodes or `MAX_DEPTH` levels, or whose aliases are recursive, before anything is built from it. A "billion
+laughs" alias bomb is one error line in milliseconds instead of gigabytes; the text is limited to `MAX_TEXT`.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from imagebuild.errors import MatrixError, Problem
+from imagebuild.files import YAML_MAX_DEPTH, YAML_MAX_NODES, YamlTooBig, compose_yaml
 
 YPath = tuple  # tuple[str | int, ...]
 
 _NUMERIC_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-_COMPOSE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_MAX_DEPTH = 50  # aliases can nest; a matrix never needs this deep
+MAX_DEPTH = YAML_MAX_DEPTH  # aliases can nest; a matrix never needs this deep
+MAX_NODES = YAML_MAX_NODES
+MAX_TEXT = 64 << 10  # characters; the shipped matrices have 1-2 thousand (and composing 64 KiB takes ~0.3 s here)
 
 
 def keypath(path: YPath) -> str:
@@ -66,7 +73,7 @@ class _Builder:
         self.constructor = SafeConstructor()
 
     def build(self, node, path: YPath, depth: int = 0) -> Any:
-        if depth > _MAX_DEPTH:
+        if depth > MAX_DEPTH:
             self.loaded.problems.append(self.loaded.problem(path, "nesting too deep (recursive alias?)"))
             return None
         if isinstance(node, MappingNode):
@@ -107,9 +114,11 @@ class _Builder:
 
 
 def load_yaml(text: str, file: str) -> Loaded:
-    """Parse `text`; raises MatrixError (with the line) when it is not YAML at all."""
+    """Parse `text`; raises MatrixError (with the line) when it is not YAML at all, or larger than the limits."""
+    if len(text) > MAX_TEXT:
+        raise MatrixError([Problem(file, 0, "", f"larger than {MAX_TEXT >> 10} KiB; a matrix file is a few KiB")])
     try:
-        node = yaml.compose(text, Loader=_COMPOSE_LOADER)
+        node = compose_yaml(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         what = exc.problem or exc.context or "syntax error"
@@ -120,6 +129,10 @@ def load_yaml(text: str, file: str) -> Loaded:
                                    "check the indentation and quote values containing ':' or '#'")]) from None
     except yaml.YAMLError as exc:
         raise MatrixError([Problem(file, 0, "", f"invalid YAML: {exc}")]) from None
+    except RecursionError:
+        raise MatrixError([Problem(file, 0, "", f"invalid YAML: nested deeper than {MAX_DEPTH} levels")]) from None
+    except YamlTooBig as big:
+        raise MatrixError([Problem(file, big.line, "", big.why)]) from None
     loaded = Loaded(file=file, data=None)
     if node is None:
         return loaded

@@ -6,11 +6,16 @@ $DOCKER_CONFIG/config.json: `auths`, `credsStore`, `credHelpers`, resolved by th
 `docker-credential-<helper> get`). Nothing here writes credentials anywhere: they live in memory, are handed to the
 engine in the X-Registry-Auth header of the push request and to the registry in Authorization headers, and every
 password/token is registered with `imagebuild.secrets` so `redact()` hides it in any message.
+
+Where credentials may go (`credentials_refused`): to the registry's own host, or to a token service (the `realm` of
+its Bearer challenge) over https. A registry is free to name any realm, so a hostile or hijacked one could otherwise
+collect the password by naming its own collector, or make it travel in clear over http.
 """
 
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO
@@ -109,3 +114,22 @@ def _from_docker_config(registry: str, config_path: str | None) -> RegistryAuth 
     register_secret(pw)
     register_secret(token)
     return RegistryAuth(registry, user, pw, token, source="docker-config")
+
+
+def credentials_refused(registry_url: str, target_url: str) -> str | None:
+    """Why credentials for the registry at `registry_url` (scheme://host[:port]) must not be sent to `target_url`,
+    or None when they may: the same host and port, or another host over https. Never another scheme than http(s)."""
+    reg, target = urllib.parse.urlsplit(registry_url), urllib.parse.urlsplit(target_url)
+    if target.scheme not in ("http", "https") or not target.hostname:
+        return f"the token service {target_url!r} is not an http(s) address"
+    if (target.hostname, target.port or _default_port(target.scheme)) == (reg.hostname, reg.port or
+                                                                              _default_port(reg.scheme)):
+        return None
+    if target.scheme != "https":
+        return (f"the token service {target.scheme}://{target.netloc} is another host over plain http; credentials "
+                "go to another host only over https")
+    return None
+
+
+def _default_port(scheme: str) -> int:
+    return 443 if scheme == "https" else 80

@@ -178,6 +178,13 @@ def alias_reference(repository: str, alias: str) -> str:
 def check_registry(text: str) -> str:
     """A push target `domain[:port][/path]` (no tag, no digest): returns it normalised (no trailing '/')."""
     registry = text.rstrip("/")
+    scheme, sep, _ = registry.partition("://")
+    if sep and "/" not in scheme:
+        raise ReferenceError(f"a registry is host[:port][/path] without '{scheme}://' (the engine picks https, or "
+                             "http for a registry it is told is insecure)")
+    if "@" in registry.split("/", 1)[0]:
+        raise ReferenceError("a registry cannot carry credentials; log in with `docker login`, --username/"
+                             "--password-stdin or IMAGEBUILD_REGISTRY_USER/IMAGEBUILD_REGISTRY_PASSWORD")
     if "@" in registry:
         raise ReferenceSyntaxError("a registry cannot carry a digest; put only host[:port][/path]")
     last = registry.rsplit("/", 1)[-1]
@@ -188,6 +195,18 @@ def check_registry(text: str) -> str:
     if ref.tag:
         raise ReferenceSyntaxError("a registry cannot carry a tag; the tag comes from the variant")
     return registry
+
+
+TAG_ROOM = 64  # our tags (`2.10.0-cu128-cudnn9-py3.12-ubuntu24.04-runtime`) are under 50 characters
+REFERENCE_MAX = 255  # what engines and registries accept for a whole `registry/name:tag`
+
+
+def check_repository_room(repository: str) -> None:
+    """`registry/name` must leave room for our tags within REFERENCE_MAX (the build would fail tagging otherwise)."""
+    room = REFERENCE_MAX - 1 - TAG_ROOM
+    if len(repository) > room:
+        raise ReferenceError(f"registry/name is {len(repository)} characters; with a ':tag' of up to {TAG_ROOM} an "
+                             f"image reference would pass {REFERENCE_MAX}: keep registry/name within {room}")
 
 
 def check_repository_name(text: str) -> str:

@@ -34,7 +34,7 @@ from typing import IO
 
 from imagebuild import __version__
 from imagebuild.errors import ImagebuildError
-from imagebuild.oci.auth import RegistryAuth
+from imagebuild.oci.auth import RegistryAuth, credentials_refused
 from imagebuild.oci.reference import DOCKER_HUB
 from imagebuild.retry import REGISTRY, RetryPolicy
 from imagebuild.secrets import redact
@@ -347,6 +347,9 @@ class RegistryClient:
         realm = params.get("realm")
         if not realm:
             raise RegistryError(f"{self.registry}: bearer challenge without realm")
+        refused = credentials_refused(f"{self._scheme}://{self.host}", realm)
+        if refused and (not self.auth.anonymous or urllib.parse.urlsplit(realm).scheme not in ("http", "https")):
+            raise RegistryAuthError(f"{self.registry}: not sending credentials: {refused}", status=401)
         query = {"service": params.get("service", "")}
         if scope or params.get("scope"):
             query["scope"] = scope or params["scope"]
@@ -397,12 +400,14 @@ class RegistryClient:
 
 
 class _NoRedirectAuthStrip(urllib.request.HTTPRedirectHandler):
-    """Follow redirects (blob/manifest storage backends) but never carry Authorization to another host."""
+    """Follow redirects (blob/manifest storage backends) but never carry Authorization to another host, nor from
+    https down to http."""
 
     def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
                          headers: http.client.HTTPMessage, newurl: str) -> urllib.request.Request | None:
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+        here, there = urllib.parse.urlsplit(req.full_url), urllib.parse.urlsplit(newurl)
+        if new is not None and (here.netloc != there.netloc or (here.scheme, there.scheme) == ("https", "http")):
             new.headers.pop("Authorization", None)
             new.unredirected_hdrs.pop("Authorization", None)
         return new

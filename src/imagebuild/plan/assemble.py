@@ -11,8 +11,10 @@ from imagebuild.lock import Lock, LockError, entry_digest, lock_path
 from imagebuild.lock import problems as lock_problems
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ImagePlan, Plan, ResolvedVariant, TEWheelPlan
 from imagebuild.oci import ReferenceError, check_registry
+from imagebuild.oci.reference import check_repository_room
 from imagebuild.plan import tags
 from imagebuild.plan.hashing import inputs_hash, save_cache
+from imagebuild.secrets import redact_host
 
 
 def default_render_dir(matrix_path: str | Path) -> Path:
@@ -60,8 +62,10 @@ def plan_from_variants(
     if registry:  # the matrix's own `registry` was checked with the schema; '' means local-only tags
         try:
             check_registry(registry)
+            for name in sorted({v.name for v in variants}):
+                check_repository_room(f"{registry.rstrip('/')}/{name}")
         except ReferenceError as exc:
-            raise UsageError(f"--registry {registry!r}: {exc}") from None
+            raise UsageError(f"--registry {redact_host(registry)!r}: {exc}") from None
     images: list[ImagePlan] = []
     aliases = {f: tags.assign_aliases(variants, f, registry) for f in FLAVORS}
     for variant in variants:

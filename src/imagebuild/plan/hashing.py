@@ -28,7 +28,9 @@ def _cache() -> dict[str, str]:
     if _CACHE is None:
         try:
             _CACHE = json.loads(_cache_path().read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
+            _CACHE = {}
+        if not isinstance(_CACHE, dict):  # a damaged cache is no cache
             _CACHE = {}
     return _CACHE
 

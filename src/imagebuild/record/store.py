@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from imagebuild import __version__
-from imagebuild.files import write_text_atomic
+from imagebuild.files import FileProblem, read_bounded_text, write_text_atomic
 from imagebuild.inputs import BuildInputs
 from imagebuild.secrets import redact
 
@@ -135,6 +135,64 @@ class Record:
         return redact(json.dumps(doc, indent=2, sort_keys=False)) + "\n"
 
 
+_STR, _OPT_STR, _NUM = (str,), (str, type(None)), (int, float, type(None))
+_IMAGE_FIELDS: dict[str, tuple[type, ...]] = {
+    "id": _STR, "flavor": _STR, "inputs_hash": _STR, "parent": _OPT_STR, "image_id": _OPT_STR, "status": _STR,
+    "built_at": _OPT_STR, "build_seconds": _NUM, "size": (int, type(None)), "layers": (list,), "versions": (dict,),
+    "tags": (dict,), "pushes": (dict,), "source": _OPT_STR, "error": _OPT_STR, "log_path": _OPT_STR,
+    "te_wheel": (dict, type(None)), "sbom": (dict, type(None)),
+}
+_TOP_FIELDS: dict[str, tuple[type, ...]] = {
+    "schema": (int,), "tool_version": _STR, "updated": _OPT_STR, "matrix": _OPT_STR, "matrix_digest": _OPT_STR,
+    "inputs": (dict, type(None)), "registry": _OPT_STR, "images": (dict, type(None)), "tests": (dict, type(None)),
+}
+_INPUT_LISTS, _INPUT_STRS = ("ca_certs", "pip_extra_index_urls"), ("pip_index_url", "torch_index_url", "wheelhouse")
+
+
+_JSON_NAMES = {str: "a string", int: "a number", float: "a number", list: "a list", dict: "an object",
+               type(None): "null"}
+
+
+def _kind(types: tuple[type, ...]) -> str:
+    return " or ".join(dict.fromkeys(_JSON_NAMES[t] for t in types))
+
+
+def shape_problem(doc: object) -> str | None:
+    """Why a parsed record is not one this version wrote (valid JSON of the wrong shape), or None. Every field the
+    commands read is checked here, so a damaged record is said and replaced, never a traceback later."""
+    if not isinstance(doc, dict):
+        return f"expected a JSON object, got {_JSON_NAMES.get(type(doc), 'a value')}"
+    for key, types in _TOP_FIELDS.items():
+        if key in doc and (not isinstance(doc[key], types) or isinstance(doc[key], bool)):
+            return f"{key!r} must be {_kind(types)}"
+    inputs = doc.get("inputs") or {}
+    for key in _INPUT_LISTS:
+        if not isinstance(inputs.get(key) or [], list) or not all(isinstance(v, str) for v in inputs.get(key) or []):
+            return f"inputs.{key} must be a list of strings"
+    for key in _INPUT_STRS:
+        if not isinstance(inputs.get(key), _OPT_STR):
+            return f"inputs.{key} must be a string or null"
+    for plan_id, entry in (doc.get("images") or {}).items():
+        if not isinstance(entry, dict):
+            return f"images.{plan_id} must be an object"
+        for key in ("id", "flavor", "inputs_hash"):
+            if key not in entry:
+                return f"images.{plan_id} lacks {key!r}"
+        for key, types in _IMAGE_FIELDS.items():
+            if key in entry and (not isinstance(entry[key], types) or isinstance(entry[key], bool)):
+                return f"images.{plan_id}.{key} must be {_kind(types)}"
+        for reg, tags in entry.get("tags", {}).items():
+            if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+                return f"images.{plan_id}.tags.{reg} must be a list of strings"
+        for reg, push in entry.get("pushes", {}).items():
+            if not isinstance(push, dict):
+                return f"images.{plan_id}.pushes.{reg} must be an object"
+    for key, result in (doc.get("tests") or {}).items():
+        if not isinstance(result, dict):
+            return f"tests.{key} must be an object"
+    return None
+
+
 def new_record(matrix_path: str | Path, inputs: BuildInputs, registry: str | None) -> Record:
     return Record(matrix=str(matrix_path), matrix_digest=file_sha256(matrix_path), inputs=inputs.public(),
                   registry=registry)
@@ -144,13 +202,18 @@ def load_record(matrix_path: str | Path, directory: str | Path | None = None) ->
     """The matrix's record, or None when there is none. A record that cannot be trusted comes back with `problem`
     set (and its images/tests emptied), so callers say why instead of using it."""
     path = record_path(matrix_path, directory)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists():
         return None
-    except (OSError, ValueError) as exc:
+    try:
+        doc = json.loads(read_bounded_text(path, "record"))
+        why = shape_problem(doc)
+    except FileProblem as exc:
+        why = str(exc).removeprefix(f"{path}: ")
+    except (ValueError, RecursionError) as exc:
+        why = f"not JSON ({exc})" if not isinstance(exc, RecursionError) else "nested too deeply"
+    if why:
         rec = Record(str(matrix_path), None, {}, None, path=path)
-        rec.problem = f"{path}: unreadable ({exc}); it is ignored and will be replaced"
+        rec.problem = f"{path}: unreadable ({why}); it is ignored and will be replaced"
         return rec
     rec = Record(
         matrix=str(doc.get("matrix") or matrix_path), matrix_digest=doc.get("matrix_digest"),

@@ -17,6 +17,7 @@ import jinja2
 
 from imagebuild.compat import accel
 from imagebuild.errors import UsageError
+from imagebuild.files import FileProblem, certificate_blocks
 from imagebuild.inputs import BuildInputs
 from imagebuild.lock.model import LockedImage, requirements_text
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ResolvedVariant
@@ -135,13 +136,11 @@ def _ca_files(variant: ResolvedVariant, inputs: BuildInputs) -> dict[str, bytes]
     for n, raw in enumerate(paths):
         path = Path(raw)
         try:
-            content = path.read_bytes()
-        except OSError as exc:
-            raise UsageError(f"CA certificate {raw}: cannot read it ({exc.strerror or exc})") from exc
-        if b"-----BEGIN CERTIFICATE-----" not in content:
-            raise UsageError(f"CA certificate {raw}: not a PEM certificate (no 'BEGIN CERTIFICATE' block)")
+            content = certificate_blocks(path)  # only the certificates: a key beside them never reaches the image
+        except FileProblem as exc:
+            raise UsageError(f"CA file {exc}") from None
         stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.name.removesuffix(".crt").removesuffix(".pem")) or "ca"
-        files[f"{CA_DIR}/{n}-{stem}.crt"] = content if content.endswith(b"\n") else content + b"\n"
+        files[f"{CA_DIR}/{n}-{stem}.crt"] = content
     return files
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from imagebuild.files import write_text_atomic
 from imagebuild.models import ImageResult, Plan
+from imagebuild.report import stored
 from imagebuild.report.budget import largest_layers
 from imagebuild.secrets import redact
 from imagebuild.units import format_size
@@ -63,14 +64,10 @@ def row_to_result(row: dict) -> ImageResult:
 
 
 def load_report(report_dir: str | Path) -> dict:
-    """The JSON document (`{"schema", "run", "matrix", "registry", "images": [row, ...]}`); empty when absent."""
-    path = Path(report_dir) / JSON_NAME
-    if not path.is_file():
-        return {"schema": SCHEMA, "run": {}, "matrix": None, "registry": None, "images": []}
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    doc.setdefault("images", [])
-    doc.setdefault("run", {})
-    return doc
+    """The JSON document (`{"schema", "run", "matrix", "registry", "images": [row, ...]}`); empty when absent;
+    stored.ReportError (exit 2, one line) when damaged."""
+    return stored.load_report(Path(report_dir) / JSON_NAME,
+                              {"schema": SCHEMA, "run": {}, "matrix": None, "registry": None, "images": []})
 
 
 @contextlib.contextmanager
@@ -103,8 +100,7 @@ def write_reports(results: list[ImageResult], report_dir: str | Path, plan: Plan
         write_text_atomic(paths["json"], json.dumps(doc, indent=2, sort_keys=False) + "\n")
         write_text_atomic(paths["md"], render_markdown(doc))
         write_text_atomic(paths["junit"], render_junit(doc))
-        with open(paths["history"], "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(_history_line(doc), sort_keys=True) + "\n")
+        stored.append_history(paths["history"], json.dumps(_history_line(doc), sort_keys=True))
     return paths
 
 
