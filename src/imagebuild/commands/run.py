@@ -52,6 +52,18 @@ def _image(client, ref, matrix, flavor, only, registry, echo):
     return info
 
 
+def _refuse_options_after_ref(args: list[str], ref: str) -> None:
+    """Everything after REF goes to the container, so `run REF --jupyter` would start the image with `--jupyter` as
+    its command. A container command never starts with a dash: such a word right after REF is a misplaced option."""
+    if not args or args[0] == "--" or not args[0].startswith("-"):
+        return
+    word = args[0].split("=", 1)[0]
+    own = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    what = f"{word} is an option of imagebuild run" if word in own else f"{word} comes"
+    raise UsageError(f"{what} after the image {ref}: put options before REF, or after `--` to pass them to the "
+                     "container")
+
+
 @click.command("run", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--matrix", "-m", metavar="FILE", help="run this matrix's image of --flavor instead of a REF")
@@ -104,6 +116,7 @@ def command(args, matrix, flavor, only, registry, gpus, ipc_host, shm_size, no_n
         if not args or args[0] == "--":
             raise UsageError("give an IMAGE (tag, reference or ID) or --matrix FILE --flavor F")
         ref = args.pop(0)
+    _refuse_options_after_ref(args, ref)
     if args and args[0] == "--":
         args.pop(0)
     if no_workspace and workspace:
