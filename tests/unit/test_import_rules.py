@@ -44,7 +44,11 @@ ALLOWED: dict[str, set[str]] = {
     "smoke": PURE | {"engine", "probe", "record"},
     "catalog": PURE | {"record"},  # the registry through oci, smoke results/sizes from the record; no engine
     "launch": PURE | {"engine", "host", "record"},
-    "commands": PURE | {"engine", "host", "report", "record", "builder", "push", "smoke", "catalog", "launch",
+    # build -> SBOM -> test -> push -> report over one plan and record: the one layer that drives the stages
+    "pipeline": PURE | {"engine", "host", "report", "record", "builder", "push", "smoke", "catalog", "launch",
+                         "inventory"},
+    # flags -> pipeline.settings.RunOptions -> pipeline; never the builder (its steps are the pipeline's)
+    "commands": PURE | {"pipeline", "engine", "host", "report", "record", "push", "smoke", "catalog", "launch",
                          "inventory"},
     "cli": {"foundation", "commands"},
     "probe": set(),  # runs inside images: see probe_rule
@@ -217,6 +221,23 @@ def test_pure_stages_do_not_load_docker_transitively():
     assert out.returncode == 0, out.stderr
 
 
+def test_help_and_the_engine_free_commands_load_neither_docker_nor_the_stages():
+    """`imagebuild --help` loads every command module (cli lists them): their module-level imports stay light, so
+    validate/plan/render run without the SDK and --help stays fast (a fresh interpreter)."""
+    code = ("import sys\n"
+            "import click\n"
+            "from imagebuild.cli import cli\n"
+            "ctx = click.Context(cli)\n"
+            "for name in cli.list_commands(ctx):\n"
+            "    cli.get_command(ctx, name)\n"
+            "heavy = sorted(m for m in sys.modules if m == 'docker' or m.startswith(('imagebuild.builder', "
+            "'imagebuild.pipeline.flow', 'imagebuild.smoke', 'imagebuild.push', 'imagebuild.engine')))\n"
+            "sys.exit('loaded: ' + ', '.join(heavy) if heavy else 0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+
+
 def test_every_layer_in_the_rules_is_documented():
     doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
     section = doc.split("## Import rules", 1)[1].split("\n## ", 1)[0]
@@ -277,6 +298,11 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     ({"imagebuild/builder/backend.py": "from imagebuild.engine import connect\n"},
      "imagebuild/builder/backend.py:1: builder/backend.py imports imagebuild.engine: rule: the backend seam"),
     ({"imagebuild/newstage/x.py": ""}, "imagebuild/newstage/x.py:1: module imagebuild.newstage.x belongs to no layer"),
+    ({"imagebuild/commands/x.py": "def f():\n    from imagebuild.builder import executor\n",
+      "imagebuild/builder/executor.py": ""},
+     "imagebuild/commands/x.py:2: commands imports imagebuild.builder.executor (builder): rule: commands may import"),
+    ({"imagebuild/builder/x.py": "from imagebuild.pipeline import flow\n", "imagebuild/pipeline/flow.py": ""},
+     "imagebuild/builder/x.py:1: builder imports imagebuild.pipeline.flow (pipeline): rule: builder may import"),
 ])
 def test_checker_finds_a_planted_violation(tmp_path, files, expected):
     src = _tree(tmp_path, files)
@@ -291,5 +317,8 @@ def test_checker_accepts_allowed_imports(tmp_path):
         "imagebuild/builder/x.py": "def f():\n    import docker\n    from imagebuild.engine import connect\n",
         "imagebuild/engine/connect.py": "import docker\nc = docker.from_env()\n",
         "imagebuild/smoke/probe/x.py": "import json\nfrom probe.common import Probe\n\ndef f():\n    import torch\n",
+        "imagebuild/pipeline/flow.py": "from imagebuild.builder import x\nfrom imagebuild.smoke import runner\n",
+        "imagebuild/smoke/runner.py": "",
+        "imagebuild/commands/build.py": "from imagebuild.pipeline import flow\n",
     })
     assert check_source(src) == []

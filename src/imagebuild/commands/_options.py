@@ -1,4 +1,5 @@
-"""Options shared by several commands (one definition, so every command spells them the same way)."""
+"""Flags shared by several commands (one definition, so every command spells them the same way); parsing only,
+what they mean is imagebuild.pipeline.settings."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from pathlib import Path
 import click
 
 from imagebuild.inputs import BuildInputs
+from imagebuild.pipeline.settings import default_report_dir, resolve_matrix_path
+
+__all__ = ["build_input_options", "default_report_dir", "matrix_option", "only_option", "registry_option",
+           "resolve_matrix_path", "state_dir_option"]  # the last two: pipeline.settings', for lock and render
 
 
 def matrix_option(func):
@@ -67,12 +72,3 @@ def build_input_options(func):
     return wrapper
 
 
-def resolve_matrix_path(name: str) -> Path:
-    from imagebuild.matrix import find_matrix
-
-    return find_matrix(name)
-
-
-def default_report_dir(matrix_path: str | Path) -> Path:
-    """Each matrix has its own report folder, replaced by each run: reports/<matrix stem>/."""
-    return Path("reports") / Path(matrix_path).stem

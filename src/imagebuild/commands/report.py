@@ -24,8 +24,8 @@ def command(matrix, report_dir, fmt):
     """
     from pathlib import Path
 
-    from imagebuild.commands._options import default_report_dir, resolve_matrix_path
     from imagebuild.errors import UsageError
+    from imagebuild.pipeline.settings import default_report_dir, resolve_matrix_path
     from imagebuild.report import JSON_NAME, load_report, render_markdown, rerender
 
     if report_dir is None:
