@@ -5,7 +5,7 @@ plan order, with the images the next steps may use (built or up to date in this 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum
 from typing import Any
 
 from imagebuild import builder
@@ -23,7 +23,7 @@ from imagebuild.pipeline.settings import BuildSettings
 from imagebuild.record import Record
 
 
-class BuildStatus(StrEnum):
+class BuildStatus(str, Enum):
     """ImageResult.status as the builder writes it (a str, so rows compare and serialise as before)."""
 
     PLANNED = "planned"
@@ -97,11 +97,11 @@ def preflight_sources(client: Any, plan: Plan, selection: Selection, keep_going:
         if img.tag in blocked:
             row = ImageResult.of(img)
             if img.tag in problems:
-                row.status, row.error = BuildStatus.FAILED, "; ".join(problems[img.tag])
+                row.status, row.error = BuildStatus.FAILED.value, "; ".join(problems[img.tag])
             elif img.tag in chosen:
-                row.status, row.error = BuildStatus.NOT_BUILT, f"parent {img.parent} not built"
+                row.status, row.error = BuildStatus.NOT_BUILT.value, f"parent {img.parent} not built"
             else:
-                row.status = BuildStatus.SKIPPED
+                row.status = BuildStatus.SKIPPED.value
             rows.append(row)
     return Plan(plan.matrix_file, [i for i in plan.images if i.tag not in blocked]), rows
 

@@ -55,7 +55,7 @@ class RunResult:
 def _report(options: RunOptions, loaded: Loaded, result: RunResult, started: str) -> None:
     report_dir = options.report_dir or default_report_dir(loaded.path)
     paths = write_reports(result.results, report_dir, loaded.plan, run={
-        "command": str(options.command), "steps": [str(s) for s in result.steps],
+        "command": options.command.value, "steps": [s.value for s in result.steps],
         "registry": plan_registry(loaded.plan), "started": started, "tool_version": __version__})
     result.report_md = paths["md"]
 

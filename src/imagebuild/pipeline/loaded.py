@@ -28,7 +28,7 @@ class RecordBook:
     def __init__(self, matrix_path: Path, state_dir: str | None, record: Record | None):
         self.matrix_path, self.state_dir, self.record = matrix_path, state_dir, record
 
-    def update(self, change: Callable[[Record], None], inputs: BuildInputs | None = None,
+    def update(self, change: Callable[[Record], object], inputs: BuildInputs | None = None,
                registry: str | None = None, replace_inputs: bool = False) -> None:
         """Read-modify-write under the record's lock (a parallel `push` keeps its update), then keep what was
         written as this run's record."""

@@ -58,7 +58,7 @@ def locate(client: Any, img: ImagePlan, rec: Record | None) -> Located:
     The record's image ID first; else the plan's tag; else any tagged image carrying the inputs-hash label."""
     import docker.errors
 
-    def labels_ok(info: dict) -> bool:
+    def labels_ok(info: dict[str, Any]) -> bool:
         return ((info.get("Config") or {}).get("Labels") or {}).get(INPUTS_LABEL) == img.inputs_hash
 
     recorded = recorded_state(rec, img)

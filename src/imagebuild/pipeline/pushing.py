@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum
 from typing import Any
 
 from imagebuild.models import ImagePlan, ImageResult, Plan
@@ -24,7 +24,7 @@ from imagebuild.secrets import redact
 from imagebuild.smoke import runner
 
 
-class PushStatus(StrEnum):
+class PushStatus(str, Enum):
     """ImageResult.push["status"] as push/ writes it."""
 
     PUSHED = "pushed"

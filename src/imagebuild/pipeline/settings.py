@@ -9,15 +9,15 @@ matrix's files go. Importing this module loads neither the engine SDK nor a stag
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum
 from pathlib import Path
 
 from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
 
 
-class Step(StrEnum):
-    """The steps a run took (the report's run.steps)."""
+class Step(str, Enum):
+    """The steps a run took (the report's run.steps; `.value` is the word written)."""
 
     BUILD = "build"
     TEST = "test"

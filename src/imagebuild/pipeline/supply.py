@@ -41,7 +41,7 @@ def _lock_hashes(plan: Plan) -> dict[tuple[str, str], str]:
     return {(canonical_name(p.name), p.version): p.sha256 for entry in lock.images.values() for p in entry.pip}
 
 
-def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir: Path, recorded: dict[str, dict],
+def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir: Path, recorded: dict[str, dict[str, Any]],
                 say: Callable[[str], None]) -> None:
     """SBOM per built/up-to-date local image: reports/<matrix>/sbom/<plan id>.cdx.json; fills `row.sbom`.
 

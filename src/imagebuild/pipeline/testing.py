@@ -8,7 +8,7 @@ gets its JUnit and JSON files, from the recorded run (cached.py), so CI publishe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum
 from functools import partial
 from typing import Any
 
@@ -21,7 +21,7 @@ from imagebuild.record import passed_result, store_result, test_key
 from imagebuild.smoke import runner
 
 
-class TestOutcome(StrEnum):
+class TestOutcome(str, Enum):
     __test__ = False  # not a pytest class despite the name
 
     RAN = "ran"  # the suite ran in the image now
