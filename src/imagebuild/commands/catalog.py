@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import sys
+from pathlib import Path
 
 import click
 
 from imagebuild.commands._options import matrix_option, registry_option, state_dir_option
+from imagebuild.errors import EXIT_OK, UsageError
 from imagebuild.files import write_text_atomic
+from imagebuild.oci import Reference, RegistryClient, read_password_stdin, resolve_auth
 
 
 @click.command("catalog")
@@ -41,12 +45,7 @@ def command(matrix, registry, username, password_stdin, ca_file, state_dir, as_j
       imagebuild catalog --matrix images/h100.yaml -o CATALOG.md
       imagebuild catalog -m cpu.yaml --registry 127.0.0.1:5000/ml --json
     """
-    import datetime as _dt
-    from pathlib import Path
-
     from imagebuild.catalog import Header, collect, render_json, render_markdown
-    from imagebuild.errors import EXIT_OK, UsageError
-    from imagebuild.oci import Reference, RegistryClient, read_password_stdin, resolve_auth
     from imagebuild.pipeline.loaded import load
     from imagebuild.record import record_path
 

@@ -14,6 +14,7 @@ from imagebuild.commands._options import (
     state_dir_option,
 )
 from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
+from imagebuild.oci import read_password_stdin
 from imagebuild.pipeline.settings import PushSettings, RunOptions, Step
 
 
@@ -51,7 +52,6 @@ def command(matrix, registry, username, password_stdin, dry_run, only, state_dir
       imagebuild push --matrix images/cpu.yaml --dry-run
       echo "$TOKEN" | imagebuild push -m cpu.yaml --registry 127.0.0.1:5000/ml -u ci --password-stdin
     """
-    from imagebuild.oci import read_password_stdin
     from imagebuild.pipeline.flow import push_run  # the engine SDK and the stages: not for --help
 
     if password_stdin and not username:
