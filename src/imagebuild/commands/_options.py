@@ -9,10 +9,11 @@ from pathlib import Path
 import click
 
 from imagebuild.inputs import BuildInputs
-from imagebuild.pipeline.settings import default_report_dir, resolve_matrix_path
+from imagebuild.pipeline.settings import resolve_matrix_path
 
-__all__ = ["build_input_options", "default_report_dir", "matrix_option", "only_option", "registry_option",
-           "resolve_matrix_path", "state_dir_option"]  # the last two: pipeline.settings', for lock and render
+# resolve_matrix_path is pipeline.settings'; lock.py and render.py import it from here
+__all__ = ["build_input_options", "matrix_option", "only_option", "registry_option", "resolve_matrix_path",
+           "state_dir_option"]
 
 
 def matrix_option(func):
