@@ -148,9 +148,9 @@ def run_cli(plan: Plan, tmp_path: Path, *args: str, wait: bool = True):
     driver = textwrap.dedent(f"""
         import pickle, sys
         sys.path.insert(0, {SRC!r})
-        import imagebuild.commands.build as b
+        import imagebuild.pipeline.loaded as loaded
         plan = pickle.loads(open({str(tmp_path / 'plan.pickle')!r}, 'rb').read())
-        b.load_plan = lambda *a, **k: plan
+        loaded.make_plan = lambda *a, **k: plan
         sys.argv = ["imagebuild", "build", "--matrix", {str(tmp_path / 'injected.yaml')!r}, "--plain",
                     "--log-dir", {str(tmp_path / 'logs')!r}, "--report-dir", {str(tmp_path / 'report')!r}]
         sys.argv += {list(args)!r}
@@ -277,8 +277,8 @@ def test_no_engine_is_one_line_exit_1(tmp_path):
     images = chain("noengine", "unused:1")
     (tmp_path / "plan.pickle").write_bytes(pickle.dumps(Plan("t", images)))
     (tmp_path / "x.yaml").write_text("name: x\n")
-    driver = (f"import pickle,sys; sys.path.insert(0,{SRC!r}); import imagebuild.commands.build as b; "
-              f"p=pickle.load(open({str(tmp_path / 'plan.pickle')!r},'rb')); b.load_plan=lambda *a,**k: p; "
+    driver = (f"import pickle,sys; sys.path.insert(0,{SRC!r}); import imagebuild.pipeline.loaded as ld; "
+              f"p=pickle.load(open({str(tmp_path / 'plan.pickle')!r},'rb')); ld.make_plan=lambda *a,**k: p; "
               f"sys.argv=['imagebuild','build','--matrix',{str(tmp_path / 'x.yaml')!r}]; "
               "from imagebuild.cli import main; main()")
     res = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, env=env)

@@ -109,3 +109,21 @@ def test_build_with_test_flag_and_relative_report_dir(cpu_build, tmp_path):
 
     smoke = ET.parse(tmp_path / "rel-reports" / "build-report.junit.xml").getroot().find("testsuite[@name='smoke']")
     assert (smoke.get("tests"), smoke.get("failures")) == ("3", "0")
+    # the per-image JUnit a CI job publishes is there though nothing ran: the recorded run's cases, when and where
+    per_image = sorted((tmp_path / "rel-reports" / "junit").glob("*.xml"))
+    assert len(per_image) == 3, per_image
+    for path in per_image:
+        suite = ET.parse(path).getroot().find("testsuite")
+        props = {p.get("name"): p.get("value") for p in suite.find("properties")}
+        assert props["up_to_date"] == "true" and props["ran_where"] == "cpu" and suite.get("hostname") == "cpu"
+        cases = suite.findall("testcase")
+        assert len(cases) == int(suite.get("tests")) > 20 and suite.get("failures") == "0"
+        assert "up to date: not run again" in suite.find("system-out").text
+    # the runtime image's cases are the checks of the run `test` made above (its JSON result), name for name
+    ran = json.loads(next((cpu_build.tmp / "junit").glob("*runtime.json")).read_text())
+    runtime = next(p for p in per_image if p.name.endswith("runtime.xml"))
+    names = [c.get("name") if c.get("classname") == "smoke" else f"{c.get('classname')[6:]}/{c.get('name')}"
+             for c in ET.parse(runtime).getroot().iter("testcase")]
+    assert names == [c["name"] for c in ran["checks"]]
+    gpu = next(c for c in ET.parse(runtime).getroot().iter("testcase") if c.get("name") == "gpu_available")
+    assert "no GPU visible in the container" in gpu.find("skipped").get("message")

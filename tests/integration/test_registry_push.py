@@ -128,12 +128,12 @@ def test_wrong_password_exits_1_with_registry_message_and_no_retries(docker_clie
         plan = Plan("test.yaml", [base])
         report = tmp_path / "reports"
         image_id = docker_client.api.inspect_image(base.tag)["Id"]
-        from imagebuild.commands._state import Planned
-        from imagebuild.inputs import BuildInputs
+        from imagebuild.pipeline.located import Located
 
-        monkeypatch.setattr("imagebuild.commands._state.plan_with_record", lambda m, r, i, echo, sd=None: Planned(
-            tmp_path / "x.yaml", plan, None, BuildInputs(), r))
-        monkeypatch.setattr("imagebuild.commands._state.locate", lambda client, img, rec: (image_id, ""))
+        (tmp_path / "x.yaml").write_text("name: x\n")
+        monkeypatch.setattr("imagebuild.pipeline.loaded.resolve_matrix_path", lambda m: tmp_path / "x.yaml")
+        monkeypatch.setattr("imagebuild.pipeline.loaded.make_plan", lambda *a, **k: plan)
+        monkeypatch.setattr("imagebuild.pipeline.flow.locate", lambda client, img, rec: Located(image_id))
         monkeypatch.setattr(sys, "argv", ["imagebuild", "push", "-m", "x.yaml", "-u", USER, "--password-stdin",
                                           "--untested", "--report-dir", str(report)])
         monkeypatch.setattr(sys, "stdin", io.StringIO("definitely-wrong\n"))

@@ -258,33 +258,5 @@ class FakeEngine:
             with self.lock:
                 self.active -= 1
 
-    # -- TODO(issue 21): the low-level calls commands/ still makes (client.api.inspect_image/images/tag); remove
-    # once commands/ and pipeline/ go through the store.
-    @property
-    def api(self) -> _CommandsAPI:
-        return _CommandsAPI(self)
-
     def info(self) -> dict[str, Any]:
         return {"DockerRootDir": self.root or "/nonexistent"}
-
-
-class _CommandsAPI:
-    def __init__(self, engine: FakeEngine) -> None:
-        self.engine = engine
-
-    def inspect_image(self, ref: str) -> dict[str, Any]:
-        import docker.errors
-
-        info = self.engine.inspect(ref)
-        if info is None:
-            raise docker.errors.ImageNotFound(f"No such image: {ref}")
-        return info
-
-    def images(self, filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        wanted = (filters or {}).get("label", [])
-        wanted = [wanted] if isinstance(wanted, str) else wanted
-        return self.engine.find(dict(w.split("=", 1) for w in wanted))
-
-    def tag(self, image: str, repository: str, tag: str, force: bool = False) -> bool:
-        self.engine.tag(image, repository, tag, force=force)
-        return True

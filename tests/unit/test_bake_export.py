@@ -136,12 +136,11 @@ def test_write_bake_materializes_contexts(tmp_path):
 def test_bake_command_with_only(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    import imagebuild.plan as plan_mod
     from imagebuild.commands.bake import command
 
     plan = make_plan()
-    monkeypatch.setattr(plan_mod, "make_plan", lambda *a, **k: plan)
-    monkeypatch.setattr("imagebuild.commands._options.resolve_matrix_path", lambda m: tmp_path / m)
+    monkeypatch.setattr("imagebuild.pipeline.loaded.make_plan", lambda *a, **k: plan)
+    monkeypatch.setattr("imagebuild.pipeline.loaded.resolve_matrix_path", lambda m: tmp_path / m)
     out = tmp_path / "b.json"
     r = CliRunner().invoke(command, ["--matrix", "cpu.yaml", "-o", str(out), "--only", "2.8.0-*",
                                      "--os-image", "debian12=r/os:12"])

@@ -138,7 +138,7 @@ def test_created_option_takes_now_or_a_date_and_nothing_else():
     import subprocess
     import sys
 
-    from imagebuild.commands.build import check_created
+    from imagebuild.pipeline.settings import check_created
 
     assert check_created("now") == "now" and check_created("2026-01-31T12:00:00Z") == "2026-01-31T12:00:00Z"
     res = subprocess.run([sys.executable, "-m", "imagebuild", "build", "--matrix", "images/cpu.yaml", "--created",

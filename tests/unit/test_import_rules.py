@@ -44,7 +44,11 @@ ALLOWED: dict[str, set[str]] = {
     "smoke": PURE | {"engine", "probe", "record"},
     "catalog": PURE | {"record"},  # the registry through oci, smoke results/sizes from the record; no engine
     "launch": PURE | {"engine", "host", "record"},
-    "commands": PURE | {"engine", "host", "report", "record", "builder", "push", "smoke", "catalog", "launch",
+    # build -> SBOM -> test -> push -> report over one plan and record: the one layer that drives the stages
+    "pipeline": PURE | {"engine", "host", "report", "record", "builder", "push", "smoke", "catalog", "launch",
+                         "inventory"},
+    # flags -> pipeline.settings.RunOptions -> pipeline; never the builder (its steps are the pipeline's)
+    "commands": PURE | {"pipeline", "engine", "host", "report", "record", "push", "smoke", "catalog", "launch",
                          "inventory"},
     "cli": {"foundation", "commands"},
     "probe": set(),  # runs inside images: see probe_rule
@@ -54,9 +58,6 @@ NO_DOCKER = {"foundation", "compat", "host", "lock", "matrix", "resolve", "rende
 ENGINE_CLIENT_OWNERS = {"engine", "suite"}  # suite: separate process, inspects through testinfra's docker backend
 # Only engine/ talks to the engine API: no docker import and no `.api` (the SDK's low-level client) elsewhere.
 ENGINE_API_OWNERS = {"engine", "suite"}
-# TODO(issue 21): commands/ (moving to pipeline/ on another branch) still calls `client.api` in _pushing.py, _state.py,
-# _supply.py and build.py; the lead converts them to imagebuild.engine.store after merging, then drops this line.
-ENGINE_API_NOT_YET = {"commands", "pipeline"}
 # the docker config's credential helpers (`docker-credential-*`), read through the SDK: not the engine API
 DOCKER_IMPORTS_ALLOWED = {"imagebuild.oci.auth": {"docker.auth", "docker.errors"}}
 PROBE_THIRD_PARTY = {"torch", "transformer_engine", "numpy"}  # numpy: torch's optional interop, guarded
@@ -184,7 +185,7 @@ def check_source(src: Path = SRC) -> list[str]:
             if top == "docker" and layer in NO_DOCKER:
                 problems.append(f"{where}: {layer} imports {imp.target}: rule: {layer} never imports docker "
                                 "(validate/plan/render work without the SDK)")
-            elif (top == "docker" and layer not in ENGINE_API_OWNERS | ENGINE_API_NOT_YET
+            elif (top == "docker" and layer not in ENGINE_API_OWNERS
                   and imp.target not in DOCKER_IMPORTS_ALLOWED.get(me, set())):
                 problems.append(f"{where}: {layer} imports {imp.target}: rule: only engine/ talks to the engine "
                                 "(use imagebuild.engine.store: ImageStore, as_store)")
@@ -207,7 +208,7 @@ def check_source(src: Path = SRC) -> list[str]:
         if me == "imagebuild.builder.backend":
             problems += [f"{rel(path)}:{i.line}: builder/backend.py imports {i.target}: rule: the backend seam "
                          "never imports docker" for i in imports_of(path, src) if i.target.split(".")[0] == "docker"]
-        if layer not in ENGINE_API_OWNERS | ENGINE_API_NOT_YET:
+        if layer not in ENGINE_API_OWNERS:
             problems += [f"{rel(path)}:{line}: {what} in {layer}: rule: only engine/ talks to the engine API "
                          "(use imagebuild.engine.store: ImageStore, as_store)" for line, what in engine_api_uses_of(path)]
         if layer not in ENGINE_CLIENT_OWNERS:
@@ -230,6 +231,23 @@ def test_pure_stages_do_not_load_docker_transitively():
             "    importlib.import_module(m)\n"
             "    if 'docker' in sys.modules:\n"
             "        sys.exit('importing ' + m + ' loaded docker')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+
+
+def test_help_and_the_engine_free_commands_load_neither_docker_nor_the_stages():
+    """`imagebuild --help` loads every command module (cli lists them): their module-level imports stay light, so
+    validate/plan/render run without the SDK and --help stays fast (a fresh interpreter)."""
+    code = ("import sys\n"
+            "import click\n"
+            "from imagebuild.cli import cli\n"
+            "ctx = click.Context(cli)\n"
+            "for name in cli.list_commands(ctx):\n"
+            "    cli.get_command(ctx, name)\n"
+            "heavy = sorted(m for m in sys.modules if m == 'docker' or m.startswith(('imagebuild.builder', "
+            "'imagebuild.pipeline.flow', 'imagebuild.smoke', 'imagebuild.push', 'imagebuild.engine')))\n"
+            "sys.exit('loaded: ' + ', '.join(heavy) if heavy else 0)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
@@ -301,6 +319,11 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     ({"imagebuild/builder/backend.py": "from imagebuild.engine import connect\n"},
      "imagebuild/builder/backend.py:1: builder/backend.py imports imagebuild.engine: rule: the backend seam"),
     ({"imagebuild/newstage/x.py": ""}, "imagebuild/newstage/x.py:1: module imagebuild.newstage.x belongs to no layer"),
+    ({"imagebuild/commands/x.py": "def f():\n    from imagebuild.builder import executor\n",
+      "imagebuild/builder/executor.py": ""},
+     "imagebuild/commands/x.py:2: commands imports imagebuild.builder.executor (builder): rule: commands may import"),
+    ({"imagebuild/builder/x.py": "from imagebuild.pipeline import flow\n", "imagebuild/pipeline/flow.py": ""},
+     "imagebuild/builder/x.py:1: builder imports imagebuild.pipeline.flow (pipeline): rule: builder may import"),
 ])
 def test_checker_finds_a_planted_violation(tmp_path, files, expected):
     src = _tree(tmp_path, files)
@@ -316,5 +339,8 @@ def test_checker_accepts_allowed_imports(tmp_path):
         "imagebuild/engine/connect.py": "import docker\nc = docker.from_env()\nc.api.ping()\n",
         "imagebuild/oci/auth.py": "import docker.auth\n",
         "imagebuild/smoke/probe/x.py": "import json\nfrom probe.common import Probe\n\ndef f():\n    import torch\n",
+        "imagebuild/pipeline/flow.py": "from imagebuild.builder import x\nfrom imagebuild.smoke import runner\n",
+        "imagebuild/smoke/runner.py": "",
+        "imagebuild/commands/build.py": "from imagebuild.pipeline import flow\n",
     })
     assert check_source(src) == []

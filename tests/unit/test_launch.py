@@ -285,3 +285,25 @@ def test_print_on_a_recorded_host(cli, tmp_path):
     assert "--cpuset-cpus=56-111,168-223" in args and "--cpuset-mems=1" in args
     assert "--shm-size=1007g" in args  # half of the recorded host's 2 TB
     assert "NUMA: GPU 4,5 on node 1" in err
+
+
+@pytest.mark.parametrize("args, word", [
+    ([RUNTIME.ref, "--jupyter"], "--jupyter is an option of imagebuild run"),
+    ([RUNTIME.ref, "--gpus=0", "python"], "--gpus is an option of imagebuild run"),
+    ([RUNTIME.ref, "-e", "A=1"], "-e is an option of imagebuild run"),
+    ([RUNTIME.ref, "--lr", "1"], "--lr comes"),
+])
+def test_options_after_the_image_are_refused_with_a_hint(cli, args, word):
+    """`run REF --jupyter` would hand `--jupyter` to the container as its command; the user meant run's option."""
+    code, out, err = cli(None, *args)
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert code == 2 and out == "" and cli.client.containers.created == []
+    assert lines == [f"error: {word} after the image {RUNTIME.ref}: put options before REF, or after `--` to pass "
+                     "them to the container"], err
+
+
+def test_options_after_double_dash_go_to_the_container(cli):
+    code, out, _ = cli(None, "--print", RUNTIME.ref, "--", "--jupyter")
+    assert code == 0 and shlex.split(out)[-2:] == [RUNTIME.ref, "--jupyter"]
+    code, out, _ = cli(None, "--print", RUNTIME.ref, "python", "train.py", "--lr", "1")
+    assert code == 0 and shlex.split(out)[-4:] == ["python", "train.py", "--lr", "1"]

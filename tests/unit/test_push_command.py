@@ -9,8 +9,6 @@ import pytest
 from _push_fakes import REG, add, fake_engine, fake_registry, make_image
 from click.testing import CliRunner
 
-from imagebuild.commands._state import Planned
-from imagebuild.inputs import BuildInputs
 from imagebuild.models import Plan
 from imagebuild.record import load_record, store_result, updating
 
@@ -26,8 +24,8 @@ def setup(monkeypatch, tmp_path):
         add(api, img.tag, image_id="sha256:" + img.flavor, labels={"io.imagebuild.inputs-hash": img.inputs_hash})
     matrix = tmp_path / "h100.yaml"
     matrix.write_text("name: x\n")
-    monkeypatch.setattr("imagebuild.commands._state.plan_with_record", lambda m, r, i, echo, sd=None: Planned(
-        matrix, plan, load_record(matrix), BuildInputs(), r))
+    monkeypatch.setattr("imagebuild.pipeline.loaded.resolve_matrix_path", lambda m: matrix)
+    monkeypatch.setattr("imagebuild.pipeline.loaded.make_plan", lambda *a, **k: plan)
     monkeypatch.setattr("imagebuild.engine.connect", lambda *a, **k: api)
     monkeypatch.setattr("imagebuild.push.pusher.RegistryClient", lambda *a, **k: reg)
     monkeypatch.setattr("imagebuild.push.pusher.time.sleep", lambda s: None)

@@ -336,18 +336,14 @@ def test_test_command_matrix_tests_by_image_id_and_keeps_passes(monkeypatch, tmp
     """`test --matrix` tests the image carrying the planned inputs hash, by ID; a second run is up to date (no
     container), --retest runs again, another --expect is its own result, a failure is never up to date."""
     from imagebuild.commands import test as cmd
-    from imagebuild.commands._state import Planned
-    from imagebuild.inputs import BuildInputs
     from imagebuild.models import Plan
-    from imagebuild.record import load_record
 
     images = [_plan_image("base"), _plan_image("runtime")]
     images[0].inputs_hash = "h-base"
     monkeypatch.chdir(tmp_path)
     matrix = tmp_path / "cpu.yaml"
     matrix.write_text("x: 1\n")
-    monkeypatch.setattr("imagebuild.commands._state.plan_with_record", lambda m, r, i, echo, sd=None: Planned(
-        matrix, Plan(str(matrix), images), load_record(matrix), BuildInputs(), r))
+    monkeypatch.setattr("imagebuild.pipeline.loaded.make_plan", lambda *a, **k: Plan(str(matrix), images))
     engine = FakeEngine()
     runtime_id = engine.add_image(images[1].tag, {"io.imagebuild.inputs-hash": "h"})
     runs = []

@@ -1,4 +1,5 @@
-"""Options shared by several commands (one definition, so every command spells them the same way)."""
+"""Flags shared by several commands (one definition, so every command spells them the same way); parsing only,
+what they mean is imagebuild.pipeline.settings."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ from pathlib import Path
 import click
 
 from imagebuild.inputs import BuildInputs
+from imagebuild.pipeline.settings import resolve_matrix_path
+
+# resolve_matrix_path is pipeline.settings'; lock.py and render.py import it from here
+__all__ = ["build_input_options", "matrix_option", "only_option", "registry_option", "resolve_matrix_path",
+           "state_dir_option"]
 
 
 def matrix_option(func):
@@ -67,12 +73,3 @@ def build_input_options(func):
     return wrapper
 
 
-def resolve_matrix_path(name: str) -> Path:
-    from imagebuild.matrix import find_matrix
-
-    return find_matrix(name)
-
-
-def default_report_dir(matrix_path: str | Path) -> Path:
-    """Each matrix has its own report folder, replaced by each run: reports/<matrix stem>/."""
-    return Path("reports") / Path(matrix_path).stem

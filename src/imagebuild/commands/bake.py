@@ -11,6 +11,8 @@ from imagebuild.commands._options import (
     registry_option,
     state_dir_option,
 )
+from imagebuild.errors import UsageError
+from imagebuild.pipeline.settings import RunOptions, Step
 
 
 @click.command("bake")
@@ -36,11 +38,7 @@ def command(matrix, registry, inputs, output, context_dir, os_images, only, stat
       imagebuild bake --matrix images/h100.yaml -o out/docker-bake.json
       cd out && OS_IMAGE_ubuntu24_04=reg.example/os/ubuntu:24.04 docker buildx bake -f docker-bake.json --push
     """
-    from imagebuild.builder.bake import write_bake
-    from imagebuild.commands._state import plan_with_record
-    from imagebuild.errors import UsageError
-    from imagebuild.models import Plan
-    from imagebuild.plan.assemble import select
+    from imagebuild.pipeline.export import bake_file  # the stages: not for --help
 
     mapping = {}
     for item in os_images:
@@ -48,13 +46,9 @@ def command(matrix, registry, inputs, output, context_dir, os_images, only, stat
         if not sep or not key or not ref:
             raise UsageError(f"--os-image {item!r}: expected OS=REF (e.g. debian12=registry/os/debian:12)")
         mapping[key] = ref
-    plan = plan_with_record(matrix, registry, inputs, lambda m: click.echo(m, err=True), state_dir).plan
-    if only:
-        images = select(plan, tuple(only))
-        if not images:
-            raise UsageError(f"--only {' '.join(only)}: matches no image of {plan.matrix_file}")
-        plan = Plan(matrix_file=plan.matrix_file, images=images)
-    doc = write_bake(plan, output, context_dir, mapping)
+    options = RunOptions(command=Step.BUILD, matrix=matrix, registry=registry, inputs=inputs, only=tuple(only),
+                         state_dir=state_dir)
+    doc = bake_file(options, output, context_dir, mapping, lambda m: click.echo(m, err=True))
     click.echo(f"{output}: {len(doc['target'])} targets; run `docker buildx bake -f {output}` from its folder",
                err=True)
     return 0

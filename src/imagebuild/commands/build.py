@@ -1,4 +1,5 @@
-"""`imagebuild build`: build every planned image through the Docker engine, in dependency order."""
+"""`imagebuild build`: build every planned image through the Docker engine, in dependency order (flags only: the
+pipeline is imagebuild.pipeline.flow.build_run)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,20 @@ import click
 
 from imagebuild.commands._options import (
     build_input_options,
-    default_report_dir,
     matrix_option,
     only_option,
     registry_option,
-    resolve_matrix_path,
     state_dir_option,
 )
-from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
-from imagebuild.files import FileProblem, certificate_blocks, check_output_dir
+from imagebuild.errors import EXIT_FAILED, EXIT_OK
+from imagebuild.pipeline.settings import (
+    BuildSettings,
+    PushSettings,
+    RunOptions,
+    Step,
+    TestSettings,
+    check_created,
+)
 
 
 def _say(msg: str) -> None:
@@ -70,207 +76,17 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
       imagebuild build --matrix h100.yaml --only '*2.9.1*runtime' --jobs 2 --plain
       imagebuild build --matrix images/cpu.yaml --ca-cert corp-ca.pem --pip-index-url https://u:p@pypi.corp/simple
     """
-    from imagebuild import __version__
-    from imagebuild.builder import BuildOptions, build_plan, make_progress
-    from imagebuild.commands._state import plan_registry
-    from imagebuild.commands._supply import diff_rebuilds, previous_ids, write_sboms
-    from imagebuild.engine import connect
-    from imagebuild.record import load_record, now, updating
-    from imagebuild.record.store import state_dir as record_state_dir
-    from imagebuild.record.update import record_build
+    from imagebuild.pipeline.flow import build_run  # the engine SDK and the stages: not for --help
 
-    started = now()
-    check_inputs(inputs)
-    path = resolve_matrix_path(matrix)
-    if locked:
-        require_lock(matrix)
-    plan = load_plan(path, inputs, registry)  # a lock that does not fit the matrix: LockError (exit 2)
-    report_dir = check_output_dir(report_dir or default_report_dir(path), "--report-dir")
-    log_dir = check_output_dir(log_dir or (report_dir / "logs"), "--log-dir")
-    check_output_dir(record_state_dir(state_dir), "--state-dir")  # before anything builds, not after an hour
-    rec = load_record(path, state_dir)
-    if rec is not None and rec.problem:
-        click.echo(f"warning: {rec.problem}", err=True)
-        rec = None
-    elif rec is not None and rec.inputs != inputs.public():
-        click.echo(f"note: {rec.path} recorded a build with other inputs ({rec.describe_inputs()}); this build "
-                   "records its own", err=True)
-    client = connect("build")  # its timeout also fits --push of multi-GB layers
-    say = _say
-    remote = {}
-    if registry_cache and not force:
-        remote = registry_lookup(plan, tuple(only), require_registry, say)
-    buildable, blocked = preflight_sources(client, plan, tuple(only), keep_going, rec=rec, force=force,
-                                           remote=remote)
-    progress = make_progress(plain=plain, verbose=verbose)
-    options = BuildOptions(force=force, only=tuple(only), keep_going=keep_going, log_dir=log_dir, remote=remote,
-                           created=created)
-    if jobs:
-        options.jobs = jobs
-    before = previous_ids(client, plan) if sbom else {}
-    results = (build_plan(client, buildable, options, progress) if buildable.images else []) + blocked
-    order = {img.tag: n for n, img in enumerate(plan.images)}
-    results.sort(key=lambda r: order[r.tag])
-    if sbom:
-        recorded = {k: v.sbom for k, v in (rec.images if rec else {}).items() if v.sbom}
-        write_sboms(client, plan, results, report_dir, recorded, say)
-        diff_rebuilds(client, plan, results, before, say)
-    with updating(path, inputs, registry, directory=state_dir, replace_inputs=True) as rec_w:
-        record_build(rec_w, plan, results)
-    progress.summary(results)
-    ok = all(r.status in ("built", "up-to-date", "skipped") for r in results)
-
-    by_tag = {r.tag: r for r in results}
-    ready = [i for i in plan.images if by_tag[i.tag].status in ("built", "up-to-date")
-             and not (by_tag[i.tag].source or "").startswith("registry")]
-    steps = ["build"]
-    if run_tests and ready and (ok or keep_going):
-        steps.append("test")
-        ok = smoke_test(client, ready, by_tag, report_dir, path, state_dir, retest) and ok
-    if run_push and ok:
-        steps.append("push")
-        ok = push(client, plan, ready, by_tag, path, state_dir, require_tests=run_tests) and ok
-    from imagebuild.report import write_reports
-
-    paths = write_reports(results, report_dir, plan, run={
-        "command": "build", "steps": steps, "registry": plan_registry(plan), "started": started,
-        "tool_version": __version__})
-    say(f"report: {paths['md']}")
-    return EXIT_OK if ok else EXIT_FAILED
-
-
-def registry_lookup(plan, only: tuple[str, ...], require: bool, say) -> dict:
-    """--registry-cache: which planned images the registry already holds with exactly the planned inputs."""
-    from imagebuild.builder.remote import RegistryUnavailable, find_in_registry
-    from imagebuild.oci import resolve_auth
-    from imagebuild.plan.assemble import select
-
-    try:
-        return find_in_registry(select(plan, only or None), resolve_auth, log=say)
-    except RegistryUnavailable as exc:
-        if require:
-            raise SourcesUnreachable(f"{exc} (--require-registry)") from None
-        say(f"registry cache: {exc}; building locally")
-        return {}
-
-
-def preflight_sources(client, plan, only: tuple[str, ...], keep_going: bool, rec=None, force: bool = False,
-                      remote: dict | None = None):
-    """Ask every outside source the selected images need before anything builds (builder.sources).
-
-    Images whose source does not answer are named one line each; without --keep-going that stops the run (exit 1,
-    nothing built), with it they and their children become failed/not-built rows and the rest is built."""
-    from imagebuild.builder.sources import blocked_tags, unreachable
-    from imagebuild.models import ImageResult, Plan
-    from imagebuild.plan.assemble import select
-
-    selected = select(plan, only or None)
-    if not force:  # an image that is already here (or up to date in the registry) needs no outside source
-        from imagebuild.commands._state import locate
-
-        selected = [i for i in selected if i.tag not in (remote or {}) and locate(client, i, rec)[0] is None]
-
-    def present(ref: str) -> bool:  # a registry base the engine already has needs no registry
-        try:
-            client.api.inspect_image(ref)
-            return True
-        except Exception:
-            return False
-
-    problems = unreachable(selected, present=present)
-    if not problems:
-        return plan, []
-    for lines in problems.values():
-        for line in lines:
-            click.echo(f"error: {line}", err=True)
-    blocked = blocked_tags(plan.images, problems)
-    rest = [i for i in selected if i.tag not in blocked]
-    if not keep_going:
-        raise SourcesUnreachable(f"{len(problems)} image(s) need a source that does not answer (named above); "
-                                 f"nothing was built. --keep-going builds the {len(rest)} other selected image(s)")
-    rows = []  # one row for every blocked image of the plan, selected or not, so the report covers the whole plan
-    chosen = {i.tag for i in selected}
-    for img in plan.images:
-        if img.tag in blocked:
-            row = ImageResult.of(img)
-            if img.tag in problems:
-                row.status, row.error = "failed", "; ".join(problems[img.tag])
-            elif img.tag in chosen:
-                row.status, row.error = "not-built", f"parent {img.parent} not built"
-            else:
-                row.status = "skipped"
-            rows.append(row)
-    return Plan(plan.matrix_file, [i for i in plan.images if i.tag not in blocked]), rows
-
-
-class SourcesUnreachable(UsageError):
-    exit_code = EXIT_FAILED
-
-
-def smoke_test(client, images, by_tag, report_dir: Path, matrix_path: Path, state_dir, retest: bool) -> bool:
-    """--test: the smoke suite in every built/up-to-date image, by image ID (record-keyed: an image that already
-    passed this suite is up to date); fills ImageResult.tests. False when a check failed."""
-    from imagebuild.commands._testing import test_planned
-    from imagebuild.smoke import runner
-
-    todo = [(img, by_tag[img.tag].image_id, "no image ID") for img in images]
-    rows = test_planned(client, todo, matrix_path, state_dir=state_dir, retest=retest,
-                        junit_dir=Path(report_dir) / "junit", result_dir=Path(report_dir) / "tests",
-                        echo=lambda m: click.echo(m, err=True))
-    for img, tests in rows:
-        by_tag[img.tag].tests = tests
-    click.echo(runner.summary_table([(img.tag, tests) for img, tests in rows]))
-    return not any(t.get("failed") for _, t in rows)
-
-
-def push(client, plan, images, by_tag, matrix_path: Path, state_dir, require_tests: bool) -> bool:
-    """--push: push built (and, with --test, tested) images; fills ImageResult.push. False when one failed."""
-    from imagebuild.commands._pushing import push_located
-
-    located = {img.tag: by_tag[img.tag].image_id for img in images}
-    pushed = push_located(client, plan, images, located, matrix_path, state_dir, require_tests=require_tests,
-                          log=lambda m: click.echo(m, err=True))
-    for res in pushed:
-        by_tag[res.tag].push = res.push
-    return not any((r.push or {}).get("status") == "failed" for r in pushed)
-
-
-def check_created(value: str | None) -> str | None:
-    """--created: 'now' or an RFC 3339 date (what the OCI label holds); anything else is a usage error."""
-    if value is None or value == "now":
-        return value
-    from imagebuild.builder.sourcedate import parse_created
-
-    if parse_created(value) is None:
-        raise UsageError(f"--created {value!r}: not 'now' nor an RFC 3339 date such as 2026-01-31T12:00:00Z")
-    return value
-
-
-def check_inputs(inputs) -> None:
-    """Bad paths are input errors (exit 2) before anything is planned or built."""
-    for ca in inputs.ca_certs:
-        p = Path(ca)
-        if not p.is_file():
-            raise UsageError(f"--ca-cert {p}: no such file")
-        try:
-            certificate_blocks(p)
-        except FileProblem as exc:
-            raise UsageError(f"--ca-cert {exc}") from None
-    if inputs.wheelhouse is not None and not Path(inputs.wheelhouse).is_dir():
-        raise UsageError(f"--wheelhouse {inputs.wheelhouse}: no such folder")
-
-
-def require_lock(matrix: str) -> None:
-    """--locked: the lock must exist (make_plan then checks that it fits the matrix)."""
-    from imagebuild.commands._options import resolve_matrix_path
-    from imagebuild.lock import LockError, lock_path
-
-    path = lock_path(resolve_matrix_path(matrix))
-    if not path.is_file():
-        raise LockError(f"--locked: {path} does not exist; `imagebuild lock --matrix {matrix}` writes it")
-
-
-def load_plan(path, inputs, registry):
-    from imagebuild.plan import make_plan
-
-    return make_plan(path, inputs, registry)
+    options = RunOptions(
+        command=Step.BUILD, matrix=matrix, registry=registry, inputs=inputs, only=tuple(only), state_dir=state_dir,
+        report_dir=report_dir,
+        build=BuildSettings(force=force, jobs=jobs, keep_going=keep_going, plain=plain, verbose=verbose,
+                            log_dir=log_dir, registry_cache=registry_cache, require_registry=require_registry,
+                            sbom=sbom, locked=locked, created=created),
+        test=TestSettings(retest=retest) if run_tests else None,
+        push=PushSettings(require_tests=run_tests) if run_push else None,
+    )
+    result = build_run(options, _say, click.echo)
+    _say(f"report: {result.report_md}")
+    return EXIT_OK if result.ok else EXIT_FAILED

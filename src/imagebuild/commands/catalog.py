@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import sys
+from pathlib import Path
 
 import click
 
 from imagebuild.commands._options import matrix_option, registry_option, state_dir_option
+from imagebuild.errors import EXIT_OK, UsageError
 from imagebuild.files import write_text_atomic
+from imagebuild.oci import Reference, RegistryClient, read_password_stdin, resolve_auth
 
 
 @click.command("catalog")
@@ -41,13 +45,8 @@ def command(matrix, registry, username, password_stdin, ca_file, state_dir, as_j
       imagebuild catalog --matrix images/h100.yaml -o CATALOG.md
       imagebuild catalog -m cpu.yaml --registry 127.0.0.1:5000/ml --json
     """
-    import datetime as _dt
-    from pathlib import Path
-
     from imagebuild.catalog import Header, collect, render_json, render_markdown
-    from imagebuild.commands._state import plan_with_record
-    from imagebuild.errors import EXIT_OK, UsageError
-    from imagebuild.oci import Reference, RegistryClient, read_password_stdin, resolve_auth
+    from imagebuild.pipeline.loaded import load
     from imagebuild.record import record_path
 
     if password_stdin and not username:
@@ -57,8 +56,8 @@ def command(matrix, registry, username, password_stdin, ca_file, state_dir, as_j
     password = read_password_stdin(sys.stdin) if password_stdin else None
     # tags do not depend on the build inputs; the record only gives the registry its build used (and says when it
     # cannot be trusted)
-    planned = plan_with_record(matrix, registry, None, lambda m: click.echo(m, err=True) if
-                               m.startswith("warning") else None, state_dir)
+    planned = load(matrix, registry, None, state_dir, lambda m: click.echo(m, err=True) if
+                   m.startswith("warning") else None)
     path, plan, registry = planned.path, planned.plan, planned.registry
     prefixes = sorted({(img.variant.registry if registry is None else registry).rstrip("/") for img in plan.images})
     if not plan.images or "" in prefixes:

@@ -34,8 +34,9 @@ def command(matrix, registry, inputs, check, quiet):
       imagebuild lock --check --matrix images/cpu.yaml
     """
     from imagebuild.commands._options import resolve_matrix_path
-    from imagebuild.commands.build import check_inputs
     from imagebuild.lock import dump, load, lock_path, problems
+    from imagebuild.pipeline.locking import make_locker  # the bootstrap's apt sources: not for --help
+    from imagebuild.pipeline.settings import check_inputs
     from imagebuild.plan import make_plan
 
     check_inputs(inputs)
@@ -101,29 +102,6 @@ def made_with(inputs) -> str:
     if pub["wheelhouse"]:
         parts.append(f"--wheelhouse {pub['wheelhouse']}")
     return " ".join(parts) or "the default indexes"
-
-
-def make_locker(inputs, echo=None):
-    """A Locker with this machine's apt sources (the bootstrap's suite lines) and registry digests."""
-    from imagebuild.builder.bootstrap import spec_for
-    from imagebuild.lock.generate import Locker
-
-    def sources_for(variant):
-        spec = spec_for(variant)  # the same suite lines (and snapshot URLs) the bootstrap uses
-        return spec.sources(), spec.packages
-
-    def registry_digest(ref: str) -> str | None:
-        from imagebuild.oci import Reference, resolve_auth
-        from imagebuild.oci.registry import RegistryClient
-
-        parsed = Reference.parse(ref)
-        if parsed.digest:
-            return parsed.digest
-        client = RegistryClient(resolve_auth(parsed.registry))
-        return client.manifest_digest(parsed.repository, parsed.tag or "latest")
-
-    return Locker(sources_for=sources_for, registry_digest=registry_digest,
-                  ca_files=tuple(str(p) for p in inputs.ca_certs), log=echo or (lambda m: None))
 
 
 def _write(path: Path, text: str) -> None:

@@ -30,13 +30,15 @@ def command(matrix, registry, inputs, state_dir, as_json, github_matrix):
       imagebuild plan --matrix h100.yaml --json | jq '.[].tag'
       imagebuild plan --matrix images/h100.yaml --github-matrix
     """
-    from imagebuild.commands._state import plan_with_record, record_states
+    from imagebuild.pipeline.loaded import load
+    from imagebuild.pipeline.located import record_states  # the builder's label names: not for --help
     from imagebuild.plan.output import github_matrix as gh_matrix
     from imagebuild.plan.output import plan_json, print_table
 
-    planned = plan_with_record(matrix, registry, inputs, lambda m: click.echo(m, err=True), state_dir)
+    planned = load(matrix, registry, inputs, state_dir, lambda m: click.echo(m, err=True))
     plan = planned.plan
-    states = record_states(planned.record, plan)
+    recorded = record_states(planned.record, plan)
+    states = None if recorded is None else {k: v.as_dict() for k, v in recorded.items()}
     if github_matrix:
         click.echo(gh_matrix(plan))
     elif as_json:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
+
+from imagebuild.errors import UsageError
+from imagebuild.pipeline.settings import default_report_dir, resolve_matrix_path
 
 
 @click.command("report")
@@ -22,10 +26,6 @@ def command(matrix, report_dir, fmt):
       imagebuild report -m images/cpu.yaml >> "$GITHUB_STEP_SUMMARY"
       imagebuild report --report-dir reports/cpu --format json | jq '.images[].push.digest'
     """
-    from pathlib import Path
-
-    from imagebuild.commands._options import default_report_dir, resolve_matrix_path
-    from imagebuild.errors import UsageError
     from imagebuild.report import JSON_NAME, load_report, render_markdown, rerender
 
     if report_dir is None:

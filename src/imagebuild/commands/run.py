@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -33,23 +34,33 @@ def _host_facts(root: Path):
 
 def _image(client, ref, matrix, flavor, only, registry, echo):
     from imagebuild.launch import image as launch_image
+    from imagebuild.pipeline.loaded import load
+    from imagebuild.pipeline.located import locate
 
     if not matrix:
         return launch_image.inspect(client, ref)
-    from imagebuild.commands._state import locate, plan_with_record
-
-    planned = plan_with_record(matrix, registry, None, echo)
+    planned = load(matrix, registry, None, None, echo)
     path = planned.path
     row = launch_image.pick(planned.plan, flavor, only, str(path))
-    image_id, why = locate(client, row, planned.record)  # the record's image for exactly these inputs
-    if image_id is None:
-        raise UsageError(f"{path}: {row.id} is not built here ({why}); build it with "
+    here = locate(client, row, planned.record)  # the record's image for exactly these inputs
+    if here.image_id is None:
+        raise UsageError(f"{path}: {row.id} is not built here ({here.why}); build it with "
                          f"`imagebuild build --matrix {matrix} --only {row.id}`")
-    from dataclasses import replace
-
-    info = replace(launch_image.inspect(client, image_id), ref=row.tag)  # runs the ID, shows the tag
-    echo(f"image: {row.tag} ({image_id[:19]})")
+    info = replace(launch_image.inspect(client, here.image_id), ref=row.tag)  # runs the ID, shows the tag
+    echo(f"image: {row.tag} ({here.image_id[:19]})")
     return info
+
+
+def _refuse_options_after_ref(args: list[str], ref: str) -> None:
+    """Everything after REF goes to the container, so `run REF --jupyter` would start the image with `--jupyter` as
+    its command. A container command never starts with a dash: such a word right after REF is a misplaced option."""
+    if not args or args[0] == "--" or not args[0].startswith("-"):
+        return
+    word = args[0].split("=", 1)[0]
+    own = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    what = f"{word} is an option of imagebuild run" if word in own else f"{word} comes"
+    raise UsageError(f"{what} after the image {ref}: put options before REF, or after `--` to pass them to the "
+                     "container")
 
 
 @click.command("run", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
@@ -104,6 +115,7 @@ def command(args, matrix, flavor, only, registry, gpus, ipc_host, shm_size, no_n
         if not args or args[0] == "--":
             raise UsageError("give an IMAGE (tag, reference or ID) or --matrix FILE --flavor F")
         ref = args.pop(0)
+    _refuse_options_after_ref(args, ref)
     if args and args[0] == "--":
         args.pop(0)
     if no_workspace and workspace:
@@ -126,8 +138,6 @@ def command(args, matrix, flavor, only, registry, gpus, ipc_host, shm_size, no_n
     if print_only:
         settings = launch.settings
         if info.ref != info.id and settings.image == info.id:  # print the name the user gave, not the ID
-            from dataclasses import replace
-
             settings = replace(settings, image=info.ref)
         click.echo(shlex.join(settings.docker_run_args()))
         if launch.access is not None:

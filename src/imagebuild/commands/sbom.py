@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+
+from imagebuild.errors import ImagebuildError
 
 
 @click.command("sbom")
@@ -36,10 +40,6 @@ def command(reference, output, platform, ca_file):
                     log=lambda m: click.echo(m, err=True))
     text = dump_sbom(make_sbom(opener.open(reference)))
     if output and output != "-":
-        from pathlib import Path
-
-        from imagebuild.errors import ImagebuildError
-
         path = Path(output)
         tmp = path.with_name(path.name + ".tmp")
         try:

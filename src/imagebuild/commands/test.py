@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from imagebuild.commands._options import default_report_dir, only_option, registry_option, state_dir_option
+from imagebuild.commands._options import only_option, registry_option, state_dir_option
 from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
+from imagebuild.pipeline.settings import RunOptions, Step, TestSettings
 
 
 def parse_expect(values) -> dict[str, str]:
@@ -21,7 +22,6 @@ def parse_expect(values) -> dict[str, str]:
             raise UsageError(f"--expect {item!r}: empty key")
         out[k.strip()] = v.strip()
     return out
-
 
 
 def _say(msg: str) -> None:
@@ -58,54 +58,24 @@ def command(matrix, image, only, expect, flavor, junit_dir, result_dir, require_
       imagebuild test --matrix images/cpu.yaml --junit out/junit
       imagebuild test --image registry/pytorch:2.9.1-cuda12.8-cudnn9-py3.12-ubuntu24.04-runtime --expect torch=2.9.1
     """
-    from imagebuild.smoke import runner
+    from imagebuild.pipeline import flow  # the engine SDK and the stages: not for --help
 
     if bool(matrix) == bool(image):
         raise UsageError("give exactly one of --matrix FILE or --image REF")
-    expectations = parse_expect(expect)
-    kwargs = dict(require_gpu=require_gpu, perf=perf, junit_dir=junit_dir, result_dir=result_dir or junit_dir,
-                  timeout=timeout, echo=None if json_out else (lambda m: click.echo(m, err=True)))
-    client = runner.docker_client()
-    rows: list[tuple[str, dict]] = []
+    if image and only:
+        raise UsageError("--only goes with --matrix")
+    settings = TestSettings(retest=retest, require_gpu=require_gpu, perf=perf, expect=parse_expect(expect),
+                            timeout=timeout, junit_dir=Path(junit_dir) if junit_dir else None,
+                            result_dir=Path(result_dir or junit_dir) if (result_dir or junit_dir) else None,
+                            quiet=json_out)
     if image:
-        if only:
-            raise UsageError("--only goes with --matrix")
-        rows.append((image, runner.run_smoke(image, flavor, expectations, client=client, **kwargs)))
+        result = flow.test_image(image, flavor, settings, _say)
     else:
-        from imagebuild import __version__
-        from imagebuild.commands._state import locate, plan_registry, plan_with_record
-        from imagebuild.commands._testing import test_planned
-        from imagebuild.files import check_output_dir
-        from imagebuild.models import ImageResult
-        from imagebuild.plan.assemble import matching
-        from imagebuild.record import now
-        from imagebuild.record.store import state_dir as record_state_dir
-        from imagebuild.record.update import fill_row
-        from imagebuild.report import write_reports
-
-        started = now()
-        say = _say
-        planned = plan_with_record(matrix, registry, None, say, state_dir)
-        check_output_dir(report_dir or default_report_dir(planned.path), "--report-dir")
-        check_output_dir(record_state_dir(state_dir), "--state-dir")
-        images = matching(planned.plan, tuple(only))
-        if not images:
-            raise UsageError(f"--only {' '.join(only)}: matches no image of {planned.path}")
-        located = [(img, *locate(client, img, planned.record)) for img in images]
-        done = test_planned(client, located, planned.path, state_dir=state_dir, extra_expect=expectations,
-                            retest=retest, **kwargs)
-        results = []
-        for (img, tests), (_, image_id, _why) in zip(done, located, strict=True):
-            rows.append((img.tag, tests))
-            row = fill_row(planned.record, img, ImageResult.of(img))
-            row.image_id, row.tests = image_id or row.image_id, tests
-            results.append(row)
-        paths = write_reports(results, report_dir or default_report_dir(planned.path), planned.plan, run={
-            "command": "test", "steps": ["test"], "registry": plan_registry(planned.plan),
-            "started": started, "tool_version": __version__})
-        say(f"report: {paths['md']}")
+        result = flow.test_run(RunOptions(command=Step.TEST, matrix=matrix, registry=registry, only=tuple(only),
+                                          state_dir=state_dir, report_dir=report_dir, test=settings), _say)
+        _say(f"report: {result.report_md}")
     if json_out:
-        click.echo(json.dumps([{"image": ref, **t} for ref, t in rows], indent=2, default=str))
+        click.echo(json.dumps([{"image": ref, **t} for ref, t in result.rows], indent=2, default=str))
     else:
-        click.echo(runner.summary_table(rows))
-    return EXIT_FAILED if any(t.get("failed") for _, t in rows) else EXIT_OK
+        click.echo(flow.summary_table(result.rows))
+    return EXIT_OK if result.ok else EXIT_FAILED

@@ -8,7 +8,7 @@ from imagebuild.models import Plan
 
 
 def plan_rows(plan: Plan, states: dict[str, dict] | None = None) -> list[dict]:
-    """`states`: plan id -> what the matrix's record says of that image (commands._state.record_states)."""
+    """`states`: plan id -> what the matrix's record says of that image (pipeline.located.record_states, as_dict)."""
     rows = []
     for image in plan.images:
         v = image.variant

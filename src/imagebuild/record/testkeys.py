@@ -8,6 +8,10 @@ options and host that shape the outcome, never by tag.
   about a GPU host.
 
 Only passing results are reused ("up to date"); a failed one is kept for the report but always re-run.
+
+Each result keeps its `cases` (every check: name, status, reason, figures when any), so an up-to-date image's JUnit
+and JSON files are the recorded run's. Results stored before the cases were kept have only `checks` (those that did
+not pass); they stay readable: `recorded_cases` says None for them.
 """
 
 from __future__ import annotations
@@ -42,15 +46,29 @@ def passed_result(rec: Record | None, key: str) -> dict | None:
 
 def store_result(rec: Record, key: str, image_id: str, suite: str, expectations: dict, options: dict, where: str,
                  tests: dict) -> dict:
-    """Keep the summary of a run (counts, failed/skipped checks with reasons) under its key."""
+    """Keep the summary of a run (counts, every case, failed/skipped checks with reasons) under its key."""
     summary = {
         "image_id": image_id, "suite": suite, "expect": digest(expectations), "options": options, "where": where,
         "at": now(), "passed": tests.get("passed", 0), "failed": tests.get("failed", 0),
         "skipped": tests.get("skipped", 0), "seconds": tests.get("seconds"),
         "checks": [c for c in tests.get("checks") or [] if c.get("status") != "passed"],
+        "cases": [_case(c) for c in tests.get("checks") or []],
     }
     rec.tests[key] = summary
     return summary
+
+
+def _case(check: dict) -> dict:
+    case = {"name": check.get("name"), "status": check.get("status"), "reason": check.get("reason") or ""}
+    if check.get("figures"):
+        case["figures"] = check["figures"]
+    return case
+
+
+def recorded_cases(result: dict) -> list[dict] | None:
+    """Every check of a stored run, in the suite's order; None for a result stored before cases were kept."""
+    cases = result.get("cases")
+    return list(cases) if isinstance(cases, list) else None
 
 
 def tested_ok(rec: Record | None, image_id: str, suite: str, expectations: dict) -> dict | None:

@@ -10,28 +10,31 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from imagebuild.engine.store import as_store
+from imagebuild.inventory import diff_images, diff_to_json, dump_sbom, format_diff, make_sbom, read_local
+from imagebuild.lock.model import canonical_name, parse
 from imagebuild.models import ImagePlan, ImageResult, Plan
+from imagebuild.pipeline.building import HERE, BuildStatus
 
 DIFF_TEXT_MAX = 6000
 
 
-def previous_ids(client, plan: Plan) -> dict[str, str]:
+def previous_ids(client: Any, plan: Plan) -> dict[str, str]:
     """tag -> the image ID each planned tag points at before the build (what a rebuild is compared with)."""
     out = {}
+    store = as_store(client)
     for img in plan.images:
-        try:
-            out[img.tag] = client.api.inspect_image(img.tag)["Id"]
-        except Exception:  # not there yet (or the engine says so another way): nothing to compare with
-            continue
+        image_id = store.image_id(img.tag)
+        if image_id is not None:  # not there yet: nothing to compare with
+            out[img.tag] = image_id
     return out
 
 
 def _lock_hashes(plan: Plan) -> dict[tuple[str, str], str]:
     if not plan.lock_file:
         return {}
-    from imagebuild.lock.model import canonical_name, parse
-
     try:
         lock = parse(Path(plan.lock_file).read_text(encoding="utf-8"), plan.lock_file)
     except (OSError, ValueError):
@@ -39,19 +42,17 @@ def _lock_hashes(plan: Plan) -> dict[tuple[str, str], str]:
     return {(canonical_name(p.name), p.version): p.sha256 for entry in lock.images.values() for p in entry.pip}
 
 
-def write_sboms(client, plan: Plan, results: list[ImageResult], report_dir: Path, recorded: dict[str, dict],
+def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir: Path, recorded: dict[str, dict[str, Any]],
                 say: Callable[[str], None]) -> None:
     """SBOM per built/up-to-date local image: reports/<matrix>/sbom/<plan id>.cdx.json; fills `row.sbom`.
 
     `recorded`: plan id -> the record's sbom entry (path, sha256, image_id) from an earlier run."""
-    from imagebuild.inventory import dump_sbom, make_sbom, read_local
-
     by_tag = plan.by_tag()
     hashes = _lock_hashes(plan)
     folder = Path(report_dir) / "sbom"
     for res in results:
         img: ImagePlan | None = by_tag.get(res.tag)
-        if img is None or res.status not in ("built", "up-to-date") or not res.image_id:
+        if img is None or res.status not in HERE or not res.image_id:
             continue
         if (res.source or "").startswith("registry"):
             continue  # not in this engine: `imagebuild sbom REF` reads it from the registry when wanted
@@ -76,14 +77,12 @@ def write_sboms(client, plan: Plan, results: list[ImageResult], report_dir: Path
                     "spec": "CycloneDX 1.6"}
 
 
-def diff_rebuilds(client, plan: Plan, results: list[ImageResult], before: dict[str, str],
+def diff_rebuilds(client: Any, plan: Plan, results: list[ImageResult], before: dict[str, str],
                   say: Callable[[str], None]) -> None:
     """For every image rebuilt onto a tag that pointed at another image: what changed (`row.diff`)."""
-    from imagebuild.inventory import diff_images, diff_to_json, format_diff
-
     for res in results:
         old = before.get(res.tag)
-        if res.status != "built" or not old or not res.image_id or old == res.image_id:
+        if res.status != BuildStatus.BUILT or not old or not res.image_id or old == res.image_id:
             continue
         try:
             d = diff_images(client, old, res.image_id)

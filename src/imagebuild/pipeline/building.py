@@ -1,0 +1,132 @@
+"""The build step: ask the registry which planned images it already holds (--registry-cache), ask every outside
+source the rest need (preflight), then build through builder.build_plan. One row per planned image comes back, in
+plan order, with the images the next steps may use (built or up to date in this engine)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from imagebuild import builder
+from imagebuild.builder import BuildOptions
+from imagebuild.builder.progress import Progress
+from imagebuild.builder.remote import RegistryUnavailable, RemoteImage, find_in_registry
+from imagebuild.builder.sources import blocked_tags, unreachable
+from imagebuild.engine.store import as_store
+from imagebuild.errors import EXIT_FAILED, UsageError
+from imagebuild.models import ImagePlan, ImageResult, Plan
+from imagebuild.oci import resolve_auth
+from imagebuild.pipeline.loaded import Say
+from imagebuild.pipeline.located import locate
+from imagebuild.pipeline.selection import Selection
+from imagebuild.pipeline.settings import BuildSettings
+from imagebuild.record import Record
+
+
+class BuildStatus(str, Enum):
+    """ImageResult.status as the builder writes it (a str, so rows compare and serialise as before)."""
+
+    PLANNED = "planned"
+    BUILT = "built"
+    UP_TO_DATE = "up-to-date"
+    FAILED = "failed"
+    NOT_BUILT = "not-built"  # a parent failed
+    SKIPPED = "skipped"  # outside --only
+
+
+HERE = (BuildStatus.BUILT, BuildStatus.UP_TO_DATE)
+FINE = (*HERE, BuildStatus.SKIPPED)
+
+
+class SourcesUnreachable(UsageError):
+    exit_code = EXIT_FAILED
+
+
+@dataclass
+class BuildRun:
+    results: list[ImageResult]  # one per planned image, plan order
+    ready: list[ImagePlan] = field(default_factory=list)  # built or up to date in this engine: test/push use these
+    ok: bool = True  # no image failed
+
+    def by_tag(self) -> dict[str, ImageResult]:
+        return {r.tag: r for r in self.results}
+
+
+def registry_lookup(selection: Selection, require: bool, say: Say) -> dict[str, RemoteImage]:
+    """--registry-cache: which selected images the registry already holds with exactly the planned inputs."""
+    try:
+        return find_in_registry(selection.with_parents, resolve_auth, log=say)
+    except RegistryUnavailable as exc:
+        if require:
+            raise SourcesUnreachable(f"{exc} (--require-registry)") from None
+        say(f"registry cache: {exc}; building locally")
+        return {}
+
+
+def preflight_sources(client: Any, plan: Plan, selection: Selection, keep_going: bool, rec: Record | None,
+                      force: bool, remote: dict[str, RemoteImage], say: Say) -> tuple[Plan, list[ImageResult]]:
+    """Ask every outside source the selected images need before anything builds (builder.sources).
+
+    Images whose source does not answer are named one line each; without --keep-going that stops the run (exit 1,
+    nothing built), with it they and their children become failed/not-built rows and the rest is built."""
+    selected = selection.with_parents
+    if not force:  # an image that is already here (or up to date in the registry) needs no outside source
+        selected = [i for i in selected if i.tag not in remote and locate(client, i, rec).image_id is None]
+
+    store = as_store(client)
+
+    def present(ref: str) -> bool:  # a registry base the engine already has needs no registry
+        return store.image_id(ref) is not None
+
+    problems = unreachable(selected, present=present)
+    if not problems:
+        return plan, []
+    for lines in problems.values():
+        for line in lines:
+            say(f"error: {line}")
+    blocked = blocked_tags(plan.images, problems)
+    rest = [i for i in selected if i.tag not in blocked]
+    if not keep_going:
+        raise SourcesUnreachable(f"{len(problems)} image(s) need a source that does not answer (named above); "
+                                 f"nothing was built. --keep-going builds the {len(rest)} other selected image(s)")
+    rows = []  # one row for every blocked image of the plan, selected or not, so the report covers the whole plan
+    chosen = {i.tag for i in selected}
+    for img in plan.images:
+        if img.tag in blocked:
+            row = ImageResult.of(img)
+            if img.tag in problems:
+                row.status, row.error = BuildStatus.FAILED.value, "; ".join(problems[img.tag])
+            elif img.tag in chosen:
+                row.status, row.error = BuildStatus.NOT_BUILT.value, f"parent {img.parent} not built"
+            else:
+                row.status = BuildStatus.SKIPPED.value
+            rows.append(row)
+    return Plan(plan.matrix_file, [i for i in plan.images if i.tag not in blocked]), rows
+
+
+def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSettings, rec: Record | None,
+               progress: Progress, log_dir: Any, say: Say) -> BuildRun:
+    """Build (or find up to date) the selected images and their parents; rows for the whole plan."""
+    remote: dict[str, RemoteImage] = {}
+    if settings.registry_cache and not settings.force:
+        remote = registry_lookup(selection, settings.require_registry, say)
+    buildable, blocked = preflight_sources(client, plan, selection, settings.keep_going, rec, settings.force,
+                                           remote, say)
+    options = BuildOptions(force=settings.force, only=selection.only, keep_going=settings.keep_going,
+                           log_dir=log_dir, remote=remote, created=settings.created)
+    if settings.jobs:
+        options.jobs = settings.jobs
+    results = (builder.build_plan(client, buildable, options, progress) if buildable.images else []) + blocked
+    order = {img.tag: n for n, img in enumerate(plan.images)}
+    results.sort(key=lambda r: order[r.tag])
+    return BuildRun(results)
+
+
+def finish(run: BuildRun, plan: Plan) -> BuildRun:
+    """After the record has completed the rows: whether all went well, and what the next steps may use."""
+    by_tag = run.by_tag()
+    run.ok = all(r.status in FINE for r in run.results)
+    run.ready = [i for i in plan.images if by_tag[i.tag].status in HERE
+                 and not (by_tag[i.tag].source or "").startswith("registry")]
+    return run

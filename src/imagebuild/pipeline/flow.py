@@ -1,0 +1,209 @@
+"""The three runs of the pipeline, each from ONE RunOptions over ONE Loaded (plan + record):
+
+    build_run: build -> SBOM/diff -> record -> [test] -> [push] -> report
+    test_run:  locate -> test -> report
+    push_run:  locate -> push -> report   (or a dry run: what would go where)
+
+Each returns a RunResult; the command turns `ok` into the exit code. Output: `say` (stderr) for progress and notes,
+`show` (stdout) for what the user asked to see (the build summary is the builder's own)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from imagebuild import __version__, engine
+from imagebuild.builder import make_progress
+from imagebuild.errors import UsageError
+from imagebuild.files import check_output_dir
+from imagebuild.models import ImagePlan, ImageResult
+from imagebuild.oci import Reference, ReferenceError
+from imagebuild.pipeline.building import build_step, finish
+from imagebuild.pipeline.loaded import Loaded, Say, load
+from imagebuild.pipeline.located import Located, locate, plan_registry
+from imagebuild.pipeline.pushing import PushRun, gate_reason, gate_rows, push_step
+from imagebuild.pipeline.selection import select_images
+from imagebuild.pipeline.settings import (
+    RunOptions,
+    Step,
+    TestSettings,
+    check_inputs,
+    default_report_dir,
+    require_lock,
+    resolve_matrix_path,
+)
+from imagebuild.pipeline.supply import diff_rebuilds, previous_ids, write_sboms
+from imagebuild.pipeline.testing import TestedImage, test_step
+from imagebuild.plan.tags import references
+from imagebuild.record import now
+from imagebuild.record.store import state_dir as record_state_dir
+from imagebuild.record.update import fill_row, record_build
+from imagebuild.report import write_reports
+from imagebuild.smoke import runner
+
+
+@dataclass
+class RunResult:
+    steps: list[Step]
+    results: list[ImageResult] = field(default_factory=list)  # the report's rows
+    tested: list[TestedImage] = field(default_factory=list)
+    pushed: PushRun | None = None
+    report_md: Path | None = None
+    ok: bool = True
+    rows: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (image, tests) for the test summary
+
+
+def _report(options: RunOptions, loaded: Loaded, result: RunResult, started: str) -> None:
+    report_dir = options.report_dir or default_report_dir(loaded.path)
+    paths = write_reports(result.results, report_dir, loaded.plan, run={
+        "command": options.command.value, "steps": [s.value for s in result.steps],
+        "registry": plan_registry(loaded.plan), "started": started, "tool_version": __version__})
+    result.report_md = paths["md"]
+
+
+def _check_outputs(options: RunOptions, loaded: Loaded, log_dir: Path | None = None) -> Path:
+    """Every folder this run writes is checked before anything builds, tests or pushes (not after an hour);
+    returns the report folder."""
+    report_dir = check_output_dir(options.report_dir or default_report_dir(loaded.path), "--report-dir")
+    if log_dir is not None:
+        check_output_dir(log_dir, "--log-dir")
+    check_output_dir(record_state_dir(options.state_dir), "--state-dir")
+    return report_dir
+
+
+def _located(client: Any, images: list[ImagePlan], loaded: Loaded) -> list[tuple[ImagePlan, Located]]:
+    return [(img, locate(client, img, loaded.record)) for img in images]
+
+
+def _summary(tested: list[TestedImage]) -> str:
+    return runner.summary_table([(t.image.tag, t.tests) for t in tested])
+
+
+def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
+    """`build`: every selected image (and the parents it needs), then the steps asked for."""
+    settings = options.build
+    assert settings is not None and options.inputs is not None
+    started = now()
+    check_inputs(options.inputs)
+    if settings.locked:
+        require_lock(options.matrix, resolve_matrix_path(options.matrix))
+    loaded = load(options.matrix, options.registry, options.inputs, options.state_dir, say, building=True)
+    plan = loaded.plan
+    selection = select_images(plan, options.only, loaded.path)
+    report_dir = _check_outputs(options, loaded, settings.log_dir)
+    client = engine.connect("build")  # its timeout also fits --push of multi-GB layers
+    progress = make_progress(plain=settings.plain, verbose=settings.verbose)
+    before = previous_ids(client, plan) if settings.sbom else {}
+    built = build_step(client, plan, selection, settings, loaded.record, progress,
+                       settings.log_dir or (report_dir / "logs"), say)
+    if settings.sbom:
+        rec = loaded.record
+        recorded = {k: v.sbom for k, v in (rec.images if rec else {}).items() if v.sbom}
+        write_sboms(client, plan, built.results, report_dir, recorded, say)
+        diff_rebuilds(client, plan, built.results, before, say)
+    loaded.book.update(lambda rec: record_build(rec, plan, built.results), inputs=loaded.inputs,
+                       registry=options.registry, replace_inputs=True)
+    progress.summary(built.results)
+    finish(built, plan)
+    result = RunResult([Step.BUILD], built.results, ok=built.ok)
+    by_tag = built.by_tag()
+    ready = [(img, Located(by_tag[img.tag].image_id, "no image ID")) for img in built.ready]
+    if options.test is not None and ready and (built.ok or settings.keep_going):
+        result.steps.append(Step.TEST)
+        test_settings = replace(options.test, junit_dir=options.test.junit_dir or report_dir / "junit",
+                                result_dir=options.test.result_dir or report_dir / "tests")
+        result.tested = test_step(client, ready, loaded.book, test_settings, say)
+        for t in result.tested:
+            by_tag[t.image.tag].tests = t.tests
+        show(_summary(result.tested))
+        result.ok = result.ok and not any(t.failed for t in result.tested)
+    if options.push is not None and result.ok:
+        result.steps.append(Step.PUSH)
+        result.pushed = push_step(client, plan, ready, loaded.book, options.push, say)
+        for res in result.pushed.results:
+            by_tag[res.tag].push = res.push
+        result.ok = result.ok and not result.pushed.failed
+    _report(options, loaded, result, started)
+    return result
+
+
+def test_run(options: RunOptions, say: Say) -> RunResult:
+    """`test --matrix`: the planned images the record (or the engine's labels) holds, by image ID."""
+    settings = options.test
+    assert settings is not None
+    started = now()
+    client = runner.docker_client()
+    loaded = load(options.matrix, options.registry, None, options.state_dir, say)
+    _check_outputs(options, loaded)
+    images = _located(client, select_images(loaded.plan, options.only, loaded.path).named, loaded)
+    result = RunResult([Step.TEST])
+    result.tested = test_step(client, images, loaded.book, settings, None if settings.quiet else say)
+    for t in result.tested:
+        row = fill_row(loaded.record, t.image, ImageResult.of(t.image))
+        row.image_id, row.tests = t.image_id or row.image_id, t.tests
+        result.results.append(row)
+        result.rows.append((t.image.tag, t.tests))
+    result.ok = not any(t.failed for t in result.tested)
+    _report(options, loaded, result, started)
+    return result
+
+
+test_run.__test__ = False  # type: ignore[attr-defined]  # not a pytest test despite the name
+
+
+def test_image(ref: str, flavor: str | None, settings: TestSettings, say: Say) -> RunResult:
+    """`test --image`: the suite in one image someone already has (no plan, no record, no report)."""
+    tests = runner.run_smoke(ref, flavor, dict(settings.expect), client=runner.docker_client(),
+                             require_gpu=settings.require_gpu, perf=settings.perf, junit_dir=settings.junit_dir,
+                             result_dir=settings.result_dir, timeout=settings.timeout,
+                             echo=None if settings.quiet else say)
+    return RunResult([Step.TEST], ok=not tests.get("failed"), rows=[(ref, tests)])
+
+
+test_image.__test__ = False  # type: ignore[attr-defined]
+
+
+def push_run(options: RunOptions, say: Say, show: Say) -> RunResult:
+    """`push --matrix`: the planned images this engine holds, tested (unless --untested), to their registry."""
+    settings = options.push
+    assert settings is not None
+    started = now()
+    loaded = load(options.matrix, options.registry, None, options.state_dir, say)
+    _check_outputs(options, loaded)
+    plan = loaded.plan
+    chosen = select_images(plan, options.only, loaded.path).named
+    client = engine.connect("push")
+    images = _located(client, chosen, loaded)
+    if settings.dry_run:
+        _dry_run(images, loaded, settings.require_tests, show)
+        return RunResult([Step.PUSH])
+    pushed = push_step(client, plan, images, loaded.book, settings, say, describe_credentials=True)
+    for res in pushed.results:
+        fill_row(loaded.record, plan.by_tag()[res.tag], res)
+    result = RunResult([Step.PUSH], pushed.results, pushed=pushed, ok=not pushed.not_pushed)
+    _report(options, loaded, result, started)
+    say(f"push: {len(pushed.results) - pushed.not_pushed} ok, {pushed.not_pushed} not pushed; "
+        f"report {result.report_md}")
+    return result
+
+
+def _dry_run(images: list[tuple[ImagePlan, Located]], loaded: Loaded, require_tests: bool, show: Say) -> None:
+    rows = gate_rows(images, loaded.record)
+    for image, _ in images:
+        reason = gate_reason(image, rows[image.tag], require_tests)
+        try:
+            refs = [Reference.parse(ref) for ref in references(image)]
+        except ReferenceError as exc:
+            raise UsageError(f"{image.tag}: {exc}") from None
+        show(f"{image.tag}" + (f"  (not pushed: {reason})" if reason else ""))
+        for ref in refs[1:]:
+            show(f"    + alias {ref.tag}")
+        show(f"    -> {refs[0].registry}")
+    show(f"dry run: {len(images)} image(s); nothing pushed")
+
+
+
+def summary_table(rows: list[tuple[str, dict[str, Any]]]) -> str:
+    """The test summary (one row per image, a line per failed check) the commands print."""
+    return runner.summary_table(rows)

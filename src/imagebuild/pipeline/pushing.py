@@ -1,0 +1,121 @@
+"""The push step: planned images pushed by image ID; `build --push` and `push --matrix` share it.
+
+"Tested" is read from the run's record by content (image ID + suite version + the plan's expectations), so
+`push --registry OTHER` right after `build --test` pushes without rebuilding or retesting: the image is tagged for
+OTHER from its ID, pushed, and the digest is recorded per repository."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from imagebuild.engine.store import as_store
+from imagebuild.models import ImagePlan, ImageResult, Plan
+from imagebuild.oci import Reference, RegistryAuth, resolve_auth
+from imagebuild.pipeline.loaded import RecordBook, Say
+from imagebuild.pipeline.located import Located
+from imagebuild.pipeline.settings import PushSettings
+from imagebuild.push import DEFAULT_RETRIES, gate, push_plan
+from imagebuild.record import Record
+from imagebuild.record.testkeys import failed_result, tested_ok
+from imagebuild.record.update import record_push
+from imagebuild.secrets import redact
+from imagebuild.smoke import runner
+
+
+class PushStatus(str, Enum):
+    """ImageResult.push["status"] as push/ writes it."""
+
+    PUSHED = "pushed"
+    UNCHANGED = "unchanged"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class GateRow:
+    """What push's gate reads of one image: is it here, and the record's test result for this content."""
+
+    here: Located
+    tests: dict[str, Any] | None = None
+
+    def for_push(self) -> dict[str, Any]:
+        """The build-report row form push.gate reads."""
+        if self.here.image_id is None:
+            return {"status": "not-built", "error": self.here.why or None}
+        return {"status": "built", "image_id": self.here.image_id, "tests": self.tests}
+
+
+@dataclass
+class PushRun:
+    results: list[ImageResult]  # one per image asked, `push` filled
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for r in self.results if (r.push or {}).get("status") == PushStatus.FAILED)
+
+    @property
+    def not_pushed(self) -> int:
+        return sum(1 for r in self.results if (r.push or {}).get("status") in (PushStatus.FAILED, PushStatus.SKIPPED))
+
+
+def gate_rows(images: list[tuple[ImagePlan, Located]], rec: Record | None) -> dict[str, GateRow]:
+    """tag -> the row push's gate reads: built or not, and the record's test result for this content."""
+    suite = runner.suite_version()
+    rows: dict[str, GateRow] = {}
+    for img, here in images:
+        if here.image_id is None:
+            rows[img.tag] = GateRow(here)
+            continue
+        expect = runner.expectations_for(img)
+        hit = tested_ok(rec, here.image_id, suite, expect) or failed_result(rec, here.image_id, suite, expect)
+        rows[img.tag] = GateRow(here, hit)
+    return rows
+
+
+def gate_reason(img: ImagePlan, row: GateRow, require_tests: bool) -> str | None:
+    """Why `img` would not be pushed (None: it would): push's own gate."""
+    return gate(img, row.for_push(), require_tests)
+
+
+def auth_cache(settings: PushSettings, say: Say, describe: bool) -> Callable[[str], RegistryAuth]:
+    """Credentials per registry, resolved once each (--username/--password-stdin, env, docker login); `describe`
+    (`push`): say once per registry where they came from, never the secret."""
+    auths: dict[str, RegistryAuth] = {}
+
+    def auth_for(registry: str) -> RegistryAuth:
+        if registry not in auths:
+            auths[registry] = resolve_auth(registry, username=settings.username, password=settings.password)
+            if describe:
+                say(f"push: credentials {auths[registry].describe()}")
+        return auths[registry]
+
+    return auth_for
+
+
+def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], book: RecordBook,
+              settings: PushSettings, log: Say, *, describe_credentials: bool = False) -> PushRun:
+    rows = gate_rows(images, book.record)
+    store = as_store(client)
+    for img, here in images:  # the plan's tag (this registry) points at the image the record holds
+        if here.image_id:
+            ref = Reference.parse(img.tag)
+            store.tag(here.image_id, ref.name, ref.tag or "latest", force=True)
+    auth_for = auth_cache(settings, log, describe_credentials)
+    pushed = push_plan(plan, client=client, auth_for=auth_for, images=[img for img, _ in images],
+                       report_rows={tag: row.for_push() for tag, row in rows.items()},
+                       require_tests=settings.require_tests, log=lambda m: log(redact(m)), ca_file=settings.ca_file,
+                       retries=DEFAULT_RETRIES if settings.retries is None else settings.retries)
+    located = {img.tag: here.image_id for img, here in images}
+    book.update(lambda rec: record_push(rec, plan, pushed, {t: i for t, i in located.items() if i}))
+    for res in pushed:
+        p = res.push or {}
+        res.image_id = located.get(res.tag)
+        line = f"{p.get('status', '?'):>9}  {res.tag}  {p.get('digest') or ''}"
+        if p.get("status") in (PushStatus.FAILED, PushStatus.SKIPPED):
+            line += f"  ({p.get('error') or p.get('reason')})"
+        log(redact(line))
+    return PushRun(pushed)
+

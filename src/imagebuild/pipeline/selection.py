@@ -1,0 +1,26 @@
+"""`--only`, selected once per run: what the patterns name (plan.assemble.matches, the one matcher) and, for a build,
+the parents those images need. Every stage of the run takes the images from here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagebuild.errors import UsageError
+from imagebuild.models import ImagePlan, Plan
+from imagebuild.plan.assemble import matching, select
+
+
+@dataclass(frozen=True)
+class Selection:
+    only: tuple[str, ...]
+    named: list[ImagePlan]  # the images the patterns match (all without --only), plan order
+    with_parents: list[ImagePlan]  # plus the parents they need (what a build handles), plan order
+
+
+def select_images(plan: Plan, only: tuple[str, ...], matrix_path: Path | str) -> Selection:
+    """The run's images; patterns that match nothing are an input error (exit 2)."""
+    named = matching(plan, only)
+    if only and not named:
+        raise UsageError(f"--only {' '.join(only)}: matches no image of {matrix_path}")
+    return Selection(only, named, select(plan, only) if only else list(plan.images))
