@@ -23,7 +23,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from imagebuild.models import ImagePlan
-from imagebuild.oci import DOCKER_HUB, Reference, ReferenceError
+from imagebuild.oci import DOCKER_HUB, Reference, ReferenceSyntaxError
 from imagebuild.oci.registry import HUB_API_HOST
 from imagebuild.render import data
 from imagebuild.secrets import redact, strip_credentials
@@ -119,7 +119,7 @@ def _cuda_major(cuda: str) -> int:
 def _registry_url(ref: str) -> str:
     try:
         host = Reference.parse(ref).registry
-    except ReferenceError:
+    except ReferenceSyntaxError:
         return ref
     return f"https://{HUB_API_HOST if host == DOCKER_HUB else host}/v2/"
 

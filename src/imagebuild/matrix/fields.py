@@ -16,7 +16,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from imagebuild.compat import Tables
 from imagebuild.models import FLAVORS, PARENT_FLAVOR
-from imagebuild.oci.reference import ReferenceError, parse_reference
+from imagebuild.oci.reference import ReferenceSyntaxError, parse_reference
 from imagebuild.secrets import has_credentials, redact
 
 TORCH_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
@@ -195,7 +195,7 @@ def _base_image(value, raw, tables):
         raise Bad(f"expected 'bootstrap' or an image reference, got {describe(value)}")
     try:
         return str(parse_reference(value))
-    except ReferenceError as exc:
+    except ReferenceSyntaxError as exc:
         raise Bad(f"{value!r} is not a valid image reference: {exc}",
                   "'bootstrap' or e.g. ubuntu:24.04@sha256:<64 hex>, nvidia/cuda:12.8.1-base-ubuntu24.04") from None
 

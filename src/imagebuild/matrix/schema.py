@@ -20,7 +20,7 @@ from imagebuild.matrix.fields import VARIANT_FIELDS, Bad, check_field, describe,
 from imagebuild.matrix.yamlload import Loaded, YPath
 from imagebuild.models import FLAVORS
 from imagebuild.oci.reference import (
-    ReferenceError,
+    ReferenceSyntaxError,
     check_registry,
     check_repository_name,
     check_repository_room,
@@ -173,20 +173,20 @@ def _check_name_and_registry(c: _Checker, doc: dict[Any, Any], out: Schema) -> N
     elif (name := c.string(doc["name"], ("name",), "a repository name like 'pytorch'")) is not None:
         try:
             out.name = check_repository_name(name)
-        except ReferenceError as exc:
+        except ReferenceSyntaxError as exc:
             c.bad(("name",), f"{name!r} is not a valid repository name: {exc}")
     if doc.get("registry") not in (None, ""):
         reg = c.string(doc["registry"], ("registry",), "a registry like 'registry.example.internal:5000/ml'")
         if reg is not None:
             try:
                 out.registry = check_registry(reg)
-            except ReferenceError as exc:
+            except ReferenceSyntaxError as exc:
                 c.bad(("registry",), f"{redact_host(reg)!r} is not a valid registry: {exc}",
                       "host[:port][/path], e.g. registry.example.internal:5000/ml")
     if out.name:
         try:
             check_repository_room(f"{out.registry}/{out.name}" if out.registry else out.name)
-        except ReferenceError as exc:
+        except ReferenceSyntaxError as exc:
             c.bad(("name",), f"{exc}")
 
 

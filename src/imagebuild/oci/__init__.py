@@ -12,7 +12,6 @@ from imagebuild.oci.auth import ENV_PASSWORD, ENV_USER, RegistryAuth, read_passw
 from imagebuild.oci.reference import (
     DOCKER_HUB,
     Reference,
-    ReferenceError,
     ReferenceSyntaxError,
     alias_reference,
     check_registry,
@@ -22,7 +21,7 @@ from imagebuild.oci.reference import (
 from imagebuild.oci.registry import RegistryAuthError, RegistryClient, RegistryError, registry_message
 
 __all__ = [
-    "DOCKER_HUB", "ENV_PASSWORD", "ENV_USER", "Reference", "ReferenceError", "ReferenceSyntaxError",
+    "DOCKER_HUB", "ENV_PASSWORD", "ENV_USER", "Reference", "ReferenceSyntaxError",
     "RegistryAuth", "RegistryAuthError",
     "RegistryClient", "RegistryError", "alias_reference", "check_registry", "check_repository_name",
     "parse_reference", "read_password_stdin", "registry_message", "resolve_auth",

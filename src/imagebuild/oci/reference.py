@@ -40,11 +40,6 @@ class ReferenceSyntaxError(ValueError):
     """The message names the wrong part of the reference."""
 
 
-# TODO(issue 21): the old name, which shadows the builtin; kept only until matrix/, plan/, builder/sources.py and
-# commands/ (other branches) import ReferenceSyntaxError. Remove it then.
-ReferenceError = ReferenceSyntaxError  # noqa: A001
-
-
 @dataclass(frozen=True)
 class Reference:
     """An image reference as written: `Reference.parse("ubuntu:24.04")` has domain None, path "ubuntu"."""
@@ -180,10 +175,10 @@ def check_registry(text: str) -> str:
     registry = text.rstrip("/")
     scheme, sep, _ = registry.partition("://")
     if sep and "/" not in scheme:
-        raise ReferenceError(f"a registry is host[:port][/path] without '{scheme}://' (the engine picks https, or "
+        raise ReferenceSyntaxError(f"a registry is host[:port][/path] without '{scheme}://' (the engine picks https, or "
                              "http for a registry it is told is insecure)")
     if "@" in registry.split("/", 1)[0]:
-        raise ReferenceError("a registry cannot carry credentials; log in with `docker login`, --username/"
+        raise ReferenceSyntaxError("a registry cannot carry credentials; log in with `docker login`, --username/"
                              "--password-stdin or IMAGEBUILD_REGISTRY_USER/IMAGEBUILD_REGISTRY_PASSWORD")
     if "@" in registry:
         raise ReferenceSyntaxError("a registry cannot carry a digest; put only host[:port][/path]")
@@ -205,7 +200,7 @@ def check_repository_room(repository: str) -> None:
     """`registry/name` must leave room for our tags within REFERENCE_MAX (the build would fail tagging otherwise)."""
     room = REFERENCE_MAX - 1 - TAG_ROOM
     if len(repository) > room:
-        raise ReferenceError(f"registry/name is {len(repository)} characters; with a ':tag' of up to {TAG_ROOM} an "
+        raise ReferenceSyntaxError(f"registry/name is {len(repository)} characters; with a ':tag' of up to {TAG_ROOM} an "
                              f"image reference would pass {REFERENCE_MAX}: keep registry/name within {room}")
 
 

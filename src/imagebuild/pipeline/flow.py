@@ -18,7 +18,7 @@ from imagebuild.builder import make_progress
 from imagebuild.errors import UsageError
 from imagebuild.files import check_output_dir
 from imagebuild.models import ImagePlan, ImageResult
-from imagebuild.oci import Reference, ReferenceError
+from imagebuild.oci import Reference, ReferenceSyntaxError
 from imagebuild.pipeline.building import build_step, finish
 from imagebuild.pipeline.loaded import Loaded, Say, load
 from imagebuild.pipeline.located import Located, locate, plan_registry
@@ -194,7 +194,7 @@ def _dry_run(images: list[tuple[ImagePlan, Located]], loaded: Loaded, require_te
         reason = gate_reason(image, rows[image.tag], require_tests)
         try:
             refs = [Reference.parse(ref) for ref in references(image)]
-        except ReferenceError as exc:
+        except ReferenceSyntaxError as exc:
             raise UsageError(f"{image.tag}: {exc}") from None
         show(f"{image.tag}" + (f"  (not pushed: {reason})" if reason else ""))
         for ref in refs[1:]:

@@ -11,7 +11,7 @@ from typing import Any
 from imagebuild.builder.uptodate import local_image
 from imagebuild.engine.store import as_store
 from imagebuild.models import ImagePlan, Plan
-from imagebuild.oci import Reference, ReferenceError
+from imagebuild.oci import Reference, ReferenceSyntaxError
 from imagebuild.record import Record
 
 
@@ -77,7 +77,7 @@ def plan_registry(plan: Plan) -> str | None:
         return None
     try:
         ref = Reference.parse(plan.images[0].tag)
-    except ReferenceError:
+    except ReferenceSyntaxError:
         return None
     if ref.domain is None:
         return None

@@ -10,7 +10,7 @@ from imagebuild.inputs import BuildInputs
 from imagebuild.lock import Lock, LockError, entry_digest, lock_path
 from imagebuild.lock import problems as lock_problems
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ImagePlan, Plan, ResolvedVariant, TEWheelPlan
-from imagebuild.oci import ReferenceError, check_registry
+from imagebuild.oci import ReferenceSyntaxError, check_registry
 from imagebuild.oci.reference import check_repository_room
 from imagebuild.plan import tags
 from imagebuild.plan.hashing import inputs_hash, save_cache
@@ -64,7 +64,7 @@ def plan_from_variants(
             check_registry(registry)
             for name in sorted({v.name for v in variants}):
                 check_repository_room(f"{registry.rstrip('/')}/{name}")
-        except ReferenceError as exc:
+        except ReferenceSyntaxError as exc:
             raise UsageError(f"--registry {redact_host(registry)!r}: {exc}") from None
     images: list[ImagePlan] = []
     aliases = {f: tags.assign_aliases(variants, f, registry) for f in FLAVORS}
