@@ -73,8 +73,6 @@ def layer_of(module: str) -> str | None:
     top = parts[1]
     if top in ("cli", "__main__"):
         return "cli"
-    if top == "bake":  # buildx bake export: part of the builder layer (builder/bake.py)
-        return "builder"
     if top == "smoke" and len(parts) > 2 and parts[2] in ("probe", "suite"):
         return parts[2]
     return top if top in ALLOWED else None

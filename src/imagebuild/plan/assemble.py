@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
@@ -13,6 +14,9 @@ from imagebuild.models import FLAVORS, PARENT_FLAVOR, ImagePlan, Plan, ResolvedV
 from imagebuild.oci import ReferenceError, check_registry
 from imagebuild.plan import tags
 from imagebuild.plan.hashing import inputs_hash, save_cache
+
+if TYPE_CHECKING:
+    from imagebuild.render import RenderedImage
 
 
 def default_render_dir(matrix_path: str | Path) -> Path:
@@ -31,7 +35,7 @@ def _needed_flavors(variant: ResolvedVariant) -> list[str]:
     return [f for f in FLAVORS if f in wanted]
 
 
-def _base_source_inputs(variant: ResolvedVariant) -> dict:
+def _base_source_inputs(variant: ResolvedVariant) -> dict[str, Any]:
     base = variant.base
     if base.kind == "registry":
         return {"kind": "registry", "ref": base.ref}
@@ -185,9 +189,11 @@ def select(plan: Plan, patterns: str | tuple[str, ...] | None) -> list[ImagePlan
     return [i for i in plan.images if i.tag in chosen]
 
 
-def _te_wheel_plan(rendered) -> TEWheelPlan | None:
+def _te_wheel_plan(rendered: RenderedImage | None) -> TEWheelPlan | None:
+    from imagebuild.render.te_key import KEY_LABEL  # late, as render_image: the render package loads jinja2
+
     if rendered is None:
         return None
-    return TEWheelPlan(key=rendered.labels["io.imagebuild.te-build-key"], dockerfile=rendered.dockerfile,
+    return TEWheelPlan(key=rendered.labels[KEY_LABEL], dockerfile=rendered.dockerfile,
                        build_args=dict(rendered.build_args), secret_build_args=dict(rendered.secret_build_args),
                        context_dirs=dict(rendered.context_dirs))

@@ -31,7 +31,7 @@ def resolve_matrix(doc: MatrixDoc, inputs: BuildInputs | None = None,
     """Resolve every variant of `doc`; raises MatrixError with the schema problems and the resolution problems."""
     ctx = Ctx(doc, tables or load_tables(), inputs or BuildInputs())
     resolved: list[ResolvedVariant] = []
-    first: dict[str, tuple] = {}
+    first: dict[str, tuple[str, int]] = {}
     for rv in doc.variants:
         if not rv.valid:  # a field of it is already reported; resolving would only add follow-on noise
             continue
