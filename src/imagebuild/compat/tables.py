@@ -44,7 +44,6 @@ class TorchVariant:
 @dataclass(frozen=True)
 class TorchRelease:
     version: str
-    released: str
     python: tuple[str, str]  # oldest, newest
     glibc: str
     pypi_default: str
@@ -148,7 +147,6 @@ def _torch(raw: dict[str, Any], cuda: dict[str, CudaInfo]) -> dict[str, TorchRel
             )
         out[str(version)] = TorchRelease(
             version=str(version),
-            released=str(row.get("released", "")),
             python=(str(row["python"][0]), str(row["python"][1])),
             glibc=str(row.get("glibc", "2.17")),
             pypi_default=str(row["pypi_default"]),

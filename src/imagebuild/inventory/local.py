@@ -13,7 +13,7 @@ import tarfile
 from typing import TYPE_CHECKING, Any
 
 from imagebuild.errors import ImagebuildError
-from imagebuild.inventory import dpkg, files, pydist
+from imagebuild.inventory import dpkg, pydist, tarpick
 from imagebuild.inventory.diff import InventoryDiff, diff
 from imagebuild.inventory.model import Inventory, Layer
 
@@ -75,7 +75,7 @@ def read_local(client: docker.DockerClient, reference: str, inspect: dict[str, A
         labels=dict(sorted((config.get("Labels") or {}).items())),
         layers=_layers(client, image_id, list((data.get("RootFS") or {}).get("Layers") or [])),
         size_kind="uncompressed",
-        os_release=files.os_release(found),
+        os_release=tarpick.os_release(found),
         debs=tuple(dpkg.read_database(found)),
         pythons=tuple(pydist.read_distributions(found)),
         source="engine",
@@ -91,8 +91,8 @@ def _filesystem(client: docker.DockerClient, image_id: str) -> dict[str, bytes]:
     )
     cid = container["Id"]
     try:
-        stream = files.read_chunks(client.api.export(cid, chunk_size=1 << 20))
-        return files.collect([(stream, "")])
+        stream = tarpick.read_chunks(client.api.export(cid, chunk_size=1 << 20))
+        return tarpick.collect([(stream, "")])
     finally:
         try:
             client.api.remove_container(cid, force=True, v=True)

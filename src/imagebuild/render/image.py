@@ -198,7 +198,7 @@ def pip_index(variant: ResolvedVariant, inputs: BuildInputs,
               with_torch: bool) -> tuple[dict[str, str], dict[str, str], list[str], str]:
     """(public build args, secret build args, ARG names, redacted comment) for the builder stages."""
     extras = list(inputs.pip_extra_index_urls)
-    if with_torch and variant.torch_index_url:  # resolve applied --torch-index-url (resolve/sources.torch_index)
+    if with_torch and variant.torch_index_url:  # resolve applied --torch-index-url (resolve/origins.torch_index)
         extras.append(variant.torch_index_url)
     extras = _dedupe(u.strip() for u in extras if u and u.strip())
     values: dict[str, str] = {}

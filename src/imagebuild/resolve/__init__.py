@@ -14,7 +14,7 @@ from imagebuild.errors import MatrixError, Problem
 from imagebuild.inputs import BuildInputs
 from imagebuild.matrix import MatrixDoc, find_matrix, load_matrix
 from imagebuild.models import ResolvedVariant
-from imagebuild.resolve.context import Ctx
+from imagebuild.resolve.rules import Ctx
 from imagebuild.resolve.variant import resolve_variant, variant_key
 
 __all__ = ["resolve_file", "resolve_matrix", "variant_key"]

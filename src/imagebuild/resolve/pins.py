@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from imagebuild.compat import CudaInfo, TorchRelease, TorchVariant, vtuple
 from imagebuild.matrix import RawVariant
-from imagebuild.resolve.context import Ctx, is_prefix, known_list, newest
+from imagebuild.resolve.rules import Ctx, is_prefix, known_list, newest
 
 LIB_NAMES = {"cudnn": "cuDNN", "nccl": "NCCL"}
 

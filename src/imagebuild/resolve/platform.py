@@ -5,7 +5,7 @@ from __future__ import annotations
 from imagebuild.compat import CudaInfo, TERelease, TorchRelease, arch_num, vtuple
 from imagebuild.matrix import RawVariant
 from imagebuild.models import OSInfo
-from imagebuild.resolve.context import Ctx, known_list, newest
+from imagebuild.resolve.rules import Ctx, known_list, newest
 
 
 def pick_python(ctx: Ctx, rv: RawVariant, release: TorchRelease, osinfo: OSInfo, chosen: dict[str, str]) -> str | None:

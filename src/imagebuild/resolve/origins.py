@@ -8,7 +8,7 @@ from imagebuild.compat import TorchRelease, cuda_tag
 from imagebuild.matrix import RawVariant
 from imagebuild.models import BaseSource, OSInfo
 from imagebuild.oci import Reference
-from imagebuild.resolve.context import Ctx
+from imagebuild.resolve.rules import Ctx
 
 # nvidia/cuda tags: X.Y.Z-{base|runtime|devel}-<os> and X.Y.Z-cudnn[N]-{runtime|devel}-<os>
 _NVIDIA_CUDA_TAG = re.compile(r"^(\d+\.\d+)(?:\.\d+)?-(?:(cudnn\d*)-)?(base|runtime|devel)-(.+)$")
