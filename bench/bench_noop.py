@@ -135,10 +135,11 @@ def timed(cmd: list[str], env: dict[str, str], what: str) -> tuple[float, subpro
     return time.perf_counter() - start, proc
 
 
-def up_to_date(report: Path) -> list[str]:
-    """The tags of the report's images that were not up to date (empty: a true no-op)."""
+def not_up_to_date(report: Path, tags: set[str]) -> list[str]:
+    """The selected images (`tags`) the report does not call up to date (empty: a true no-op)."""
     rows = json.loads(report.read_text(encoding="utf-8"))["images"]
-    return [r["tag"] for r in rows if r["status"] != "up-to-date"]
+    missing = tags - {r["tag"] for r in rows}
+    return sorted(missing) + [r["tag"] for r in rows if r["tag"] in tags and r["status"] != "up-to-date"]
 
 
 def measure(args: argparse.Namespace, plan: Plan) -> tuple[Timings, int]:
@@ -156,7 +157,7 @@ def measure(args: argparse.Namespace, plan: Plan) -> tuple[Timings, int]:
     timings = Timings([], [], [])
     for _ in range(args.runs):
         seconds, _ = timed(cli, env, "imagebuild build (no-op)")
-        late = up_to_date(args.work / "report" / "build-report.json")
+        late = not_up_to_date(args.work / "report" / "build-report.json", {i.tag for i in images})
         if late:
             raise SystemExit(f"not a no-op: {', '.join(late)} were not up to date")
         timings.imagebuild.append(seconds)
@@ -169,11 +170,12 @@ def measure(args: argparse.Namespace, plan: Plan) -> tuple[Timings, int]:
     return timings, len(images)
 
 
-def table(t: Timings, matrix: str, images: int, runs: int) -> str:
+def table(t: Timings, matrix: str, images: int, runs: int, patterns: list[str]) -> str:
     med = statistics.median
+    only = "".join(f" --only {p}" for p in patterns)
     ratios = t.ratios()
     rows = [
-        (f"`imagebuild build --matrix {matrix}`, no-op (whole process)", med(t.imagebuild),
+        (f"`imagebuild build --matrix {matrix}`{only}, no-op (whole process)", med(t.imagebuild),
          f"{med(ratios):.2f}x (pair by pair: {min(ratios):.2f}–{max(ratios):.2f})"),
         (f"BuildKit warm no-op: {images} × `DOCKER_BUILDKIT=1 docker build` (Debian's docker CLI, Docker 20.10)",
          med(t.buildkit), "1.00x"),
@@ -209,7 +211,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ibnoop-", dir="/var/tmp") as tmp:
         args.work = Path(tmp)
         timings, images = measure(args, plan)
-    text = table(timings, args.matrix, images, args.runs)
+    text = table(timings, args.matrix, images, args.runs, args.only)
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(f"# No-op speed: {args.matrix} (bench/bench_noop.py)\n\n{text}",
