@@ -82,7 +82,7 @@ def _arguments(matrix: str, inputs: BuildInputs, registry: str | None, render_di
 
 
 def _entry_path(matrix: Path, registry: str | None, render_dir: Path | None, use_lock: bool) -> Path:
-    key = repr((str(matrix.resolve()), registry, str(render_dir), use_lock, os.getcwd()))
+    key = repr((str(matrix.resolve()), registry, str(render_dir), use_lock, os.getcwd(), str(_PACKAGE)))
     return _root() / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".pickle")
 
 
