@@ -12,16 +12,12 @@ from imagebuild.lock import Lock, LockError, entry_digest, lock_path
 from imagebuild.lock import problems as lock_problems
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ImagePlan, Plan, ResolvedVariant, TEWheelPlan
 from imagebuild.oci import ReferenceError, check_registry
-from imagebuild.plan import cache, tags
+from imagebuild.plan import tags
 from imagebuild.plan.hashing import inputs_hash, save_cache
+from imagebuild.plan.paths import default_render_dir  # noqa: F401  (commands/render imports it from here)
 
 if TYPE_CHECKING:
     from imagebuild.render import RenderedImage
-
-
-def default_render_dir(matrix_path: str | Path) -> Path:
-    """Where `imagebuild render` writes by default: rendered/<matrix stem>/ under the working directory."""
-    return Path("rendered") / Path(matrix_path).stem
 
 
 def _needed_flavors(variant: ResolvedVariant) -> list[str]:
@@ -120,41 +116,19 @@ def plan_from_variants(
 
 
 
-def make_plan(
-    matrix_path: str | Path,
-    inputs: BuildInputs | None = None,
-    registry: str | None = None,
-    render_dir: Path | None = None,
-    use_lock: bool = True,
-) -> Plan:
-    """Load, validate, resolve and render a matrix file. Raises MatrixError (exit 2) with every problem found.
-
-    The matrix's lock (`images/cpu.yaml` -> `images/cpu.lock`) is used when it exists, unless `use_lock` is False
-    (`imagebuild lock` plans without it: it is what gets rewritten). When none of the plan's inputs changed since
-    the last plan of this matrix, that plan comes back from plan/cache.py without loading, resolving or rendering."""
+def assemble_plan(matrix_path: str | Path, inputs: BuildInputs, registry: str | None, render_dir: Path,
+                  use_lock: bool) -> Plan:
+    """make_plan's work when the cache has no plan: load, validate, resolve, lock, render and hash the matrix."""
     from imagebuild.lock import load
     from imagebuild.matrix import load_matrix
     from imagebuild.resolve import resolve_matrix
 
-    inputs = inputs or BuildInputs()
-    render_dir = render_dir if render_dir is not None else default_render_dir(matrix_path)
-    cached = cache.load(matrix_path, inputs, registry, render_dir, use_lock)
-    if cached is not None:
-        return cached
     doc = load_matrix(matrix_path)
     variants = resolve_matrix(doc, inputs)
     path = lock_path(matrix_path)
     lock = load(path) if use_lock and path.is_file() else None
-    plan = plan_from_variants(
-        variants,
-        inputs,
-        registry=registry,
-        matrix_file=str(matrix_path),
-        render_dir=render_dir,
-        lock=lock,
-    )
-    cache.save(plan, matrix_path, inputs, registry, render_dir, use_lock)
-    return plan
+    return plan_from_variants(variants, inputs, registry=registry, matrix_file=str(matrix_path),
+                              render_dir=render_dir, lock=lock)
 
 
 def _patterns(patterns: str | tuple[str, ...]) -> list[str]:
