@@ -142,6 +142,12 @@ def not_up_to_date(report: Path, tags: set[str]) -> list[str]:
     return sorted(missing) + [r["tag"] for r in rows if r["tag"] in tags and r["status"] != "up-to-date"]
 
 
+def machine() -> str:
+    """When and where: the date, the processors and the load average while the runs were taken."""
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, {os.cpu_count()} CPUs, load average {load}"
+
+
 def measure(args: argparse.Namespace, plan: Plan) -> tuple[Timings, int]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "IMAGEBUILD_STATE_DIR": str(args.work / "state")}
     bk_env = {**os.environ, "DOCKER_BUILDKIT": "1"}
@@ -181,7 +187,7 @@ def table(t: Timings, matrix: str, images: int, runs: int, patterns: list[str]) 
          med(t.buildkit), "1.00x"),
         ("`imagebuild --help` (the import floor)", med(t.floor), f"{med(t.floor) / med(t.buildkit):.2f}x"),
     ]
-    lines = [f"median of {runs} run(s), taken in turn; ratio: to the BuildKit no-op", "",
+    lines = [f"median of {runs} run(s), taken in turn; ratio: to the BuildKit no-op ({machine()})", "",
              "| command | seconds (median) | vs BuildKit |", "|---|---:|---:|"]
     lines += [f"| {name} | {seconds:.3f} | {ratio} |" for name, seconds, ratio in rows]
     return "\n".join(lines) + "\n"
