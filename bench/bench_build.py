@@ -161,13 +161,14 @@ def bench_noop(client, args) -> Plan:
     again = build_plan(client, plan, BuildOptions(log_dir=Path(args.log_dir), check_disk=False), Progress())
     api_s = time.monotonic() - t0
     assert all(r.status == "up-to-date" for r in again), [r.status for r in again]
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "imagebuild", "build", *cli_args(args, args.matrix),
-                           "--log-dir", args.log_dir, "--report-dir", str(Path(args.log_dir) / "report")],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
-    cli_s = time.monotonic() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"imagebuild build failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    cli = [sys.executable, "-m", "imagebuild", "build", *cli_args(args, args.matrix), "--log-dir", args.log_dir,
+           "--report-dir", str(Path(args.log_dir) / "report")]
+    for _ in range(2):  # the first run into a new report folder writes the SBOMs and the record: not a no-op yet
+        t0 = time.monotonic()
+        proc = subprocess.run(cli, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        cli_s = time.monotonic() - t0
+        if proc.returncode != 0:
+            raise SystemExit(f"imagebuild build failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
     with tempfile.TemporaryDirectory(prefix="ibbench-") as tmp:
         docker_s, misses, tags = docker_build_warm(client, plan, Path(tmp))
     for t in tags:
