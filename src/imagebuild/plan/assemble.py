@@ -14,7 +14,9 @@ from imagebuild.models import FLAVORS, PARENT_FLAVOR, ImagePlan, Plan, ResolvedV
 from imagebuild.oci import ReferenceError, check_registry
 from imagebuild.plan import tags
 from imagebuild.plan.hashing import inputs_hash, save_cache
-from imagebuild.plan.paths import default_render_dir as default_render_dir  # commands/render imports it from here
+from imagebuild.plan.paths import (
+    default_render_dir as default_render_dir,  # commands/render imports it from here
+)
 
 if TYPE_CHECKING:
     from imagebuild.render import RenderedImage
