@@ -158,6 +158,16 @@ def measure(args: argparse.Namespace, plan: Plan) -> tuple[Timings, int]:
     base = next(i for i in images if i.parent is None)
     base_from = os_image_tag(docker_inspect(base.tag)["Config"]["Labels"][BASE_LABEL])
     cmds = buildkit_commands(images, base_from, args.work)
+    try:
+        return timed_runs(args, cli, env, cmds, bk_env, images), len(images)
+    finally:  # BuildKit's images are copies beside imagebuild's: untag them (its build cache stays, `docker builder
+        # prune` frees it)
+        subprocess.run([DEBIAN_DOCKER, "rmi", *(cmd[cmd.index("-t") + 1] for cmd in cmds)], capture_output=True,
+                       check=False)
+
+
+def timed_runs(args: argparse.Namespace, cli: list[str], env: dict[str, str], cmds: list[list[str]],
+               bk_env: dict[str, str], images: list[ImagePlan]) -> Timings:
     seconds, warm_ids = buildkit_pass(cmds, bk_env)
     print(f"setup: BuildKit cold pass {seconds:.1f} s ({len(cmds)} images)", file=sys.stderr)
     timings = Timings([], [], [])
@@ -173,7 +183,7 @@ def measure(args: argparse.Namespace, plan: Plan) -> tuple[Timings, int]:
         timings.buildkit.append(seconds)
         seconds, _ = timed(imagebuild_cmd("--help"), env, "imagebuild --help")
         timings.floor.append(seconds)
-    return timings, len(images)
+    return timings
 
 
 def table(t: Timings, matrix: str, images: int, runs: int, patterns: list[str]) -> str:
@@ -181,7 +191,7 @@ def table(t: Timings, matrix: str, images: int, runs: int, patterns: list[str]) 
     only = "".join(f" --only {p}" for p in patterns)
     ratios = t.ratios()
     rows = [
-        (f"`imagebuild build --matrix {matrix}`{only}, no-op (whole process)", med(t.imagebuild),
+        (f"`imagebuild build --matrix {matrix}{only}`, no-op (whole process)", med(t.imagebuild),
          f"{med(ratios):.2f}x (pair by pair: {min(ratios):.2f}–{max(ratios):.2f})"),
         (f"BuildKit warm no-op: {images} × `DOCKER_BUILDKIT=1 docker build` (Debian's docker CLI, Docker 20.10)",
          med(t.buildkit), "1.00x"),
