@@ -3,6 +3,7 @@ from (the matrix, a CA file, the arguments) plans again; credentials are never w
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
@@ -52,7 +53,7 @@ def test_a_hit_loads_neither_the_templates_nor_the_yaml_matrix(matrix):
             f"p = load(Path({str(matrix)!r}), BuildInputs(), None, Path('rendered/cpu'), True); "
             "print(p is not None, 'jinja2' in sys.modules, 'imagebuild.resolve' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path.cwd(),
-                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")}).stdout.split()
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")}).stdout.split()
     assert out == ["True", "False", "False"]
 
 
