@@ -38,10 +38,19 @@ build-cpu: install ## The main job on this machine: build the CPU matrix (bootst
 render-check: $(BIN)/imagebuild
 	for m in images/*.yaml; do $(BIN)/imagebuild render --matrix $$m --check || exit 1; done
 
-bench: install ## Benchmarks (print tables; not tests)
+bench: install ## Every benchmark for real (an hour: builds on fresh engines; tables, not tests). CI: scripts/bench-quick.sh
 	$(BIN)/python bench/bench_resolve.py
-	eval "$$(scripts/docker-engine.sh)" && $(BIN)/python bench/bench_build.py && $(BIN)/python bench/bench_push.py \
-	  && $(BIN)/python bench/bench_registry_cache.py
+	$(BIN)/python bench/bench_te.py --matrix images/h100.yaml
+	eval "$$(scripts/docker-engine.sh)" \
+	  && $(BIN)/imagebuild build --matrix $(MATRIX) --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) --torch-index-url none \
+	    --plain --report-dir reports/bench-cpu \
+	  && $(BIN)/python bench/bench_noop.py --matrix $(MATRIX) --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) \
+	    --markdown bench/noop-cpu.md \
+	  && $(BIN)/python bench/bench_build.py --matrix $(MATRIX) --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) \
+	  && $(BIN)/python bench/e2e_table.py --report reports/bench-cpu/build-report.json \
+	  && $(BIN)/python bench/bench_push.py && $(BIN)/python bench/bench_registry_cache.py \
+	  && $(BIN)/python bench/bench_repro.py --matrix $(MATRIX) --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) \
+	    --torch-index-url none
 
 e2e-cuda: install ## NOT in CI: real torch 2.9.1+cu128 runtime image from PyPI wheels (~4 GB download)
 	eval "$$(scripts/docker-engine.sh)" && scripts/e2e-cuda.sh

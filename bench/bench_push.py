@@ -7,10 +7,14 @@
 
 Needs a Docker engine (DOCKER_HOST or the default socket) and Debian's docker-registry; uses --wheelhouse
 (PIP_FIND_LINKS, default /opt/wheels) and --ca-cert (PIP_CERT) like `make build-cpu`.
+
+--quick (CI: the bench must run, not measure): the base image only (`--only base`, which scripts/bench-quick.sh has
+built already, so the first build is a no-op), and the change is one ENV line in the base template.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import secrets
 import shutil
@@ -38,6 +42,11 @@ def imagebuild(work: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="the base image only, a base-template change (CI)")
+    args = ap.parse_args()
+    only = ["--only", "base"] if args.quick else []
+    changed = "base" if args.quick else "runtime"
     work = Path(tempfile.mkdtemp(prefix="ib-bench-push-"))
     for part in ("src", "templates", "images"):
         shutil.copytree(ROOT / part, work / part)
@@ -49,16 +58,16 @@ def main() -> int:
     try:
         with FaultProxy((host, int(port))) as proxy:
             prefix = f"{proxy.address}/bench{secrets.token_hex(3)}"
-            common = ["--matrix", "images/cpu.yaml", "--registry", prefix]
+            common = ["--matrix", "images/cpu.yaml", "--registry", prefix, *only]
             build = [*common, "--wheelhouse", WHEELHOUSE, "--ca-cert", CA, "--torch-index-url", "none", "--plain"]
             imagebuild(work, "build", *build)
-            for label in ("first push (CPU matrix)", "second push, unchanged"):
+            for label in (f"first push (CPU matrix{', base only' if only else ''})", "second push, unchanged"):
                 proxy.reset_counters()
                 t0 = time.monotonic()
                 imagebuild(work, "push", *common, "--untested")
                 rows.append((label, time.monotonic() - t0, proxy.bytes_up))
 
-            template = work / "templates" / "runtime.Dockerfile.j2"
+            template = work / "templates" / f"{changed}.Dockerfile.j2"
             template.write_text(template.read_text() + "\nENV IMAGEBUILD_BENCH_EDIT=1\n")
             t0 = time.monotonic()
             out = imagebuild(work, "build", *build)
@@ -66,7 +75,7 @@ def main() -> int:
             proxy.reset_counters()
             t0 = time.monotonic()
             imagebuild(work, "push", *common, "--untested")
-            rows.append(("push after a runtime-template change", time.monotonic() - t0, proxy.bytes_up))
+            rows.append((f"push after a {changed}-template change", time.monotonic() - t0, proxy.bytes_up))
             summary = out.stdout.strip().splitlines()[-1]
     finally:
         subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--stop", "--dir", info["REGISTRY_DIR"]],

@@ -13,6 +13,9 @@ Usage (needs root for the engines and the bootstrap; a build of images/cpu.yaml 
       --torch-index-url none [--keep] [--markdown table.md]
   python bench/bench_repro.py --compare unix:///var/tmp/ibrA/docker.sock unix:///var/tmp/ibrB/docker.sock \\
       --report reportA/build-report.json      # compare two engines that already hold the build
+  python bench/bench_repro.py --quick
+      # CI: a two-file image built here (FROM scratch), compared with itself on the engine DOCKER_HOST names: every
+      # row must say "same". It checks the saving, reading and comparing, not reproducibility, in seconds.
 """
 
 from __future__ import annotations
@@ -237,6 +240,37 @@ def os_images(client) -> dict[str, str]:
     return found
 
 
+QUICK_TAG = "ibrepro-quick:latest"
+
+
+def quick(docker) -> int:
+    """--quick: build a two-file image, compare it with itself through the same code as a real run."""
+    import io
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in (("Dockerfile", b"FROM scratch\nCOPY a.txt b.bin /data/\n"), ("a.txt", b"same\n"),
+                           ("b.bin", bytes(range(256)) * 64)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    client = docker.from_env(timeout=300)
+    try:
+        client.images.build(fileobj=buf, custom_context=True, tag=QUICK_TAG, rm=True)
+        rows = compare("quick (FROM scratch)", QUICK_TAG, QUICK_TAG, client, client)
+        print(markdown(rows))
+        if not all(r["same"] for r in rows):
+            raise SystemExit("bench_repro --quick: an image compared with itself differs: the comparison is broken")
+    finally:
+        try:
+            client.images.remove(QUICK_TAG, force=True)
+        except docker.errors.APIError:
+            pass
+        client.close()
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--matrix", default=str(ROOT / "images" / "cpu.yaml"))
@@ -249,8 +283,12 @@ def main() -> int:
     ap.add_argument("--compare", nargs=2, metavar="DOCKER_HOST", help="compare two engines that hold the build")
     ap.add_argument("--report", help="with --compare: engine A's build-report.json")
     ap.add_argument("--markdown", help="also write the table to this file")
+    ap.add_argument("--quick", action="store_true", help="a tiny image compared with itself (CI)")
     args = ap.parse_args()
     import docker
+
+    if args.quick:
+        return quick(docker)
 
     dirs: list[Path] = []
     try:

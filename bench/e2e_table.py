@@ -2,7 +2,9 @@
 the transformer_engine wheel (compiled or cached, seconds) and the smoke result, read from build-report.json and
 measured on the images themselves (floor: bench_build.bench_size).
 
-Usage: python bench/e2e_table.py --report reports/e2e-h100/build-report.json [--markdown OUT.md]
+Usage: python bench/e2e_table.py --report reports/e2e-h100/build-report.json [--markdown OUT.md] [--quick]
+
+--quick (CI): at most one size/floor measurement (the first runtime image's; each runs containers).
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ from imagebuild.units import format_size  # noqa: E402
 HEAD = ("image", "result", "build", "size", "size/floor", "TE wheel", "smoke pass/fail/skip")
 
 
-def rows(report: dict, client) -> list[tuple[str, ...]]:
+def rows(report: dict, client, measure_sizes: int | None = None) -> list[tuple[str, ...]]:
+    """One table row per report image; `measure_sizes`: at most this many size/floor measurements (None: all)."""
     out = []
     by_tag = {r["tag"]: r for r in report["images"]}
     for r in report["images"]:
         ratio = "-"
-        if r["status"] in ("built", "up-to-date") and r["flavor"] == "runtime" and r.get("parent"):
+        if (r["status"] in ("built", "up-to-date") and r["flavor"] == "runtime" and r.get("parent")
+                and (measure_sizes is None or measure_sizes > 0)):
+            measure_sizes = None if measure_sizes is None else measure_sizes - 1
             [m] = bench_size(client, [(r["tag"], r["parent"])])
             ratio = f"{m['size'] / m['floor']:.3f} ({format_size(m['floor'])})"
         te = r.get("te_wheel") or {}
@@ -53,9 +58,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--report", required=True)
     ap.add_argument("--markdown", default=None)
+    ap.add_argument("--quick", action="store_true", help="at most one size/floor measurement (CI)")
     args = ap.parse_args()
     report = json.loads(Path(args.report).read_text())
-    table_rows = rows(report, connect("inspect"))
+    table_rows = rows(report, connect("inspect"), 1 if args.quick else None)
     table = Table(title=f"e2e {report.get('matrix')}", title_justify="left")
     for h in HEAD:
         table.add_column(h)

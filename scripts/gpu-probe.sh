@@ -30,7 +30,7 @@ if [ -z "$py" ]; then
 fi
 case " ${args[*]:-} " in
   *" --sections "*) ;;
-  *) args+=(--sections system,versions,libraries,gpu,tf32,amp,distributed,te) ;;
+  *) args+=(--sections "system,versions,libraries,gpu,tf32,amp,distributed,te") ;;
 esac
 
 # the same one-file zipapp the smoke suite ships into containers, built here from the package files

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command (`make test`) ends here; .ci/run calls `make test`.
-# First the linters (scripts/lint.sh: ruff, `render --check` of every shipped matrix, mypy): any finding fails the run
-# before an engine is started or a test runs.
+# First the linters (scripts/lint.sh: ruff, shellcheck, `render --check` of every shipped matrix, mypy): any finding
+# fails the run before an engine is started or a test runs. Then, on the engine, every bench in its quick mode
+# (scripts/bench-quick.sh), then pytest.
 # Starts a PRIVATE Docker engine with an empty data-root for this run, so no test can pass on images or build cache
 # left by an earlier session; stops it and deletes its data afterwards. IMAGEBUILD_REUSE_ENGINE=1 uses the engine
 # DOCKER_HOST (or the default socket) reaches instead — faster while developing, not what CI does.
@@ -23,4 +24,6 @@ else
 fi
 export IMAGEBUILD_REQUIRE_ENGINE=1  # a missing engine/tool fails the run instead of skipping tests
 echo "run-tests: engine at ${DOCKER_HOST:-default socket}" >&2
+# every bench in --quick mode on this engine: a bench that crashes fails the run (its base build is reused below)
+scripts/bench-quick.sh
 python -m pytest -q -p no:cacheprovider tests "$@"

@@ -16,10 +16,10 @@ COMMANDS = ("validate", "plan", "render", "lock", "build", "test", "push", "repo
 
 
 class _Group(click.Group):
-    def list_commands(self, ctx):
+    def list_commands(self, ctx: click.Context) -> list[str]:
         return [name for name in COMMANDS if self.get_command(ctx, name) is not None]
 
-    def get_command(self, ctx, name):
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:
             return None
         try:
@@ -28,7 +28,8 @@ class _Group(click.Group):
             if exc.name == f"imagebuild.commands.{name}":
                 return None
             raise
-        return module.command
+        command: click.Command = module.command
+        return command
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from imagebuild.secrets import redact
 
@@ -16,7 +17,7 @@ class BuildInputs:
     torch_index_url: str | None = None  # overrides the resolved torch index; "none" disables it
     wheelhouse: Path | None = None  # local wheel folder, visible to pip stages only
 
-    def public(self) -> dict:
+    def public(self) -> dict[str, Any]:
         """A loggable, hashable view: credentials replaced."""
         return {
             "ca_certs": [str(p) for p in self.ca_certs],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 FLAVORS: tuple[str, ...] = ("base", "runtime", "dev")
 PARENT_FLAVOR: dict[str, str | None] = {"base": None, "runtime": "base", "dev": "runtime"}
@@ -181,17 +182,17 @@ class ImageResult:
     status: str = "planned"  # planned | built | up-to-date | failed | not-built (a parent failed) | skipped
     image_id: str | None = None
     size: int | None = None  # bytes, as the engine reports
-    layers: list[dict] = field(default_factory=list)  # 5 largest: {"size": int, "created_by": str}
+    layers: list[dict[str, Any]] = field(default_factory=list)  # 5 largest: {"size": int, "created_by": str}
     build_seconds: float | None = None
     error: str | None = None  # one paragraph: failing step + reason
     log_path: str | None = None
-    tests: dict | None = None  # {"passed": n, "failed": n, "skipped": n, "checks": [{name,status,reason,...}]}
-    push: dict | None = None  # {"status": "pushed"|"unchanged"|"failed", "digest": ..., "tags": [...], ...}
-    te_wheel: dict | None = None  # {"key": ..., "status": "cached"|"built", "seconds": float, "wheel": name}
+    tests: dict[str, Any] | None = None  # {"passed": n, "failed": n, "skipped": n, "checks": [{name,status,reason,...}]}
+    push: dict[str, Any] | None = None  # {"status": "pushed"|"unchanged"|"failed", "digest": ..., "tags": [...], ...}
+    te_wheel: dict[str, Any] | None = None  # {"key": ..., "status": "cached"|"built", "seconds": float, "wheel": name}
     built_at: str | None = None  # when the build that made image_id ran (an up-to-date row keeps it)
     source: str | None = None  # where image_id is: "built" | "engine" | "registry <prefix>" (not pulled)
-    sbom: dict | None = None  # {"path", "sha256", "image_id", "components", "spec"} (reports/<matrix>/sbom/)
-    diff: dict | None = None  # a rebuild: {"against": previous image ID, "os"/"python": counts, "text"}
+    sbom: dict[str, Any] | None = None  # {"path", "sha256", "image_id", "components", "spec"} (reports/<matrix>/sbom/)
+    diff: dict[str, Any] | None = None  # a rebuild: {"against": previous image ID, "os"/"python": counts, "text"}
     reproduced_from: str | None = None  # rebuilt as this image ID, same content as image_id (kept): see reproduced.py
 
     @classmethod

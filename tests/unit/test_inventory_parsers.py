@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.inventory import dpkg, files, pydist
+from imagebuild.inventory import dpkg, pydist, tarpick
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "inventory"
 SITE = "opt/venv/lib/python3.11/site-packages"
@@ -97,7 +97,7 @@ def test_distroless_status_d_only():
 ])
 def test_metadata_paths(path, wanted):
     assert pydist.wanted(path) is wanted
-    assert files.wanted(path) is wanted
+    assert tarpick.wanted(path) is wanted
 
 
 def test_metadata_license_expression_and_project_url():
@@ -162,7 +162,7 @@ def test_layers_with_whiteouts_and_opaque_dirs():
         "usr/local/lib/python3.11/site-packages/.wh..wh..opq": b"",
         "usr/local/lib/python3.11/site-packages/new-2.0.dist-info/METADATA": meta("new", "2.0"),
     })
-    found = files.collect([(lower, "gz"), (upper, "")])
+    found = tarpick.collect([(lower, "gz"), (upper, "")])
     assert "etc/hostname" not in found
     assert [(d.name, d.version) for d in pydist.read_distributions(found)] == [
         ("new", "2.0"), ("numpy", "2.1.0"), ("six", "1.16.0")]
@@ -172,11 +172,11 @@ def test_layers_with_whiteouts_and_opaque_dirs():
 def test_os_release():
     found = {"usr/lib/os-release": b'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\n'
                                    b'VERSION_ID="12"\nVERSION_CODENAME=bookworm\nID=debian\n'}
-    rel = files.os_release(found)
+    rel = tarpick.os_release(found)
     assert (rel.id, rel.version_id, rel.codename, rel.pretty_name) == ("debian", "12", "bookworm",
                                                                        "Debian GNU/Linux 12 (bookworm)")
-    ubuntu = files.os_release({"etc/os-release": b"ID=ubuntu\nID_LIKE=debian\nVERSION_ID=\"24.04\"\n"})
-    assert ubuntu.id_like == ("debian",) and files.os_release({}).id == ""
+    ubuntu = tarpick.os_release({"etc/os-release": b"ID=ubuntu\nID_LIKE=debian\nVERSION_ID=\"24.04\"\n"})
+    assert ubuntu.id_like == ("debian",) and tarpick.os_release({}).id == ""
 
 
 def test_layer_sizes_from_history_with_zero_size_steps():

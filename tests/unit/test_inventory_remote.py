@@ -16,8 +16,8 @@ from _fake_registry import FakeRegistry
 
 from imagebuild.errors import EngineUnavailable, ImagebuildError
 from imagebuild.inventory import ImageNotFound
+from imagebuild.inventory.from_registry import read_registry
 from imagebuild.inventory.open import Opener
-from imagebuild.inventory.remote import read_registry
 from imagebuild.oci import Reference, RegistryError
 
 SITE = "opt/venv/lib/python3.11/site-packages"

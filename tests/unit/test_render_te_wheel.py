@@ -14,7 +14,8 @@ from imagebuild.inputs import BuildInputs
 from imagebuild.models import Versions
 from imagebuild.render import render_image
 from imagebuild.render.lint import errors, hadolint_path, lint_dockerfile
-from imagebuild.render.te_wheel import KEY_LABEL, render_te_wheel, te_build_key
+from imagebuild.render.te_key import KEY_LABEL, te_build_key
+from imagebuild.render.te_wheel import render_te_wheel
 
 GOLDEN = Path(__file__).parent / "golden" / "cu128-te-te-wheel.Dockerfile"
 

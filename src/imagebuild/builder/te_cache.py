@@ -29,7 +29,7 @@ from imagebuild.builder.logs import open_log
 from imagebuild.builder.sourcedate import source_date_epoch
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan, ImageResult, TEWheelPlan
-from imagebuild.render.te_wheel import KEY_LABEL
+from imagebuild.render.te_key import KEY_LABEL
 from imagebuild.secrets import register_secret, register_url_credentials
 
 if TYPE_CHECKING:

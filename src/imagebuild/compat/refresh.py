@@ -14,8 +14,10 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -40,7 +42,7 @@ class WheelPins:
     wheel: str  # file name, for the diff's provenance
 
 
-def parse_report(report: dict) -> WheelPins:
+def parse_report(report: dict[str, Any]) -> WheelPins:
     """The pins of the torch wheel in a `pip install --report` JSON document."""
     items = [i for i in report.get("install", []) if i.get("metadata", {}).get("name", "").lower() == "torch"]
     if not items:
@@ -85,7 +87,8 @@ def parse_report(report: dict) -> WheelPins:
 
 
 def pip_report(torch: str, *, python: str = "3.12", platform: str = "manylinux_2_28_x86_64",
-               index_url: str | None = None, runner=subprocess.run) -> dict:
+               index_url: str | None = None,
+               runner: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> dict[str, Any]:
     """Run pip's dry-run resolver for torch==X; returns the report (only the METADATA file is fetched)."""
     with tempfile.TemporaryDirectory(prefix="imagebuild-refresh-") as tmp:
         report = Path(tmp) / "report.json"
@@ -100,7 +103,8 @@ def pip_report(torch: str, *, python: str = "3.12", platform: str = "manylinux_2
         if proc.returncode != 0 or not report.is_file():
             tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-3:]
             raise ImagebuildError(f"pip could not resolve torch=={torch}: {' / '.join(tail) or 'no output'}")
-        return json.loads(report.read_text(encoding="utf-8"))
+        loaded: dict[str, Any] = json.loads(report.read_text(encoding="utf-8"))
+        return loaded
 
 
 def diff(tables: Tables, pins: WheelPins, default: bool) -> list[str]:
@@ -131,7 +135,7 @@ def _q(value: str | None) -> str:
     return "null" if value is None else json.dumps(value)
 
 
-def _variant_line(pins: WheelPins, old: dict | None) -> str:
+def _variant_line(pins: WheelPins, old: dict[str, Any] | None) -> str:
     fields = {"cudnn": pins.cudnn, "nccl": pins.nccl, "triton": pins.triton} if pins.cuda != "cpu" else {}
     parts = [f"{k}: {_q(v)}" for k, v in fields.items()]
     if old and old.get("archs"):

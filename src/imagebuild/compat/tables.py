@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -43,7 +44,6 @@ class TorchVariant:
 @dataclass(frozen=True)
 class TorchRelease:
     version: str
-    released: str
     python: tuple[str, str]  # oldest, newest
     glibc: str
     pypi_default: str
@@ -79,7 +79,6 @@ class TERelease:
     cudnn_min: str
     min_arch: str
     fp8_min_arch: str
-    mxfp8_min_arch: str
     cuda_majors: tuple[int, ...]
     cudart_dirs: tuple[str, ...] | None
     confirmed: bool
@@ -108,7 +107,7 @@ def accel(cuda: str) -> str:
     return "cpu" if cuda == "cpu" else f"cuda{cuda}"
 
 
-def _read(data_dir: Path | None, name: str) -> dict:
+def _read(data_dir: Path | None, name: str) -> dict[str, Any]:
     if data_dir is not None:
         text = (data_dir / name).read_text(encoding="utf-8")
     else:
@@ -117,7 +116,7 @@ def _read(data_dir: Path | None, name: str) -> dict:
     return yaml.load(text, Loader=loader) or {}
 
 
-def _cuda(raw: dict) -> dict[str, CudaInfo]:
+def _cuda(raw: dict[str, Any]) -> dict[str, CudaInfo]:
     return {
         str(v): CudaInfo(
             version=str(v),
@@ -131,7 +130,7 @@ def _cuda(raw: dict) -> dict[str, CudaInfo]:
     }
 
 
-def _torch(raw: dict, cuda: dict[str, CudaInfo]) -> dict[str, TorchRelease]:
+def _torch(raw: dict[str, Any], cuda: dict[str, CudaInfo]) -> dict[str, TorchRelease]:
     out = {}
     for version, row in raw["releases"].items():
         variants = {}
@@ -148,7 +147,6 @@ def _torch(raw: dict, cuda: dict[str, CudaInfo]) -> dict[str, TorchRelease]:
             )
         out[str(version)] = TorchRelease(
             version=str(version),
-            released=str(row.get("released", "")),
             python=(str(row["python"][0]), str(row["python"][1])),
             glibc=str(row.get("glibc", "2.17")),
             pypi_default=str(row["pypi_default"]),
@@ -160,7 +158,7 @@ def _torch(raw: dict, cuda: dict[str, CudaInfo]) -> dict[str, TorchRelease]:
     return out
 
 
-def _os(raw: dict) -> tuple[dict[str, OSInfo], dict[str, str], dict[str, bool]]:
+def _os(raw: dict[str, Any]) -> tuple[dict[str, OSInfo], dict[str, str], dict[str, bool]]:
     infos, images, confirmed = {}, {}, {}
     for os_id, row in raw["os"].items():
         infos[os_id] = OSInfo(
@@ -181,7 +179,7 @@ def _os(raw: dict) -> tuple[dict[str, OSInfo], dict[str, str], dict[str, bool]]:
     return infos, images, confirmed
 
 
-def _te(raw: dict) -> dict[str, TERelease]:
+def _te(raw: dict[str, Any]) -> dict[str, TERelease]:
     common = raw.get("common") or {}
     out = {}
     for version, row in raw["releases"].items():
@@ -193,7 +191,6 @@ def _te(raw: dict) -> dict[str, TERelease]:
             cudnn_min=str(r["cudnn_min"]),
             min_arch=r["min_arch"],
             fp8_min_arch=r["fp8_min_arch"],
-            mxfp8_min_arch=r["mxfp8_min_arch"],
             cuda_majors=tuple(int(m) for m in r["cuda_majors"]),
             cudart_dirs=tuple(r["cudart_dirs"]) if r.get("cudart_dirs") else None,
             confirmed=bool(r.get("confirmed", False)),

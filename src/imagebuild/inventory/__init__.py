@@ -14,9 +14,9 @@ Nothing here imports docker at import time (local.py imports it inside its funct
 from imagebuild.inventory.cyclonedx import dumps as dump_sbom
 from imagebuild.inventory.cyclonedx import make_sbom
 from imagebuild.inventory.diff import Change, InventoryDiff, LayerRow, diff, diff_to_json, format_diff
+from imagebuild.inventory.from_registry import read_registry
 from imagebuild.inventory.local import ImageNotFound, diff_images, find_image, read_local
 from imagebuild.inventory.model import DebPackage, Inventory, Layer, OSRelease, PyDist, normalize_name
-from imagebuild.inventory.remote import read_registry
 
 __all__ = [
     "Change", "DebPackage", "ImageNotFound", "Inventory", "InventoryDiff", "Layer", "LayerRow", "OSRelease", "PyDist",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from imagebuild.engine.store import ImageStore, as_store
 from imagebuild.engine.stream import EngineError
 from imagebuild.errors import ImagebuildError
-from imagebuild.inventory import dpkg, files, pydist
+from imagebuild.inventory import dpkg, pydist, tarpick
 from imagebuild.inventory.diff import InventoryDiff, diff
 from imagebuild.inventory.model import Inventory, Layer
 
@@ -72,7 +72,7 @@ def read_local(engine: ImageStore | EngineClient, reference: str,
         labels=dict(sorted((config.get("Labels") or {}).items())),
         layers=_layers(store, image_id, list((data.get("RootFS") or {}).get("Layers") or [])),
         size_kind="uncompressed",
-        os_release=files.os_release(found),
+        os_release=tarpick.os_release(found),
         debs=tuple(dpkg.read_database(found)),
         pythons=tuple(pydist.read_distributions(found)),
         source="engine",
@@ -82,7 +82,7 @@ def read_local(engine: ImageStore | EngineClient, reference: str,
 def _filesystem(store: ImageStore, image_id: str) -> dict[str, bytes]:
     with store.export(image_id, name=f"imagebuild-inventory-{secrets.token_hex(4)}",
                       labels={"io.imagebuild.purpose": "inventory"}) as chunks:
-        return files.collect([(files.read_chunks(chunks), "")])
+        return tarpick.collect([(tarpick.read_chunks(chunks), "")])
 
 
 def _makes_layer(created_by: str) -> bool:

@@ -1,6 +1,6 @@
 """What an image holds, as read from its files and config: the table `sbom` writes and `diff` compares.
 
-Plain frozen dataclasses, no engine: an Inventory can come from the local engine (local.py), a registry (remote.py)
+Plain frozen dataclasses, no engine: an Inventory can come from the local engine (local.py), a registry (from_registry.py)
 or a test fixture, and everything downstream (cyclonedx.py, diff.py) is a pure function of it.
 """
 

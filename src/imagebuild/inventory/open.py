@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from imagebuild.errors import EngineUnavailable, ImagebuildError
+from imagebuild.inventory.from_registry import read_registry
 from imagebuild.inventory.local import ImageNotFound, find_image, read_local
 from imagebuild.inventory.model import Inventory
-from imagebuild.inventory.remote import read_registry
 from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryClient, RegistryError, resolve_auth
 
 if TYPE_CHECKING:

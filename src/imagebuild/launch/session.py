@@ -121,7 +121,7 @@ def _run_tty(client: Any, settings: ContainerSettings, echo: Echo) -> int:
 
 def _logs_tail(container: Any, lines: int = 15) -> str:
     try:
-        text = container.logs(tail=lines).decode(errors="replace").strip()
+        text = str(container.logs(tail=lines).decode(errors="replace")).strip()
     except Exception:
         return ""
     return text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
@@ -14,12 +15,13 @@ from imagebuild.oci import ReferenceSyntaxError, check_registry
 from imagebuild.oci.reference import check_repository_room
 from imagebuild.plan import tags
 from imagebuild.plan.hashing import inputs_hash, save_cache
+from imagebuild.plan.paths import (
+    default_render_dir as default_render_dir,  # commands/render imports it from here
+)
 from imagebuild.secrets import redact_host
 
-
-def default_render_dir(matrix_path: str | Path) -> Path:
-    """Where `imagebuild render` writes by default: rendered/<matrix stem>/ under the working directory."""
-    return Path("rendered") / Path(matrix_path).stem
+if TYPE_CHECKING:
+    from imagebuild.render import RenderedImage
 
 
 def _needed_flavors(variant: ResolvedVariant) -> list[str]:
@@ -33,7 +35,7 @@ def _needed_flavors(variant: ResolvedVariant) -> list[str]:
     return [f for f in FLAVORS if f in wanted]
 
 
-def _base_source_inputs(variant: ResolvedVariant) -> dict:
+def _base_source_inputs(variant: ResolvedVariant) -> dict[str, Any]:
     base = variant.base
     if base.kind == "registry":
         return {"kind": "registry", "ref": base.ref}
@@ -120,34 +122,19 @@ def plan_from_variants(
 
 
 
-def make_plan(
-    matrix_path: str | Path,
-    inputs: BuildInputs | None = None,
-    registry: str | None = None,
-    render_dir: Path | None = None,
-    use_lock: bool = True,
-) -> Plan:
-    """Load, validate, resolve and render a matrix file. Raises MatrixError (exit 2) with every problem found.
-
-    The matrix's lock (`images/cpu.yaml` -> `images/cpu.lock`) is used when it exists, unless `use_lock` is False
-    (`imagebuild lock` plans without it: it is what gets rewritten)."""
+def assemble_plan(matrix_path: str | Path, inputs: BuildInputs, registry: str | None, render_dir: Path,
+                  use_lock: bool) -> Plan:
+    """make_plan's work when the cache has no plan: load, validate, resolve, lock, render and hash the matrix."""
     from imagebuild.lock import load
     from imagebuild.matrix import load_matrix
     from imagebuild.resolve import resolve_matrix
 
-    inputs = inputs or BuildInputs()
     doc = load_matrix(matrix_path)
     variants = resolve_matrix(doc, inputs)
     path = lock_path(matrix_path)
     lock = load(path) if use_lock and path.is_file() else None
-    return plan_from_variants(
-        variants,
-        inputs,
-        registry=registry,
-        matrix_file=str(matrix_path),
-        render_dir=render_dir if render_dir is not None else default_render_dir(matrix_path),
-        lock=lock,
-    )
+    return plan_from_variants(variants, inputs, registry=registry, matrix_file=str(matrix_path),
+                              render_dir=render_dir, lock=lock)
 
 
 def _patterns(patterns: str | tuple[str, ...]) -> list[str]:
@@ -189,8 +176,8 @@ def select(plan: Plan, patterns: str | tuple[str, ...] | None) -> list[ImagePlan
     return [i for i in plan.images if i.tag in chosen]
 
 
-def _te_wheel_plan(rendered) -> TEWheelPlan | None:
-    from imagebuild.render.te_wheel import KEY_LABEL
+def _te_wheel_plan(rendered: RenderedImage | None) -> TEWheelPlan | None:
+    from imagebuild.render.te_key import KEY_LABEL  # late, as render_image: the render package loads jinja2
 
     if rendered is None:
         return None

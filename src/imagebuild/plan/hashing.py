@@ -12,6 +12,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 _CACHE: dict[str, str] | None = None
 _DIRTY = False
@@ -85,7 +86,7 @@ def inputs_hash(
     context_files: dict[str, bytes],
     context_dirs: dict[str, Path],
     parent_hash: str | None,
-    extra: dict | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> str:
     doc = {
         "dockerfile": hashlib.sha256(dockerfile.encode()).hexdigest(),

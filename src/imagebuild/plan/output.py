@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.models import Plan
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
-def plan_rows(plan: Plan, states: dict[str, dict] | None = None) -> list[dict]:
+
+def plan_rows(plan: Plan, states: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """`states`: plan id -> what the matrix's record says of that image (pipeline.located.record_states, as_dict)."""
     rows = []
     for image in plan.images:
@@ -42,13 +46,13 @@ def plan_rows(plan: Plan, states: dict[str, dict] | None = None) -> list[dict]:
     return rows
 
 
-def plan_json(plan: Plan, states: dict[str, dict] | None = None) -> str:
+def plan_json(plan: Plan, states: dict[str, dict[str, Any]] | None = None) -> str:
     return json.dumps(plan_rows(plan, states), indent=2)
 
 
 def github_matrix(plan: Plan) -> str:
     """One job per variant: {"include": [{"variant", "only", "matrix", "torch", "cuda", "python", "os"}]}."""
-    seen: dict[str, dict] = {}
+    seen: dict[str, dict[str, Any]] = {}
     for image in plan.images:
         v = image.variant
         if v.key not in seen:
@@ -65,7 +69,7 @@ def github_matrix(plan: Plan) -> str:
     return json.dumps({"include": list(seen.values())}, separators=(",", ":"))
 
 
-def print_table(plan: Plan, console=None, states: dict[str, dict] | None = None) -> None:
+def print_table(plan: Plan, console: Console | None = None, states: dict[str, dict[str, Any]] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 

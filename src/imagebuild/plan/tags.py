@@ -37,7 +37,7 @@ def alias_key(variant: ResolvedVariant, flavor: str) -> str:
 
 def assign_aliases(variants: list[ResolvedVariant], flavor: str, registry: str | None) -> dict[str, str]:
     """Map variant.key -> alias tag for the variants that own an alias for this flavor."""
-    owners: dict[str, tuple[tuple, int, ResolvedVariant]] = {}
+    owners: dict[str, tuple[tuple[tuple[int, ...], tuple[int, ...]], int, ResolvedVariant]] = {}
     for order, variant in enumerate(variants):
         if flavor not in variant.flavors:
             continue

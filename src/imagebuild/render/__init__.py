@@ -10,15 +10,20 @@ Build contract (what the builder passes besides `RenderedImage.build_args` / `se
 The build context is `context_files` (path -> bytes) plus `context_dirs` (path -> host folder, e.g. wheelhouse/).
 """
 
-from imagebuild.render.image import (
-    CA_DIR,
-    FILES_DIR,
-    VOLATILE_BUILD_ARGS,
-    WHEELHOUSE_DIR,
-    RenderedImage,
-    render_image,
-    templates_dir,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from imagebuild.render.image import (
+        CA_DIR,
+        FILES_DIR,
+        VOLATILE_BUILD_ARGS,
+        WHEELHOUSE_DIR,
+        RenderedImage,
+        render_image,
+        templates_dir,
+    )
 
 __all__ = [
     "CA_DIR",
@@ -29,3 +34,13 @@ __all__ = [
     "render_image",
     "templates_dir",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """The names above come from render/image.py, loaded (with jinja2) when first asked for: a module that needs
+    only `render.data` or `render.te_key` (the builder's preflight, a cached plan) does not load the templates."""
+    if name in __all__:
+        from imagebuild.render import image
+
+        return getattr(image, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

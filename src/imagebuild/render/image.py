@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from imagebuild.inputs import BuildInputs
 from imagebuild.lock.model import LockedImage, requirements_text
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ResolvedVariant
 from imagebuild.render import data
+from imagebuild.render.te_key import KEY_LABEL, te_build_key
 from imagebuild.secrets import has_credentials, redact
 
 # Build args the builder passes on every build and that are not part of the inputs hash.
@@ -79,17 +80,17 @@ def _environment(root: str) -> jinja2.Environment:
     return env
 
 
-def _render(name: str, **ctx: object) -> str:
+def render_template(name: str, **ctx: object) -> str:
     return _environment(str(templates_dir())).get_template(name).render(**ctx)
 
 
 @functools.lru_cache(maxsize=64)
 def _render_file(name: str, **ctx: object) -> bytes:
     """Support files depend on a few scalars only: render each distinct one once per process."""
-    return _render(name, **ctx).encode()
+    return render_template(name, **ctx).encode()
 
 
-def _tidy(text: str) -> str:
+def tidy(text: str) -> str:
     """Trailing spaces off, at most one blank line in a row, exactly one final newline."""
     lines = [line.rstrip() for line in text.splitlines()]
     out: list[str] = []
@@ -102,8 +103,8 @@ def _tidy(text: str) -> str:
     return "\n".join(out).strip("\n") + "\n"
 
 
-def _dedupe(items) -> list:
-    seen: set = set()
+def _dedupe(items: Iterable[str]) -> list[str]:
+    seen: set[str] = set()
     out = []
     for item in items:
         if item not in seen:
@@ -117,7 +118,7 @@ def cuda_major(variant: ResolvedVariant) -> int | None:
     return None if cuda == "cpu" else int(cuda.split(".")[0])
 
 
-def _torch_requirements(variant: ResolvedVariant) -> list[str]:
+def pinned_torch_requirements(variant: ResolvedVariant) -> list[str]:
     """Exact pins. A non-PyPI build (variant.torch_index_url set) is pinned with its local label (`+cu130`, `+cpu`), so
     it can only come from that index or a wheelhouse, never silently from PyPI's default CUDA build."""
     v = variant.versions
@@ -186,18 +187,17 @@ def _variant_labels(variant: ResolvedVariant, flavor: str) -> dict[str, str]:
         "io.imagebuild.tf32": "true" if variant.tf32 else "false",
         "io.imagebuild.matrix-key": variant.key,
     }
-    from imagebuild.render.te_wheel import KEY_LABEL, te_build_key
-
     te_key = te_build_key(variant)
     if te_key:  # which cached TE wheel the image holds: part of the inputs hash, unlike the wheel's bytes
         labels[KEY_LABEL] = te_key
     return dict(sorted(labels.items()))
 
 
-def _pip_index(variant: ResolvedVariant, inputs: BuildInputs, with_torch: bool):
+def pip_index(variant: ResolvedVariant, inputs: BuildInputs,
+              with_torch: bool) -> tuple[dict[str, str], dict[str, str], list[str], str]:
     """(public build args, secret build args, ARG names, redacted comment) for the builder stages."""
     extras = list(inputs.pip_extra_index_urls)
-    if with_torch and variant.torch_index_url:  # resolve applied --torch-index-url (resolve/sources.torch_index)
+    if with_torch and variant.torch_index_url:  # resolve applied --torch-index-url (resolve/origins.torch_index)
         extras.append(variant.torch_index_url)
     extras = _dedupe(u.strip() for u in extras if u and u.strip())
     values: dict[str, str] = {}
@@ -225,7 +225,7 @@ def cuda_pip_toolchain(cuda: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class _Common:
+class Common:
     """What every flavor's template variables and parts are made from."""
 
     variant: ResolvedVariant
@@ -239,7 +239,7 @@ class _Common:
     deadsnakes: dict[str, str] | None  # the PPA when the Python is not the OS's own (Ubuntu only)
 
     @classmethod
-    def of(cls, variant: ResolvedVariant, flavor: str) -> _Common:
+    def of(cls, variant: ResolvedVariant, flavor: str) -> Common:
         py = variant.versions.python
         return cls(variant=variant, flavor=flavor, py=py, cuda_major=cuda_major(variant),
                    venv_site=f"/opt/venv/lib/python{py}/site-packages",
@@ -282,7 +282,7 @@ class _Parts:
     apt: list[str] = field(default_factory=list)  # final-stage apt packages from the OS archive (not a PPA/NVIDIA)
 
 
-def _os_archive(c: _Common, packages) -> list[str]:
+def _os_archive(c: Common, packages: Iterable[str]) -> list[str]:
     """The packages that come from the OS archive (the lock resolves and pins those): not deadsnakes' Pythons."""
     py = c.py
     ppa = {f"python{py}", f"python{py}-venv", f"python{py}-dev", f"libpython{py}-dev"} if c.deadsnakes else set()
@@ -301,26 +301,27 @@ def _deadsnakes(variant: ResolvedVariant) -> dict[str, str] | None:
     return {"url": data.DEADSNAKES_URL, "key_url": data.DEADSNAKES_KEY_URL, "fingerprint": data.DEADSNAKES_FINGERPRINT}
 
 
-def _base_parts(c: _Common, inputs: BuildInputs) -> _Parts:
+def _base_parts(c: Common, inputs: BuildInputs) -> _Parts:
     """The OS, its Python and venv, CA files, the matrix's extra packages; nothing of torch."""
     variant, py = c.variant, c.py
     ca = _ca_files(variant, inputs)
     python_apt = [f"python{py}", f"python{py}-venv"] if c.deadsnakes else ["python3", "python3-venv"]
+    base_apt = sorted(set(data.BASE_APT) | set(python_apt) | set(c.extra_apt))
     ctx: dict[str, object] = {
         "base_default": variant.base.ref if variant.base.kind == "registry" and variant.base.ref else None,
         "ca_files": sorted(ca),
-        "base_apt": sorted(set(data.BASE_APT) | set(python_apt) | set(c.extra_apt)),
+        "base_apt": base_apt,
         "require_cuda": None if c.cuda_major is None else f"cuda>={variant.versions.cuda}",
         "base_pip": c.extra_pip,
     }
-    return _Parts(ctx, files=ca, pip_requirements=c.extra_pip, apt=_os_archive(c, ctx["base_apt"]))
+    return _Parts(ctx, files=ca, pip_requirements=c.extra_pip, apt=_os_archive(c, base_apt))
 
 
-def _runtime_parts(c: _Common, inputs: BuildInputs) -> _Parts:
+def _runtime_parts(c: Common, inputs: BuildInputs) -> _Parts:
     """torch and friends (exact pins), transformer_engine when the variant has it, the TF32 policy files."""
-    torch_requirements = _torch_requirements(c.variant) + c.extra_pip
+    torch_requirements = pinned_torch_requirements(c.variant) + c.extra_pip
     ctx: dict[str, object] = {
-        "te": _transformer_engine(c),
+        "te": transformer_engine_context(c),
         "torch_requirements": torch_requirements,
         # torch.compile at run time: compilers + Python.h (data.RUNTIME_COMPILE_APT), not the dev toolchain
         "compile_apt": sorted(set(data.RUNTIME_COMPILE_APT) | {f"libpython{c.variant.versions.python}-dev"}),
@@ -336,15 +337,13 @@ def _runtime_parts(c: _Common, inputs: BuildInputs) -> _Parts:
     return _Parts(ctx, files=files, pip_requirements=torch_requirements, apt=apt)
 
 
-def _transformer_engine(c: _Common) -> dict[str, object] | None:
+def transformer_engine_context(c: Common) -> dict[str, object] | None:
     """transformer_engine is built from source in its own stage, with the CUDA compiler of the variant's CUDA minor."""
     v, major = c.variant.versions, c.cuda_major
     if not v.transformer_engine or major is None:
         return None
     cu = f"cu{major}"
     suffix = "" if major >= data.CUDA_PIP_TOOLCHAIN_MIN_MAJOR else f"-{cu}"
-    from imagebuild.render.te_wheel import te_build_key
-
     return {
         "version": v.transformer_engine,
         "key": te_build_key(c.variant),
@@ -360,9 +359,9 @@ def _transformer_engine(c: _Common) -> dict[str, object] | None:
     }
 
 
-def _banner(c: _Common) -> dict[str, bytes]:
+def _banner(c: Common) -> dict[str, bytes]:
     """/etc/imagebuild/banner: what imagebuild-entrypoint prints on an interactive start (each flavor its own)."""
-    return {f"{FILES_DIR}/imagebuild-banner": _render("files/imagebuild-banner.j2", v=c.variant,
+    return {f"{FILES_DIR}/imagebuild-banner": render_template("files/imagebuild-banner.j2", v=c.variant,
                                                       flavor=c.flavor).rstrip("\n").encode() + b"\n"}
 
 
@@ -370,7 +369,7 @@ DEV_FILES = ("jupyter_server_config.py", "jupyter_imagebuild.json", "imagebuild_
              "sshd_imagebuild.conf", "start-sshd")
 
 
-def _dev_parts(c: _Common, inputs: BuildInputs) -> _Parts:
+def _dev_parts(c: Common, inputs: BuildInputs) -> _Parts:
     """JupyterLab, sshd, build tools and, on CUDA variants, a CUDA compiler (see _cuda_compiler)."""
     dev_pip = [f"jupyterlab=={data.JUPYTERLAB_VERSION}"]
     dev_apt = set(data.DEV_APT) | {f"python{c.py}-dev"} | set(c.extra_apt)
@@ -397,7 +396,7 @@ class _CudaCompiler:
     pip: list[str] = field(default_factory=list)
 
 
-def _cuda_compiler(c: _Common) -> _CudaCompiler:
+def _cuda_compiler(c: Common) -> _CudaCompiler:
     """nvcc for the dev flavor: from PyPI for CUDA 13+ (pinned to the variant's minor), from NVIDIA's apt repository
     before that; none for CPU. The torch wheels' nvidia-* headers are on CPATH either way."""
     v, major = c.variant.versions, c.cuda_major
@@ -427,7 +426,7 @@ def _cuda_compiler(c: _Common) -> _CudaCompiler:
     )
 
 
-_FLAVOR_PARTS: dict[str, Callable[[_Common, BuildInputs], _Parts]] = {
+_FLAVOR_PARTS: dict[str, Callable[[Common, BuildInputs], _Parts]] = {
     "base": _base_parts,
     "runtime": _runtime_parts,
     "dev": _dev_parts,
@@ -442,7 +441,7 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
     if flavor not in FLAVORS:
         raise ValueError(f"unknown flavor {flavor!r}; valid choices: {', '.join(FLAVORS)}")
     inputs = inputs or BuildInputs()
-    common = _Common.of(variant, flavor)
+    common = Common.of(variant, flavor)
     labels = _labels(variant, flavor)
     parts = _FLAVOR_PARTS[flavor](common, inputs)
     ctx = {**common.context(labels), **parts.ctx}
@@ -450,7 +449,7 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
     secret_args: dict[str, str] = {}
     dirs: dict[str, Path] = {}
     if parts.pip_requirements:
-        build_args, secret_args, names, comment = _pip_index(variant, inputs, with_torch=flavor == "runtime")
+        build_args, secret_args, names, comment = pip_index(variant, inputs, with_torch=flavor == "runtime")
         ctx["pip_arg_names"] = names
         ctx["pip_index_comment"] = comment
         if inputs.wheelhouse is not None:
@@ -463,7 +462,7 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
             ctx["pip_lock"] = LOCK_REQUIREMENTS
             files[LOCK_REQUIREMENTS] = requirements_text(locked).encode()
 
-    dockerfile = _tidy(_render(f"{flavor}.Dockerfile.j2", **ctx))
+    dockerfile = tidy(render_template(f"{flavor}.Dockerfile.j2", **ctx))
     return RenderedImage(
         dockerfile=dockerfile,
         build_args=dict(sorted(build_args.items())),

@@ -7,8 +7,6 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-LEVELS = ("error", "warning", "info", "style")
-
 
 @dataclass(frozen=True)
 class Finding:

@@ -14,7 +14,7 @@ from imagebuild.errors import MatrixError, Problem
 from imagebuild.inputs import BuildInputs
 from imagebuild.matrix import MatrixDoc, find_matrix, load_matrix
 from imagebuild.models import ResolvedVariant
-from imagebuild.resolve.context import Ctx
+from imagebuild.resolve.rules import Ctx
 from imagebuild.resolve.variant import resolve_variant, variant_key
 
 __all__ = ["resolve_file", "resolve_matrix", "variant_key"]
@@ -31,7 +31,7 @@ def resolve_matrix(doc: MatrixDoc, inputs: BuildInputs | None = None,
     """Resolve every variant of `doc`; raises MatrixError with the schema problems and the resolution problems."""
     ctx = Ctx(doc, tables or load_tables(), inputs or BuildInputs())
     resolved: list[ResolvedVariant] = []
-    first: dict[str, tuple] = {}
+    first: dict[str, tuple[str, int]] = {}
     for rv in doc.variants:
         if not rv.valid:  # a field of it is already reported; resolving would only add follow-on noise
             continue

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from imagebuild.compat import CudaInfo, TorchRelease, TorchVariant, vtuple
 from imagebuild.matrix import RawVariant
-from imagebuild.resolve.context import Ctx, is_prefix, known_list, newest
+from imagebuild.resolve.rules import Ctx, is_prefix, known_list, newest
 
 LIB_NAMES = {"cudnn": "cuDNN", "nccl": "NCCL"}
 
 
-def pick_torch(ctx: Ctx, rv: RawVariant, chosen: dict) -> TorchRelease | None:
+def pick_torch(ctx: Ctx, rv: RawVariant, chosen: dict[str, str]) -> TorchRelease | None:
     spec = rv.values["torch"]
     version = newest(ctx.tables.torch, spec)
     if version is None:
@@ -42,7 +42,7 @@ def pick_cuda(ctx: Ctx, rv: RawVariant, release: TorchRelease) -> tuple[TorchVar
 
 
 def _check_pin(ctx: Ctx, rv: RawVariant, lib: str, wanted: str, wheel_pin: str, label: str,
-               chosen: dict) -> str | None:
+               chosen: dict[str, str]) -> str | None:
     name, major = LIB_NAMES[lib], vtuple(wheel_pin)[0]
     valid = f"valid choices: a {name} {major}.x version not older than {wheel_pin}, or leave {lib} unset"
     if vtuple(wanted)[0] != major:
@@ -61,7 +61,7 @@ def _check_pin(ctx: Ctx, rv: RawVariant, lib: str, wanted: str, wheel_pin: str, 
 
 
 def library_pins(ctx: Ctx, rv: RawVariant, release: TorchRelease, variant: TorchVariant | None,
-                 chosen: dict) -> dict[str, str | None] | None:
+                 chosen: dict[str, str]) -> dict[str, str | None] | None:
     """cudnn/nccl/triton of the variant; None when an explicit pin is rejected. `variant` None = the CUDA choice
     was already rejected: still judge explicit pins against every variant of the release, to report them too."""
     out: dict[str, str | None] = {}
@@ -97,7 +97,7 @@ def library_pins(ctx: Ctx, rv: RawVariant, release: TorchRelease, variant: Torch
     return out if ok else None
 
 
-def companion(ctx: Ctx, rv: RawVariant, release: TorchRelease, lib: str, chosen: dict) -> tuple[bool, str | None]:
+def companion(ctx: Ctx, rv: RawVariant, release: TorchRelease, lib: str, chosen: dict[str, str]) -> tuple[bool, str | None]:
     """torchvision / torchaudio: (ok, version or None). Each release of them pins exactly one torch."""
     wanted = rv.values.get(lib)
     known = getattr(release, lib)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from imagebuild.compat import CudaInfo, TERelease, TorchRelease, arch_num, vtuple
 from imagebuild.matrix import RawVariant
 from imagebuild.models import OSInfo
-from imagebuild.resolve.context import Ctx, known_list, newest
+from imagebuild.resolve.rules import Ctx, known_list, newest
 
 
-def pick_python(ctx: Ctx, rv: RawVariant, release: TorchRelease, osinfo: OSInfo, chosen: dict) -> str | None:
+def pick_python(ctx: Ctx, rv: RawVariant, release: TorchRelease, osinfo: OSInfo, chosen: dict[str, str]) -> str | None:
     """The variant's Python: in the torch release's range, and shipped or installable by the OS."""
     python = rv.values.get("python")
     where = "python"
@@ -78,7 +78,7 @@ def check_archs(ctx: Ctx, rv: RawVariant, release: TorchRelease, cuda: str, arch
 
 
 def pick_te(ctx: Ctx, rv: RawVariant, release: TorchRelease, info: CudaInfo | None, cudnn: str | None,
-            chosen: dict) -> tuple[bool, str | None, str | None]:
+            chosen: dict[str, str]) -> tuple[bool, str | None, str | None]:
     """(ok, transformer_engine version, fp8_min_arch)."""
     wanted = rv.values.get("transformer_engine")
     if wanted is None or wanted is False:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from imagebuild.compat import accel, cuda_tag
 from imagebuild.matrix import RawVariant
 from imagebuild.models import FLAVORS, ResolvedVariant, Versions
-from imagebuild.resolve.context import Ctx
+from imagebuild.resolve.origins import base_source, torch_index
 from imagebuild.resolve.pins import companion, library_pins, pick_cuda, pick_torch
 from imagebuild.resolve.platform import check_archs, check_glibc, pick_python, pick_te
-from imagebuild.resolve.sources import base_source, torch_index
+from imagebuild.resolve.rules import Ctx
 
 
 def variant_key(torch: str, cuda: str, python: str, os_id: str) -> str:

@@ -8,7 +8,7 @@ from imagebuild.compat import TorchRelease, cuda_tag
 from imagebuild.matrix import RawVariant
 from imagebuild.models import BaseSource, OSInfo
 from imagebuild.oci import Reference
-from imagebuild.resolve.context import Ctx
+from imagebuild.resolve.rules import Ctx
 
 # nvidia/cuda tags: X.Y.Z-{base|runtime|devel}-<os> and X.Y.Z-cudnn[N]-{runtime|devel}-<os>
 _NVIDIA_CUDA_TAG = re.compile(r"^(\d+\.\d+)(?:\.\d+)?-(?:(cudnn\d*)-)?(base|runtime|devel)-(.+)$")
@@ -52,7 +52,7 @@ def _check_registry_base(ctx: Ctx, rv: RawVariant, ref_text: str, osinfo: OSInfo
     return True
 
 
-def base_source(ctx: Ctx, rv: RawVariant, osinfo: OSInfo, chosen: dict) -> BaseSource | None:
+def base_source(ctx: Ctx, rv: RawVariant, osinfo: OSInfo, chosen: dict[str, str]) -> BaseSource | None:
     v = rv.values
     if v.get("base_image") == "bootstrap":
         if not osinfo.archive_keys or not osinfo.keyring:
@@ -83,7 +83,7 @@ def base_source(ctx: Ctx, rv: RawVariant, osinfo: OSInfo, chosen: dict) -> BaseS
     return BaseSource(kind="registry", ref=ref) if ok else None
 
 
-def torch_index(ctx: Ctx, rv: RawVariant, release: TorchRelease, chosen: dict) -> str | None:
+def torch_index(ctx: Ctx, rv: RawVariant, release: TorchRelease, chosen: dict[str, str]) -> str | None:
     """None means PyPI (the release's default CUDA variant). Override order: --torch-index-url, then the matrix's
     `torch_index_url`; "none" forces PyPI (e.g. a wheelhouse or a pip index that mirrors PyTorch's). This is the one
     place the override is applied: render and the local version label (`+cu130`) follow the variant's result."""

@@ -8,7 +8,6 @@ from imagebuild.compat import Tables, vtuple
 from imagebuild.errors import Problem
 from imagebuild.inputs import BuildInputs
 from imagebuild.matrix import MatrixDoc, RawVariant
-from imagebuild.matrix.yamlload import YPath
 
 
 class Ctx:
@@ -16,7 +15,7 @@ class Ctx:
         self.doc, self.tables, self.inputs = doc, tables, inputs
         self.problems: list[Problem] = []
 
-    def bad(self, rv: RawVariant, fieldname: str | YPath, message: str, choices: str = "") -> None:
+    def bad(self, rv: RawVariant, fieldname: str | tuple[str | int, ...], message: str, choices: str = "") -> None:
         """Report at the line where the field's value is written (or at the row when it came from nowhere)."""
         path = fieldname if isinstance(fieldname, tuple) else rv.origins.get(fieldname, rv.row)
         self.problems.append(self.doc.problem(path, message, choices))

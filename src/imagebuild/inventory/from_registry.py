@@ -14,9 +14,9 @@ import zlib
 from typing import IO, Any
 
 from imagebuild.errors import ImagebuildError
-from imagebuild.inventory import dpkg, files, pydist
-from imagebuild.inventory.files import Readable
+from imagebuild.inventory import dpkg, pydist, tarpick
 from imagebuild.inventory.model import Inventory, Layer
+from imagebuild.inventory.tarpick import Readable
 from imagebuild.oci import Reference, RegistryClient, RegistryError
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
@@ -74,7 +74,7 @@ def read_registry(client: RegistryClient, ref: Reference, platform: str | None =
     blobs = doc.get("layers") or []
     if len(blobs) != len(diff_ids):
         raise ImagebuildError(f"{ref}: manifest has {len(blobs)} layers, config {len(diff_ids)} diff_ids")
-    collector = files.Collector()
+    collector = tarpick.Collector()
     for blob in blobs:
         stream, compression = _open_layer(client, repo, ref, blob)
         try:
@@ -96,7 +96,7 @@ def read_registry(client: RegistryClient, ref: Reference, platform: str | None =
         layers=tuple(Layer(d, int(b.get("size") or 0), created_by[i] if created_by else "")
                      for i, (d, b) in enumerate(zip(diff_ids, blobs, strict=True))),
         size_kind="compressed",
-        os_release=files.os_release(found),
+        os_release=tarpick.os_release(found),
         debs=tuple(dpkg.read_database(found)),
         pythons=tuple(pydist.read_distributions(found)),
         source="registry",

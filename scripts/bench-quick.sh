@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Every bench script in its --quick mode (small inputs, one repetition), so that no bench can rot unnoticed:
+# scripts/run-tests.sh runs this after the linters, on the engine it started; any bench that exits non-zero (a
+# traceback included) fails the run. The figures printed here are not measurements; `make bench` gives those.
+#
+# What is cheap: the pure benches (resolve, te) need no engine. The ones that need built images share ONE build of
+# the smallest thing the project builds, the CPU matrix's base image (`--only base`: bootstrap + base, about a
+# minute, and the integration tests' CPU build then finds the OS image and the base's layers in the engine's cache);
+# each bench then does a no-op of it or pushes it (bench_repro compares a two-file image of its own with itself).
+# A bench added to bench/ must be listed here
+# (tests/unit/test_bench_scripts.py checks that every bench/*.py is, and that each has --quick).
+#
+# Needs: DOCKER_HOST (or the default socket) reaching an engine, Debian's docker CLI and docker-registry, the
+# wheelhouse (IMAGEBUILD_WHEELHOUSE or PIP_FIND_LINKS, default /opt/wheels) and the CA bundle (IMAGEBUILD_CA_CERT or
+# PIP_CERT). Output: one line per bench with its seconds, then the total.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ -x .venv/bin/python ]]; then export PATH="$PWD/.venv/bin:$PATH"; fi
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+wheelhouse="${IMAGEBUILD_WHEELHOUSE:-${PIP_FIND_LINKS:-/opt/wheels}}"
+ca_cert="${IMAGEBUILD_CA_CERT:-${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}}"
+
+work="$(mktemp -d /var/tmp/ib-bench-quick.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+export IMAGEBUILD_STATE_DIR="$work/state"  # the record of these builds, never the checkout's .imagebuild/
+build=(--matrix images/cpu.yaml --only base --wheelhouse "$wheelhouse" --ca-cert "$ca_cert" --torch-index-url none)
+
+started=$SECONDS
+bench() {  # bench NAME COMMAND...: run it, its output under a header; a failure stops the script (set -e)
+  local name="$1" t0=$SECONDS; shift
+  echo "bench-quick: $name" >&2
+  "$@"
+  echo "bench-quick: $name ok ($((SECONDS - t0)) s)" >&2
+}
+
+# pure: no engine
+bench bench_resolve python bench/bench_resolve.py --quick
+bench bench_te python bench/bench_te.py --quick
+
+# the one build the others reuse (a real build on a fresh engine, a no-op on a warm one)
+bench "build --only base" imagebuild build "${build[@]}" --plain --report-dir "$work/report"
+bench bench_noop python bench/bench_noop.py --quick --only base --wheelhouse "$wheelhouse" --ca-cert "$ca_cert"
+bench bench_build python bench/bench_build.py --quick --only base --wheelhouse "$wheelhouse" --ca-cert "$ca_cert" \
+  --log-dir "$work/bench-build-logs"
+bench e2e_table python bench/e2e_table.py --quick --report "$work/report/build-report.json"
+bench bench_repro python bench/bench_repro.py --quick
+bench bench_push python bench/bench_push.py --quick
+bench bench_registry_cache python bench/bench_registry_cache.py --quick
+
+echo "bench-quick: all benches ran ($((SECONDS - started)) s)" >&2
