@@ -114,3 +114,26 @@ def test_only_matching_nothing_is_one_error_for_every_command(matrix_run, monkey
     r = CliRunner().invoke(push, ["-m", str(matrix_run.matrix), "--only", "nothing-like-this", "--dry-run"],
                            standalone_mode=False)
     assert str(r.exception) == f"--only nothing-like-this: matches no image of {matrix_run.matrix}"
+
+
+def test_registry_cache_is_not_asked_when_the_engine_holds_every_selected_image(monkeypatch):
+    """A no-op makes no network request: the registry is asked only for what this engine lacks."""
+    from imagebuild.pipeline import building
+    from imagebuild.pipeline.selection import Selection
+
+    images = chain("2.13.0-cpu-py3.11-debian12", flavors=("base", "runtime"))
+    engine = FakeEngine()
+    asked: list[list[str]] = []
+
+    def find(imgs, auth, log, local_id=None):
+        asked.append([i.tag for i in imgs])
+        return {}
+
+    monkeypatch.setattr(building, "find_in_registry", find)
+    selection = Selection((), list(images), list(images))
+    engine.add_image(images[0].tag, {"io.imagebuild.inputs-hash": images[0].inputs_hash})
+    assert building.registry_lookup(engine, selection, None, False, print) == {}
+    assert asked == [[i.tag for i in images]]  # the runtime is missing: asked, the local base passed as local_id
+    engine.add_image(images[1].tag, {"io.imagebuild.inputs-hash": images[1].inputs_hash})
+    assert building.registry_lookup(engine, selection, None, False, print) == {}
+    assert len(asked) == 1  # everything here: not asked again

@@ -53,10 +53,17 @@ class BuildRun:
         return {r.tag: r for r in self.results}
 
 
-def registry_lookup(selection: Selection, require: bool, say: Say) -> dict[str, RemoteImage]:
-    """--registry-cache: which selected images the registry already holds with exactly the planned inputs."""
+def registry_lookup(client: Any, selection: Selection, rec: Record | None, require: bool,
+                    say: Say) -> dict[str, RemoteImage]:
+    """--registry-cache: which selected images the registry already holds with exactly the planned inputs.
+
+    Asked only when this engine lacks one of them: a no-op makes no network request (a registry that does not
+    resolve would cost every no-op its DNS time)."""
+    here = {img.tag: locate(client, img, rec).image_id for img in selection.with_parents}
+    if all(here.values()):
+        return {}
     try:
-        return find_in_registry(selection.with_parents, resolve_auth, log=say)
+        return find_in_registry(selection.with_parents, resolve_auth, log=say, local_id=lambda img: here.get(img.tag))
     except RegistryUnavailable as exc:
         if require:
             raise SourcesUnreachable(f"{exc} (--require-registry)") from None
@@ -110,7 +117,7 @@ def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSet
     """Build (or find up to date) the selected images and their parents; rows for the whole plan."""
     remote: dict[str, RemoteImage] = {}
     if settings.registry_cache and not settings.force:
-        remote = registry_lookup(selection, settings.require_registry, say)
+        remote = registry_lookup(client, selection, rec, settings.require_registry, say)
     buildable, blocked = preflight_sources(client, plan, selection, settings.keep_going, rec, settings.force,
                                            remote, say)
     options = BuildOptions(force=settings.force, only=selection.only, keep_going=settings.keep_going,

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.engine.store import as_store
-from imagebuild.inventory import diff_images, diff_to_json, dump_sbom, format_diff, make_sbom, read_local
 from imagebuild.lock.model import canonical_name, parse
 from imagebuild.models import ImagePlan, ImageResult, Plan
 from imagebuild.pipeline.building import HERE, BuildStatus
@@ -62,6 +61,9 @@ def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir:
                 "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() == old.get("sha256"):
             res.sbom = dict(old)
             continue
+        # not for a no-op (its SBOMs are recorded): inventory loads the tar and CycloneDX readers
+        from imagebuild.inventory import dump_sbom, make_sbom, read_local
+
         try:
             inv = read_local(client, res.image_id)
             text = dump_sbom(make_sbom(inv, hashes))
@@ -84,6 +86,8 @@ def diff_rebuilds(client: Any, plan: Plan, results: list[ImageResult], before: d
         old = before.get(res.tag)
         if res.status != BuildStatus.BUILT or not old or not res.image_id or old == res.image_id:
             continue
+        from imagebuild.inventory import diff_images, diff_to_json, format_diff  # only for a rebuild
+
         try:
             d = diff_images(client, old, res.image_id)
         except Exception as exc:  # the previous image may be gone (pruned); say so, keep going
