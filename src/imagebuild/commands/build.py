@@ -56,17 +56,13 @@ def _say(msg: str) -> None:
 @click.option("--sbom/--no-sbom", "sbom", default=True, show_default=True,
               help="Write a CycloneDX SBOM per image beside the report (reports/<matrix>/sbom/), its digest in the "
                    "report; a rebuild's report also shows the diff against the image the tag pointed at before.")
-@click.option("--backend", type=click.Choice(["classic", "buildkit"]), default="classic", show_default=True,
-              help="classic: the engine's classic builder (docker SDK); buildkit: `docker buildx build` (build "
-                   "secrets, cache mounts, parallel stages; needs an engine >= 23 or a --builder).")
 @click.option("--builder", "buildx_builder", metavar="NAME", default=None,
               help="With --backend buildkit: the buildx builder (default: buildx's current one, the engine's).")
 @click.option("--locked", is_flag=True,
               help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
                    "Without it an existing lock is used too; a missing one means an unlocked build.")
 def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verbose, log_dir, report_dir,
-            state_dir, run_tests, retest, run_push, registry_cache, require_registry, sbom, backend, buildx_builder, locked,
-            created):
+            state_dir, run_tests, retest, run_push, registry_cache, require_registry, sbom, buildx_builder, locked, created):
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -82,6 +78,7 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
     from imagebuild.engine import connect
     from imagebuild.record import load_record, now, updating
     from imagebuild.record.update import record_build
+    from imagebuild.render import plan_backend
 
     started = now()
     check_inputs(inputs)
@@ -100,7 +97,7 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
                    "records its own", err=True)
     client = connect("build")  # its timeout also fits --push of multi-GB layers
     build_backend = None
-    if backend == "buildkit" or buildx_builder:
+    if plan_backend(plan, inputs) == "buildkit" or buildx_builder:
         from imagebuild.builder.buildx_preflight import preflight as buildx_preflight
 
         build_backend = buildx_preflight(buildx_builder)  # one error line before anything builds

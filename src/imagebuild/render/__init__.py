@@ -10,6 +10,7 @@ Build contract (what the builder passes besides `RenderedImage.build_args` / `se
 The build context is `context_files` (path -> bytes) plus `context_dirs` (path -> host folder, e.g. wheelhouse/).
 """
 
+from imagebuild.render.backend import plan_backend
 from imagebuild.render.image import (
     CA_DIR,
     FILES_DIR,
@@ -25,6 +26,7 @@ __all__ = [
     "FILES_DIR",
     "VOLATILE_BUILD_ARGS",
     "WHEELHOUSE_DIR",
+    "plan_backend",
     "RenderedImage",
     "render_image",
     "templates_dir",
