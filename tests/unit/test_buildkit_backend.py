@@ -196,3 +196,22 @@ def test_missing_docker_cli_is_one_line(monkeypatch):
     monkeypatch.setenv("IMAGEBUILD_DOCKER_CLI", os.devnull + "/docker")
     with pytest.raises(BuilderUnavailable, match="make install"):
         preflight(None)
+
+
+def test_registry_cache_flags_one_tag_per_image():
+    flags = BuildxBackend(cache_repository="127.0.0.1:5000/ml/cache").cache_flags("reg.example/ml/torch:2.13-runtime")
+    assert flags == ("--cache-from", "type=registry,ref=127.0.0.1:5000/ml/cache:2.13-runtime,registry.insecure=true",
+                     "--cache-to", "type=registry,ref=127.0.0.1:5000/ml/cache:2.13-runtime,mode=max,ignore-error=true"
+                     ",registry.insecure=true")
+    assert "insecure" not in " ".join(BuildxBackend(cache_repository="reg.example/c").cache_flags("a/b:t"))
+    assert BuildxBackend().cache_flags("a/b:t") == ()
+
+
+def test_cache_export_needs_the_containerd_store():
+    from imagebuild.builder.buildx_preflight import Builder, check_cache_export
+
+    docker = Builder("default", "docker", "running", "")
+    with pytest.raises(BuilderUnavailable, match="containerd image store"):
+        check_cache_export(docker, '[["Backing Filesystem","extfs"]]')
+    check_cache_export(docker, '[["driver-type","io.containerd.snapshotter.v1"]]')
+    check_cache_export(Builder("farm", "remote", "running", "v0.13.2"), "")

@@ -50,10 +50,24 @@ def run_cli(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess
 class BuildxBackend:
     """Builds through `docker buildx build`; `builder` None is the current builder (the engine's docker driver)."""
 
-    def __init__(self, builder: str | None = None, docker_driver: bool = True,
-                 extra_flags: tuple[str, ...] = ()) -> None:
-        self.builder, self.docker_driver, self.extra_flags = builder, docker_driver, extra_flags
+    def __init__(self, builder: str | None = None, docker_driver: bool = True, cache_repository: str | None = None,
+                 ) -> None:
+        self.builder, self.docker_driver, self.cache_repository = builder, docker_driver, cache_repository
         self.docker = docker_cli()
+
+    def cache_flags(self, tag: str) -> tuple[str, ...]:
+        """A registry cache per image (`<cache repository>:<the image's tag>`, every stage: mode=max), imported and
+        exported, so a fresh runner rebuilding a changed image reuses each unchanged stage. Plain HTTP for a
+        loopback registry, as the engine itself allows."""
+        if not self.cache_repository:
+            return ()
+        from imagebuild.oci import Reference
+
+        repo = Reference.parse(self.cache_repository)
+        ref = f"{repo.name}:{Reference.parse(tag).tag or 'latest'}"
+        insecure = ",registry.insecure=true" if repo.registry.split(":")[0] in ("localhost", "127.0.0.1") else ""
+        return ("--cache-from", f"type=registry,ref={ref}{insecure}",
+                "--cache-to", f"type=registry,ref={ref},mode=max,ignore-error=true{insecure}")
 
     def start(self, request: BuildRequest) -> BuildxBuild:
         return BuildxBuild(self, request)
@@ -123,7 +137,7 @@ class BuildxBuild:
             labels=req.labels, secrets=SECRET_BUILD_ARGS,
             base_ref=self.backend.parent_ref(base) if base.startswith("sha256:") else None,
             builder=self.backend.builder, docker_driver=self.backend.docker_driver,
-            metadata_file=tmp / "metadata.json", extra_flags=self.backend.extra_flags)
+            metadata_file=tmp / "metadata.json", extra_flags=self.backend.cache_flags(req.tag))
         env = {**os.environ, **secret_env(req.build_args, SECRET_BUILD_ARGS)}
         with self._lock:
             if self._cancelled:

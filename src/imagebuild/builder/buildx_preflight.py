@@ -79,7 +79,16 @@ def check_named_contexts(builder: Builder, engine_version: str) -> None:
             f"(BuildKit >= v{MIN_BUILDKIT[0]}.{MIN_BUILDKIT[1]}): update it or build with --backend classic")
 
 
-def preflight(builder_name: str | None = None) -> BuildxBackend:
+def check_cache_export(builder: Builder, driver_status: str) -> None:
+    """The docker driver exports a registry cache only from the containerd image store (Docker's cache docs)."""
+    if builder.driver == "docker" and "io.containerd.snapshotter" not in driver_status:
+        raise BuilderUnavailable(
+            "--buildkit-cache: the engine's docker driver cannot export a registry cache without the containerd "
+            "image store; start the engine with {\"features\": {\"containerd-snapshotter\": true}} "
+            "(scripts/modern-engine.sh does) or name a docker-container/remote --builder")
+
+
+def preflight(builder_name: str | None = None, cache_repository: str | None = None) -> BuildxBackend:
     """The BuildKit backend for `builder_name` (None: buildx's current builder), or one BuilderUnavailable line."""
     docker = docker_cli()
     version = run_cli([docker, "buildx", "version"])
@@ -107,4 +116,7 @@ def preflight(builder_name: str | None = None) -> BuildxBackend:
                                  f"{_ls_summary(builders)}")
     engine = run_cli([docker, "version", "--format", "{{.Server.Version}}"])
     check_named_contexts(chosen, engine.stdout.strip())
-    return BuildxBackend(builder=builder_name, docker_driver=chosen.driver == "docker")
+    if cache_repository:
+        check_cache_export(chosen, run_cli([docker, "info", "--format", "{{json .DriverStatus}}"]).stdout)
+    return BuildxBackend(builder=builder_name, docker_driver=chosen.driver == "docker",
+                         cache_repository=cache_repository)

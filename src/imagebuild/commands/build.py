@@ -58,11 +58,15 @@ def _say(msg: str) -> None:
                    "report; a rebuild's report also shows the diff against the image the tag pointed at before.")
 @click.option("--builder", "buildx_builder", metavar="NAME", default=None,
               help="With --backend buildkit: the buildx builder (default: buildx's current one, the engine's).")
+@click.option("--buildkit-cache", "buildkit_cache", metavar="REPOSITORY", default=None,
+              help="With the buildkit backend: import and export a registry cache of every stage, one tag per image "
+                   "(REPOSITORY:<image tag>), so a fresh runner rebuilds a changed image from its unchanged stages.")
 @click.option("--locked", is_flag=True,
               help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
                    "Without it an existing lock is used too; a missing one means an unlocked build.")
 def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verbose, log_dir, report_dir,
-            state_dir, run_tests, retest, run_push, registry_cache, require_registry, sbom, buildx_builder, locked, created):
+            state_dir, run_tests, retest, run_push, registry_cache, require_registry, sbom, buildx_builder, buildkit_cache, locked,
+            created):
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -97,10 +101,10 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
                    "records its own", err=True)
     client = connect("build")  # its timeout also fits --push of multi-GB layers
     build_backend = None
-    if plan_backend(plan, inputs) == "buildkit" or buildx_builder:
+    if plan_backend(plan, inputs) == "buildkit" or buildx_builder or buildkit_cache:
         from imagebuild.builder.buildx_preflight import preflight as buildx_preflight
 
-        build_backend = buildx_preflight(buildx_builder)  # one error line before anything builds
+        build_backend = buildx_preflight(buildx_builder, buildkit_cache)  # one error line before anything builds
     say = _say
     remote = {}
     if registry_cache and not force:
