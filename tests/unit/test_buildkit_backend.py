@@ -164,7 +164,9 @@ def test_cancel_stops_the_process_and_fails_the_build(fake_docker, monkeypatch):
 
 
 def test_parse_ls_and_the_named_context_rule():
-    builders = {b.name: b for b in parse_ls(LS + "not json\n")}
+    listed = parse_ls(LS + LS.splitlines()[0] + "\nnot json\n")
+    assert [b.name for b in listed] == ["default", "farm", "k8s"]  # buildx 0.13.1 repeats the docker builder
+    builders = {b.name: b for b in listed}
     assert builders["farm"].driver == "remote" and builders["farm"].buildkit == "v0.9.3"
     with pytest.raises(BuilderUnavailable, match=r"Docker Engine 20\.10\.24\+dfsg1 embeds .*--backend classic"):
         check_named_contexts(builders["default"], "20.10.24+dfsg1")

@@ -43,8 +43,8 @@ def parse_ls(text: str) -> list[Builder]:
             obj = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if not isinstance(obj, dict) or not obj.get("Name"):
-            continue
+        if not isinstance(obj, dict) or not obj.get("Name") or any(b.name == obj["Name"] for b in builders):
+            continue  # buildx 0.13.1 lists the docker driver's builder twice
         nodes = [n for n in obj.get("Nodes") or [] if isinstance(n, dict)]
         node = nodes[0] if nodes else {}
         builders.append(Builder(name=str(obj["Name"]), driver=str(obj.get("Driver", "")),
