@@ -89,6 +89,8 @@ class BuildxBackend:
         return pin
 
     def image_id(self, tag: str) -> str | None:
+        """The engine's own ID of the built image (what the SDK and the record use; with the containerd image store
+        the manifest digest, not the config digest buildx's --iidfile gives)."""
         out = run_cli([self.docker, "image", "inspect", "--format", "{{.Id}}", tag])
         return out.stdout.strip() if out.returncode == 0 and out.stdout.strip().startswith("sha256:") else None
 
@@ -137,7 +139,7 @@ class BuildxBuild:
             labels=req.labels, secrets=SECRET_BUILD_ARGS,
             base_ref=self.backend.parent_ref(base) if base.startswith("sha256:") else None,
             builder=self.backend.builder, docker_driver=self.backend.docker_driver,
-            metadata_file=tmp / "metadata.json", extra_flags=self.backend.cache_flags(req.tag))
+            extra_flags=self.backend.cache_flags(req.tag))
         env = {**os.environ, **secret_env(req.build_args, SECRET_BUILD_ARGS)}
         with self._lock:
             if self._cancelled:

@@ -44,7 +44,6 @@ class BuildxCall:
     base_ref: str | None = None  # the parent's pin tag in the engine's store, when BASE_IMAGE is an image ID
     builder: str | None = None  # buildx builder name; None: the current one (the engine's docker driver)
     docker_driver: bool = True
-    metadata_file: Path | None = None
     extra_flags: tuple[str, ...] = field(default_factory=tuple)  # cache import/export (--cache-from/--cache-to)
 
 
@@ -68,8 +67,6 @@ def buildx_argv(call: BuildxCall, docker: str = "docker") -> list[str]:
         argv += ["--secret", f"id={secret_id(name)},env={SECRET_ENV_PREFIX}{name}"]
     if not call.docker_driver:
         argv += ["--output", "type=docker,rewrite-timestamp=true"]
-    if call.metadata_file is not None:
-        argv += ["--metadata-file", str(call.metadata_file)]
     argv += list(call.extra_flags)
     argv.append(str(call.context_dir))
     return argv

@@ -37,7 +37,7 @@ class Builder:
 
 def parse_ls(text: str) -> list[Builder]:
     """`docker buildx ls --format json`: one JSON object per line."""
-    builders = []
+    builders: list[Builder] = []
     for line in text.splitlines():
         try:
             obj = json.loads(line)
