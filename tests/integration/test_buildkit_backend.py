@@ -98,3 +98,44 @@ def test_the_20_10_engine_is_refused_before_anything_builds(cpu_build, tmp_path)
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and f"Docker Engine {version}" in lines[0], lines
     assert "Traceback" not in result.stderr
+
+
+def test_a_real_bake_of_the_exported_compose_file(bk_build, cpu_build, tmp_path):
+    """`imagebuild bake` -> `docker buildx bake` on the modern engine (no bridge): the base image builds with
+    host networking (--no-cache: every RUN really runs), carries its own labels, and no credential is in the file."""
+    import subprocess
+
+    import yaml
+
+    result, client, _ = bk_build
+    assert result.returncode == 0
+    out = tmp_path / "docker-bake.yml"
+    secret = "https://bakeuser:bake-Pa55@127.0.0.1:9/simple"
+    exported = imagebuild("bake", *cpu_build.args(
+        "--wheelhouse", os.environ.get("IMAGEBUILD_WHEELHOUSE", "/opt/wheels"),
+        "--ca-cert", os.environ.get("IMAGEBUILD_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
+        "--torch-index-url", "none", "--pip-extra-index-url", secret, "--only", "*-base", "-o", str(out)),
+        env=_bk_env(tmp_path / "state"))
+    assert exported.returncode == 0, exported.stderr
+    text = out.read_text()
+    assert "bake-Pa55" not in text
+    [(name, service)] = yaml.safe_load(text)["services"].items()
+    assert service["build"]["network"] == "host"
+    [base] = [i for i in cpu_build.plan.images if i.flavor == "base"]
+    os_id = client.api.inspect_image(base.tag)["Config"]["Labels"]["io.imagebuild.base-id"]
+    env = {**os.environ, **_bk_env(tmp_path / "state"), "PIP_EXTRA_INDEX_URL": secret,
+           "OS_IMAGE_debian12": _pin(client, os_id)}
+    baked = subprocess.run(["docker", "buildx", "bake", "-f", str(out), "--no-cache", "--provenance=false",
+                            "--progress", "plain"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=1800, check=False)
+    assert baked.returncode == 0, baked.stderr[-3000:]
+    assert "bake-Pa55" not in baked.stderr
+    labels = client.api.inspect_image(service["build"]["tags"][0])["Config"]["Labels"]
+    assert labels["io.imagebuild.inputs-hash"] == service["build"]["labels"]["io.imagebuild.inputs-hash"]
+    assert labels["io.imagebuild.source-date-epoch"].isdigit()
+
+
+def _pin(client, image_id: str) -> str:
+    """A tag for the OS image the bake's base target starts from (BuildKit cannot take an image ID)."""
+    client.api.tag(image_id, "imagebuild-pin", image_id.removeprefix("sha256:"))
+    return f"imagebuild-pin:{image_id.removeprefix('sha256:')}"
