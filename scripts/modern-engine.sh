@@ -58,14 +58,12 @@ verified_index() {  # prints the path of trixie's verified, decompressed main/bi
     # the SHA256 section lists " <sha256> <size> <path>"; take the line of the xz index
     want="$(awk '/^SHA256:/{s=1; next} /^[^ ]/{s=0} s && $3 == "main/binary-amd64/Packages.xz" {print $1}' "$clear")"
     [ -n "$want" ] || die "$SUITE Release lists no main/binary-amd64/Packages.xz"
-    if [ ! -f "$cache/Packages" ] || [ "$(cat "$cache/Packages.sha256" 2>/dev/null)" != "$want" ]; then
+    if [ ! -f "$cache/Packages.xz" ] || [ "$(sha256sum "$cache/Packages.xz" | cut -d' ' -f1)" != "$want" ]; then
         fetch "$MIRROR/dists/$SUITE/main/binary-amd64/Packages.xz" "$cache/Packages.xz"
-        got="$(sha256sum "$cache/Packages.xz" | cut -d' ' -f1)"
-        [ "$got" = "$want" ] || die "Packages.xz sha256 $got is not the $want the signed Release lists"
-        xz -dc "$cache/Packages.xz" >"$cache/Packages"
-        echo "$want" >"$cache/Packages.sha256"
-        rm -f "$cache/Packages.xz"
     fi
+    got="$(sha256sum "$cache/Packages.xz" | cut -d' ' -f1)"
+    [ "$got" = "$want" ] || { rm -f "$cache/Packages.xz"; die "Packages.xz sha256 $got is not the $want the signed Release lists"; }
+    xz -dc "$cache/Packages.xz" >"$cache/Packages"
     echo "$cache/Packages"
 }
 
