@@ -44,7 +44,7 @@ def _bk_args(cpu_build, tmp: Path) -> list[str]:
     args = cpu_build.build_args()
     args[args.index("--log-dir") + 1] = str(tmp / "logs")
     args[args.index("--report-dir") + 1] = str(tmp / "report")
-    return [*args, "--backend", "buildkit", "--test", "--no-registry-cache", "--no-sbom"]
+    return [*args, "--backend", "buildkit", "--test", "--no-registry-cache"]
 
 
 def _unpacked(client, ref: str) -> int:
