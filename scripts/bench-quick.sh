@@ -46,5 +46,13 @@ bench e2e_table python bench/e2e_table.py --quick --report "$work/report/build-r
 bench bench_repro python bench/bench_repro.py --quick
 bench bench_push python bench/bench_push.py --quick
 bench bench_registry_cache python bench/bench_registry_cache.py --quick
+# the BuildKit backend's bench on the modern engine run-tests.sh started (scripts/modern-engine.sh)
+if [[ -n "${IMAGEBUILD_BUILDKIT_HOST:-}" ]]; then
+  bench bench_buildkit env DOCKER_HOST="$IMAGEBUILD_BUILDKIT_HOST" DOCKER_CONFIG="${IMAGEBUILD_BUILDKIT_DOCKER_CONFIG:-}" \
+    python bench/bench_buildkit.py --quick --wheelhouse "$wheelhouse" --ca-cert "$ca_cert"
+else
+  echo "bench-quick: error: no BuildKit engine (IMAGEBUILD_BUILDKIT_HOST): bench/bench_buildkit.py --quick not run" >&2
+  exit 1
+fi
 
 echo "bench-quick: all benches ran ($((SECONDS - started)) s)" >&2

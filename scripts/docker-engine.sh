@@ -17,6 +17,9 @@ set -euo pipefail
 
 WAIT_SECONDS="${DOCKER_ENGINE_WAIT:-60}"
 DOCKERD_FLAGS=(--bridge=none --iptables=false --ip-masq=false)
+# --fresh only: another dockerd binary and flags of its own (scripts/modern-engine.sh: its 26.1 dockerd + --config-file)
+DOCKERD="${IMAGEBUILD_DOCKERD:-dockerd}"
+read -r -a EXTRA_FLAGS <<<"${IMAGEBUILD_DOCKERD_FLAGS:-}"
 
 log() { printf 'docker-engine: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -40,6 +43,10 @@ as_root() {
 }
 
 ensure_dockerd() {
+    if [ "$DOCKERD" != dockerd ]; then
+        [ -x "$DOCKERD" ] || die "IMAGEBUILD_DOCKERD=$DOCKERD is not an executable file"
+        return
+    fi
     if command -v dockerd >/dev/null 2>&1 && command -v docker >/dev/null 2>&1; then
         return
     fi
@@ -110,7 +117,7 @@ cmd_fresh() {
     log "starting a private dockerd in $dir (log: $logfile)"
     # own socket, data-root, exec-root (its own managed containerd lives there) and pidfile; no listeners
     # elsewhere, no bridge, no iptables
-    as_root sh -c "setsid nohup dockerd ${DOCKERD_FLAGS[*]} -H '$host' --data-root '$dir/data' --exec-root '$dir/exec' \
+    as_root sh -c "setsid nohup '$DOCKERD' ${DOCKERD_FLAGS[*]} ${EXTRA_FLAGS[*]} -H '$host' --data-root '$dir/data' --exec-root '$dir/exec' \
         --pidfile '$dir/docker.pid' >>'$logfile' 2>&1 </dev/null & echo \$! >'$dir/.launcher.pid'"
     wait_for "$host" "$(cat "$dir/.launcher.pid")" "$logfile" || die "could not start the private dockerd in $dir"
     log "private engine answers at $host"

@@ -6,6 +6,10 @@
 # Starts a PRIVATE Docker engine with an empty data-root for this run, so no test can pass on images or build cache
 # left by an earlier session; stops it and deletes its data afterwards. IMAGEBUILD_REUSE_ENGINE=1 uses the engine
 # DOCKER_HOST (or the default socket) reaches instead — faster while developing, not what CI does.
+# A second private engine, dockerd 26.1 with buildx 0.13.1 (scripts/modern-engine.sh), serves the BuildKit backend's
+# tests: they find it in IMAGEBUILD_BUILDKIT_HOST (a DOCKER_HOST value) and IMAGEBUILD_BUILDKIT_DOCKER_CONFIG (where
+# the buildx plugin is); Debian 12's 20.10 has BuildKit v0.8, too old for them. A set IMAGEBUILD_BUILDKIT_HOST is used
+# as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
@@ -22,8 +26,18 @@ else
   trap cleanup EXIT
   eval "$(scripts/docker-engine.sh --fresh "$run_dir")"
 fi
+if [[ -z "${IMAGEBUILD_BUILDKIT_HOST:-}" ]]; then
+  bk_dir="$(mktemp -d /var/tmp/imagebuild-bk.XXXXXX)"
+  cleanup_bk() { scripts/modern-engine.sh --stop "$bk_dir" || true; rm -rf "$bk_dir"; }
+  trap 'cleanup_bk; if declare -F cleanup >/dev/null; then cleanup; fi' EXIT
+  bk_env="$(scripts/modern-engine.sh --fresh "$bk_dir")"
+  IMAGEBUILD_BUILDKIT_HOST="$(sed -n 's/^export DOCKER_HOST=//p' <<<"$bk_env")"
+  IMAGEBUILD_BUILDKIT_DOCKER_CONFIG="$(sed -n 's/^export DOCKER_CONFIG=//p' <<<"$bk_env")"
+fi
+export IMAGEBUILD_BUILDKIT_HOST
+export IMAGEBUILD_BUILDKIT_DOCKER_CONFIG="${IMAGEBUILD_BUILDKIT_DOCKER_CONFIG:-$(scripts/modern-engine.sh --env | sed 's/^export DOCKER_CONFIG=//')}"
 export IMAGEBUILD_REQUIRE_ENGINE=1  # a missing engine/tool fails the run instead of skipping tests
-echo "run-tests: engine at ${DOCKER_HOST:-default socket}" >&2
+echo "run-tests: engine at ${DOCKER_HOST:-default socket}; BuildKit engine at $IMAGEBUILD_BUILDKIT_HOST" >&2
 # every bench in --quick mode on this engine: a bench that crashes fails the run (its base build is reused below)
 scripts/bench-quick.sh
 python -m pytest -q -p no:cacheprovider tests "$@"

@@ -10,6 +10,8 @@ command -v htpasswd >/dev/null || need+=(apache2-utils)
 command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl)
 command -v gpg >/dev/null || need+=(gpg)  # bootstrap: exports the pinned archive keys
+command -v gpgv >/dev/null || need+=(gpgv)  # scripts/modern-engine.sh: verifies trixie's InRelease
+command -v xz >/dev/null || need+=(xz-utils)
 if ((${#need[@]})); then
   echo "system-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

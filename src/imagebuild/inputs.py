@@ -16,10 +16,12 @@ class BuildInputs:
     pip_extra_index_urls: tuple[str, ...] = ()
     torch_index_url: str | None = None  # overrides the resolved torch index; "none" disables it
     wheelhouse: Path | None = None  # local wheel folder, visible to pip stages only
+    backend: str | None = None  # "classic" | "buildkit"; None: the matrix's `backend` (default classic)
 
     def public(self) -> dict[str, Any]:
         """A loggable, hashable view: credentials replaced."""
-        return {
+        backend = {"backend": self.backend} if self.backend else {}  # absent unless asked: older records still match
+        return {**backend,
             "ca_certs": [str(p) for p in self.ca_certs],
             "pip_index_url": redact(self.pip_index_url) if self.pip_index_url else None,
             "pip_extra_index_urls": [redact(u) for u in self.pip_extra_index_urls],

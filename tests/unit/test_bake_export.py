@@ -82,7 +82,10 @@ def test_shape_targets_and_tags_equal_plan():
     for img in plan.images:
         t = doc["target"][target_name(img.id)]
         assert t["tags"] == [img.tag, *img.aliases]
-        assert t["labels"] == img.labels
+        # each target's own up-to-date labels, so a child never shows its parent's (LABEL is inherited)
+        assert t["labels"] == {**img.labels, "io.imagebuild.inputs-hash": img.inputs_hash, "io.imagebuild.base-id": "",
+                               "io.imagebuild.source-date-epoch": "${SOURCE_DATE_EPOCH}"}
+        assert t["args"]["SOURCE_DATE_EPOCH"] == "${SOURCE_DATE_EPOCH}"
         assert t["context"] == f"ctx/{img.id}" and t["dockerfile"] == "Dockerfile"
     assert set(doc["group"]) >= {"default", "base", "runtime", "dev", "2_9_1-cpu-py3_11-debian12"}
 
@@ -192,3 +195,25 @@ def test_credentialed_extra_index_keeps_the_other_indexes():
     assert t["args"]["PIP_EXTRA_INDEX_URL"] == "${PIP_EXTRA_INDEX_URL}"
     assert doc["variable"]["PIP_EXTRA_INDEX_URL"] == {
         "default": "https://priv.example/simple https://download.pytorch.org/whl/cpu"}
+
+
+def test_compose_form_keeps_host_network_own_labels_and_secrets_by_id(tmp_path):
+    import yaml
+
+    plan = make_plan()
+    out = tmp_path / "out" / "docker-bake.yml"
+    write_bake(plan, out, secrets=True)
+    text = out.read_text()
+    assert "u:p@idx" not in text
+    doc = yaml.safe_load(text)
+    runtime = doc["services"]["2_9_1-cpu-py3_11-debian12-runtime"]["build"]
+    assert runtime["network"] == "host"
+    assert runtime["secrets"] == ["pip_index_url"]
+    assert doc["secrets"] == {"pip_index_url": {"environment": "PIP_INDEX_URL"}}
+    assert "PIP_INDEX_URL" not in runtime["args"]
+    assert runtime["additional_contexts"] == {PARENT_CONTEXT: "target:2_9_1-cpu-py3_11-debian12-base"}
+    assert runtime["labels"]["io.imagebuild.inputs-hash"] == plan.images[1].inputs_hash
+    assert re.fullmatch(r"\$\{SOURCE_DATE_EPOCH:-\d+\}", runtime["args"]["SOURCE_DATE_EPOCH"])
+    assert runtime["args"]["PIP_FLAGS"] == "--no-cache-dir $${NOT_A_VAR}"  # a literal $ is $$ in compose
+    base = doc["services"]["2_9_1-cpu-py3_11-debian12-base"]["build"]
+    assert base["additional_contexts"][OS_CONTEXT].startswith("docker-image://${OS_IMAGE_debian12:-imagebuild-os/")

@@ -1,4 +1,11 @@
-"""The plan as a `docker buildx bake` JSON file, for teams that build on a remote BuildKit cluster.
+"""The plan as a `docker buildx bake` file, for teams that build on a remote BuildKit cluster.
+
+Two forms of the same targets: a bake JSON file (`*.json`) and a compose file (`*.yml`/`*.yaml`, bake_compose.py).
+Only the compose form carries `network: host`, which every RUN needs on an engine started without a bridge
+(`--bridge=none`, as this project's engines are): buildx 0.13.1 drops `network` from a JSON bake file silently.
+Each target carries its own up-to-date labels (inputs hash; base ID empty, as bake alone knows the parent it built;
+the source date), so a child never shows its parent's; SOURCE_DATE_EPOCH is a variable with the export's default.
+Credentialed index URLs are build secrets by id, read from the environment at bake time (never in the file).
 
 Shape (https://docs.docker.com/build/bake/reference/):
 
@@ -29,9 +36,15 @@ import json
 import os
 import re
 import shutil
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from imagebuild.builder.buildx_argv import secret_id
+from imagebuild.builder.sourcedate import SOURCE_DATE_LABEL
+from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
 from imagebuild.errors import UsageError
 from imagebuild.models import FLAVORS, ImagePlan, Plan
 from imagebuild.plan.tags import references
@@ -64,11 +77,21 @@ def _default_os_ref(image: ImagePlan) -> str:
         return f"imagebuild-os/{image.variant.os.id}:latest"
 
 
+def _var(name: str) -> str:
+    return "${" + name + "}"
+
+
 def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, str] | None = None,
-                  os_images: dict[str, str] | None = None) -> dict[str, Any]:
+                  os_images: dict[str, str] | None = None, source_date: int = 0,
+                  secrets: bool = False, esc: Callable[[str], str] = _esc,
+                  var: Callable[[str], str] = _var) -> dict[str, Any]:
     """The bake JSON for `plan`. `contexts`: image id -> context path as it should appear in the file;
     `dockerfiles`: image id -> dockerfile path (relative to the context), default "Dockerfile";
-    `os_images`: os id -> default reference for bootstrapped bases."""
+    `os_images`: os id -> default reference for bootstrapped bases; `source_date`: SOURCE_DATE_EPOCH's default;
+    `secrets`: the credentialed build args as build secrets read from the same-named environment variables (a plan
+    rendered for BuildKit reads them so; a classic one needs `--set '*.args.NAME=...'`).
+    `esc`/`var`: how a literal value and a variable reference are written (bake_compose.py writes compose's)."""
+    _esc = esc  # noqa: N806 - the literal escaping of the chosen syntax
     dockerfiles = dockerfiles or {}
     os_images = os_images or {}
     names: dict[str, str] = {}
@@ -77,15 +100,19 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
         if name in names.values():
             raise ValueError(f"two plan ids map to the bake target {name!r}")
         names[image.tag] = name
-    variables: dict[str, dict[str, Any]] = {"CREATED": {"default": ""}, "REVISION": {"default": ""}}
+    variables: dict[str, dict[str, Any]] = {"CREATED": {"default": ""}, "REVISION": {"default": ""},
+                                  "SOURCE_DATE_EPOCH": {"default": str(source_date)}}
     targets: dict[str, dict[str, Any]] = {}
     groups: dict[str, dict[str, Any]] = {"default": {"targets": []}}
     for image in plan.images:
         name = names[image.tag]
         args = {k: _esc(v) for k, v in sorted(image.build_args.items()) if k not in image.secret_build_args}
-        for k, v in sorted(image.secret_build_args.items()):  # the value without its credentials, env may override
+        for k, v in sorted(image.secret_build_args.items()):
+            if secrets:  # a build secret (below): never a build argument, which the image history would keep
+                continue
+            # classic: the value without its credentials; the environment may override it at bake time
             variables.setdefault(k, {"default": _esc(strip_credentials(v))})
-            args[k] = "${" + k + "}"
+            args[k] = var(k)
         if image.parent:
             if image.parent not in names:
                 raise ValueError(f"{image.tag}: parent {image.parent} is not in the plan")
@@ -96,21 +123,25 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
             if base.kind == "registry" and base.ref:
                 ctx = {OS_CONTEXT: f"docker-image://{_esc(base.ref)}"}
             else:
-                var = os_variable(image.variant.os.id)
-                variables.setdefault(var, {"default": _esc(os_images.get(image.variant.os.id)
-                                                           or _default_os_ref(image))})
-                ctx = {OS_CONTEXT: "docker-image://${" + var + "}"}
+                os_var = os_variable(image.variant.os.id)
+                variables.setdefault(os_var, {"default": _esc(os_images.get(image.variant.os.id)
+                                                              or _default_os_ref(image))})
+                ctx = {OS_CONTEXT: "docker-image://" + var(os_var)}
             args["BASE_IMAGE"] = OS_CONTEXT
-        args.setdefault("CREATED", "${CREATED}")
-        args.setdefault("REVISION", "${REVISION}")
+        args.setdefault("CREATED", var("CREATED"))
+        args.setdefault("REVISION", var("REVISION"))
+        args["SOURCE_DATE_EPOCH"] = var("SOURCE_DATE_EPOCH")
+        own = {INPUTS_LABEL: image.inputs_hash, BASE_LABEL: "", SOURCE_DATE_LABEL: var("SOURCE_DATE_EPOCH")}
         targets[name] = {
             "context": contexts[image.id],
             "dockerfile": dockerfiles.get(image.id, "Dockerfile"),
             "contexts": ctx,
             "args": args,
             "tags": [_esc(t) for t in references(image)],
-            "labels": {k: _esc(v) for k, v in sorted(image.labels.items())},
+            "labels": {**{k: _esc(v) for k, v in sorted(image.labels.items())}, **own},
         }
+        if image.secret_build_args and secrets:  # buildkit templates read them from /run/secrets/<id>
+            targets[name]["secret"] = [f"id={secret_id(k)},env={k}" for k in sorted(image.secret_build_args)]
         groups["default"]["targets"].append(name)
         groups.setdefault(image.flavor, {"targets": []})["targets"].append(name)
         groups.setdefault(target_name(image.variant.key), {"targets": []})["targets"].append(name)
@@ -129,10 +160,25 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
+def default_source_date(plan: Plan) -> int:
+    """SOURCE_DATE_EPOCH's default in the file: the exporter's SOURCE_DATE_EPOCH, else the newest bootstrap snapshot
+    of the plan, else the time of the export (a bake has no engine to read the OS image's date from)."""
+    from imagebuild.builder.sourcedate import from_environment
+
+    env = from_environment()
+    if env is not None:
+        return env
+    snapshots = [img.variant.base.snapshot for img in plan.images if img.variant.base.snapshot]
+    if snapshots:
+        return int(datetime.strptime(max(snapshots), "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc).timestamp())
+    return int(time.time())
+
+
 def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = None,
-               os_images: dict[str, str] | None = None) -> dict[str, Any]:
+               os_images: dict[str, str] | None = None, secrets: bool = False) -> dict[str, Any]:
     """Write each image's build context (Dockerfile, rendered context files, hard links to big context folders such as
-    the wheelhouse) under `context_dir` (default: <output folder>/bake-context) and the bake JSON to `output`."""
+    the wheelhouse) under `context_dir` (default: <output folder>/bake-context) and the bake file to `output`: a
+    compose file when it ends in .yml/.yaml (bake_compose.py), else bake JSON."""
     output = Path(output)
     base_dir = output.parent if str(output.parent) else Path(".")
     ctx_root = Path(context_dir) if context_dir else base_dir / "bake-context"
@@ -153,8 +199,17 @@ def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = 
             shutil.copytree(src, target, copy_function=_link_or_copy, symlinks=False)
         rel_path = os.path.relpath(folder, base_dir.resolve() if folder.is_absolute() else base_dir)
         contexts[image.id] = Path(rel_path).as_posix()
-    doc = bake_document(plan, contexts, os_images=os_images)
+    source_date = default_source_date(plan)
     output.parent.mkdir(parents=True, exist_ok=True)
+    if output.suffix in (".yml", ".yaml"):
+        import yaml
+
+        from imagebuild.builder.bake_compose import compose_document
+
+        doc = compose_document(plan, contexts, os_images=os_images, source_date=source_date, secrets=secrets)
+        output.write_text(yaml.safe_dump(doc, sort_keys=False, width=120), encoding="utf-8")
+        return doc
+    doc = bake_document(plan, contexts, os_images=os_images, source_date=source_date, secrets=secrets)
     output.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return doc
 

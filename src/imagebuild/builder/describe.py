@@ -23,8 +23,10 @@ def describe(run: RunState, res: ImageResult) -> None:
         info = run.store.inspect(res.image_id or "")
         if info is None:
             raise LookupError(f"no image {res.image_id} in the engine")
-        res.size = int(info.get("Size") or 0)
         hist = run.store.history(res.image_id or "")
+        # the unpacked size: the classic store's `Size`; the containerd image store (dockerd 26.1, the BuildKit
+        # backend's engine) reports the compressed content there, its history keeps the unpacked layer sizes
+        res.size = max(int(info.get("Size") or 0), sum(int(h.get("Size") or 0) for h in hist))
         layers = sorted((h for h in hist if h.get("Size")), key=lambda h: h["Size"], reverse=True)[:5]
         # CreatedBy can carry build-arg values (the `|N ARG=...` prefix): redact before it reaches a report
         res.layers = [{"size": int(h["Size"]), "created_by": redact(h.get("CreatedBy") or "")[:300]}

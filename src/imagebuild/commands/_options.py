@@ -49,7 +49,7 @@ def registry_option(func):
 
 
 def build_input_options(func):
-    """--ca-cert/--pip-index-url/--pip-extra-index-url/--torch-index-url/--wheelhouse -> kwarg `inputs`."""
+    """--ca-cert/--pip-index-url/--pip-extra-index-url/--torch-index-url/--wheelhouse/--backend -> kwarg `inputs`."""
 
     @click.option("--ca-cert", "ca_certs", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
                   help="Extra CA certificate (PEM) for the image's system store; repeatable.")
@@ -59,14 +59,18 @@ def build_input_options(func):
                   help="Override the torch wheel index chosen by resolution ('none': PyPI/wheelhouse only).")
     @click.option("--wheelhouse", default=None, type=click.Path(file_okay=False, path_type=Path),
                   help="Local wheel folder for pip stages only (never copied into a final image).")
+    @click.option("--backend", type=click.Choice(["classic", "buildkit"]), default=None,
+                  help="How images are built (default: the matrix's `backend`, else classic). buildkit renders "
+                       "cache mounts and build secrets and builds through `docker buildx build` (engine >= 23).")
     @functools.wraps(func)
-    def wrapper(*args, ca_certs, pip_index_url, pip_extra, torch_index_url, wheelhouse, **kwargs):
+    def wrapper(*args, ca_certs, pip_index_url, pip_extra, torch_index_url, wheelhouse, backend, **kwargs):
         kwargs["inputs"] = BuildInputs(
             ca_certs=tuple(ca_certs),
             pip_index_url=pip_index_url,
             pip_extra_index_urls=tuple(pip_extra),
             torch_index_url=torch_index_url,
             wheelhouse=wheelhouse,
+            backend=backend,
         )
         return func(*args, **kwargs)
 

@@ -1,4 +1,5 @@
-"""`imagebuild bake`: export the plan as a `docker buildx bake` JSON file (remote BuildKit clusters)."""
+"""`imagebuild bake`: export the plan as a `docker buildx bake` file (compose form by default: it keeps host
+networking; `-o x.json` writes bake JSON), rendered for BuildKit unless `--backend classic` says otherwise."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from imagebuild.pipeline.settings import RunOptions, Step
 @matrix_option
 @registry_option
 @build_input_options
-@click.option("--output", "-o", default="docker-bake.json", show_default=True, metavar="FILE",
-              help="Bake file to write.")
+@click.option("--output", "-o", default="docker-bake.yml", show_default=True, metavar="FILE",
+              help="Bake file to write: .yml/.yaml compose form (network host, secrets by id), .json bake JSON "
+                   "(buildx 0.13 drops its network: no RUN works on an engine without a bridge).")
 @click.option("--context-dir", default=None, metavar="DIR",
               help="Where the build contexts go (default: bake-context/ beside the bake file).")
 @click.option("--os-image", "os_images", multiple=True, metavar="OS=REF",
@@ -35,8 +37,10 @@ def command(matrix, registry, inputs, output, context_dir, os_images, only, stat
 
     \b
     Example:
-      imagebuild bake --matrix images/h100.yaml -o out/docker-bake.json
-      cd out && OS_IMAGE_ubuntu24_04=reg.example/os/ubuntu:24.04 docker buildx bake -f docker-bake.json --push
+      imagebuild bake --matrix images/h100.yaml -o out/docker-bake.yml
+      cd out && OS_IMAGE_ubuntu24_04=reg.example/os/ubuntu:24.04 docker buildx bake -f docker-bake.yml --push
+    A credentialed index is a build secret read from the environment at bake time (PIP_INDEX_URL /
+    PIP_EXTRA_INDEX_URL with the value given here), never written into the file.
     """
     from imagebuild.pipeline.export import bake_file  # the stages: not for --help
 
@@ -49,6 +53,6 @@ def command(matrix, registry, inputs, output, context_dir, os_images, only, stat
     options = RunOptions(command=Step.BUILD, matrix=matrix, registry=registry, inputs=inputs, only=tuple(only),
                          state_dir=state_dir)
     doc = bake_file(options, output, context_dir, mapping, lambda m: click.echo(m, err=True))
-    click.echo(f"{output}: {len(doc['target'])} targets; run `docker buildx bake -f {output}` from its folder",
-               err=True)
+    targets = doc.get("target") or doc.get("services") or {}
+    click.echo(f"{output}: {len(targets)} targets; run `docker buildx bake -f {output}` from its folder", err=True)
     return 0

@@ -63,11 +63,17 @@ def _say(msg: str) -> None:
 @click.option("--sbom/--no-sbom", "sbom", default=True, show_default=True,
               help="Write a CycloneDX SBOM per image beside the report (reports/<matrix>/sbom/), its digest in the "
                    "report; a rebuild's report also shows the diff against the image the tag pointed at before.")
+@click.option("--builder", "buildx_builder", metavar="NAME", default=None,
+              help="With --backend buildkit: the buildx builder (default: buildx's current one, the engine's).")
+@click.option("--buildkit-cache", "buildkit_cache", metavar="REPOSITORY", default=None,
+              help="With the buildkit backend: import and export a registry cache of every stage, one tag per image "
+                   "(needs the engine's containerd image store or a non-docker builder).")
 @click.option("--locked", is_flag=True,
               help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
                    "Without it an existing lock is used too; a missing one means an unlocked build.")
 def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verbose, log_dir, report_dir,
-            state_dir, run_tests, retest, run_push, registry_cache, require_registry, sbom, locked, created):
+            state_dir, run_tests, retest, run_push, registry_cache, require_registry, sbom, buildx_builder, buildkit_cache, locked,
+            created):
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -83,7 +89,8 @@ def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verb
         report_dir=report_dir,
         build=BuildSettings(force=force, jobs=jobs, keep_going=keep_going, plain=plain, verbose=verbose,
                             log_dir=log_dir, registry_cache=registry_cache, require_registry=require_registry,
-                            sbom=sbom, locked=locked, created=created),
+                            sbom=sbom, locked=locked, created=created, builder=buildx_builder,
+                            buildkit_cache=buildkit_cache),
         test=TestSettings(retest=retest) if run_tests else None,
         push=PushSettings(require_tests=run_tests) if run_push else None,
     )

@@ -222,6 +222,12 @@ def _bootstrap_packages(value, raw, tables):
     return _string_list(value, _apt_name, "Debian package names")
 
 
+def _backend(value, raw, tables):
+    if value not in ("classic", "buildkit"):
+        raise Bad(f"unknown backend {describe(value)}", "valid choices: classic, buildkit")
+    return value
+
+
 # field -> checker(value, raw_text, tables) -> normalised value (raises Bad)
 VARIANT_FIELDS: dict[str, Callable] = {
     "torch": _torch,
@@ -242,6 +248,7 @@ VARIANT_FIELDS: dict[str, Callable] = {
     "snapshot": _snapshot,
     "bootstrap_packages": _bootstrap_packages,
     "torch_index_url": _index_url,
+    "backend": _backend,  # how images are built: render/backend.py
 }
 
 REQUIRED_FIELDS = ("torch", "cuda", "os")  # python defaults to the OS's own python3

@@ -10,11 +10,13 @@ from typing import Any
 
 from imagebuild import builder
 from imagebuild.builder import BuildOptions
+from imagebuild.builder.backend import BuildBackend
 from imagebuild.builder.progress import Progress
 from imagebuild.builder.remote import RegistryUnavailable, RemoteImage, find_in_registry
 from imagebuild.builder.sources import blocked_tags, unreachable
 from imagebuild.engine.store import as_store
 from imagebuild.errors import EXIT_FAILED, UsageError
+from imagebuild.inputs import BuildInputs
 from imagebuild.models import ImagePlan, ImageResult, Plan
 from imagebuild.oci import resolve_auth
 from imagebuild.pipeline.loaded import Say
@@ -22,6 +24,7 @@ from imagebuild.pipeline.located import locate
 from imagebuild.pipeline.selection import Selection
 from imagebuild.pipeline.settings import BuildSettings
 from imagebuild.record import Record
+from imagebuild.render import plan_backend
 
 
 class BuildStatus(str, Enum):
@@ -112,8 +115,19 @@ def preflight_sources(client: Any, plan: Plan, selection: Selection, keep_going:
     return Plan(plan.matrix_file, [i for i in plan.images if i.tag not in blocked]), rows
 
 
+def buildkit_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -> BuildBackend | None:
+    """The BuildKit backend when the plan is rendered for it (or --builder/--buildkit-cache ask for buildx), checked
+    before anything builds: no buildx, a builder that does not exist or answer, an engine whose BuildKit lacks named
+    contexts are one line each (BuilderUnavailable). None: the classic backend."""
+    if plan_backend(plan, inputs) != "buildkit" and not settings.builder and not settings.buildkit_cache:
+        return None
+    from imagebuild.builder.buildx_preflight import preflight
+
+    return preflight(settings.builder, settings.buildkit_cache)
+
+
 def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSettings, rec: Record | None,
-               progress: Progress, log_dir: Any, say: Say) -> BuildRun:
+               progress: Progress, log_dir: Any, say: Say, backend: BuildBackend | None = None) -> BuildRun:
     """Build (or find up to date) the selected images and their parents; rows for the whole plan."""
     remote: dict[str, RemoteImage] = {}
     if settings.registry_cache and not settings.force:
@@ -124,7 +138,10 @@ def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSet
                            log_dir=log_dir, remote=remote, created=settings.created)
     if settings.jobs:
         options.jobs = settings.jobs
-    results = (builder.build_plan(client, buildable, options, progress) if buildable.images else []) + blocked
+    if backend is not None:
+        options.backend = "buildkit"
+    results = (builder.build_plan(client, buildable, options, progress, backend=backend)
+               if buildable.images else []) + blocked
     order = {img.tag: n for n, img in enumerate(plan.images)}
     results.sort(key=lambda r: order[r.tag])
     return BuildRun(results)

@@ -3,9 +3,11 @@ the parents the images need), written as a buildx bake file by builder.bake."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from imagebuild.builder.bake import write_bake
+from imagebuild.inputs import BuildInputs
 from imagebuild.models import Plan
 from imagebuild.pipeline.loaded import Say, load
 from imagebuild.pipeline.selection import select_images
@@ -14,8 +16,10 @@ from imagebuild.pipeline.settings import RunOptions
 
 def bake_file(options: RunOptions, output: str, context_dir: str | None, os_images: dict[str, str],
               say: Say) -> dict[str, Any]:
-    loaded = load(options.matrix, options.registry, options.inputs, options.state_dir, say)
+    inputs = options.inputs or BuildInputs()
+    inputs = replace(inputs, backend=inputs.backend or "buildkit")  # bake builds with BuildKit
+    loaded = load(options.matrix, options.registry, inputs, options.state_dir, say)
     plan = loaded.plan
     if options.only:
         plan = Plan(matrix_file=plan.matrix_file, images=select_images(plan, options.only, loaded.path).with_parents)
-    return write_bake(plan, output, context_dir, os_images)
+    return write_bake(plan, output, context_dir, os_images, secrets=inputs.backend == "buildkit")

@@ -38,6 +38,8 @@ class BuildSettings:
     sbom: bool = True
     locked: bool = False
     created: str | None = None
+    builder: str | None = None  # --builder: a buildx builder (the BuildKit backend); None: buildx's current one
+    buildkit_cache: str | None = None  # --buildkit-cache: registry repository of the per-image stage caches
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from imagebuild.render.backend import plan_backend
+
 if TYPE_CHECKING:
     from imagebuild.render.image import (
         CA_DIR,
@@ -30,6 +32,7 @@ __all__ = [
     "FILES_DIR",
     "VOLATILE_BUILD_ARGS",
     "WHEELHOUSE_DIR",
+    "plan_backend",
     "RenderedImage",
     "render_image",
     "templates_dir",

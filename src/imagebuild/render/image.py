@@ -22,6 +22,7 @@ from imagebuild.inputs import BuildInputs
 from imagebuild.lock.model import LockedImage, requirements_text
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ResolvedVariant
 from imagebuild.render import data
+from imagebuild.render.backend import backend_of
 from imagebuild.render.te_key import KEY_LABEL, te_build_key
 from imagebuild.secrets import has_credentials, redact
 
@@ -444,7 +445,7 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
     common = Common.of(variant, flavor)
     labels = _labels(variant, flavor)
     parts = _FLAVOR_PARTS[flavor](common, inputs)
-    ctx = {**common.context(labels), **parts.ctx}
+    ctx = {**common.context(labels), **parts.ctx, "buildkit": backend_of(variant, inputs) == "buildkit"}
     build_args: dict[str, str] = {}
     secret_args: dict[str, str] = {}
     dirs: dict[str, Path] = {}

@@ -77,4 +77,5 @@ def resolve_variant(ctx: Ctx, rv: RawVariant) -> ResolvedVariant | None:
         perf_min=dict(doc.perf_min),
         chosen=chosen,
         source=doc.location(rv.row),
+        backend=v.get("backend", "classic"),
     )

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Classic builder vs BuildKit backend, side by side on ONE engine (figures, not tests). Prints a table.
+
+The engine is DOCKER_HOST's and must be >= 23 for the BuildKit backend (scripts/modern-engine.sh --fresh DIR starts
+dockerd 26.1; export its DOCKER_HOST and DOCKER_CONFIG). Every measure is one `imagebuild build` CLI run:
+
+1. cold CPU matrix: the plan's images and the engine's build cache removed first (the bootstrapped OS image stays:
+   both backends start from it). Goal: BuildKit <= 0.6x classic.
+2. one pip package added to the runtime (`six` beside numpy): that image's build seconds (report) vs its cold build.
+   Goal <= 0.3x (BuildKit: the pip download cache mount; classic: no cache for a changed pip layer).
+3. no-op: the same matrix again (everything up to date) vs a `docker buildx bake` of the exported compose file
+   (BuildKit's cache answers every step). Goal <= 1.0x.
+
+--quick (CI: scripts/bench-quick.sh, on the BuildKit engine): the CPU matrix's base image only, BuildKit cold and its
+no-op; nothing compared, so that the bench cannot rot without an hour of builds in every CI run.
+
+Usage:
+  eval "$(scripts/modern-engine.sh --fresh /var/tmp/ib-bench)"
+  python bench/bench_buildkit.py --wheelhouse /opt/wheels --ca-cert $PIP_CERT [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MATRIX = ROOT / "images" / "cpu.yaml"
+
+
+def run(argv: list[str], env: dict[str, str] | None = None, timeout: int = 7200) -> tuple[float, int, str]:
+    start = time.monotonic()
+    out = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=timeout,
+                         check=False)
+    return time.monotonic() - start, out.returncode, (out.stdout + out.stderr)[-2000:]
+
+
+def imagebuild(args: argparse.Namespace, backend: str, matrix: Path, work: Path, *extra: str) -> tuple[float, dict]:
+    report = work / f"report-{backend}"
+    argv = [sys.executable, "-m", "imagebuild", "build", "--matrix", str(matrix), "--backend", backend,
+            "--wheelhouse", args.wheelhouse, "--ca-cert", args.ca_cert, "--torch-index-url", "none", "--plain",
+            "--no-registry-cache", "--no-sbom", "--report-dir", str(report), *extra]
+    seconds, code, tail = run(argv, env={"PYTHONPATH": str(ROOT / "src"),
+                                         "IMAGEBUILD_STATE_DIR": str(work / f"state-{backend}")})
+    if code != 0:
+        raise SystemExit(f"imagebuild build --backend {backend} failed ({code}):\n{tail}")
+    doc = json.loads((report / "build-report.json").read_text())
+    return seconds, {row["tag"].rsplit("-", 1)[-1]: row for row in doc["images"]}
+
+
+def clean_engine(tags: list[str]) -> None:
+    """Remove the plan's images and every build cache, keep the OS base (imagebuild-os/*)."""
+    for tag in tags:
+        run(["docker", "image", "rm", "-f", tag])
+    run(["docker", "image", "prune", "-f"])
+    run(["docker", "builder", "prune", "-af"])
+
+
+def plan_tags(matrix: Path) -> list[str]:
+    sys.path.insert(0, str(ROOT / "src"))
+    from imagebuild.plan import make_plan
+
+    return [img.tag for img in make_plan(matrix).images]
+
+
+def with_six(work: Path) -> Path:
+    text = MATRIX.read_text().replace("runtime: [numpy]", "runtime: [numpy, six]")
+    assert "six" in text, "images/cpu.yaml changed: update bench_buildkit.with_six"
+    path = work / "cpu.yaml"
+    path.write_text(text)
+    return path
+
+
+def bake_noop(args: argparse.Namespace, work: Path) -> float:
+    out = work / "bake" / "docker-bake.yml"
+    _, code, tail = run([sys.executable, "-m", "imagebuild", "bake", "--matrix", str(MATRIX), "--wheelhouse",
+                         args.wheelhouse, "--ca-cert", args.ca_cert, "--torch-index-url", "none", "-o", str(out)],
+                        env={"PYTHONPATH": str(ROOT / "src")})
+    if code != 0:
+        raise SystemExit(f"imagebuild bake failed:\n{tail}")
+    base = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "imagebuild-os/*"],
+                          capture_output=True, text=True, check=False).stdout.split()
+    env = {f"OS_IMAGE_{'debian12'}": base[0]} if base else {}
+    argv = ["docker", "buildx", "bake", "-f", str(out), "--progress", "plain", "--provenance=false"]
+    run(argv, env=env, timeout=7200)  # the first bake fills its own cache (targets differ from imagebuild's tags)
+    seconds, code, tail = run(argv, env=env)
+    if code != 0:
+        raise SystemExit(f"docker buildx bake failed:\n{tail}")
+    return seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--wheelhouse", default=os.environ.get("PIP_FIND_LINKS", "/opt/wheels"))
+    parser.add_argument("--ca-cert", default=os.environ.get("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt"))
+    parser.add_argument("--quick", action="store_true", help="the base image through BuildKit only: cold + no-op")
+    args = parser.parse_args()
+    if args.quick:
+        return quick(args)
+    rows: list[tuple[str, str, str, str]] = []  # measure, classic, buildkit, ratio / note
+    work = Path(tempfile.mkdtemp(prefix="bench-buildkit-"))
+    tags = plan_tags(MATRIX)
+    cold: dict[str, tuple[float, dict]] = {}
+    for backend in (("buildkit",) if args.quick else ("classic", "buildkit")):
+        clean_engine(tags)
+        cold[backend] = imagebuild(args, backend, MATRIX, work, "--force")
+    bk_cold, bk_rows = cold["buildkit"]
+    if "classic" in cold:
+        rows.append(("cold CPU matrix (s)", f"{cold['classic'][0]:.0f}", f"{bk_cold:.0f}",
+                     f"{bk_cold / cold['classic'][0]:.2f}x (goal <= 0.6x)"))
+    else:
+        rows.append(("cold CPU matrix (s)", "-", f"{bk_cold:.0f}", "--quick: classic cold not run"))
+    noop = {b: imagebuild(args, b, MATRIX, work)[0] for b in ("classic", "buildkit")}
+    bake = None if args.quick else bake_noop(args, work)
+    rows.append(("no-op, whole CLI (s)", f"{noop['classic']:.1f}", f"{noop['buildkit']:.1f}",
+                 f"bake no-op {bake:.1f} s: {noop['buildkit'] / bake:.2f}x (goal <= 1.0x)" if bake else "--quick"))
+    changed = with_six(work)
+    added = {}
+    for backend in ("buildkit",) if args.quick else ("classic", "buildkit"):
+        _, per = imagebuild(args, backend, changed, work)
+        added[backend] = float(per["runtime"]["build_seconds"])
+    base_rt = {b: float(cold[b][1]["runtime"]["build_seconds"]) for b in cold}
+    rows.append(("+1 pip package: runtime build (s)", f"{added['classic']:.0f}" if "classic" in added else "-",
+                 f"{added['buildkit']:.0f}",
+                 f"{added['buildkit'] / base_rt['buildkit']:.2f}x its cold {base_rt['buildkit']:.0f} s (goal <= 0.3x)"))
+    version = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True,
+                             text=True, check=False).stdout.strip()
+    print(f"engine {version} at {os.environ.get('DOCKER_HOST', 'default socket')}; {os.cpu_count()} CPUs")
+    widths = [max(len(r[i]) for r in rows + [("measure", "classic", "buildkit", "ratio")]) for i in range(4)]
+    for row in [("measure", "classic", "buildkit", "ratio")] + rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
+    return 0
+
+
+def quick(args: argparse.Namespace) -> int:
+    work = Path(tempfile.mkdtemp(prefix="bench-buildkit-"))
+    cold, _ = imagebuild(args, "buildkit", MATRIX, work, "--only", "base")
+    noop, _ = imagebuild(args, "buildkit", MATRIX, work, "--only", "base")
+    print(f"--quick (base only, not a measurement): BuildKit cold {cold:.1f} s, no-op {noop:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

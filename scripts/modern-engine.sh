@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# A modern Docker engine + buildx for the BuildKit backend, next to Debian 12's docker.io 20.10 (BuildKit v0.8, which
+# has no named contexts). Debian 13 (trixie) ships docker.io 26.1.5 and docker-buildx 0.13.1; both run on bookworm
+# (libc6 >= 2.34), with bookworm's containerd and runc. Nothing here touches the host's apt sources or dpkg database.
+#
+#   scripts/modern-engine.sh install       fetch trixie's InRelease, verify it with gpgv against the Debian archive
+#                                          keys the project pins (compat/data/keys/debian-archive.asc), check each
+#                                          .deb's sha256 against the verified Packages index, extract dockerd into
+#                                          TOOLS/docker-26.1.5/ and the buildx plugin into TOOLS/docker-config/
+#                                          cli-plugins/ (TOOLS: $IMAGEBUILD_TOOLS_DIR, default .tools/). Idempotent.
+#   scripts/modern-engine.sh --fresh DIR   install if needed, then start a private 26.1 dockerd under DIR (own socket,
+#                                          data-root, exec-root, pidfile; no bridge, no iptables; the containerd image
+#                                          store, so the docker driver can export a registry cache). Prints
+#                                            export DOCKER_HOST=unix://DIR/docker.sock
+#                                            export DOCKER_CONFIG=TOOLS/docker-config
+#   scripts/modern-engine.sh --stop DIR    stop the private engine started with --fresh DIR (the data stays in DIR).
+#   scripts/modern-engine.sh --env         print only the DOCKER_CONFIG export (buildx for any engine, e.g. a remote
+#                                          builder named with --builder).
+#
+# Messages go to stderr; only export lines go to stdout.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+TOOLS="${IMAGEBUILD_TOOLS_DIR:-$root/.tools}"
+MIRROR="${IMAGEBUILD_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+SUITE=trixie
+KEYS="$root/src/imagebuild/compat/data/keys/debian-archive.asc"
+# package -> the upstream version this project runs (the Debian revision is whatever the verified index lists)
+DOCKERD_VERSION=26.1.5
+BUILDX_VERSION=0.13.1
+ENGINE_DIR="$TOOLS/docker-$DOCKERD_VERSION"
+CONFIG_DIR="$TOOLS/docker-config"
+
+log() { printf 'modern-engine: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; }
+
+need() { command -v "$1" >/dev/null 2>&1 || die "$1 is missing: run \`make install\` (scripts/system-deps.sh)"; }
+
+fetch() {  # fetch URL FILE
+    curl -fsSL --retry 3 -o "$2.part" "$1" || die "could not download $1"
+    mv "$2.part" "$2"
+}
+
+verified_index() {  # prints the path of trixie's verified, decompressed main/binary-amd64 Packages file
+    local cache="$TOOLS/cache" keyring inrelease clear want got
+    mkdir -p "$cache"
+    keyring="$cache/debian-archive.gpg"
+    gpg --batch --yes --dearmor -o "$keyring" "$KEYS" 2>/dev/null || die "could not read the pinned keys $KEYS"
+    inrelease="$cache/$SUITE-InRelease"
+    clear="$cache/$SUITE-Release"
+    fetch "$MIRROR/dists/$SUITE/InRelease" "$inrelease"
+    # gpgv fails unless a key in the pinned keyring made a good signature; --output writes the signed text only
+    gpgv --quiet --keyring "$keyring" --output "$clear" "$inrelease" 2>"$cache/gpgv.log" \
+        || { cat "$cache/gpgv.log" >&2; die "$SUITE InRelease does not verify against $KEYS"; }
+    grep -q "^Codename: $SUITE\$" "$clear" || die "the verified InRelease is not $SUITE's"
+    # the SHA256 section lists " <sha256> <size> <path>"; take the line of the xz index
+    want="$(awk '/^SHA256:/{s=1; next} /^[^ ]/{s=0} s && $3 == "main/binary-amd64/Packages.xz" {print $1}' "$clear")"
+    [ -n "$want" ] || die "$SUITE Release lists no main/binary-amd64/Packages.xz"
+    if [ ! -f "$cache/Packages.xz" ] || [ "$(sha256sum "$cache/Packages.xz" | cut -d' ' -f1)" != "$want" ]; then
+        fetch "$MIRROR/dists/$SUITE/main/binary-amd64/Packages.xz" "$cache/Packages.xz"
+    fi
+    got="$(sha256sum "$cache/Packages.xz" | cut -d' ' -f1)"
+    [ "$got" = "$want" ] || { rm -f "$cache/Packages.xz"; die "Packages.xz sha256 $got is not the $want the signed Release lists"; }
+    xz -dc "$cache/Packages.xz" >"$cache/Packages"
+    echo "$cache/Packages"
+}
+
+stanza_field() {  # stanza_field PACKAGES NAME FIELD: the field of package NAME's stanza
+    awk -v RS= -v name="$2" -v field="$3" '
+        $0 ~ ("(^|\n)Package: " name "\n") {
+            n = split($0, lines, "\n")
+            for (i = 1; i <= n; i++) if (index(lines[i], field ": ") == 1) { print substr(lines[i], length(field) + 3); exit }
+        }' "$1"
+}
+
+fetch_deb() {  # fetch_deb PACKAGES NAME UPSTREAM_VERSION -> prints the path of the verified .deb
+    local packages="$1" name="$2" upstream="$3" version filename sha got deb
+    version="$(stanza_field "$packages" "$name" Version)"
+    [ -n "$version" ] || die "$SUITE has no package $name"
+    case "$version" in
+        "$upstream"+* | "$upstream"-*) ;;
+        *) die "$SUITE's $name is $version, not $upstream (this project runs $upstream; update the script)" ;;
+    esac
+    filename="$(stanza_field "$packages" "$name" Filename)"
+    sha="$(stanza_field "$packages" "$name" SHA256)"
+    deb="$TOOLS/cache/$(basename "$filename")"
+    if [ ! -f "$deb" ] || [ "$(sha256sum "$deb" | cut -d' ' -f1)" != "$sha" ]; then
+        log "downloading $name $version"
+        fetch "$MIRROR/$filename" "$deb"
+    fi
+    got="$(sha256sum "$deb" | cut -d' ' -f1)"
+    [ "$got" = "$sha" ] || { rm -f "$deb"; die "$(basename "$deb") sha256 $got is not the $sha $SUITE's index lists"; }
+    echo "$deb"
+}
+
+installed() {
+    [ -x "$ENGINE_DIR/usr/sbin/dockerd" ] && [ -x "$CONFIG_DIR/cli-plugins/docker-buildx" ] \
+        && [ "$(cat "$ENGINE_DIR/.version" 2>/dev/null)" = "$DOCKERD_VERSION $BUILDX_VERSION" ]
+}
+
+cmd_install() {
+    if installed; then
+        log "docker.io $DOCKERD_VERSION and docker-buildx $BUILDX_VERSION are in $TOOLS"
+        return 0
+    fi
+    for tool in curl gpg gpgv xz dpkg-deb sha256sum; do need "$tool"; done
+    local packages engine_deb buildx_deb tmp
+    packages="$(verified_index)"
+    engine_deb="$(fetch_deb "$packages" docker.io "$DOCKERD_VERSION")"
+    buildx_deb="$(fetch_deb "$packages" docker-buildx "$BUILDX_VERSION")"
+    tmp="$(mktemp -d "$TOOLS/.extract.XXXXXX")"
+    dpkg-deb -x "$engine_deb" "$tmp/engine"
+    dpkg-deb -x "$buildx_deb" "$tmp/buildx"
+    rm -rf "$ENGINE_DIR"
+    mv "$tmp/engine" "$ENGINE_DIR"
+    mkdir -p "$CONFIG_DIR/cli-plugins"
+    install -m 0755 "$tmp/buildx/usr/libexec/docker/cli-plugins/docker-buildx" "$CONFIG_DIR/cli-plugins/docker-buildx"
+    rm -rf "$tmp"
+    # the containerd image store: the docker driver can then export a registry cache (--cache-to type=registry)
+    printf '{"features": {"containerd-snapshotter": true}}\n' >"$ENGINE_DIR/daemon.json"
+    echo "$DOCKERD_VERSION $BUILDX_VERSION" >"$ENGINE_DIR/.version"
+    log "installed dockerd $DOCKERD_VERSION ($ENGINE_DIR) and buildx $BUILDX_VERSION ($CONFIG_DIR/cli-plugins)"
+}
+
+cmd_fresh() {
+    local dir="$1" exports
+    cmd_install
+    for tool in containerd runc; do need "$tool"; done  # bookworm's, from docker.io 20.10's dependencies
+    # scripts/docker-engine.sh owns the private-engine life cycle; this engine differs only in binary and config
+    exports="$(PATH="$ENGINE_DIR/usr/sbin:$ENGINE_DIR/usr/bin:$PATH" IMAGEBUILD_DOCKERD="$ENGINE_DIR/usr/sbin/dockerd" \
+        IMAGEBUILD_DOCKERD_FLAGS="--config-file $ENGINE_DIR/daemon.json" "$here/docker-engine.sh" --fresh "$dir")"
+    echo "$exports"
+    echo "export DOCKER_CONFIG=$CONFIG_DIR"
+}
+
+case "${1:-}" in
+    install) cmd_install ;;
+    --fresh) [ -n "${2:-}" ] || { usage; exit 2; }; cmd_fresh "$2" ;;
+    --stop) [ -n "${2:-}" ] || { usage; exit 2; }; exec "$here/docker-engine.sh" --stop "$2" ;;
+    --env) installed || die "buildx is not installed: run \`make install\`"; echo "export DOCKER_CONFIG=$CONFIG_DIR" ;;
+    -h | --help) usage ;;
+    *) usage; exit 2 ;;
+esac

@@ -1,0 +1,57 @@
+"""The bake targets as a compose file (`docker buildx bake -f docker-bake.yml`): the form that keeps `network: host`.
+
+buildx reads a compose file as bake targets (one service = one target): `build.additional_contexts` are the named
+contexts (`target:<parent>` chains a child to the parent bake builds), `build.secrets` name top-level `secrets` that
+read the environment at bake time (`environment: PIP_EXTRA_INDEX_URL`), `build.network: host` reaches the JSON form's
+lost network. Variables are compose interpolation with the export's defaults inline (`${SOURCE_DATE_EPOCH:-...}`);
+a literal `$` is `$$`. Compose has no groups: every service is in the default group, one is built by its name.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from imagebuild.builder.bake import bake_document
+from imagebuild.models import Plan
+
+_MARK = re.compile(r"\x00([A-Za-z0-9_]+)\x00")
+
+
+def compose_esc(value: str) -> str:
+    return str(value).replace("$", "$$")
+
+
+def compose_document(plan: Plan, contexts: dict[str, str], os_images: dict[str, str] | None = None,
+                     source_date: int = 0, secrets: bool = False) -> dict[str, Any]:
+    doc = bake_document(plan, contexts, os_images=os_images, source_date=source_date, secrets=secrets,
+                        esc=compose_esc, var=lambda name: f"\x00{name}\x00")
+    defaults = {name: str(v.get("default", "")) for name, v in doc["variable"].items()}
+
+    def expand(value: str) -> str:  # defaults were escaped for compose already (bake_document's esc)
+        return _MARK.sub(lambda m: "${" + m[1] + ":-" + defaults.get(m[1], "") + "}", value)
+
+    services: dict[str, dict[str, Any]] = {}
+    secret_ids: dict[str, str] = {}
+    for name, target in doc["target"].items():
+        build: dict[str, object] = {
+            "context": target["context"],
+            "dockerfile": target["dockerfile"],
+            "network": "host",  # engines without a bridge (--bridge=none): every RUN needs it
+            "additional_contexts": {k: expand(v) for k, v in target["contexts"].items()},
+            "args": {k: expand(v) for k, v in target["args"].items()},
+            "labels": {k: expand(v) for k, v in target["labels"].items()},
+            "tags": target["tags"],
+        }
+        ids = []
+        for spec in target.get("secret", []):
+            fields = dict(part.split("=", 1) for part in spec.split(","))
+            secret_ids[fields["id"]] = fields["env"]
+            ids.append(fields["id"])
+        if ids:
+            build["secrets"] = ids
+        services[name] = {"build": build}
+    out: dict[str, object] = {"services": services}
+    if secret_ids:
+        out["secrets"] = {sid: {"environment": env} for sid, env in sorted(secret_ids.items())}
+    return out

@@ -1,0 +1,149 @@
+"""images/cpu.yaml built through the BuildKit backend on the modern engine (dockerd 26.1 + buildx 0.13.1, started by
+scripts/modern-engine.sh; scripts/run-tests.sh exports IMAGEBUILD_BUILDKIT_HOST and IMAGEBUILD_BUILDKIT_DOCKER_CONFIG).
+
+One BuildKit build of the CPU matrix, smoke-tested (`--test`), compared with the classic build the session already
+has (conftest.cpu_build, same registry prefix): the same tags, the same label keys, each image's labels its own, the
+same record entries, sizes within 2%. Debian 12's 20.10 engine refuses the backend before anything builds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from _helpers import ROOT, imagebuild
+
+BK_HOST = os.environ.get("IMAGEBUILD_BUILDKIT_HOST", "")
+BK_CONFIG = os.environ.get("IMAGEBUILD_BUILDKIT_DOCKER_CONFIG") or str(ROOT / ".tools" / "docker-config")
+LABELS = ("io.imagebuild.inputs-hash", "io.imagebuild.base-id", "io.imagebuild.source-date-epoch")
+
+
+def _bk_env(state: Path) -> dict[str, str]:
+    return {"DOCKER_HOST": BK_HOST, "DOCKER_CONFIG": BK_CONFIG, "IMAGEBUILD_STATE_DIR": str(state)}
+
+
+@pytest.fixture(scope="module")
+def bk_build(cpu_build, tmp_path_factory):
+    if not BK_HOST:
+        if os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1":
+            pytest.fail("IMAGEBUILD_BUILDKIT_HOST is not set: scripts/run-tests.sh starts the modern engine")
+        pytest.skip("no modern engine: eval \"$(scripts/modern-engine.sh --fresh DIR)\" and set "
+                    "IMAGEBUILD_BUILDKIT_HOST to its DOCKER_HOST")
+    import docker
+
+    tmp = tmp_path_factory.mktemp("bk")
+    result = imagebuild("build", *_bk_args(cpu_build, tmp), env=_bk_env(tmp / "state"), timeout=3600)
+    client = docker.DockerClient(base_url=BK_HOST, timeout=600)
+    yield result, client, tmp
+    client.close()
+
+
+def _bk_args(cpu_build, tmp: Path) -> list[str]:
+    args = cpu_build.build_args()
+    args[args.index("--log-dir") + 1] = str(tmp / "logs")
+    args[args.index("--report-dir") + 1] = str(tmp / "report")
+    return [*args, "--backend", "buildkit", "--test", "--no-registry-cache"]
+
+
+def _content_bytes(client, ref: str) -> int:
+    """`du -sbx /` inside the image (apparent sizes of its files), in a container without network."""
+    out = client.containers.run(ref, ["-sbx", "/"], entrypoint="du", user="0", network_mode="none", remove=True)
+    return int(out.split()[0])
+
+
+def _record(state: Path) -> dict:
+    [path] = state.glob("*.state.json")
+    return json.loads(path.read_text())
+
+
+def test_buildkit_build_passes_the_smoke_suite(bk_build):
+    result, _, tmp = bk_build
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((tmp / "report" / "build-report.json").read_text())
+    images = report["images"]
+    assert len(images) == 3 and all(img["status"] == "built" for img in images)
+    for img in images:
+        tests = img.get("tests") or {}
+        assert tests.get("failed", 0) == 0 and tests.get("passed", 0) > 0, img
+
+
+def test_tags_labels_and_record_match_the_classic_build(bk_build, cpu_build):
+    result, client, tmp = bk_build
+    assert result.returncode == 0
+    ids = {}
+    for img in cpu_build.plan.images:
+        classic = cpu_build.client.api.inspect_image(img.tag)
+        bk = client.api.inspect_image(img.tag)  # the same tag, in the modern engine's store
+        ids[img.tag] = bk["Id"]
+        assert set(bk["Config"]["Labels"]) == set(classic["Config"]["Labels"]), img.tag
+        # sizes within 2%: the bytes of the image's files (the stores' own figures differ in kind: the containerd
+        # store's `Size` is the compressed content, its history sizes are disk blocks)
+        bk_size, classic_size = _content_bytes(client, img.tag), _content_bytes(cpu_build.client, img.tag)
+        assert abs(bk_size - classic_size) <= 0.02 * classic_size, (img.tag, bk_size, classic_size)
+    for img in cpu_build.plan.images:  # each image's labels its own: the child's base-id is its parent's ID
+        labels = client.api.inspect_image(img.tag)["Config"]["Labels"]
+        if img.parent:
+            assert labels["io.imagebuild.base-id"] == ids[img.parent]
+    hashes = [client.api.inspect_image(i.tag)["Config"]["Labels"][LABELS[0]] for i in cpu_build.plan.images]
+    assert len(set(hashes)) == 3
+    bk_record = _record(tmp / "state")
+    classic_record = _record(Path(os.environ["IMAGEBUILD_STATE_DIR"]))
+    assert set(bk_record["images"]) == set(classic_record["images"])
+    for key, entry in bk_record["images"].items():
+        assert set(entry) == set(classic_record["images"][key]), key
+
+
+def test_the_20_10_engine_is_refused_before_anything_builds(cpu_build, tmp_path):
+    """The classic engine of this session is Debian 12's dockerd 20.10 (BuildKit v0.8)."""
+    version = cpu_build.client.version()["Version"]
+    if not version.startswith("20."):
+        pytest.skip(f"the classic engine is {version}, not 20.10")
+    result = imagebuild("build", *_bk_args(cpu_build, tmp_path), env={"DOCKER_CONFIG": BK_CONFIG,
+                                                                      "IMAGEBUILD_STATE_DIR": str(tmp_path)})
+    assert result.returncode == 2
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and f"Docker Engine {version}" in lines[0], lines
+    assert "Traceback" not in result.stderr
+
+
+def test_a_real_bake_of_the_exported_compose_file(bk_build, cpu_build, tmp_path):
+    """`imagebuild bake` -> `docker buildx bake` on the modern engine (no bridge): the base image builds with
+    host networking (--no-cache: every RUN really runs), carries its own labels, and no credential is in the file."""
+    import subprocess
+
+    import yaml
+
+    result, client, _ = bk_build
+    assert result.returncode == 0
+    out = tmp_path / "docker-bake.yml"
+    secret = "https://bakeuser:bake-Pa55@127.0.0.1:9/simple"
+    exported = imagebuild("bake", *cpu_build.args(
+        "--wheelhouse", os.environ.get("IMAGEBUILD_WHEELHOUSE", "/opt/wheels"),
+        "--ca-cert", os.environ.get("IMAGEBUILD_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
+        "--torch-index-url", "none", "--pip-extra-index-url", secret, "--only", "*-base", "-o", str(out)),
+        env=_bk_env(tmp_path / "state"))
+    assert exported.returncode == 0, exported.stderr
+    text = out.read_text()
+    assert "bake-Pa55" not in text
+    [(name, service)] = yaml.safe_load(text)["services"].items()
+    assert service["build"]["network"] == "host"
+    [base] = [i for i in cpu_build.plan.images if i.flavor == "base"]
+    os_id = client.api.inspect_image(base.tag)["Config"]["Labels"]["io.imagebuild.base-id"]
+    env = {**os.environ, **_bk_env(tmp_path / "state"), "PIP_EXTRA_INDEX_URL": secret,
+           "OS_IMAGE_debian12": _pin(client, os_id)}
+    baked = subprocess.run(["docker", "buildx", "bake", "-f", str(out), "--no-cache", "--provenance=false",
+                            "--progress", "plain"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=1800, check=False)
+    assert baked.returncode == 0, baked.stderr[-3000:]
+    assert "bake-Pa55" not in baked.stderr
+    labels = client.api.inspect_image(service["build"]["tags"][0])["Config"]["Labels"]
+    assert labels["io.imagebuild.inputs-hash"] == service["build"]["labels"]["io.imagebuild.inputs-hash"]
+    assert labels["io.imagebuild.source-date-epoch"].isdigit()
+
+
+def _pin(client, image_id: str) -> str:
+    """A tag for the OS image the bake's base target starts from (BuildKit cannot take an image ID)."""
+    client.api.tag(image_id, "imagebuild-pin", image_id.removeprefix("sha256:"))
+    return f"imagebuild-pin:{image_id.removeprefix('sha256:')}"

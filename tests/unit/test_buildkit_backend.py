@@ -1,0 +1,209 @@
+"""The BuildKit backend's command line, its process driver and its preflight, against a fake `docker` CLI (a script
+that answers as docker 26.1 + buildx 0.13.1 did here and replays recorded rawjson streams)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from imagebuild.builder.backend import BuildRequest
+from imagebuild.builder.buildkit import BuildxBackend
+from imagebuild.builder.buildx_argv import BASE_CONTEXT, BuildxCall, buildx_argv, secret_env
+from imagebuild.builder.buildx_preflight import BuilderUnavailable, check_named_contexts, parse_ls, preflight
+
+FIXTURES = Path(__file__).parent / "fixtures" / "buildx"
+PARENT = "sha256:" + "ab" * 32
+BUILT = "sha256:" + "cd" * 32
+
+FAKE = r'''
+import json, os, sys, time
+args = sys.argv[1:]
+state = os.environ["FAKE_STATE"]
+def out(text): sys.stdout.write(text)
+if args[:2] == ["buildx", "build"]:
+    with open(os.path.join(state, "argv.json"), "w") as fh:
+        json.dump({"argv": args, "secrets": {k: v for k, v in os.environ.items() if k.startswith("IMAGEBUILD_SECRET_")},
+                   "dockerfile": open(args[args.index("--file") + 1]).read()}, fh)
+    if os.environ.get("FAKE_SLEEP"):
+        time.sleep(float(os.environ["FAKE_SLEEP"]))
+    sys.stderr.write(open(os.environ["FAKE_STREAM"]).read())
+    sys.exit(int(os.environ.get("FAKE_RC", "0")))
+if args[:2] == ["image", "inspect"]:
+    out(os.environ["FAKE_BUILT"] + "\n")
+    sys.exit(0)
+if args[:2] == ["image", "tag"]:
+    open(os.path.join(state, "tagged"), "w").write(" ".join(args[2:]))
+    sys.exit(0)
+if args[:2] == ["buildx", "version"]:
+    sys.exit(int(os.environ.get("FAKE_NO_BUILDX", "0")))
+if args[:2] == ["buildx", "ls"]:
+    out(os.environ["FAKE_LS"])
+    sys.exit(0)
+if args[:2] == ["buildx", "inspect"]:
+    if "--bootstrap" in args and os.environ.get("FAKE_DEAD") == args[-1]:
+        sys.stderr.write("ERROR: failed to connect to tcp://10.0.0.9:1234\n")
+        sys.exit(1)
+    out("Name:   default\nDriver: docker\n")
+    sys.exit(0)
+if args[:1] == ["version"]:
+    out(os.environ.get("FAKE_ENGINE", "26.1.5+dfsg1") + "\n")
+    sys.exit(0)
+sys.exit(2)
+'''
+
+LS = "\n".join(json.dumps(b) for b in [
+    {"Name": "default", "Driver": "docker", "Nodes": [{"Status": "running", "Version": "v0.0.0+unknown"}]},
+    {"Name": "farm", "Driver": "remote", "Nodes": [{"Status": "running", "Version": "v0.9.3"}]},
+    {"Name": "k8s", "Driver": "kubernetes", "Nodes": [{"Status": "inactive", "Version": "v0.13.2"}]},
+]) + "\n"
+
+
+@pytest.fixture()
+def fake_docker(tmp_path, monkeypatch):
+    script = tmp_path / "docker"
+    script.write_text(f"#!{sys.executable}\n{FAKE}")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("IMAGEBUILD_DOCKER_CLI", str(script))
+    monkeypatch.setenv("FAKE_STATE", str(tmp_path))
+    monkeypatch.setenv("FAKE_BUILT", BUILT)
+    monkeypatch.setenv("FAKE_LS", LS)
+    monkeypatch.setenv("FAKE_STREAM", str(FIXTURES / "built.rawjson"))
+    return tmp_path
+
+
+def _request(**args: str) -> BuildRequest:
+    """What the executor sends (builder/backend.py): the Dockerfile text, the parent apart, the credentials apart."""
+    return BuildRequest(tag="reg/torch:2.13-runtime", dockerfile="ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n", timeout=30,
+                        labels={"io.x": "1"}, build_args=dict(args), parents={"BASE_IMAGE": PARENT},
+                        secret_build_args={"PIP_EXTRA_INDEX_URL": "https://u:pw@idx/simple"})
+
+
+def test_argv_pins_the_parent_as_a_named_context_and_keeps_credentials_out():
+    call = BuildxCall(context_dir=Path("/ctx"), dockerfile="Dockerfile", tag="t:1",
+                      build_args={"BASE_IMAGE": PARENT, "PIP_EXTRA_INDEX_URL": "https://u:pw@idx", "A": "1"},
+                      labels={"io.imagebuild.inputs-hash": "h"}, secrets=("PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL"),
+                      base_ref=f"imagebuild-pin:{PARENT[7:]}")
+    argv = buildx_argv(call)
+    joined = " ".join(argv)
+    assert "pw" not in joined
+    assert argv[:3] == ["docker", "buildx", "build"] and argv[-1] == "/ctx"
+    assert f"{BASE_CONTEXT}=docker-image://imagebuild-pin:{PARENT[7:]}" in argv
+    assert f"BASE_IMAGE={BASE_CONTEXT}" in argv and "A=1" in argv
+    assert "id=pip_extra_index_url,env=IMAGEBUILD_SECRET_PIP_EXTRA_INDEX_URL" in argv
+    assert "id=pip_index_url,env=IMAGEBUILD_SECRET_PIP_INDEX_URL" not in argv  # the request has no such arg
+    assert ["--network", "host"] == argv[argv.index("--network"):argv.index("--network") + 2]
+    assert "--output" not in argv  # the docker driver stores the image in the engine itself
+    assert secret_env(call.build_args, call.secrets) == {"IMAGEBUILD_SECRET_PIP_EXTRA_INDEX_URL": "https://u:pw@idx"}
+
+
+def test_argv_for_another_driver_loads_the_image_with_rewritten_timestamps():
+    call = BuildxCall(context_dir=Path("/ctx"), dockerfile="Dockerfile", tag="t:1", build_args={}, labels={},
+                      builder="farm", docker_driver=False)
+    argv = buildx_argv(call)
+    assert argv[3:5] == ["--builder", "farm"]
+    assert "type=docker,rewrite-timestamp=true" in argv
+
+
+def test_build_runs_buildx_and_reads_the_engines_image_id(fake_docker):
+    log = io.StringIO()
+    req = _request()
+    req = BuildRequest(**{**req.__dict__, "log": log})
+    build = BuildxBackend().start(req)
+    events = list(build.events())
+    outcome = build.outcome()
+    assert outcome.image_id == BUILT and not outcome.failed
+    assert [e.text for e in events if e.kind == "image"] == [BUILT]
+    seen = json.loads((fake_docker / "argv.json").read_text())
+    assert f"{BASE_CONTEXT}=docker-image://imagebuild-pin:{PARENT[7:]}" in seen["argv"]
+    assert (fake_docker / "tagged").read_text() == f"{PARENT} imagebuild-pin:{PARENT[7:]}"
+    assert seen["secrets"] == {"IMAGEBUILD_SECRET_PIP_EXTRA_INDEX_URL": "https://u:pw@idx/simple"}
+    assert not any("pw@" in a for a in seen["argv"])
+    assert seen["dockerfile"].startswith("ARG BASE_IMAGE")  # the context tar was extracted for buildx
+    assert "built ok" in log.getvalue()
+
+
+def test_failed_build_reports_step_reason_and_tail(fake_docker, monkeypatch):
+    monkeypatch.setenv("FAKE_STREAM", str(FIXTURES / "failed-run.rawjson"))
+    monkeypatch.setenv("FAKE_RC", "1")
+    build = BuildxBackend().start(_request())
+    events = list(build.events())
+    outcome = build.outcome()
+    assert outcome.failed and outcome.image_id is None
+    assert outcome.error.startswith("[pip 1/2] RUN echo collecting six") and "exit code: 3" in outcome.error
+    assert "ERROR: no matching distribution" in outcome.tail
+    assert sum(e.kind == "error" for e in events) == 1
+
+
+def test_cancel_stops_the_process_and_fails_the_build(fake_docker, monkeypatch):
+    monkeypatch.setenv("FAKE_SLEEP", "30")
+    build = BuildxBackend().start(_request())
+    threading.Timer(1.0, build.cancel).start()
+    start = time.monotonic()
+    events = list(build.events())
+    assert time.monotonic() - start < 15
+    assert build.outcome().error.endswith("interrupted")
+    assert events[-1].kind == "error"
+
+
+def test_parse_ls_and_the_named_context_rule():
+    listed = parse_ls(LS + LS.splitlines()[0] + "\nnot json\n")
+    assert [b.name for b in listed] == ["default", "farm", "k8s"]  # buildx 0.13.1 repeats the docker builder
+    builders = {b.name: b for b in listed}
+    assert builders["farm"].driver == "remote" and builders["farm"].buildkit == "v0.9.3"
+    with pytest.raises(BuilderUnavailable, match=r"Docker Engine 20\.10\.24\+dfsg1 embeds .*--backend classic"):
+        check_named_contexts(builders["default"], "20.10.24+dfsg1")
+    check_named_contexts(builders["default"], "26.1.5+dfsg1")
+    with pytest.raises(BuilderUnavailable, match=r"'farm' runs BuildKit v0\.9\.3"):
+        check_named_contexts(builders["farm"], "26.1.5")
+    check_named_contexts(builders["k8s"], "20.10.24")  # the engine does not build there
+
+
+def test_preflight_lines(fake_docker, monkeypatch):
+    backend = preflight(None)
+    assert backend.docker_driver and backend.builder is None
+    assert not preflight("k8s").docker_driver
+    with pytest.raises(BuilderUnavailable, match=r"no buildx builder 'nope'; `docker buildx ls` shows: default "
+                                                 r"\(docker, running\), farm \(remote, running\), k8s"):
+        preflight("nope")
+    monkeypatch.setenv("FAKE_DEAD", "k8s")
+    with pytest.raises(BuilderUnavailable, match=r"'k8s' does not answer \(ERROR: failed to connect"):
+        preflight("k8s")
+    monkeypatch.setenv("FAKE_ENGINE", "20.10.24+dfsg1")
+    with pytest.raises(BuilderUnavailable, match="lacks named contexts"):
+        preflight(None)
+    monkeypatch.setenv("FAKE_NO_BUILDX", "1")
+    with pytest.raises(BuilderUnavailable, match="make install"):
+        preflight(None)
+
+
+def test_missing_docker_cli_is_one_line(monkeypatch):
+    monkeypatch.setenv("IMAGEBUILD_DOCKER_CLI", os.devnull + "/docker")
+    with pytest.raises(BuilderUnavailable, match="make install"):
+        preflight(None)
+
+
+def test_registry_cache_flags_one_tag_per_image():
+    flags = BuildxBackend(cache_repository="127.0.0.1:5000/ml/cache").cache_flags("reg.example/ml/torch:2.13-runtime")
+    assert flags == ("--cache-from", "type=registry,ref=127.0.0.1:5000/ml/cache:2.13-runtime,registry.insecure=true",
+                     "--cache-to", "type=registry,ref=127.0.0.1:5000/ml/cache:2.13-runtime,mode=max,ignore-error=true"
+                     ",registry.insecure=true")
+    assert "insecure" not in " ".join(BuildxBackend(cache_repository="reg.example/c").cache_flags("a/b:t"))
+    assert BuildxBackend().cache_flags("a/b:t") == ()
+
+
+def test_cache_export_needs_the_containerd_store():
+    from imagebuild.builder.buildx_preflight import Builder, check_cache_export
+
+    docker = Builder("default", "docker", "running", "")
+    with pytest.raises(BuilderUnavailable, match="containerd image store"):
+        check_cache_export(docker, '[["Backing Filesystem","extfs"]]')
+    check_cache_export(docker, '[["driver-type","io.containerd.snapshotter.v1"]]')
+    check_cache_export(Builder("farm", "remote", "running", "v0.13.2"), "")

@@ -1,0 +1,75 @@
+"""buildx rawjson progress -> seam events, on streams recorded from `docker buildx build --progress rawjson`
+(buildx 0.13.1, dockerd 26.1.5; fixtures/buildx/)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+
+from imagebuild.builder.buildx_progress import RawJsonProgress
+from imagebuild.secrets import register_secret
+
+FIXTURES = Path(__file__).parent / "fixtures" / "buildx"
+
+
+def _feed_in_pieces(progress: RawJsonProgress, text: str, size: int = 97):
+    events = []
+    for i in range(0, len(text), size):  # objects split across reads, as a pipe delivers them
+        events += progress.feed(text[i:i + size])
+    return events
+
+
+def test_failed_run_names_the_failing_step_its_reason_and_its_own_tail():
+    log = io.StringIO()
+    progress = RawJsonProgress(log=log)
+    events = _feed_in_pieces(progress, (FIXTURES / "failed-run.rawjson").read_text())
+    events += progress.finish(1)
+    assert progress.failed
+    summary = progress.failure_summary()
+    assert summary.startswith("[pip 1/2] RUN echo collecting six")
+    assert "exit code: 3" in summary
+    # the failing stage's output only, not the parallel stage's lines
+    assert progress.tail_text().splitlines() == ["collecting six", "ERROR: no matching distribution"]
+    assert any(e.kind == "error" for e in events)
+    assert "collecting six" in log.getvalue()
+
+
+def test_steps_and_lines_of_a_successful_build():
+    progress = RawJsonProgress()
+    events = _feed_in_pieces(progress, (FIXTURES / "built.rawjson").read_text())
+    events += progress.finish(0)
+    assert not progress.failed
+    steps = [(e.step, e.steps, e.text) for e in events if e.kind == "step"]
+    assert steps == [(1, 2, "RUN echo built ok")]
+    assert [e.text for e in events if e.kind == "line"] == ["built ok"]
+
+
+def test_plain_error_after_the_json_fails_the_build_when_no_vertex_did():
+    progress = RawJsonProgress()
+    progress.feed('{"vertexes": [{"digest": "d1", "name": "[internal] load build definition", '
+                  '"started": "t"}]}\nERROR: failed to solve: invalid reference format\n')
+    progress.finish(1)
+    assert progress.error == "failed to solve: invalid reference format"
+    assert progress.failure_summary().startswith("before the first Dockerfile step")
+
+
+def test_nonzero_exit_without_any_message_still_fails():
+    progress = RawJsonProgress()
+    progress.finish(137)
+    assert progress.error == "docker buildx build exited with status 137"
+
+
+def test_log_lines_are_redacted_and_split_across_messages():
+    register_secret("hunter2-token")
+    log = io.StringIO()
+    progress = RawJsonProgress(log=log)
+
+    def logs(data: bytes) -> str:
+        return json.dumps({"logs": [{"vertex": "v", "stream": 1, "data": base64.b64encode(data).decode()}]})
+
+    events = progress.feed(logs(b"url https://u:hunter2-token@") + logs(b"idx/simple\nnext"))
+    assert [e.text for e in events] == ["url https://u:***@idx/simple"]
+    assert "hunter2-token" not in log.getvalue()
+    assert progress.vertexes["v"].partial == "next"
