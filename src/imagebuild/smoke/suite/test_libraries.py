@@ -2,6 +2,8 @@
 
 import pytest
 
+pytestmark = pytest.mark.section("libraries")
+
 
 def _major(v):
     return str(v).split(".")[0] if v and str(v).strip() else None
