@@ -67,7 +67,17 @@ from probe.pack import build_zipapp, zipapp_path  # noqa: E402
 from probe.pipcheck import parse_pip_check  # noqa: E402
 from probe.services import parse_sshd_config_files, parse_sshd_T  # noqa: E402
 from probe.system import NVIDIA_ENV, REPORTED_ENV, find_secret_env, parse_os_release  # noqa: E402
-from probe.table import ARBITRARY_UID, FLAVORS, IMAGE_USER, ROOT, TABLE, Section, section, sections_for  # noqa: E402
+from probe.table import (  # noqa: E402
+    ARBITRARY_UID,
+    FLAVORS,
+    IMAGE_USER,
+    ROOT,
+    TABLE,
+    Section,
+    applies,
+    section,
+    sections_for,
+)
 from probe.tf32 import tf32_state  # noqa: E402
 from probe.versions import ABSENT, TRUE, format_cudnn_version, versions_match  # noqa: E402
 
@@ -77,7 +87,7 @@ if __name__ != "probe":  # a later import of <this package>.gpu gets the module 
             sys.modules.setdefault(__name__ + _name[len("probe"):], _mod)
 
 __all__ = [
-    "ABSENT", "ARBITRARY_UID", "DEFAULT_SECTIONS", "FLAVORS", "IMAGE_USER", "ROOT", "TABLE", "Section", "section",
+    "ABSENT", "ARBITRARY_UID", "DEFAULT_SECTIONS", "applies", "FLAVORS", "IMAGE_USER", "ROOT", "TABLE", "Section", "section",
     "sections_for", "NO_CUDA_TORCH", "NO_GPU", "NO_TORCH", "NVIDIA_ENV", "PROBE_VERSION", "REPORTED_ENV",
     "RESULT_MARK", "SECTIONS", "TRUE", "Probe", "build_zipapp", "dist_worker", "effective_ctype", "evaluate_ldd",
     "find_secret_env", "format_cudnn_version", "group_library_copies", "is_utf8_name", "library_family",
