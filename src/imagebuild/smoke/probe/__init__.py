@@ -59,7 +59,14 @@ from probe.common import (  # noqa: E402
 from probe.distributed import dist_worker, nccl_transport_kind, parse_nccl_log  # noqa: E402
 from probe.gpu import normalize_arch, parse_nvidia_smi_list  # noqa: E402
 from probe.hygiene import parse_btime, parse_proc_stat_starttime, split_baked  # noqa: E402
-from probe.libraries import group_library_copies, library_family, library_key, parse_ldconfig  # noqa: E402
+from probe.libraries import (  # noqa: E402
+    describe_copies,
+    group_library_copies,
+    library_family,
+    library_key,
+    owners_of,
+    parse_ldconfig,
+)
 from probe.linking import evaluate as evaluate_ldd  # noqa: E402
 from probe.linking import parse_ldd, where_found  # noqa: E402
 from probe.locales import effective_ctype, is_utf8_name, parse_environ  # noqa: E402
@@ -90,7 +97,7 @@ __all__ = [
     "ABSENT", "ARBITRARY_UID", "DEFAULT_SECTIONS", "applies", "FLAVORS", "IMAGE_USER", "ROOT", "TABLE", "Section", "section",
     "sections_for", "NO_CUDA_TORCH", "NO_GPU", "NO_TORCH", "NVIDIA_ENV", "PROBE_VERSION", "REPORTED_ENV",
     "RESULT_MARK", "SECTIONS", "TRUE", "Probe", "build_zipapp", "dist_worker", "effective_ctype", "evaluate_ldd",
-    "find_secret_env", "format_cudnn_version", "group_library_copies", "is_utf8_name", "library_family",
+    "describe_copies", "find_secret_env", "format_cudnn_version", "group_library_copies", "owners_of", "is_utf8_name", "library_family",
     "library_key", "nccl_transport_kind", "normalize_arch", "parse_btime", "parse_environ", "parse_ldconfig",
     "parse_ldd", "parse_nccl_log", "parse_nvidia_smi_list", "parse_os_release", "parse_pip_check",
     "parse_proc_stat_starttime", "parse_sshd_T", "parse_sshd_config_files", "render_table", "split_baked",

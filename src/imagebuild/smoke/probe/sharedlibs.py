@@ -42,13 +42,14 @@ from probe.linking import (
 from probe.loading import confirm_by_loading
 
 
-def dist_owners() -> dict[str, str]:
-    """{real path of a shared library: the installed distribution whose RECORD lists it}. The nvidia-* wheels all
-    ship nvidia/__init__.py, so directories alone cannot tell nvidia-cublas from nvidia-cusparse."""
+def dist_owners(path=None) -> dict[str, str]:
+    """{real path of a shared library: the installed distribution whose RECORD lists it} (of this Python, or of the
+    site directories in `path`). The nvidia-* wheels all ship nvidia/__init__.py, so directories alone cannot tell
+    nvidia-cublas from nvidia-cusparse."""
     from importlib import metadata
 
     out: dict[str, str] = {}
-    for dist in metadata.distributions():
+    for dist in metadata.distributions(**({"path": list(path)} if path is not None else {})):
         try:
             files = dist.files or []
             name = dist.metadata["Name"] or "?"
