@@ -6,6 +6,7 @@ sections, the lowest flavor each applies to and where each runs are rows of ONE 
 command line dispatches and the suite selects:
 
     system       python, OS release, default user, env (NVIDIA vars, secret-looking names), /dev/shm
+    hygiene      (as root) no SSH host keys, nothing in /tmp or /var/tmp, no pip/apt caches
     versions     torch/CUDA/cuDNN/NCCL/... versions; versions_match (the suite's comparison rule)
     libraries    one copy of each cuDNN/NCCL/cuBLAS library
     gpu          devices, nvidia-smi -L (MIG), arch list
@@ -58,7 +59,7 @@ from probe.common import (  # noqa: E402
 )
 from probe.distributed import dist_worker, nccl_transport_kind, parse_nccl_log  # noqa: E402
 from probe.gpu import normalize_arch, parse_nvidia_smi_list  # noqa: E402
-from probe.hygiene import parse_btime, parse_proc_stat_starttime, split_baked  # noqa: E402
+from probe.hygiene import findings as hygiene_findings  # noqa: E402
 from probe.libraries import (  # noqa: E402
     describe_copies,
     group_library_copies,
@@ -97,9 +98,9 @@ __all__ = [
     "ABSENT", "ARBITRARY_UID", "DEFAULT_SECTIONS", "applies", "FLAVORS", "IMAGE_USER", "ROOT", "TABLE", "Section", "section",
     "sections_for", "NO_CUDA_TORCH", "NO_GPU", "NO_TORCH", "NVIDIA_ENV", "PROBE_VERSION", "REPORTED_ENV",
     "RESULT_MARK", "SECTIONS", "TRUE", "Probe", "build_zipapp", "dist_worker", "effective_ctype", "evaluate_ldd",
-    "describe_copies", "find_secret_env", "format_cudnn_version", "group_library_copies", "owners_of", "is_utf8_name", "library_family",
-    "library_key", "nccl_transport_kind", "normalize_arch", "parse_btime", "parse_environ", "parse_ldconfig",
+    "describe_copies", "find_secret_env", "format_cudnn_version", "group_library_copies", "hygiene_findings", "owners_of", "is_utf8_name", "library_family",
+    "library_key", "nccl_transport_kind", "normalize_arch", "parse_environ", "parse_ldconfig",
     "parse_ldd", "parse_nccl_log", "parse_nvidia_smi_list", "parse_os_release", "parse_pip_check",
-    "parse_proc_stat_starttime", "parse_sshd_T", "parse_sshd_config_files", "render_table", "split_baked",
+    "parse_sshd_T", "parse_sshd_config_files", "render_table",
     "tf32_state", "versions_match", "where_found", "zipapp_path",
 ]
