@@ -93,7 +93,7 @@ def distributions() -> dict:
     """{canonical distribution name: Distribution} of this Python."""
     from importlib import metadata
 
-    out = {}
+    out: dict[str, metadata.Distribution] = {}
     for dist in metadata.distributions():
         try:
             name = dist.metadata["Name"]

@@ -49,7 +49,8 @@ def dist_owners(path=None) -> dict[str, str]:
     from importlib import metadata
 
     out: dict[str, str] = {}
-    for dist in metadata.distributions(**({"path": list(path)} if path is not None else {})):
+    dists = metadata.distributions() if path is None else metadata.distributions(path=list(path))
+    for dist in dists:
         try:
             files = dist.files or []
             name = dist.metadata["Name"] or "?"
