@@ -75,6 +75,14 @@ RUN echo leftover > /tmp/x
 USER root
 RUN ssh-keygen -A
 """, "hygiene/hygiene[ssh_host_keys]", "/etc/ssh/ssh_host_ed25519_key"),
+    "pipcache": ("runtime", """\
+RUN mkdir -p /home/ml/.cache/pip/http && echo x > /home/ml/.cache/pip/http/entry
+""", "hygiene/hygiene[pip_cache]", "pip/user caches in the image: /home/ml/.cache/pip"),
+    "aptcache": ("runtime", """\
+USER root
+RUN touch /var/cache/apt/archives/ib-leftover.deb /var/cache/apt/pkgcache.bin
+USER 1000
+""", "hygiene/hygiene[apt_cache]", "apt caches in the image: /var/cache/apt/archives/ib-leftover.deb"),
     "libcopy": ("runtime", """\
 USER root
 RUN set -eux; s="{site}"; mkdir -p "$s/ibcuda/lib" "$s/ibvendored.libs" "$s/ibcuda-1.0.dist-info"; \\
