@@ -1,7 +1,8 @@
-"""The image checks (pip check, ldd, arbitrary UID, hygiene, locale) against deliberately broken images.
+"""The image checks (pip check, ldd, one copy, arbitrary UID, hygiene, locale) against deliberately broken images.
 
-Each broken image is a tiny image FROM the real CPU runtime image of images/cpu.yaml (conftest.cpu_build, or
-IMAGEBUILD_SMOKE_IMAGE) that breaks exactly one thing. `imagebuild test --image REF` must fail that check, and only
+Each broken image is a tiny image FROM the real CPU runtime (or dev) image of images/cpu.yaml (conftest.cpu_build,
+or IMAGEBUILD_SMOKE_IMAGE / IMAGEBUILD_SMOKE_DEV_IMAGE), derived the way a user would (FROM + USER root + RUN), that
+breaks exactly one thing. `imagebuild test --image REF` must fail that check, and only
 that one of these checks, while the unbroken image passes all of them. `--flavor base` keeps each run to the
 sections these checks live in (no torch.compile, AMP, distributed): they are base-level checks of every flavor.
 The derived images are removed at the end.
@@ -25,6 +26,7 @@ from _helpers import imagebuild  # noqa: E402
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_cli")]
 
 # the suite's check names (suite file/test[param]) of the checks under test
+# (libraries/one_copy[*] skip on the CPU images, which carry no CUDA library: only its broken image names it)
 CHECKS = ("pip/pip_check", "shared_libraries/ldd_resolves", "locale/utf8_locale", "locale/python_encoding",
           "hygiene/hygiene[ssh_host_keys]", "hygiene/hygiene[tmp]", "hygiene/hygiene[pip_cache]",
           "hygiene/hygiene[apt_cache]", "arbitrary_uid/arbitrary_uid[home_writable]",
@@ -32,9 +34,23 @@ CHECKS = ("pip/pip_check", "shared_libraries/ldd_resolves", "locale/utf8_locale"
 
 SITE = """$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"""
 
-# kind -> (Dockerfile lines after FROM, the check that must fail, text its reason must contain)
+# a torchaudio-style extension (no RPATH/RUNPATH, NEEDs a library its parent package preloads): works, must pass ldd
+PARENT_LOADED = """\
+USER root
+RUN set -eux; s="{site}"; mkdir -p "$s/ibparent/lib" "$s/ibchild" /tmp/ibsrc; \\
+    echo 'int ibparent(void){{return 41;}}' > /tmp/ibsrc/p.c; \\
+    echo 'int ibparent(void); int ibchild(void){{return ibparent() + 1;}}' > /tmp/ibsrc/c.c; \\
+    gcc -shared -fPIC -Wl,-soname,libibparent.so -o "$s/ibparent/lib/libibparent.so" /tmp/ibsrc/p.c; \\
+    gcc -shared -fPIC -o "$s/ibchild/_ext.so" /tmp/ibsrc/c.c -L"$s/ibparent/lib" -libparent; \\
+    printf 'import ctypes, os\\nctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libibparent.so"), '\\
+'mode=ctypes.RTLD_GLOBAL)\\n' > "$s/ibparent/__init__.py"; \\
+    echo 'import ibparent' > "$s/ibchild/__init__.py"; rm -rf /tmp/ibsrc
+USER 1000
+"""
+
+# kind -> (parent flavor, Dockerfile lines after FROM, the check that must fail, text its reason must contain)
 BROKEN = {
-    "ldd": ("""\
+    "ldd": ("runtime", """\
 USER 0
 RUN set -eux; d="{site}/ibbroken_native"; mkdir -p "$d" /tmp/ibdep; \\
     echo 'int ibdep(void){{return 1;}}' > /tmp/ibdep/dep.c; \\
@@ -44,28 +60,40 @@ RUN set -eux; d="{site}/ibbroken_native"; mkdir -p "$d" /tmp/ibdep; \\
     rm -rf /tmp/ibdep
 USER 1000
 """, "shared_libraries/ldd_resolves", "ibbroken_native/libibbroken.so: libibdep.so not found"),
-    "pip": ("""\
+    "pip": ("runtime", """\
 USER 0
 RUN set -eux; d="{site}/ibbroken-1.0.dist-info"; mkdir "$d"; \\
     printf 'Metadata-Version: 2.1\\nName: ibbroken\\nVersion: 1.0\\nRequires-Dist: numpy<1\\n' > "$d/METADATA"; \\
     printf 'pip\\n' > "$d/INSTALLER"; : > "$d/RECORD"
 USER 1000
 """, "pip/pip_check", "ibbroken 1.0 requires numpy<1, found numpy"),
-    "tmp": ("""\
-USER 0
-RUN echo leftover > /tmp/ib-leftover.txt
-USER 1000
-""", "hygiene/hygiene[tmp]", "/tmp/ib-leftover.txt"),
-    "sshkey": ("""\
-USER 0
-RUN mkdir -p /etc/ssh && head -c 64 /dev/urandom > /etc/ssh/ssh_host_ed25519_key \\
-    && chmod 0600 /etc/ssh/ssh_host_ed25519_key
-USER 1000
+    "tmp": ("runtime", """\
+RUN echo leftover > /tmp/x
+""", "hygiene/hygiene[tmp]", "files left in /tmp or /var/tmp in the image: /tmp/x"),
+    "sshkey": ("dev", """\
+USER root
+RUN ssh-keygen -A
 """, "hygiene/hygiene[ssh_host_keys]", "/etc/ssh/ssh_host_ed25519_key"),
-    "locale": ("""\
+    "pipcache": ("runtime", """\
+RUN mkdir -p /home/ml/.cache/pip/http && echo x > /home/ml/.cache/pip/http/entry
+""", "hygiene/hygiene[pip_cache]", "pip/user caches in the image: /home/ml/.cache/pip"),
+    "aptcache": ("runtime", """\
+USER root
+RUN touch /var/cache/apt/archives/ib-leftover.deb /var/cache/apt/pkgcache.bin
+USER 1000
+""", "hygiene/hygiene[apt_cache]", "apt caches in the image: /var/cache/apt/archives/ib-leftover.deb"),
+    "libcopy": ("runtime", """\
+USER root
+RUN set -eux; s="{site}"; mkdir -p "$s/ibcuda/lib" "$s/ibvendored.libs" "$s/ibcuda-1.0.dist-info"; \\
+    : > "$s/ibcuda/lib/libcudart.so.12"; : > "$s/ibvendored.libs/libcudart.41118559.so.12"; \\
+    printf 'Metadata-Version: 2.1\\nName: ibcuda\\nVersion: 1.0\\n' > "$s/ibcuda-1.0.dist-info/METADATA"; \\
+    printf 'ibcuda/lib/libcudart.so.12,,\\n' > "$s/ibcuda-1.0.dist-info/RECORD"
+USER 1000
+""", "libraries/one_copy[cudart]", "ibcuda/lib/libcudart.so.12 from ibcuda, "),
+    "locale": ("runtime", """\
 ENV LANG=C LC_ALL=
 """, "locale/utf8_locale", "LANG=C is not a UTF-8 locale"),
-    "home": ("""\
+    "home": ("runtime", """\
 USER 0
 RUN chgrp -R ml /home/ml && chmod -R g-w /home/ml
 USER 1000
@@ -73,25 +101,32 @@ USER 1000
 }
 
 
-@pytest.fixture(scope="module")
-def runtime_image(request):
-    if os.environ.get("IMAGEBUILD_SMOKE_IMAGE"):
-        return os.environ["IMAGEBUILD_SMOKE_IMAGE"]
+def _cpu_image(request, flavor: str) -> str:
+    given = os.environ.get({"runtime": "IMAGEBUILD_SMOKE_IMAGE", "dev": "IMAGEBUILD_SMOKE_DEV_IMAGE"}[flavor])
+    if given:
+        return given
     build = request.getfixturevalue("cpu_build")
     assert build.result.returncode == 0, build.result.stdout[-3000:] + build.result.stderr[-3000:]
-    return next(i.tag for i in build.plan.images if i.flavor == "runtime")
+    return next(i.tag for i in build.plan.images if i.flavor == flavor)
 
 
 @pytest.fixture(scope="module")
-def broken(client, runtime_image, tmp_path_factory):
-    """kind -> tag of the derived image, built lazily; all removed at the end."""
+def runtime_image(request):
+    return _cpu_image(request, "runtime")
+
+
+@pytest.fixture(scope="module")
+def broken(client, request, tmp_path_factory):
+    """kind -> tag of the derived image (BROKEN, or "parent-loaded": PARENT_LOADED on the runtime), built lazily;
+    all removed at the end."""
     token = secrets.token_hex(4)
     built: dict[str, str] = {}
 
     def get(kind: str) -> str:
         if kind not in built:
+            flavor, lines = ("runtime", PARENT_LOADED) if kind == "parent-loaded" else BROKEN[kind][:2]
             ctx = tmp_path_factory.mktemp(f"broken-{kind}")
-            (ctx / "Dockerfile").write_text(f"FROM {runtime_image}\n" + BROKEN[kind][0].format(site=SITE))
+            (ctx / "Dockerfile").write_text(f"FROM {_cpu_image(request, flavor)}\n" + lines.format(site=SITE))
             tag = f"ibtest-broken-{kind}:{token}"
             t0 = time.time()
             client.images.build(path=str(ctx), tag=tag, network_mode="host", rm=True, forcerm=True)
@@ -130,7 +165,7 @@ def test_unbroken_runtime_passes_every_image_check(runtime_image, tmp_path):
 
 @pytest.mark.parametrize("kind", sorted(BROKEN))
 def test_broken_image_fails_exactly_its_check(broken, tmp_path, kind):
-    _, check, text = BROKEN[kind]
+    _, _, check, text = BROKEN[kind]
     rc, checks = _test(broken(kind), tmp_path)
     assert rc == 1
     assert checks[check]["status"] == "failed", checks[check]
@@ -140,3 +175,14 @@ def test_broken_image_fails_exactly_its_check(broken, tmp_path, kind):
     left = subprocess.run(["docker", "ps", "-aq", "--filter", f"ancestor={broken(kind)}"], capture_output=True,
                           text=True).stdout.split()
     assert left == [], f"containers left behind (main or arbitrary-UID): {left}"
+
+
+def test_extension_loading_after_its_parent_passes(broken, tmp_path):
+    """A working image whose extension ldd alone cannot resolve (torchaudio's case): the real load after its
+    package's imports finds the library, so no image check fails."""
+    rc, checks = _test(broken("parent-loaded"), tmp_path)
+    bad = {n: checks[n]["reason"] for n in CHECKS if checks[n]["status"] != "passed"}
+    assert not bad and rc == 0, bad
+    rescued = {(r["library"], r["soname"]): r["via"] for r in checks["shared_libraries/ldd_resolves"]["figures"]
+               ["rescued"]}
+    assert rescued[("ibchild/_ext.so", "libibparent.so")] == "loads after import ibchild", rescued

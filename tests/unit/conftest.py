@@ -7,6 +7,7 @@ Helpers that several test files use live in underscore modules beside the tests,
     _support.py       hand-made ImagePlans for the build tests (tests/unit/test_build_*.py)
     _push_fakes.py    push set-up: plan rows, engine push streams, the fake engine and registry wired (test_push_*.py)
     _render_cases.py  the resolved variants the golden render tests use (test_render_*.py)
+    _torch_venv.py    a python with the CPU torch wheel (fixture torch_python: the probe tests that run torch)
 A test module never imports another test module or conftest (tests/unit/test_import_rules.py checks it).
 """
 
@@ -27,3 +28,11 @@ import pytest  # noqa: E402
 def _private_state_dir(tmp_path, monkeypatch):
     """Every test gets its own record folder (.imagebuild/ would otherwise be the working directory's)."""
     monkeypatch.setenv("IMAGEBUILD_STATE_DIR", str(tmp_path / "state"))
+
+
+@pytest.fixture(scope="session")
+def torch_python() -> str:
+    """A python that imports the CPU torch wheel (made once per machine, see _torch_venv.py)."""
+    from _torch_venv import torch_python as make
+
+    return make()

@@ -111,28 +111,11 @@ def test_device_assert_must_raise():
     assert ok and "RuntimeError" in reason
 
 
-def _torch_python() -> str | None:
-    cand = os.environ.get("IMAGEBUILD_SMOKE_PYTHON") or "/tmp/ibsmoke/bin/python"
-    if not os.path.exists(cand):
-        return None
-    ok = subprocess.run([cand, "-c", "import torch"], capture_output=True, timeout=120).returncode == 0
-    return cand if ok else None
-
-
 def _probe(python, env=None):
     out = subprocess.run([python, str(P.zipapp_path()), "--sections", "compile,release"], capture_output=True,
                          text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     return {c["name"]: c for c in json.loads(out.stdout)["checks"]}
-
-
-@pytest.fixture(scope="module")
-def torch_python():
-    py = _torch_python()
-    if py is None:
-        pytest.skip("no CPU torch venv (IMAGEBUILD_SMOKE_PYTHON or /tmp/ibsmoke); the integration suite runs these "
-                    "checks inside the real CPU images")
-    return py
 
 
 def test_compile_and_release_pass_with_a_compiler(torch_python):

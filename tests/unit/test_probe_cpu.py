@@ -2,8 +2,7 @@
 
 What runs is what the smoke suite ships: the one-file zipapp built from the package (P.zipapp_path()).
 
-The torch venv: IMAGEBUILD_SMOKE_PYTHON, else /tmp/ibsmoke/bin/python
-(`python -m venv /tmp/ibsmoke && /tmp/ibsmoke/bin/pip install torch==2.13.0` from /opt/wheels).
+The torch python: the `torch_python` fixture (tests/unit/_torch_venv.py: a venv with the CPU wheel, made once).
 """
 
 from __future__ import annotations
@@ -20,14 +19,6 @@ from imagebuild.smoke import probe as P
 
 PROBE = P.zipapp_path()
 PKG_PARENT = Path(P.__file__).resolve().parent.parent  # the directory holding probe/
-
-
-def _torch_python() -> str | None:
-    cand = os.environ.get("IMAGEBUILD_SMOKE_PYTHON") or "/tmp/ibsmoke/bin/python"
-    if not Path(cand).exists():
-        return None
-    ok = subprocess.run([cand, "-c", "import torch"], capture_output=True, timeout=120).returncode == 0
-    return cand if ok else None
 
 
 def _run(python, *args, timeout=300):
@@ -79,11 +70,8 @@ def test_probe_table_mode(tmp_path):
     assert "x.y" in out.stdout and "1 passed" in out.stdout
 
 
-def test_probe_cpu_torch():
-    py = _torch_python()
-    if not py:
-        pytest.skip("no CPU torch venv (set IMAGEBUILD_SMOKE_PYTHON or create /tmp/ibsmoke)")
-    doc, _ = _run(py, "--sections", "system,versions,libraries,gpu,tf32,amp,distributed,te", "--timeout", "240")
+def test_probe_cpu_torch(torch_python):
+    doc, _ = _run(torch_python, "--sections", "system,versions,libraries,gpu,tf32,amp,distributed,te", "--timeout", "240")
     c = _checks(doc)
     assert doc["versions"]["torch"].startswith("2.") and doc["probe"]["errors"] == []
     assert c["amp.cpu_bf16"]["status"] == "passed", c["amp.cpu_bf16"]
@@ -101,10 +89,8 @@ def test_probe_cpu_torch():
     assert not [x for x in doc["checks"] if x["status"] == "failed"]
 
 
-def test_probe_watchdog_emits_partial_json():
-    py = _torch_python()
-    if not py:
-        pytest.skip("no CPU torch venv")
+def test_probe_watchdog_emits_partial_json(torch_python):
+    py = torch_python
     # 1 s is not enough for the gloo workers: the watchdog must still print a JSON document, marked timed out
     out = subprocess.run([py, str(PROBE), "--sections", "versions,distributed", "--timeout", "1"],
                          capture_output=True, text=True, timeout=120)
@@ -171,7 +157,7 @@ def test_probe_runs_from_the_package_files_without_imagebuild(tmp_path):
     assert "imagebuild" not in out.stderr
 
 
-def test_probe_children_run_from_the_zipapp_and_the_files(tmp_path):
+def test_probe_children_run_from_the_zipapp_and_the_files(tmp_path, torch_python):
     """Child probes (gloo ranks, the TE child) re-run the same code: `python probe.pyz ...` from a zipapp,
     `python -c BOOT <parent> ...` from the files."""
     env = dict(os.environ, PYTHONPATH=str(PKG_PARENT))
@@ -179,9 +165,7 @@ def test_probe_children_run_from_the_zipapp_and_the_files(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     argv = json.loads(out.stdout)
     assert argv[0] == sys.executable and argv[1] == "-c" and argv[3:] == [str(PKG_PARENT), "--te-child"]
-    py = _torch_python()
-    if not py:
-        pytest.skip("no CPU torch venv")
+    py = torch_python
     for cmd, e in (([py, str(PROBE)], dict(os.environ)), ([py, "-m", "probe"], env)):
         out = subprocess.run(cmd + ["--sections", "distributed", "--timeout", "240"], capture_output=True,
                              text=True, env=e, cwd=tmp_path, timeout=300)

@@ -190,7 +190,9 @@ def test_secret_env_names_only():
     ("libcudnn_ops.so.9", "libcudnn_ops.so.9"), ("libcudnn_engines_precompiled.so.9", "libcudnn_engines_precompiled.so.9"),
     ("libnccl.so.2", "libnccl.so.2"), ("libnccl.so.2.27.5", "libnccl.so.2"), ("libcublas.so.12", "libcublas.so.12"),
     ("libcublasLt.so.13.0.0.19", "libcublasLt.so.13"), ("libcudnn.so", None), ("libnccl-net.so", None),
-    ("libcudart.so.12", None),
+    ("libcudart.so.12", "libcudart.so.12"), ("libcudart.41118559.so.12", "libcudart.so.12"),
+    ("libcudart-41118559.so.12.8.90", "libcudart.so.12"), ("libnvrtc-builtins.so.12.8", None),
+    ("libcudart.4111855.so.12", None),
 ])
 def test_library_key(name, key):
     assert P.library_key(name) == key

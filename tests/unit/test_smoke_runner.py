@@ -166,14 +166,15 @@ def test_arbitrary_uid_container_that_does_not_start_fails_the_uid_checks(monkey
 
 def test_extra_probes_reach_the_result(monkeypatch, tmp_path):
     host = dict(GOOD["hosts"]["docker://x"], extra_probes={
-        "uid": {"doc": {"checks": [{"name": "uid.home_writable"}]}, "error": None, "wall": 2.5, "where": "c-uid"},
-        "hygiene": {"doc": {"checks": []}, "error": None, "wall": 0.2, "where": "root@c"}})
+        "arbitrary-uid": {"doc": {"checks": [{"name": "uid.home_writable"}]}, "error": None, "wall": 2.5,
+                          "where": "c-uid"},
+        "root": {"doc": {"checks": []}, "error": None, "wall": 0.2, "where": "root@c"}})
     P, _ = fake_popen(dict(GOOD, hosts={"docker://x": host}))
     monkeypatch.setattr(runner.subprocess, "Popen", P)
     tests = runner.run_smoke("img:1", client=FakeClient(), result_dir=tmp_path)
-    assert tests["extra_probe_seconds"] == {"hygiene": 0.2, "uid": 2.5}
+    assert tests["extra_probe_seconds"] == {"arbitrary-uid": 2.5, "root": 0.2}
     doc = json.loads(Path(tests["result_json"]).read_text())
-    assert doc["probe"]["extra_probes"]["uid"]["checks"][0]["name"] == "uid.home_writable"
+    assert doc["probe"]["extra_probes"]["arbitrary-uid"]["checks"][0]["name"] == "uid.home_writable"
 
 
 def test_no_arbitrary_uid_container_when_not_asked(monkeypatch):

@@ -336,7 +336,7 @@ def _collect(raw: dict, run: SuiteRun, extra: dict, exit_code: int, log_path: Pa
         "gpu": bool((probe.get("gpu") or {}).get("available")),
         "pytest_exit": exit_code,
     }
-    extra_probes = host.get("extra_probes") or {}  # hygiene (as root), uid (the arbitrary-UID container)
+    extra_probes = host.get("extra_probes") or {}  # per probe/table.py "where": root (hygiene), arbitrary-uid (uid)
     if extra_probes:
         tests["extra_probe_seconds"] = {k: v.get("wall") for k, v in sorted(extra_probes.items())}
         probe = dict(probe, extra_probes={k: v.get("doc") for k, v in sorted(extra_probes.items())})

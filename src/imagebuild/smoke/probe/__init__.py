@@ -1,9 +1,12 @@
 """In-image probe: a dependency-free package (standard library, plus torch and what the image ships) that runs
 inside an image with the image's own python and prints ONE JSON document. It never imports imagebuild.
 
-One module per kind of check (goss style), each with a `run(probe)` and the pure parsing helpers it needs:
+One module per kind of check (goss style), each with a `run(probe)` and the pure parsing helpers it needs; the
+sections, the lowest flavor each applies to and where each runs are rows of ONE table (table.py), from which the
+command line dispatches and the suite selects:
 
     system       python, OS release, default user, env (NVIDIA vars, secret-looking names), /dev/shm
+    hygiene      (as root) no SSH host keys, nothing in /tmp or /var/tmp, no pip/apt caches
     versions     torch/CUDA/cuDNN/NCCL/... versions; versions_match (the suite's comparison rule)
     libraries    one copy of each cuDNN/NCCL/cuBLAS library
     gpu          devices, nvidia-smi -L (MIG), arch list
@@ -17,8 +20,10 @@ One module per kind of check (goss style), each with a `run(probe)` and the pure
                  compile-time and the nvidia-* packages; CUDA and GDS error paths
     dev          C++ extension, nvcc; services: JupyterLab, sshd
     perf         GEMM TFLOP/s, NCCL bus bandwidth
-    common       Probe (results, torch import, GPU state), subprocess helpers, watchdog, table
-    __main__     the command line: --sections --perf --timeout --output --table (+ hidden --dist-worker, --child)
+    table        the sections: module, lowest flavor, where it runs (image user, root, arbitrary UID), child probe
+    common       Probe (results, torch import, GPU state), subprocess helpers, watchdog, result table
+    __main__     the command line: --sections --perf --timeout --output --table --list-sections (+ hidden
+                 --dist-worker, --child)
     pack         builds the one-file zipapp (probe.pyz) that is shipped into containers
 
 Inside the package, modules import each other by the top-level name `probe` (no relative imports), which is what
@@ -54,8 +59,15 @@ from probe.common import (  # noqa: E402
 )
 from probe.distributed import dist_worker, nccl_transport_kind, parse_nccl_log  # noqa: E402
 from probe.gpu import normalize_arch, parse_nvidia_smi_list  # noqa: E402
-from probe.hygiene import parse_btime, parse_proc_stat_starttime, split_baked  # noqa: E402
-from probe.libraries import group_library_copies, library_family, library_key, parse_ldconfig  # noqa: E402
+from probe.hygiene import findings as hygiene_findings  # noqa: E402
+from probe.libraries import (  # noqa: E402
+    describe_copies,
+    group_library_copies,
+    library_family,
+    library_key,
+    owners_of,
+    parse_ldconfig,
+)
 from probe.linking import evaluate as evaluate_ldd  # noqa: E402
 from probe.linking import parse_ldd, where_found  # noqa: E402
 from probe.locales import effective_ctype, is_utf8_name, parse_environ  # noqa: E402
@@ -63,6 +75,17 @@ from probe.pack import build_zipapp, zipapp_path  # noqa: E402
 from probe.pipcheck import parse_pip_check  # noqa: E402
 from probe.services import parse_sshd_config_files, parse_sshd_T  # noqa: E402
 from probe.system import NVIDIA_ENV, REPORTED_ENV, find_secret_env, parse_os_release  # noqa: E402
+from probe.table import (  # noqa: E402
+    ARBITRARY_UID,
+    FLAVORS,
+    IMAGE_USER,
+    ROOT,
+    TABLE,
+    Section,
+    applies,
+    section,
+    sections_for,
+)
 from probe.tf32 import tf32_state  # noqa: E402
 from probe.versions import ABSENT, TRUE, format_cudnn_version, versions_match  # noqa: E402
 
@@ -72,11 +95,12 @@ if __name__ != "probe":  # a later import of <this package>.gpu gets the module 
             sys.modules.setdefault(__name__ + _name[len("probe"):], _mod)
 
 __all__ = [
-    "ABSENT", "DEFAULT_SECTIONS", "NO_CUDA_TORCH", "NO_GPU", "NO_TORCH", "NVIDIA_ENV", "PROBE_VERSION", "REPORTED_ENV",
+    "ABSENT", "ARBITRARY_UID", "DEFAULT_SECTIONS", "applies", "FLAVORS", "IMAGE_USER", "ROOT", "TABLE", "Section", "section",
+    "sections_for", "NO_CUDA_TORCH", "NO_GPU", "NO_TORCH", "NVIDIA_ENV", "PROBE_VERSION", "REPORTED_ENV",
     "RESULT_MARK", "SECTIONS", "TRUE", "Probe", "build_zipapp", "dist_worker", "effective_ctype", "evaluate_ldd",
-    "find_secret_env", "format_cudnn_version", "group_library_copies", "is_utf8_name", "library_family",
-    "library_key", "nccl_transport_kind", "normalize_arch", "parse_btime", "parse_environ", "parse_ldconfig",
+    "describe_copies", "find_secret_env", "format_cudnn_version", "group_library_copies", "hygiene_findings", "owners_of", "is_utf8_name", "library_family",
+    "library_key", "nccl_transport_kind", "normalize_arch", "parse_environ", "parse_ldconfig",
     "parse_ldd", "parse_nccl_log", "parse_nvidia_smi_list", "parse_os_release", "parse_pip_check",
-    "parse_proc_stat_starttime", "parse_sshd_T", "parse_sshd_config_files", "render_table", "split_baked",
+    "parse_sshd_T", "parse_sshd_config_files", "render_table",
     "tf32_state", "versions_match", "where_found", "zipapp_path",
 ]

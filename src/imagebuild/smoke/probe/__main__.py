@@ -2,6 +2,7 @@
 
     python probe.pyz [--sections system,versions,...] [--perf] [--timeout S] [--output FILE]
     python probe.pyz --table FILE          # render a short table of a saved result
+    python probe.pyz --list-sections       # the table of sections (probe/table.py) as JSON
     PYTHONPATH=<dir holding probe/> python -m probe ...   # the same, from the files
 
 Everything printed by libraries (NCCL_DEBUG, warnings) goes to stderr; stdout carries only the JSON.
@@ -9,6 +10,7 @@ Everything printed by libraries (NCCL_DEBUG, warnings) goes to stderr; stdout ca
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -17,33 +19,21 @@ import time
 if not __package__:  # `python path/to/probe` (the directory): make `probe` importable from its parent
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from probe import (  # noqa: E402
-    amp,
-    dev,
-    distributed,
-    gpu,
-    hygiene,
-    libraries,
-    locales,
-    perf,
-    pipcheck,
-    release,
-    sharedlibs,
-    system,
-    te,
-    tf32,
-    torch_compile,
-    uid,
-    versions,
-)
 from probe.common import DEFAULT_SECTIONS, SECTIONS, Probe, render_table, watchdog, write_all  # noqa: E402
+from probe.table import TABLE, as_json, section  # noqa: E402
 
-RUNNERS = {"system": system.run, "hygiene": hygiene.run, "locale": locales.run, "pip": pipcheck.run,
-           "ldd": sharedlibs.run, "uid": uid.run, "versions": versions.run, "libraries": libraries.run, "gpu": gpu.run,
-           "tf32": tf32.run, "amp": amp.run, "distributed": distributed.run, "te": te.run, "dev": dev.run,
-           "compile": torch_compile.run, "release": release.run, "perf": perf.run}
-# sections that run part of their work in a child probe (`--child SECTION`): a crash there cannot end the probe
-CHILD_RUNNERS = {"te": te.child, "compile": torch_compile.child, "release": release.child}
+
+def runners() -> dict:
+    """section -> its module's run(probe), for every row of the table."""
+    return {row.name: importlib.import_module(f"probe.{row.module}").run for row in TABLE}
+
+
+def child_runner(name: str):
+    """The child(probe) of a section that runs part of its work in a child probe (`--child NAME`)."""
+    return importlib.import_module(f"probe.{section(name).module}").child
+
+
+CHILD_SECTIONS = tuple(row.name for row in TABLE if row.child)
 
 
 def main(argv=None) -> int:
@@ -51,22 +41,29 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description="imagebuild in-image probe (prints one JSON document)")
     ap.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
-                    help=f"comma-separated subset of {','.join(SECTIONS)} (default: all but dev, perf)")
+                    help=f"comma-separated subset of {','.join(SECTIONS)} (default: {','.join(DEFAULT_SECTIONS)})")
     ap.add_argument("--perf", action="store_true", help="add the perf section (GPU GEMM, NCCL bandwidth)")
     ap.add_argument("--timeout", type=float, default=0, help="overall seconds; on overrun emit partial JSON")
     ap.add_argument("--output", help="also write the JSON to this file")
     ap.add_argument("--table", metavar="FILE", help="render a saved result as a table and exit")
     ap.add_argument("--dist-worker", metavar="BACKEND", help=argparse.SUPPRESS)
-    ap.add_argument("--child", choices=sorted(CHILD_RUNNERS), help=argparse.SUPPRESS)
+    ap.add_argument("--list-sections", action="store_true",
+                    help="print the table of sections (flavor, where each runs) as JSON and exit")
+    ap.add_argument("--child", choices=sorted(CHILD_SECTIONS), help=argparse.SUPPRESS)
     ap.add_argument("--te-child", action="store_const", dest="child", const="te", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
+    if args.list_sections:
+        print(json.dumps(as_json()))
+        return 0
     if args.table:
         with open(args.table) as fh:
             print(render_table(json.load(fh)))
         return 0
     if args.dist_worker:
-        distributed.dist_worker(args.dist_worker, args.perf)
+        from probe.distributed import dist_worker
+
+        dist_worker(args.dist_worker, args.perf)
         return 0
 
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
@@ -88,9 +85,9 @@ def main(argv=None) -> int:
     if args.timeout:
         watchdog(args.timeout, probe, out_fd)
     if args.child:
-        CHILD_RUNNERS[args.child](probe)
+        child_runner(args.child)(probe)
     else:
-        probe.run(RUNNERS)
+        probe.run(runners())
     text = json.dumps(probe.doc, default=str, indent=None)
     if args.output:
         with open(args.output, "w") as fh:

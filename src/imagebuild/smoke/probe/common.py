@@ -12,11 +12,9 @@ import threading
 import time
 import traceback
 
+from probe.table import DEFAULT_SECTIONS, SECTIONS  # noqa: F401  (re-exported: the probe's own names for them)
+
 PROBE_VERSION = 1
-# hygiene right after system: it looks at /tmp before later sections (compile caches, child probes) write there
-SECTIONS = ("system", "hygiene", "locale", "pip", "ldd", "uid", "versions", "libraries", "gpu", "tf32", "amp",
-            "distributed", "te", "compile", "release", "dev", "perf")
-DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ("dev", "perf"))
 NO_GPU = "no GPU visible in the container"
 NO_CUDA_TORCH = NO_GPU + " (CPU variant: torch built without CUDA)"
 NO_TORCH = "torch is not installed"
@@ -88,7 +86,7 @@ class Probe:
 
     # run --------------------------------------------------------------------------------------------------------
     def run(self, runners):
-        """Run the selected sections in SECTIONS order; `runners`: section -> function(probe)."""
+        """Run the selected sections in the table's order; `runners`: section -> function(probe)."""
         t0 = time.time()
         timings = {}
         for section in SECTIONS:

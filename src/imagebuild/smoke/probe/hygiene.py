@@ -2,149 +2,117 @@
 image generates its keys per container in start-sshd), nothing left in /tmp or /var/tmp, no pip cache in any home
 directory, nothing under /root/.cache, no apt caches (downloaded .debs, package lists, pkgcache.bin).
 
-Run it as root (the suite does: `docker exec -u root`), else /root cannot be read and what lies there is unknown
-(reported as skipped). The container has been running before this section, and other checks may have written to
-/tmp or generated host keys: only what was in the image counts. An entry counts as baked in when its inode change
-time (ctime, which nothing in userspace can set) or one of its descendants' is older than the container's start:
-files from image layers were extracted before the container existed.
+The rule is what the image may contain, not when a file appeared: any host key, any entry of /tmp or /var/tmp but
+the probe's own directory and the empty X11/ICE socket directories some packages create, any cache fails. An
+earlier version let files whose inode change time was newer than the container's start pass as "created by this
+container"; that judged layer files by timestamps (the engine's clock, its storage driver, a clock step in a VM
+between build and test), and a derived layer (`FROM <image>` + `USER root` + `RUN ssh-keygen -A`) could pass.
+So the suite runs this section first, as root (`docker exec -u root`, else /root cannot be read and what lies there
+is unknown: reported as skipped), in a container nothing has written to yet (probe/table.py: where = root).
 """
 
 from __future__ import annotations
 
 import glob
 import os
-import pwd
-
-from probe.common import listdir
 
 TMP_DIRS = ("/tmp", "/var/tmp")
+# directories packages create in /tmp for sockets (X11, ICE): allowed while empty
+TMP_ALLOWED_EMPTY = frozenset({".X11-unix", ".ICE-unix", ".XIM-unix", ".font-unix", ".Test-unix"})
 APT_LISTS = "/var/lib/apt/lists"
 APT_ARCHIVES = "/var/cache/apt/archives"
 APT_KEEP = {"lock", "partial"}  # apt's lock file and its download directory (checked: must be empty)
-WALK_LIMIT = 2000
 
 
-def parse_proc_stat_starttime(text: str) -> int:
-    """/proc/PID/stat -> field 22 (starttime, clock ticks since boot). The command name (field 2) may hold spaces
-    and parentheses, so fields are counted after its last ')'."""
-    rest = text[text.rindex(")") + 2:].split()
-    return int(rest[19])  # rest[0] is field 3
-
-
-def parse_btime(text: str) -> int:
-    """/proc/stat -> btime (boot time, seconds since the epoch)."""
-    for line in text.splitlines():
-        if line.startswith("btime "):
-            return int(line.split()[1])
-    raise ValueError("no btime line in /proc/stat")
-
-
-def container_start() -> float | None:
-    """Wall-clock start of PID 1 (the container's init), or None when /proc does not tell."""
+def _listdir(path: str) -> list[str]:
     try:
-        with open("/proc/1/stat") as fh:
-            ticks = parse_proc_stat_starttime(fh.read())
-        with open("/proc/stat") as fh:
-            boot = parse_btime(fh.read())
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def oldest_ctime(path: str) -> float | None:
-    """The oldest ctime of `path` and (for a directory) what lies under it, up to WALK_LIMIT entries."""
-    try:
-        oldest = os.lstat(path).st_ctime
+        return sorted(os.listdir(path))
     except OSError:
-        return None
-    if os.path.isdir(path) and not os.path.islink(path):
-        n = 0
-        for dirpath, dirs, files in os.walk(path):
-            for name in dirs + files:
-                n += 1
-                try:
-                    oldest = min(oldest, os.lstat(os.path.join(dirpath, name)).st_ctime)
-                except OSError:
-                    pass
-            if n > WALK_LIMIT:
-                break
-    return oldest
-
-
-def split_baked(paths, start: float | None, oldest=oldest_ctime) -> tuple[list[str], list[str]]:
-    """paths -> (baked into the image, created in this container). Without a start time everything is baked."""
-    baked: list[str] = []
-    fresh: list[str] = []
-    for path in paths:
-        t = oldest(path)
-        (fresh if start is not None and t is not None and t >= start else baked).append(path)
-    return baked, fresh
-
-
-def home_dirs() -> list[str]:
-    homes = {"/root"}
-    try:
-        homes.update(pw.pw_dir for pw in pwd.getpwall() if pw.pw_dir and pw.pw_dir not in ("/", "/nonexistent"))
-    except OSError:
-        pass
-    if os.environ.get("HOME"):
-        homes.add(os.environ["HOME"])
-    return sorted(h for h in homes if os.path.isdir(h))
+        return []
 
 
 def _unreadable(path: str) -> bool:
     return os.path.isdir(path) and not os.access(path, os.R_OK | os.X_OK)
 
 
-def _status(p, name, baked, fresh, unreadable, what, ok_text):
-    fig = {"found": baked[:50], "created_in_container": fresh[:20], "unreadable": unreadable}
-    if baked:
-        p.check(name, "failed", f"{what} in the image: " + ", ".join(baked[:10])
-                + (f" (+{len(baked) - 10} more)" if len(baked) > 10 else ""), **fig)
-    elif unreadable:
-        p.check(name, "skipped", f"cannot read {', '.join(unreadable)} as uid {os.getuid()} (run as root)", **fig)
-    else:
-        p.check(name, "passed", ok_text + (f" ({len(fresh)} created by this container ignored)" if fresh else ""),
-                **fig)
+def home_dirs(root: str = "/") -> list[str]:
+    """Home directories of /etc/passwd's users and /root (those that exist), as paths inside `root`."""
+    homes = {"/root"}
+    try:
+        with open(os.path.join(root, "etc/passwd"), errors="replace") as fh:
+            for line in fh:
+                fields = line.rstrip("\n").split(":")
+                if len(fields) >= 6 and fields[5] not in ("", "/", "/nonexistent"):
+                    homes.add(fields[5])
+    except OSError:
+        pass
+    return sorted(h for h in homes if os.path.isdir(_at(root, h)))
+
+
+def _at(root: str, path: str) -> str:
+    return os.path.join(root, path.lstrip("/"))
+
+
+def findings(root: str = "/", own: str = "") -> dict[str, tuple[list[str], list[str]]]:
+    """{check: (what the image must not contain but does, directories that could not be read)} under `root`
+    (paths reported as inside the image). `own`: the probe's own directory, which the suite put in /tmp."""
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    ssh = _at(root, "/etc/ssh")
+    out["ssh_host_keys"] = ([f"/etc/ssh/{name}" for name in _listdir(ssh) if name.startswith("ssh_host_")],
+                            ["/etc/ssh"] if _unreadable(ssh) else [])
+
+    left, unreadable = [], []
+    for d in TMP_DIRS:
+        if _unreadable(_at(root, d)):
+            unreadable.append(d)
+        for name in _listdir(_at(root, d)):
+            path = os.path.join(d, name)
+            if own and (own == path or own.startswith(path + os.sep)):
+                continue
+            if name in TMP_ALLOWED_EMPTY and os.path.isdir(_at(root, path)) and not _listdir(_at(root, path)):
+                continue
+            left.append(path)
+    out["tmp"] = (left, unreadable)
+
+    caches, unreadable = [], []
+    for home in home_dirs(root):
+        if _unreadable(_at(root, home)):
+            unreadable.append(home)
+        elif os.path.lexists(_at(root, os.path.join(home, ".cache", "pip"))):
+            caches.append(os.path.join(home, ".cache", "pip"))
+    caches += [os.path.join("/root/.cache", e) for e in _listdir(_at(root, "/root/.cache"))
+               if os.path.join("/root/.cache", e) not in caches]
+    out["pip_cache"] = (sorted(set(caches)), unreadable)
+
+    apt = [os.path.join(APT_ARCHIVES, e) for e in _listdir(_at(root, APT_ARCHIVES)) if e.endswith(".deb")]
+    apt += [os.path.join(APT_ARCHIVES, "partial", e) for e in _listdir(_at(root, os.path.join(APT_ARCHIVES,
+                                                                                              "partial")))]
+    apt += [os.path.join(APT_LISTS, e) for e in _listdir(_at(root, APT_LISTS)) if e not in APT_KEEP]
+    apt += [os.path.join(APT_LISTS, "partial", e) for e in _listdir(_at(root, os.path.join(APT_LISTS, "partial")))]
+    apt += ["/var/cache/apt/" + os.path.basename(x) for x in glob.glob(_at(root, "/var/cache/apt/*.bin"))]
+    out["apt_cache"] = (sorted(apt), [])
+    return out
+
+
+WHAT = {
+    "ssh_host_keys": ("SSH host keys (every container would share them)", "no SSH host keys in /etc/ssh"),
+    "tmp": ("files left in " + " or ".join(TMP_DIRS), f"{' and '.join(TMP_DIRS)} empty"),
+    "pip_cache": ("pip/user caches", "no ~/.cache/pip in any home directory, /root/.cache empty"),
+    "apt_cache": ("apt caches", f"no .deb in {APT_ARCHIVES}, {APT_LISTS} empty, no pkgcache.bin"),
+}
 
 
 def run(p):
-    start = container_start()
     own = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../D/probe.pyz/probe/x
-    p.doc["hygiene"] = {"container_start": start, "uid": os.getuid(), "probe_dir": own}
-
-    keys = sorted(glob.glob("/etc/ssh/ssh_host_*"))
-    baked, fresh = split_baked(keys, start)
-    _status(p, "hygiene.ssh_host_keys", baked, fresh, [d for d in ["/etc/ssh"] if _unreadable(d)],
-            "SSH host keys (every container would share them)", "no SSH host keys baked in")
-
-    entries = []
-    for d in TMP_DIRS:
-        entries += [os.path.join(d, e) for e in listdir(d)]
-    entries = [e for e in entries if not (own == e or own.startswith(e + os.sep))]
-    baked, fresh = split_baked(sorted(entries), start)
-    _status(p, "hygiene.tmp", baked, fresh, [d for d in TMP_DIRS if _unreadable(d)],
-            "files left in " + " or ".join(TMP_DIRS), f"{' and '.join(TMP_DIRS)} empty")
-
-    caches, unreadable = [], []
-    for home in home_dirs():
-        if _unreadable(home):
-            unreadable.append(home)
-            continue
-        pip_cache = os.path.join(home, ".cache", "pip")
-        if os.path.lexists(pip_cache):
-            caches.append(pip_cache)
-    if os.path.isdir("/root/.cache") and listdir("/root/.cache"):
-        caches += [os.path.join("/root/.cache", e) for e in listdir("/root/.cache")
-                   if os.path.join("/root/.cache", e) not in caches]
-    baked, fresh = split_baked(sorted(set(caches)), start)
-    _status(p, "hygiene.pip_cache", baked, fresh, unreadable, "pip/user caches",
-            f"no ~/.cache/pip in {len(home_dirs())} home directories, /root/.cache empty")
-
-    apt = glob.glob(os.path.join(APT_ARCHIVES, "*.deb")) + glob.glob(os.path.join(APT_ARCHIVES, "partial", "*"))
-    apt += [os.path.join(APT_LISTS, e) for e in listdir(APT_LISTS) if e not in APT_KEEP]
-    apt += [os.path.join(APT_LISTS, "partial", e) for e in listdir(os.path.join(APT_LISTS, "partial"))]
-    apt += glob.glob("/var/cache/apt/*.bin")
-    baked, fresh = split_baked(sorted(apt), start)
-    _status(p, "hygiene.apt_cache", baked, fresh, [], "apt caches",
-            f"no .deb in {APT_ARCHIVES}, {APT_LISTS} empty, no pkgcache.bin")
+    p.doc["hygiene"] = {"uid": os.getuid(), "probe_dir": own}
+    for check, (found, unreadable) in findings("/", own).items():
+        bad, good = WHAT[check]
+        fig = {"found": found[:50], "unreadable": unreadable}
+        if found:
+            p.check(f"hygiene.{check}", "failed", f"{bad} in the image: " + ", ".join(found[:10])
+                    + (f" (+{len(found) - 10} more)" if len(found) > 10 else ""), **fig)
+        elif unreadable:
+            p.check(f"hygiene.{check}", "skipped", f"cannot read {', '.join(unreadable)} as uid {os.getuid()} "
+                    f"(run as root)", **fig)
+        else:
+            p.check(f"hygiene.{check}", "passed", good, **fig)

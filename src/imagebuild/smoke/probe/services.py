@@ -148,6 +148,11 @@ def sshd_check():
         return {"status": "failed", "reason": "sshd not found"}
     fig = {"sshd": sshd}
     out = subprocess.run([sshd, "-t"], capture_output=True, text=True, timeout=30)
+    if out.returncode != 0 and "privilege separation directory" in out.stderr and os.getuid() == 0:
+        # as root sshd wants /run/sshd, which start-sshd makes at container start (a tmpfs is empty in an image)
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        fig["made_privsep_dir"] = "/run/sshd"
+        out = subprocess.run([sshd, "-t"], capture_output=True, text=True, timeout=30)
     key_args = []
     work = None
     if out.returncode != 0 and ("host key" in out.stderr.lower() or "no hostkeys" in out.stderr.lower()):

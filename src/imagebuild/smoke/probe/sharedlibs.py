@@ -10,7 +10,11 @@ ldd cannot find for a library on its own still counts as found when the image lo
 - through torch's preload: `import torch` loads torch/lib/libtorch_global_deps.so with RTLD_GLOBAL, so every soname
   in its resolved closure is visible to later loads by name.
 
-Both are listed in the figures (`rescued`) so they stay visible. Without a GPU in the container the driver's
+- after its package's imports: what is still unresolved is loaded for real in a child process that first imports
+  what the library's package imports (torchaudio's _torchaudio.so has no RPATH/RUNPATH and NEEDs libtorch.so, there
+  once torch is imported; probe/loading.py).
+
+All are listed in the figures (`rescued`) so they stay visible. Without a GPU in the container the driver's
 libcuda.so.1 and libnvidia-ml.so.1 (mounted at run time by the NVIDIA container toolkit) may be missing; and a
 dlopen-only plugin may miss a cluster's MPI/fabric libraries (linking.FABRIC_LIBS: listed, not failed). Nothing else.
 The rules are in probe/linking.py, the ELF reading in probe/elf.py.
@@ -35,15 +39,18 @@ from probe.linking import (
     split_optional,
     where_found,
 )
+from probe.loading import confirm_by_loading
 
 
-def dist_owners() -> dict[str, str]:
-    """{real path of a shared library: the installed distribution whose RECORD lists it}. The nvidia-* wheels all
-    ship nvidia/__init__.py, so directories alone cannot tell nvidia-cublas from nvidia-cusparse."""
+def dist_owners(path=None) -> dict[str, str]:
+    """{real path of a shared library: the installed distribution whose RECORD lists it} (of this Python, or of the
+    site directories in `path`). The nvidia-* wheels all ship nvidia/__init__.py, so directories alone cannot tell
+    nvidia-cublas from nvidia-cusparse."""
     from importlib import metadata
 
     out: dict[str, str] = {}
-    for dist in metadata.distributions():
+    dists = metadata.distributions() if path is None else metadata.distributions(path=list(path))
+    for dist in dists:
         try:
             files = dist.files or []
             name = dist.metadata["Name"] or "?"
@@ -162,6 +169,10 @@ def run(p):
 
     dyn = {lib: elf_dynamic(lib) for lib in ours}
     problems, optional = split_optional(problems, plugins(dyn))
+    owners = dist_owners()
+    if problems:
+        problems, loaded = confirm_by_loading(problems, roots, owners, allowed, timeout=p.remaining(600))
+        rescued += loaded
     kinds = {"rpath": 0, "runpath": 0, "none": 0}
     into_other: dict[str, int] = {}  # RPATH/RUNPATH entries that leave the library's package (`$ORIGIN/../../nvidia/...`)
     for d in dyn.values():
@@ -173,7 +184,6 @@ def run(p):
             if entry.startswith("$ORIGIN/../") or entry.startswith("${ORIGIN}/../"):
                 into_other[entry] = into_other.get(entry, 0) + 1
     found: dict[str, set] = {}
-    owners = dist_owners()
     for lib, res in results.items():
         for soname, dep in res["resolved"].items():
             found.setdefault(where_found(lib, os.path.realpath(dep), roots, owners), set()).add(soname)
@@ -208,14 +218,18 @@ def run(p):
         if x["missing"] and how:
             how += ("; needed directly" if len(direct) == len(x["missing"]) else
                     "; needed by one of its dependencies" if not direct else "")
-        bad.append(f"{rel(x['library'])}: {', '.join(parts)}" + (f" [{how}]" if how and x["missing"] else ""))
+        loaded = (f"; load after import {', '.join(x['imported'])}: {x['load_error']}" if x.get("imported")
+                  else f"; load: {x['load_error']}" if x.get("load_error") else "")
+        bad.append(f"{rel(x['library'])}: {', '.join(parts)}" + (f" [{how}]" if how and x["missing"] else "")
+                   + loaded)
     bad += [f"{rel(k)}: ldd failed: {v}" for k, v in sorted(errors.items())]
     note = (f"; without a GPU the driver's {', '.join(allowed_missing)} may be missing" if allowed_missing else "")
     if bad:
         p.check("ldd.resolve", "failed", f"{len(bad)} of {len(ours)} shared libraries under site-packages do not "
                 f"resolve: " + "; ".join(bad[:10]) + note, **figures)
     else:
-        extra = f", {len(rescued)} through a parent or torch's preload" if rescued else ""
+        extra = (f", {len({r['library'] for r in rescued})} through a parent, torch's preload or a real load after "
+                 f"their package's imports" if rescued else "")
         if optional:
             extra += (f"; {len(optional)} dlopen'ed plugins need the cluster's own MPI/fabric stack when chosen ("
                       + ", ".join(f"{os.path.basename(x['library'])}: {'/'.join(x['missing'])}"

@@ -5,8 +5,11 @@ Run against any image someone already has:
     docker run -d --name x --shm-size 2g <image> sleep infinity
     pytest --hosts=docker://x src/imagebuild/smoke/suite [--expect torch=2.9.1 ...] [--require-gpu] [--perf]
 
-Flavor (`io.imagebuild.flavor` label, `--flavor`, or `--expect flavor=`) selects the checks: `base` files run on
-every flavor, `@pytest.mark.flavor("runtime")` on runtime and dev, `@pytest.mark.flavor("dev")` on dev only.
+Flavor (`io.imagebuild.flavor` label, `--flavor`, or `--expect flavor=`) selects the checks. Each test file names
+its probe section (`pytestmark = pytest.mark.section("amp")`); the probe's table (probe/table.py, read from the
+probe files this suite ships) says the lowest flavor that section applies to and where its probe runs: the image's
+user (the main probe), root in the same container (run first, before anything writes to /tmp), or the second
+container the runner starts as an arbitrary UID (--uid-host).
 Expectations come from `--expect KEY=VALUE` and the image's `io.imagebuild.*` labels; a mismatch names the key, the
 expected value (and where it came from) and the found value. This file does not import imagebuild.
 """
@@ -26,23 +29,11 @@ import pytest
 
 SUITE_DIR = Path(__file__).resolve().parent
 PROBE_DIR = SUITE_DIR.parent / "probe"  # the probe package; shipped as one zipapp file
-FLAVOR_RANK = {"base": 0, "runtime": 1, "dev": 2}
 LABEL_PREFIX = "io.imagebuild."
 PY_CANDIDATES = ("/opt/venv/bin/python", "python3", "python")
 # what an imagebuild image promises beyond its labels (docs/ARCHITECTURE.md "Image layout")
 IMAGEBUILD_DEFAULTS = {"user": "ml", "uid": "1000", "venv": "/opt/venv", "entrypoint": "tini",
                        "workdir": "/workspace"}
-_EVERY = ("system", "locale", "pip", "ldd", "versions", "libraries")
-SECTIONS_BY_FLAVOR = {
-    "base": _EVERY,
-    "runtime": _EVERY + ("gpu", "tf32", "amp", "distributed", "te", "compile", "release"),
-    "dev": _EVERY + ("gpu", "tf32", "amp", "distributed", "te", "compile", "release", "dev"),
-}
-# probes run apart from the main one: hygiene as root in the same container (to read /root), uid in the second
-# container the runner starts as an arbitrary UID (--uid-host)
-EXTRA_PROBES = {"hygiene": ("hygiene",), "uid": ("uid",)}
-
-
 def _load_probe():
     """The probe package from its files, as top-level `probe` (the name its modules import each other by)."""
     loaded = sys.modules.get("probe")
@@ -70,7 +61,7 @@ def pytest_addoption(parser):
     g.addoption("--expect", action="append", default=[], metavar="KEY=VALUE",
                 help="expected value (torch=2.9.1, cuda=12.8, os=ubuntu24.04, flavor=dev, user=ml, "
                      "perf_min.bf16_tflops=600 ...); wins over the io.imagebuild.* labels")
-    g.addoption("--flavor", choices=sorted(FLAVOR_RANK), default=None,
+    g.addoption("--flavor", choices=P.FLAVORS, default=None,
                 help="flavor of the image (default: io.imagebuild.flavor label, else runtime)")
     g.addoption("--require-gpu", action="store_true", default=False,
                 help="GPU checks that cannot run fail instead of being skipped")
@@ -90,8 +81,8 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "flavor(name): lowest image flavor the test applies to (base|runtime|dev)")
-    config.addinivalue_line("markers", "perf: performance probe, only with --perf")
+    config.addinivalue_line("markers", "section(name): the probe section the test checks (probe/table.py: its "
+                                       "lowest flavor, where its probe runs, opt-in)")
     config._ib_images = {}
     path = config.getoption("smoke_json", None)
     if path:
@@ -135,13 +126,13 @@ class ImageUnderTest:
         flavor = config.getoption("flavor") or self.options.get("flavor") or self.labels.get(LABEL_PREFIX + "flavor")
         self.flavor_source = ("--flavor" if config.getoption("flavor") else "--expect" if self.options.get("flavor")
                               else "label" if flavor else "assumed")
-        self.flavor = flavor if flavor in FLAVOR_RANK else "runtime"
+        self.flavor = flavor if flavor in P.FLAVORS else "runtime"
         self.execs = 0
         self._probe = None
         self.probe_error = None
         self.probe_wall = None
         self.probe_stderr = ""
-        self.extra: dict[str, dict] = {}  # EXTRA_PROBES kind -> {"doc", "error", "wall", "stderr", "where"}
+        self.extra: dict[str, dict] = {}  # P.ROOT / P.ARBITRARY_UID -> {"doc", "error", "wall", "stderr", "where"}
 
     # expectations -----------------------------------------------------------------------------------------------
     def expected(self, key: str) -> list[tuple[str, str]]:
@@ -184,11 +175,9 @@ class ImageUnderTest:
         return out
 
     # probe ------------------------------------------------------------------------------------------------------
-    def sections(self):
-        s = list(SECTIONS_BY_FLAVOR[self.flavor])
-        if self.perf:
-            s.append("perf")
-        return s
+    def sections(self, where: str = P.IMAGE_USER) -> tuple[str, ...]:
+        """The sections the probe run `where` covers for this image's flavor (the table decides)."""
+        return P.sections_for(self.flavor, where, opt_in=self.perf)
 
     def run(self, command: str):
         self.execs += 1
@@ -203,6 +192,10 @@ class ImageUnderTest:
         return self._probe
 
     def _run_probe(self):
+        # root's probe first: hygiene judges the container as the image left it, before this probe's sections
+        # (compile caches, child probes) write to /tmp
+        if self.sections(P.ROOT):
+            self.extra_probe(P.ROOT)
         self._probe, self.probe_error, self.probe_wall, self.probe_stderr = self._exec_probe(self.host,
                                                                                               self.sections())
 
@@ -247,30 +240,31 @@ class ImageUnderTest:
             return None, f"exit {res.rc}, no JSON on stdout: {tail[-1500:]}", wall, res.stderr[-4000:]
         return doc, None, wall, res.stderr[-4000:]
 
-    def extra_probe(self, kind: str) -> dict:
-        """The probe of one EXTRA_PROBES kind (run once): hygiene as root here, uid in the --uid-host container."""
-        if kind not in self.extra:
+    def extra_probe(self, where: str) -> dict:
+        """The probe of the sections that run apart (run once per `where`): P.ROOT as root in this container,
+        P.ARBITRARY_UID in the --uid-host container."""
+        if where not in self.extra:
             import testinfra
 
-            where, host, error = None, None, None
-            if kind == "uid":
+            label, host, error = None, None, None
+            if where == P.ARBITRARY_UID:
                 if self.config.getoption("uid_error"):
                     error = f"the image did not start as {self.config.getoption('uid_user') or 'an arbitrary UID'}: "\
                             + self.config.getoption("uid_error")
                 elif self.config.getoption("uid_host"):
-                    where = self.config.getoption("uid_host")
-                    host = testinfra.get_host(f"docker://{where}")
+                    label = self.config.getoption("uid_host")
+                    host = testinfra.get_host(f"docker://{label}")
             elif getattr(self.host.backend, "NAME", "") == "docker":
-                where = f"root@{self.host.backend.name}"
-                host = testinfra.get_host(f"docker://{where}")
+                label = f"root@{self.host.backend.name}"
+                host = testinfra.get_host(f"docker://{label}")
             else:
-                where, host = "the test host's user", self.host
+                label, host = "the test host's user", self.host
             doc, wall, stderr = None, None, ""
             if host is not None:
-                doc, error, wall, stderr = self._exec_probe(host, EXTRA_PROBES[kind])
-            self.extra[kind] = {"doc": doc, "error": error, "wall": wall, "where": where,
-                                "stderr": stderr if error else ""}
-        return self.extra[kind]
+                doc, error, wall, stderr = self._exec_probe(host, self.sections(where))
+            self.extra[where] = {"doc": doc, "error": error, "wall": wall, "where": label,
+                                 "stderr": stderr if error else ""}
+        return self.extra[where]
 
     def check(self, name):
         for c in self.probe.get("checks", []):
@@ -321,20 +315,28 @@ def image_for(config, host) -> ImageUnderTest:
     return config._ib_images[key]
 
 
+def item_section(item):
+    """The probe table's row of the section a suite test checks (its file's `section` marker)."""
+    marker = item.get_closest_marker("section")
+    if marker is None or not marker.args:
+        raise pytest.UsageError(f"{item.nodeid}: no pytest.mark.section(NAME) (one of {', '.join(P.SECTIONS)})")
+    try:
+        return P.section(marker.args[0])
+    except KeyError as exc:
+        raise pytest.UsageError(f"{item.nodeid}: {exc.args[0]}") from None
+
+
 def pytest_collection_modifyitems(session, config, items):
     keep, drop = [], []
     for item in items:
         host = getattr(item, "callspec", None) and item.callspec.params.get("_testinfra_host")
-        marker = item.get_closest_marker("flavor")
-        want = marker.args[0] if marker else "base"
-        if item.get_closest_marker("perf") and not config.getoption("perf"):
+        row = item_section(item)
+        if row.opt_in and not config.getoption(row.name):
             drop.append(item)
             continue
-        if host is not None:
-            img = image_for(config, host)
-            if FLAVOR_RANK[img.flavor] < FLAVOR_RANK[want]:
-                drop.append(item)
-                continue
+        if host is not None and not P.applies(row, image_for(config, host).flavor):
+            drop.append(item)
+            continue
         keep.append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
@@ -404,18 +406,20 @@ def check(smoke, figures, request):
 
 @pytest.fixture
 def extra_check(smoke, figures, request):
-    """extra_check(kind, name): like `check`, for a check of an EXTRA_PROBES probe (hygiene, uid)."""
+    """extra_check(name): like `check`, for a check of a section that runs apart (as root, as an arbitrary UID)."""
 
-    def run(kind: str, name: str):
-        if kind == "uid" and not (request.config.getoption("uid_host") or request.config.getoption("uid_error")):
+    def run(name: str):
+        where = P.section(name.split(".", 1)[0]).where
+        if where == P.ARBITRARY_UID and not (request.config.getoption("uid_host")
+                                             or request.config.getoption("uid_error")):
             pytest.skip("no arbitrary-UID container to test in (the runner starts one; by hand: docker run -d "
                         "--user 12345:0 IMAGE sleep infinity, then --uid-host NAME)")
-        res = smoke.extra_probe(kind)
+        res = smoke.extra_probe(where)
         if res["error"]:
-            pytest.fail(f"{kind} probe ({res['where'] or 'not run'}): {res['error']}", pytrace=False)
+            pytest.fail(f"{where} probe ({res['where'] or 'not run'}): {res['error']}", pytrace=False)
         c = next((c for c in res["doc"].get("checks", []) if c["name"] == name), None)
         if c is None:
-            pytest.fail(f"the {kind} probe reported no '{name}' check", pytrace=False)
+            pytest.fail(f"the {where} probe reported no '{name}' check", pytrace=False)
         figures(dict(c.get("figures") or {}, probe_ran_as=res["where"]))
         if c["status"] == "failed":
             pytest.fail(f"{name}: {c['reason']}", pytrace=False)

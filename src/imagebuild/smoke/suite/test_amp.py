@@ -2,7 +2,7 @@
 
 import pytest
 
-pytestmark = pytest.mark.flavor("runtime")
+pytestmark = pytest.mark.section("amp")
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])

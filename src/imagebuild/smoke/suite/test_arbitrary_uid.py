@@ -3,10 +3,12 @@ starts a second container of the image with `--user 12345:0` (--uid-host)."""
 
 import pytest
 
+pytestmark = pytest.mark.section("uid")
+
 
 @pytest.mark.parametrize("what", ["home_writable", "tmp_writable", "torch_import"])
 def test_arbitrary_uid(extra_check, request, what):
-    c = extra_check("uid", f"uid.{what}")
+    c = extra_check(f"uid.{what}")
     want = request.config.getoption("uid_user")
     fig = c.get("figures") or {}
     if want and what == "home_writable":

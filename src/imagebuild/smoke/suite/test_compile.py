@@ -3,7 +3,7 @@ A failure names what the image lacks (C/C++ compiler, Python.h, libcuda in the l
 
 import pytest
 
-pytestmark = pytest.mark.flavor("runtime")
+pytestmark = pytest.mark.section("compile")
 
 
 def test_toolchain(check):

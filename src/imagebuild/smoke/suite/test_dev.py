@@ -2,7 +2,7 @@
 
 import pytest
 
-pytestmark = pytest.mark.flavor("dev")
+pytestmark = pytest.mark.section("dev")
 
 
 def test_cpp_extension(check):

@@ -2,7 +2,7 @@
 
 import pytest
 
-pytestmark = pytest.mark.flavor("runtime")
+pytestmark = pytest.mark.section("distributed")
 
 
 def test_nccl_all_reduce(check):

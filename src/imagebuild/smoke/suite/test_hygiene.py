@@ -2,7 +2,9 @@
 
 import pytest
 
+pytestmark = pytest.mark.section("hygiene")
+
 
 @pytest.mark.parametrize("what", ["ssh_host_keys", "tmp", "pip_cache", "apt_cache"])
 def test_hygiene(extra_check, what):
-    extra_check("hygiene", f"hygiene.{what}")
+    extra_check(f"hygiene.{what}")

@@ -1,19 +1,23 @@
-"""One copy: exactly one libcudnn / libnccl / libcublas of each major (system paths and site-packages)."""
+"""One copy: exactly one libcudnn / libnccl / libcublas / libcudart of each major (system paths, site-packages,
+auditwheel's <pkg>.libs/ folders), each failure naming the package that brought each copy."""
 
 import pytest
+
+pytestmark = pytest.mark.section("libraries")
 
 
 def _major(v):
     return str(v).split(".")[0] if v and str(v).strip() else None
 
 
-@pytest.mark.parametrize("family", ["cudnn", "nccl", "cublas"])
+@pytest.mark.parametrize("family", ["cudnn", "nccl", "cublas", "cudart"])
 def test_one_copy(probe, smoke, figures, probe_lib, family):
     copies = {k: v for k, v in probe["libraries"]["copies"].items() if probe_lib.library_family(k) == family}
-    figures({"copies": copies})
+    owners = probe["libraries"].get("owners") or {}
+    figures({"copies": copies, "owners": {p: owners.get(p) for v in copies.values() for p in v}})
     dups = {k: v for k, v in copies.items() if len(v) > 1}
     if dups:
-        pytest.fail("; ".join(f"{k}: {len(v)} copies: {', '.join(v)}" for k, v in dups.items()), pytrace=False)
+        pytest.fail("; ".join(probe_lib.describe_copies(k, v, owners) for k, v in dups.items()), pytrace=False)
     required = None
     if smoke.flavor != "base" and not smoke.cpu_variant():
         if family == "cudnn":
@@ -24,7 +28,7 @@ def test_one_copy(probe, smoke, figures, probe_lib, family):
             required = f"libnccl.so.{major}" if major else None
         else:
             major = _major(smoke.expected_value("cuda")) or _major(probe["versions"].get("cuda"))
-            required = f"libcublas.so.{major}" if major else None
+            required = f"lib{family}.so.{major}" if major else None
     if required and required not in copies:
         pytest.fail(f"{required}: expected exactly one copy, found none", pytrace=False)
     if not copies:

@@ -2,7 +2,7 @@
 
 import pytest
 
-pytestmark = [pytest.mark.flavor("runtime"), pytest.mark.perf]
+pytestmark = pytest.mark.section("perf")
 
 
 @pytest.mark.parametrize("kind", ["gemm_fp32", "gemm_tf32", "gemm_bf16", "allreduce"])

@@ -3,7 +3,7 @@ versions against the compile-time version and the nvidia-* packages; CUDA and GD
 
 import pytest
 
-pytestmark = pytest.mark.flavor("runtime")
+pytestmark = pytest.mark.section("release")
 
 
 @pytest.mark.parametrize("name", ["openmp", "cpu_isa", "conv2d_cpu", "linalg_cpu", "numpy"])

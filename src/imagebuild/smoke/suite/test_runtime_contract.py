@@ -2,6 +2,8 @@
 
 import pytest
 
+pytestmark = pytest.mark.section("system")
+
 GIB = 1 << 30
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-pytestmark = pytest.mark.flavor("runtime")
+pytestmark = pytest.mark.section("te")
 
 
 def test_te_import(probe, smoke, check):

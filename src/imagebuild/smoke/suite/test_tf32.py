@@ -2,7 +2,7 @@
 
 import pytest
 
-pytestmark = pytest.mark.flavor("runtime")
+pytestmark = pytest.mark.section("tf32")
 
 
 def test_tf32_policy(probe, smoke, figures):

@@ -2,6 +2,8 @@
 
 import pytest
 
+pytestmark = pytest.mark.section("versions")
+
 RUNTIME_KEYS = ["torch", "cuda", "cudnn", "nccl", "torchvision", "torchaudio", "transformer_engine", "triton"]
 
 

@@ -1,0 +1,179 @@
+"""The ldd check's second opinion: load a library for real, the way the image uses it.
+
+`ldd` judges a library alone. A Python extension is never loaded alone: torchaudio's _torchaudio.so carries no RPATH
+or RUNPATH and NEEDs libtorch.so, which it finds because `import torchaudio` imports torch first and libtorch.so is
+then already in the process (the loader reuses a loaded soname). So a library ldd leaves unresolved is loaded in a
+child process (a crash there cannot end the probe) after importing what its package imports: the top-level modules
+of its distribution's requirements (RECORD and Requires-Dist say which), then its own top-level package. It counts
+as resolved when ctypes.CDLL (dlopen with RTLD_NOW: every symbol bound) succeeds, or when every soname ldd missed
+is already mapped in that process and the load failed only on the driver's (libcuda.so.1 ...), which a container
+without a GPU does not have. A dependency that is really gone fails both ways.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+from probe.common import RESULT_MARK
+from probe.elf import elf_dynamic
+
+# the child: import, note what is mapped, then load; one JSON line after RESULT_MARK (imports may print)
+CHILD = r"""
+import ctypes, importlib, json, sys
+req = json.loads(sys.argv[1])
+for root in req["path"]:
+    if root not in sys.path:
+        sys.path.append(root)
+out = {"imports": {}, "mapped": [], "loads": {}}
+for name in req["imports"]:
+    try:
+        importlib.import_module(name)
+        out["imports"][name] = ""
+    except BaseException as exc:
+        out["imports"][name] = (type(exc).__name__ + ": " + str(exc))[:300]
+try:
+    with open("/proc/self/maps") as fh:
+        out["mapped"] = sorted({line.split(None, 5)[5].strip() for line in fh if len(line.split(None, 5)) == 6
+                                and line.split(None, 5)[5].startswith("/")})
+except OSError:
+    pass
+for lib in req["libraries"]:
+    try:
+        ctypes.CDLL(lib)
+        out["loads"][lib] = ""
+    except OSError as exc:
+        out["loads"][lib] = str(exc)[:500]
+print(MARK + json.dumps(out), flush=True)
+"""
+_REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def _canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def top_level(dist) -> list[str]:
+    """The importable top-level names a distribution installs: top_level.txt, else its RECORD's first path parts
+    (packages and modules; never *.dist-info, *.libs, __pycache__, bin or ../ paths)."""
+    try:
+        text = dist.read_text("top_level.txt")
+    except Exception:
+        text = None
+    if text:
+        return sorted({line.strip() for line in text.splitlines() if line.strip()})
+    names = set()
+    for f in dist.files or []:
+        parts = str(f).replace("\\", "/").split("/")
+        first = parts[0]
+        if first in ("..", "__pycache__", "bin") or first.endswith((".dist-info", ".egg-info", ".libs", ".data")):
+            continue
+        if len(parts) > 1 or first.endswith(".py"):
+            names.add(first[:-3] if first.endswith(".py") and len(parts) == 1 else first)
+    return sorted(n for n in names if n.isidentifier())
+
+
+def requirement_names(dist) -> list[str]:
+    """The distribution names it requires unconditionally (Requires-Dist without an `extra ==` marker)."""
+    out = []
+    for req in dist.requires or []:
+        name, _, marker = req.partition(";")
+        if "extra" in marker:
+            continue
+        m = _REQ_NAME.match(name)
+        if m:
+            out.append(m.group(1))
+    return out
+
+
+def distributions() -> dict:
+    """{canonical distribution name: Distribution} of this Python."""
+    from importlib import metadata
+
+    out: dict[str, metadata.Distribution] = {}
+    for dist in metadata.distributions():
+        try:
+            name = dist.metadata["Name"]
+        except Exception:
+            continue
+        if name:
+            out.setdefault(_canon(name), dist)
+    return out
+
+
+def imports_for(library: str, roots, owners: dict, dists: dict) -> list[str]:
+    """What to import before loading `library`: the top-level modules of its distribution's requirements (torch
+    for torchaudio), then its own top-level package (the directory under site-packages; `x.libs` -> `x`)."""
+    names: list[str] = []
+    dist = dists.get(_canon(owners.get(library, "")))
+    if dist is not None:
+        for req in requirement_names(dist):
+            dep = dists.get(_canon(req))
+            if dep is not None:
+                names += [n for n in top_level(dep) if n not in names]
+    for root in roots:
+        if library.startswith(root + os.sep):
+            first = os.path.relpath(library, root).split(os.sep)[0]
+            own = first[:-len(".libs")] if first.endswith(".libs") else first
+            if own.isidentifier() and own not in names and os.path.isdir(os.path.join(root, own)):
+                names.append(own)
+            break
+    return names
+
+
+def load_in_child(libraries, imports, roots, timeout: float) -> dict:
+    """Run CHILD: -> {"imports": {name: error}, "mapped": [path], "loads": {library: error}} or {"error": text}."""
+    req = json.dumps({"path": list(roots), "imports": list(imports), "libraries": list(libraries)})
+    code = CHILD.replace("MARK", repr(RESULT_MARK))
+    try:
+        out = subprocess.run([sys.executable, "-c", code, req], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"load test timed out after {timeout:.0f} s"}
+    for line in reversed(out.stdout.splitlines()):
+        if line.startswith(RESULT_MARK):
+            return json.loads(line[len(RESULT_MARK):])
+    tail = " | ".join((out.stderr or out.stdout).strip().splitlines()[-3:])
+    return {"error": f"load test exited {out.returncode}: {tail}"[:800]}
+
+
+def mapped_sonames(paths) -> set[str]:
+    """Sonames of the files mapped in a process: their basenames and their DT_SONAME."""
+    out = set()
+    for path in paths:
+        out.add(os.path.basename(path))
+        dyn = elf_dynamic(path) if os.path.exists(path) else None
+        if dyn and dyn.get("soname"):
+            out.add(dyn["soname"])
+    return out
+
+
+def confirm_by_loading(problems: list, roots, owners: dict, allowed_missing=(), timeout: float = 300.0,
+                       dists: dict | None = None) -> tuple[list, list]:
+    """problems (linking.evaluate) -> (those still unresolved after a real load, rescued entries for the rest).
+
+    Libraries are grouped by what they import first: one child process per group. A still-unresolved entry gains
+    `load_error` (the loader's own words) and `imported` (what ran first)."""
+    dists = distributions() if dists is None else dists
+    groups: dict[tuple, list] = {}
+    for x in problems:
+        groups.setdefault(tuple(imports_for(x["library"], roots, owners, dists)), []).append(x)
+    still, rescued = [], []
+    for imports, members in groups.items():
+        res = load_in_child([x["library"] for x in members], imports, roots, timeout)
+        mapped = mapped_sonames(res.get("mapped", ()))
+        failed_imports = {k: v for k, v in (res.get("imports") or {}).items() if v}
+        for x in members:
+            err = (res.get("loads") or {}).get(x["library"], res.get("error", "not loaded"))
+            left = [s for s in x["missing"] if s not in mapped and s not in allowed_missing]
+            how = "after import " + ", ".join(imports) if imports else "on its own"
+            if err == "":
+                rescued += [{"library": x["library"], "soname": s, "via": f"loads {how}"} for s in x["missing"]]
+            elif not left and not x["version_errors"] and any(d in err for d in allowed_missing):
+                rescued += [{"library": x["library"], "soname": s, "via": f"mapped {how}"} for s in x["missing"]]
+            else:
+                still.append(dict(x, missing=left or x["missing"], load_error=err, imported=list(imports),
+                                  import_errors=failed_imports))
+    return still, rescued
