@@ -44,8 +44,9 @@ ALLOWED: dict[str, set[str]] = {
     "smoke": PURE | {"engine", "probe", "record"},
     "catalog": PURE | {"record"},  # the registry through oci, smoke results/sizes from the record; no engine
     "launch": PURE | {"engine", "host", "record"},
+    "export": PURE | {"engine", "record"},  # `imagebuild export`: engine calls only through engine/rootfs.py
     "commands": PURE | {"engine", "host", "report", "record", "builder", "push", "smoke", "catalog", "launch",
-                         "inventory"},
+                         "inventory", "export"},
     "cli": {"foundation", "commands"},
     "probe": set(),  # runs inside images: see probe_rule
     "suite": set(),  # a separate pytest run: never imports imagebuild

@@ -123,8 +123,7 @@ def command(image, output, fmt, compression, matrix, only, flavor, registry, for
         raise UsageError("--compression is for --format squashfs")
     ex.writer.check_destination(output, force)  # before the engine is asked anything
 
-    from imagebuild.engine import connect
-    from imagebuild.engine import rootfs
+    from imagebuild.engine import connect, rootfs
 
     client = connect("build")  # long silent stream reads: the build purpose's read timeout
     row = matrix_path = None

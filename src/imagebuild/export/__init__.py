@@ -4,7 +4,14 @@ enroot's /etc files from the image config, packed with gzip, the same image givi
 """
 
 from imagebuild.export.squashfs import COMPRESSIONS, check
-from imagebuild.export.writer import FORMATS, ExportError, ExportResult, Progress, export_archive, export_squashfs
+from imagebuild.export.writer import (
+           FORMATS,
+           ExportError,
+           ExportResult,
+           Progress,
+           export_archive,
+           export_squashfs,
+)
 
 __all__ = ["COMPRESSIONS", "FORMATS", "ExportError", "ExportResult", "Progress", "check", "export_archive",
            "export_squashfs"]

@@ -14,6 +14,7 @@ node (`enroot create`) can later remove it. Extended attributes are not kept (en
 
 from __future__ import annotations
 
+import copy
 import os
 import stat
 import tarfile
@@ -74,6 +75,22 @@ def enroot_mode(mode: int, is_dir: bool) -> int:
     return bits
 
 
+# Python >= 3.12 (and 3.11.4+) filters extraction; the checks are ours (_inside), so the member goes through as is
+_TRUSTED: dict[str, str] = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+
+
+def _inside(root: Path, name: str, member: tarfile.TarInfo) -> None:
+    """Refuse a member that would land outside `root`: `..` in its name (or a hard link's target), or a parent that
+    an earlier member made a symbolic link out of the tree."""
+    if ".." in name.split("/") or (member.islnk() and ".." in member.linkname.split("/")):
+        raise UnpackError(f"{name!r}: a path with '..' in the image's files")
+    parent = os.path.realpath(root / name).rsplit("/", 1)[0] if not member.issym() else \
+        os.path.realpath((root / name).parent)
+    real_root = os.path.realpath(root)
+    if parent != real_root and not parent.startswith(real_root + "/"):
+        raise UnpackError(f"{name!r}: would be written outside the image's tree (through a symbolic link)")
+
+
 def _normalise(name: str) -> str:
     parts = [p for p in name.split("/") if p not in ("", ".")]
     return "/".join(parts)
@@ -102,12 +119,11 @@ def unpack(chunks: Iterable[bytes], root: Path, on_bytes: Callable[[int], None] 
                 # device nodes outside /dev and FIFOs: mksquashfs packs what it finds; an unprivileged unpack
                 # cannot create device nodes, so they are left out like /dev itself
                 continue
-            on_disk = tarfile.tar_filter(member, str(root))
-            if on_disk is None:
-                continue
+            _inside(root, name, member)
+            on_disk = copy.copy(member)
             if not member.issym():
-                on_disk = on_disk.replace(mode=(0o700 if member.isdir() else 0o600) | (member.mode & 0o111))
-            tar.extract(on_disk, str(root), set_attrs=True, numeric_owner=True, filter="fully_trusted")
+                on_disk.mode = (0o700 if member.isdir() else 0o600) | (member.mode & 0o111)
+            tar.extract(on_disk, str(root), set_attrs=True, numeric_owner=True, **_TRUSTED)
             if not member.islnk():  # a hard link shares its target's inode (and so its owner and mode)
                 mode = 0o777 if member.issym() else enroot_mode(member.mode, member.isdir())
                 out.owners["/" + name] = (mode, member.uid, member.gid)
