@@ -1,0 +1,94 @@
+"""The image as enroot/pyxis and Apptainer start it: an unknown UID/GID, no USER, a read-only root, an empty HOME
+from outside and a hostile host environment (probe/hpcruntime.py). The runner starts that container
+(imagebuild.smoke.hpcrun) and names it with --hpc-host; by hand:
+
+    docker run -d --name x-hpc --read-only --tmpfs /tmp --tmpfs /home/researcher:uid=23456,gid=23456 \\
+        --user 23456:23456 -e HOME=/home/researcher -e USER=researcher -e PYTHONPATH=/nope \\
+        -e LD_LIBRARY_PATH=/nope -e CUDA_HOME=/nope -e PIP_INDEX_URL=http://pip.invalid IMAGE sleep infinity
+    pytest --hosts=docker://x src/imagebuild/smoke/suite -k hpc --hpc-host x-hpc
+"""
+
+import base64
+import json
+
+import pytest
+
+HPC_UNWIRED = "no enroot/Apptainer-mode container to test in (the runner starts one; by hand see this file's doc)"
+PY_CANDIDATES = ("/opt/venv/bin/python", "python3", "python")
+BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from probe.hpcruntime import main; main()"
+
+
+@pytest.fixture(scope="module")
+def hpc_doc(request, probe_lib):
+    """The hpc probe's JSON from the --hpc-host container (run once per module)."""
+    where = request.config.getoption("hpc_host", None)
+    error = request.config.getoption("hpc_error", None)
+    if error:
+        pytest.fail(f"the image did not start the enroot/Apptainer way: {error}", pytrace=False)
+    if not where:
+        pytest.skip(HPC_UNWIRED)
+    import testinfra
+
+    host = testinfra.get_host(f"docker://{where}")
+    blob = base64.b64encode(probe_lib.zipapp_path().read_bytes()).decode()
+    script = (
+        'PY=""; for c in ' + " ".join(PY_CANDIDATES) + '; do command -v "$c" >/dev/null 2>&1 && PY="$c" && break; '
+        'done; [ -n "$PY" ] || { echo "no python in the image" >&2; exit 127; }; D=$(mktemp -d) || exit 1; '
+        '"$PY" -c "import base64,sys; open(sys.argv[1],\'wb\').write(base64.b64decode(sys.argv[2]))" '
+        f'"$D/probe.pyz" {blob} && "$PY" -c "{BOOT}" "$D/probe.pyz"; rc=$?; rm -rf "$D"; exit $rc'
+    )
+    res = host.run(script)
+    for line in reversed(res.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    pytest.fail(f"hpc probe in {where}: exit {res.rc}, no JSON: {res.stderr.strip()[-1500:]}", pytrace=False)
+
+
+def _check(doc, name):
+    c = next((c for c in doc.get("checks", []) if c["name"] == name), None)
+    if c is None:
+        pytest.fail(f"the hpc probe reported no '{name}' check", pytrace=False)
+    if c["status"] == "failed":
+        pytest.fail(f"{name}: {c['reason']}", pytrace=False)
+    if c["status"] == "skipped":
+        pytest.skip(c["reason"])
+    return c
+
+
+def test_hpc_mode_is_real(hpc_doc, request):
+    """The container really ran as enroot/Apptainer would start it, else every other hpc check proves nothing."""
+    facts = hpc_doc.get("hpc") or {}
+    ident = facts.get("identity") or {}
+    want = request.config.getoption("hpc_user", None)
+    if want and f"{ident.get('uid')}:{ident.get('gid')}" != want:
+        pytest.fail(f"the hpc probe ran as {ident.get('uid')}:{ident.get('gid')}, not {want}", pytrace=False)
+    if ident.get("user") is not None:
+        pytest.fail(f"uid {ident.get('uid')} has a passwd entry ({ident['user']}) in the image: not an unknown user",
+                    pytrace=False)
+    if not facts.get("root_read_only"):
+        pytest.fail("the root filesystem was writable: not started read-only", pytrace=False)
+    missing = [k for k in ("PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_HOME") if k not in (facts.get("host_env") or {})]
+    if missing:
+        pytest.fail(f"the hostile host environment lacks {', '.join(missing)}", pytrace=False)
+
+
+@pytest.mark.parametrize("name", ["identity", "home", "host_env", "torch_import", "compile_caches", "compile"])
+@pytest.mark.flavor("runtime")
+def test_hpc_runtime(hpc_doc, name):
+    _check(hpc_doc, f"hpc.{name}")
+
+
+@pytest.mark.flavor("runtime")
+def test_hpc_te(hpc_doc, smoke):
+    want = str(smoke.expected_value("transformer_engine") or "").strip().lower()
+    c = next((c for c in hpc_doc.get("checks", []) if c["name"] == "hpc.te"), {})
+    if want not in ("", "none") and c.get("status") == "skipped":
+        pytest.fail(f"transformer_engine {want} is planned but the hpc probe found none: {c.get('reason')}",
+                    pytrace=False)
+    _check(hpc_doc, "hpc.te")
+
+
+@pytest.mark.parametrize("name", ["jupyter", "dev_tools"])
+@pytest.mark.flavor("dev")
+def test_hpc_dev(hpc_doc, name):
+    _check(hpc_doc, f"hpc.{name}")
