@@ -21,7 +21,7 @@ import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 DROPPED_PREFIXES = ("dev/",)
 DROPPED_NAMES = (".dockerenv",)
@@ -76,7 +76,7 @@ def enroot_mode(mode: int, is_dir: bool) -> int:
 
 
 # Python >= 3.12 (and 3.11.4+) filters extraction; the checks are ours (_inside), so the member goes through as is
-_TRUSTED: dict[str, str] = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+_TRUSTED: dict[str, Any] = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
 
 
 def _inside(root: Path, name: str, member: tarfile.TarInfo) -> None:
