@@ -10,6 +10,7 @@ command -v htpasswd >/dev/null || need+=(apache2-utils)
 command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl)
 command -v gpg >/dev/null || need+=(gpg)  # bootstrap: exports the pinned archive keys
+command -v mksquashfs >/dev/null || need+=(squashfs-tools)  # imagebuild export: enroot/pyxis .sqsh, --check
 if ((${#need[@]})); then
   echo "system-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
