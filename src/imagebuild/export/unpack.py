@@ -15,13 +15,14 @@ node (`enroot create`) can later remove it. Extended attributes are not kept (en
 from __future__ import annotations
 
 import copy
+import io
 import os
 import stat
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 DROPPED_PREFIXES = ("dev/",)
 DROPPED_NAMES = (".dockerenv",)
@@ -39,29 +40,35 @@ class Unpacked:
     bytes_read: int = 0
 
 
-class ChunkReader:
-    """A file-like view of an iterator of byte chunks (the engine's stream), counting what it read."""
+class ChunkReader(io.RawIOBase):
+    """A raw stream over an iterator of byte chunks (the engine's export stream), counting what it read; each chunk
+    is handed out by offset, never re-sliced, so small tar reads do not copy the rest of a 1 MiB chunk each time."""
 
     def __init__(self, chunks: Iterable[bytes], on_bytes: Callable[[int], None] | None = None) -> None:
+        super().__init__()
         self._chunks: Iterator[bytes] = iter(chunks)
-        self._buf = b""
+        self._chunk = b""
+        self._offset = 0
         self.total = 0
         self._on_bytes = on_bytes
 
-    def read(self, n: int = -1) -> bytes:
-        while n < 0 or len(self._buf) < n:
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while self._offset >= len(self._chunk):
             chunk = next(self._chunks, None)
             if chunk is None:
-                break
-            self._buf += chunk
+                return 0
+            self._chunk, self._offset = chunk, 0
             self.total += len(chunk)
             if self._on_bytes is not None:
                 self._on_bytes(self.total)
-        if n < 0:
-            out, self._buf = self._buf, b""
-        else:
-            out, self._buf = self._buf[:n], self._buf[n:]
-        return out
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), len(self._chunk) - self._offset)
+        view[:n] = self._chunk[self._offset:self._offset + n]
+        self._offset += n
+        return n
 
 
 def enroot_mode(mode: int, is_dir: bool) -> int:
@@ -104,8 +111,7 @@ def unpack(chunks: Iterable[bytes], root: Path, on_bytes: Callable[[int], None] 
     """Unpack the tar stream into `root` (an empty directory); returns the entries' image owners and modes."""
     reader = ChunkReader(chunks, on_bytes)
     out = Unpacked(root=root)
-    stream: IO[bytes] = reader  # type: ignore[assignment]
-    with tarfile.open(fileobj=stream, mode="r|") as tar:
+    with tarfile.open(fileobj=io.BufferedReader(reader, buffer_size=1 << 20), mode="r|") as tar:
         for member in tar:
             name = _normalise(member.name)
             if not name or _dropped(name):
