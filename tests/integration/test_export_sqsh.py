@@ -1,6 +1,7 @@
 """`imagebuild export` of the real CPU runtime (conftest.cpu_build): the .sqsh unpacks to a root filesystem that runs
-the hpc probe the way enroot starts it — environment from /etc/environment over a hostile host environment, through
-/etc/rc, as a UID/GID the image does not know, in its own mount and PID namespace — a truncated copy fails
+the hpc probe the way enroot starts it — unpacked by the calling user (enroot create), environment from
+/etc/environment over a hostile host environment, through /etc/rc, as a UID/GID the image does not know, in its own
+mount and PID namespace — a truncated copy fails
 `export --check`, and the same image exported twice gives the same bytes."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -83,13 +85,23 @@ def test_docker_archive_names_the_tag(exported):
     tar.unlink()
 
 
-def test_probe_passes_inside_the_unpacked_sqsh_as_enroot_starts_it(exported, tmp_path):
+def test_probe_passes_inside_the_unpacked_sqsh_as_enroot_starts_it(exported):
     if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("unsquashfs"):
         pytest.skip("needs root, unshare and unsquashfs to start the rootfs in its own namespaces")
     _, out, _ = exported
-    root = tmp_path / "rootfs"
-    unpack = subprocess.run(["unsquashfs", "-q", "-n", "-d", str(root), str(out / "runtime.sqsh")],
-                            capture_output=True, text=True)
+    work = Path(tempfile.mkdtemp(prefix="ibtest-enroot-", dir="/var/tmp"))  # a path the unprivileged user reaches
+    try:
+        os.chmod(work, 0o755)
+        os.chown(work, UID, GID)
+        run_in_rootfs(out / "runtime.sqsh", work / "rootfs")
+    finally:
+        subprocess.run(["rm", "-rf", "--one-file-system", str(work)], check=False)
+
+
+def run_in_rootfs(sqsh: Path, root: Path) -> dict:
+    """`enroot create` (unpacked by the calling user, so its files are that user's), then `enroot start`."""
+    unpack = subprocess.run(["setpriv", f"--reuid={UID}", f"--regid={GID}", "--clear-groups", "unsquashfs", "-q",
+                             "-n", "-d", str(root), str(sqsh)], capture_output=True, text=True)
     assert unpack.returncode == 0, unpack.stderr[-2000:]
     environ = _env_file((root / "etc/environment").read_text())
     assert environ["PATH"].startswith("/opt/venv/bin"), environ
@@ -97,16 +109,14 @@ def test_probe_passes_inside_the_unpacked_sqsh_as_enroot_starts_it(exported, tmp
     assert rc.startswith("# enroot-provenance: dockerd://sha256:") and 'cd "/workspace"' in rc, rc
     assert "tini" in rc
     assert not (root / ".dockerenv").exists() and not any((root / "dev").iterdir())
+    assert (root / "home/ml").stat().st_uid == UID  # enroot create: the caller's files
 
     sys.path.insert(0, str(ROOT / "src" / "imagebuild" / "smoke"))
     from probe.pack import build_zipapp
 
     build_zipapp(root / "tmp/probe.pyz")
-    home = root / "tmp/home-researcher"
-    home.mkdir()
-    os.chown(home, UID, GID)
-    # enroot: the host's environment, /etc/environment over it, HOME of the caller (here an empty folder)
-    env = {**HOSTILE, "USER": "researcher", "HOME": "/tmp/home-researcher", **environ}
+    # enroot: the host's environment, then /etc/environment over it (its HOME too, unless ENROOT_MOUNT_HOME)
+    env = {**HOSTILE, "USER": "researcher", "HOME": "/home/researcher", **environ}
     boot = "import sys; sys.path.insert(0, '/tmp/probe.pyz'); from probe.hpcruntime import main; main()"
     inner = (f"mount --rbind /dev {root}/dev && exec chroot --userspec={UID}:{GID} --groups={GID} {root} "
              "/usr/bin/env -i " + " ".join(f"{k}={v}" for k, v in env.items())
@@ -122,3 +132,4 @@ def test_probe_passes_inside_the_unpacked_sqsh_as_enroot_starts_it(exported, tmp
     assert by_name["hpc.compile"]["status"] == "passed"
     assert doc["hpc"]["identity"]["uid"] == UID and doc["hpc"]["identity"]["user"] is None
     assert set(HOSTILE) <= set(doc["hpc"]["host_env"])
+    return doc

@@ -46,8 +46,10 @@ def hpc_kwargs(settings: ContainerSettings) -> dict[str, Any]:
     """`client.containers.create` arguments: the shared settings plus a read-only root and writable /tmp and HOME."""
     kw = settings.kwargs()
     kw["read_only"] = True
-    kw["tmpfs"] = {"/tmp": "rw,nosuid,nodev,mode=1777",
-                   HPC_HOME: f"rw,nosuid,nodev,mode=0700,uid={HPC_UID},gid={HPC_GID}"}
+    # exec: Docker's tmpfs default is noexec, a cluster's /tmp and HOME are not (Inductor loads the .so files it
+    # builds from its cache under /tmp)
+    kw["tmpfs"] = {"/tmp": "rw,exec,nosuid,nodev,mode=1777",
+                   HPC_HOME: f"rw,exec,nosuid,nodev,mode=0700,uid={HPC_UID},gid={HPC_GID}"}
     return kw
 
 
