@@ -73,6 +73,15 @@ def test_section_runs_standalone_and_prints_one_json_document():
     names = [c["name"] for c in doc["checks"]]
     assert names[:3] == ["hpc.identity", "hpc.home", "hpc.host_env"] and "hpc.jupyter" in names
     assert doc["hpc"]["host_env"]["LD_LIBRARY_PATH"] == "/nonexistent/lib"
+    cuda = next(c for c in doc["checks"] if c["name"] == "hpc.cuda")
+    assert cuda["status"] == "skipped" and cuda["reason"]  # no GPU here: skipped, with its reason
+
+
+def test_gpu_check_without_a_gpu_is_skipped_with_its_reason():
+    p = Probe(["hpc"])
+    assert hpcruntime._run_named(p, "hpc.cuda", "print('NOGPU')", "a CUDA tensor") is False
+    assert _checks(p)["hpc.cuda"] == {"name": "hpc.cuda", "section": "hpc", "status": "skipped",
+                                       "reason": hpcruntime.NO_GPU, "figures": {}}
 
 
 @pytest.mark.parametrize("gpus", [False, True])

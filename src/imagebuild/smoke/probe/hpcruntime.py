@@ -7,10 +7,9 @@ Each piece of work runs in a child python with this process's environment, so on
 its message can name the variable or path at fault: when a child fails, it is run again without each hostile
 variable in turn, and the one whose removal makes it pass is named.
 
-Checks: hpc.identity, hpc.home, hpc.host_env, hpc.torch_import, hpc.compile_caches, hpc.compile, hpc.te (when the
-image has transformer_engine), hpc.jupyter and hpc.dev_tools (when the image has them). GPU work is not needed here:
-what these runtimes change is identity, files and environment, which CPU checks exercise; torch.compile on a GPU
-is the compile section's.
+Checks: hpc.identity, hpc.home, hpc.host_env, hpc.torch_import, hpc.compile_caches, hpc.compile, hpc.cuda (a CUDA
+tensor under the hostile LD_LIBRARY_PATH/CUDA_HOME; skipped with its reason without a GPU or on a CPU torch),
+hpc.te (when the image has transformer_engine), hpc.jupyter and hpc.dev_tools (when the image has them).
 
 Runs inside the image with its python; standard library only, imports `probe.*` only. Standalone:
 `python -c 'import sys; sys.path.insert(0, "probe.pyz"); from probe.hpcruntime import main; main()'`.
@@ -26,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from probe.common import NO_TORCH, Probe, free_port, which
+from probe.common import NO_CUDA_TORCH, NO_GPU, NO_TORCH, Probe, free_port, which
 
 SECTION = "hpc"
 HOSTILE_PREFIXES = ("PIP_",)
@@ -63,6 +62,16 @@ except Exception as exc:
     out["triton_error"] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(out))
 """
+CUDA = """
+import sys, torch
+if not torch.version.cuda:
+    print("NOCUDA"); sys.exit(0)
+if not torch.cuda.is_available():
+    print("NOGPU"); sys.exit(0)
+x = torch.ones(4, device="cuda")
+assert float((x * 2).sum()) == 8.0
+print("ok", torch.cuda.get_device_name(0))
+"""
 TE_IMPORT = "import transformer_engine, transformer_engine.pytorch as te; print(transformer_engine.__version__)"
 
 
@@ -96,6 +105,9 @@ def culprit(code: str, timeout: float = CHILD_TIMEOUT):
 
 def _run_named(p, name: str, code: str, what: str):
     ok, out = _child(code, timeout=p.remaining(CHILD_TIMEOUT))
+    if ok and out in ("NOCUDA", "NOGPU"):  # the GPU check on a host or image without one
+        p.check(name, "skipped", NO_CUDA_TORCH if out == "NOCUDA" else NO_GPU)
+        return False
     if ok:
         p.check(name, "passed", "", output=out)
         return True
@@ -258,14 +270,15 @@ def run(p):
     home(p)
     host_env(p)
     if not _has("torch"):
-        for name in ("hpc.torch_import", "hpc.compile_caches", "hpc.compile"):
+        for name in ("hpc.torch_import", "hpc.compile_caches", "hpc.compile", "hpc.cuda"):
             p.check(name, "skipped", NO_TORCH)
     elif _run_named(p, "hpc.torch_import", TORCH_IMPORT, "import torch"):
         compile_caches(p)
         _run_named(p, "hpc.compile", COMPILE, "torch.compile")
+        _run_named(p, "hpc.cuda", CUDA, "a CUDA tensor")
     else:
-        p.check("hpc.compile_caches", "skipped", "torch does not import")
-        p.check("hpc.compile", "skipped", "torch does not import")
+        for name in ("hpc.compile_caches", "hpc.compile", "hpc.cuda"):
+            p.check(name, "skipped", "torch does not import")
     if _has("transformer_engine"):
         _run_named(p, "hpc.te", TE_IMPORT, "import transformer_engine.pytorch")
     else:

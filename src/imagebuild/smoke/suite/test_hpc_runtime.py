@@ -79,6 +79,15 @@ def test_hpc_runtime(hpc_doc, name):
 
 
 @pytest.mark.flavor("runtime")
+def test_hpc_cuda(hpc_doc, smoke, probe_lib):
+    c = next((c for c in hpc_doc.get("checks", []) if c["name"] == "hpc.cuda"), {})
+    if (c.get("status") == "skipped" and smoke.require_gpu and not smoke.cpu_variant()
+            and str(c.get("reason", "")).startswith(probe_lib.NO_GPU)):
+        pytest.fail(f"hpc.cuda: {c['reason']} (--require-gpu)", pytrace=False)
+    _check(hpc_doc, "hpc.cuda")
+
+
+@pytest.mark.flavor("runtime")
 def test_hpc_te(hpc_doc, smoke):
     want = str(smoke.expected_value("transformer_engine") or "").strip().lower()
     c = next((c for c in hpc_doc.get("checks", []) if c["name"] == "hpc.te"), {})
