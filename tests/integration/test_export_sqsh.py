@@ -93,7 +93,10 @@ def test_probe_passes_inside_the_unpacked_sqsh_as_enroot_starts_it(exported):
     try:
         os.chmod(work, 0o755)
         os.chown(work, UID, GID)
-        run_in_rootfs(out / "runtime.sqsh", work / "rootfs")
+        sqsh = work / "runtime.sqsh"  # where the user can read it (pytest's folders are root's, 0700)
+        shutil.copyfile(out / "runtime.sqsh", sqsh)
+        os.chmod(sqsh, 0o644)
+        run_in_rootfs(sqsh, work / "rootfs")
     finally:
         subprocess.run(["rm", "-rf", "--one-file-system", str(work)], check=False)
 
