@@ -136,12 +136,16 @@ def command(image, output, fmt, compression, matrix, only, flavor, registry, for
             raise UsageError(f"image {image!r} is not in the engine: build it (imagebuild build) or pull it")
         name = image
     progress = ex.Progress(sys.stderr.isatty())
-    if fmt == "squashfs":
-        result = ex.export_squashfs(lambda: rootfs.container_filesystem(client, str(info["Id"])), info, output,
-                                    compression=compression, force=force, work_dir=tmp_dir, progress=progress)
-    else:
-        save_as = name if name != info["Id"] and not name.startswith("sha256:") else str(info["Id"])
-        result = ex.export_archive(rootfs.saved_image(client, save_as), info, output, force=force, progress=progress)
+    from imagebuild.engine.containers import signals_raise
+
+    with signals_raise():  # SIGTERM/SIGHUP like Ctrl-C: the scratch tree, the .partial file and the container go
+        if fmt == "squashfs":
+            result = ex.export_squashfs(lambda: rootfs.container_filesystem(client, str(info["Id"])), info, output,
+                                        compression=compression, force=force, work_dir=tmp_dir, progress=progress)
+        else:
+            save_as = name if name != info["Id"] and not name.startswith("sha256:") else str(info["Id"])
+            result = ex.export_archive(rootfs.saved_image(client, save_as), info, output, force=force,
+                                       progress=progress)
     if row is not None and matrix_path is not None:
         _remember(matrix_path, row, result)
     from imagebuild.units import format_size

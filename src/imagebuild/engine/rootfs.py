@@ -10,6 +10,8 @@ stops half-way (Ctrl-C, a full disk).
 from __future__ import annotations
 
 import secrets
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -23,6 +25,23 @@ PURPOSE_LABEL = "io.imagebuild.purpose"
 
 class EngineReadError(Exception):
     """The engine failed while streaming (the text of its first line)."""
+
+
+_DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Ctrl-C/SIGTERM/SIGHUP wait until the block is done (cleanup that must finish: a container removal, a
+    scratch tree); they are delivered, and raise, right after it. Main thread only; elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def inspect_image(client: docker.DockerClient, reference: str) -> dict[str, Any] | None:
@@ -70,10 +89,11 @@ def container_filesystem(client: docker.DockerClient, image_id: str) -> Iterator
     try:
         yield chunks()
     finally:
-        try:
-            client.api.remove_container(cid, force=True, v=True)
-        except Exception:  # noqa: BLE001 - already gone; a failed cleanup must not hide the real error
-            pass
+        with signals_deferred():
+            try:
+                client.api.remove_container(cid, force=True, v=True)
+            except Exception:  # noqa: BLE001 - already gone; a failed cleanup must not hide the real error
+                pass
 
 
 def saved_image(client: docker.DockerClient, reference: str) -> Iterator[bytes]:

@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from imagebuild.engine.rootfs import EngineReadError
+from imagebuild.engine.rootfs import EngineReadError, signals_deferred
 from imagebuild.errors import ImagebuildError
 from imagebuild.export import squashfs
 from imagebuild.export.enrootfiles import enroot_files
@@ -163,9 +163,10 @@ def export_squashfs(open_filesystem: Callable[[], contextlib.AbstractContextMana
     except (UnpackError, squashfs.SquashfsError, EngineReadError, tarfile.TarError) as exc:
         raise ExportError(f"{dest}: {exc}") from None
     finally:
-        with contextlib.suppress(OSError):
-            aside.unlink()
-        shutil.rmtree(scratch, ignore_errors=True)
+        with signals_deferred():  # a signal now still gets the scratch tree and the .partial file removed
+            with contextlib.suppress(OSError):
+                aside.unlink()
+            shutil.rmtree(scratch, ignore_errors=True)
     return ExportResult(path=str(dest.resolve()), format="squashfs", sha256=f"sha256:{digest}",
                         size=dest.stat().st_size, seconds=round(time.monotonic() - started, 1), image_id=image_id,
                         compression=compression, image_size=inspect.get("Size"))
@@ -192,7 +193,7 @@ def export_archive(stream: Iterable[bytes], inspect: dict[str, Any], dest: Path,
     except EngineReadError as exc:
         raise ExportError(f"{dest}: {exc}") from None
     finally:
-        with contextlib.suppress(OSError):
+        with signals_deferred(), contextlib.suppress(OSError):
             aside.unlink()
     return ExportResult(path=str(dest.resolve()), format="docker-archive", sha256=f"sha256:{digest}",
                         size=dest.stat().st_size, seconds=round(time.monotonic() - started, 1),
