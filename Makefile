@@ -53,7 +53,8 @@ bench: install ## Every benchmark for real (an hour: builds on fresh engines; ta
 	  && $(BIN)/python bench/e2e_table.py --report reports/bench-cpu/build-report.json \
 	  && $(BIN)/python bench/bench_push.py && $(BIN)/python bench/bench_registry_cache.py \
 	  && $(BIN)/python bench/bench_repro.py --matrix $(MATRIX) --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) \
-	    --torch-index-url none
+	    --torch-index-url none \
+	  && $(BIN)/python bench/bench_export.py --matrix $(MATRIX) --only runtime
 	eval "$$(scripts/modern-engine.sh --fresh /var/tmp/imagebuild-bench-bk)" \
 	  && $(BIN)/python bench/bench_buildkit.py --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT); \
 	  rc=$$?; scripts/modern-engine.sh --stop /var/tmp/imagebuild-bench-bk; rm -rf /var/tmp/imagebuild-bench-bk; exit $$rc

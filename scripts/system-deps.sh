@@ -12,6 +12,7 @@ command -v curl >/dev/null || need+=(curl)
 command -v gpg >/dev/null || need+=(gpg)  # bootstrap: exports the pinned archive keys
 command -v gpgv >/dev/null || need+=(gpgv)  # scripts/modern-engine.sh: verifies trixie's InRelease
 command -v xz >/dev/null || need+=(xz-utils)
+command -v mksquashfs >/dev/null || need+=(squashfs-tools)  # imagebuild export: enroot/pyxis .sqsh, --check
 if ((${#need[@]})); then
   echo "system-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

@@ -49,7 +49,8 @@ ALLOWED: dict[str, set[str]] = {
                          "inventory"},
     # flags -> pipeline.settings.RunOptions -> pipeline; never the builder (its steps are the pipeline's)
     "commands": PURE | {"pipeline", "engine", "host", "report", "record", "push", "smoke", "catalog", "launch",
-                         "inventory"},
+                         "inventory", "export"},
+    "export": PURE | {"engine", "record"},  # `imagebuild export`: engine calls only through engine/rootfs.py
     "cli": {"foundation", "commands"},
     "probe": set(),  # runs inside images: see probe_rule
     "suite": set(),  # a separate pytest run: never imports imagebuild

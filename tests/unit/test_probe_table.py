@@ -36,7 +36,7 @@ def test_every_row_has_its_module_and_valid_fields():
         mod = importlib.import_module(f"probe.{row.module}")
         assert callable(mod.run), row
         assert callable(getattr(mod, "child", None)) == row.child, row
-        assert row.flavor in P.FLAVORS and row.where in (P.IMAGE_USER, P.ROOT, P.ARBITRARY_UID), row
+        assert row.flavor in P.FLAVORS and row.where in P.WHERE, row
     assert len({r.name for r in P.TABLE}) == len(P.TABLE)
 
 
@@ -60,6 +60,7 @@ def test_selection_by_flavor_and_where():
     assert "dev" in P.sections_for("dev") and "dev" not in P.sections_for("runtime")
     assert P.sections_for("base", P.ROOT) == ("hygiene",)
     assert P.sections_for("dev", P.ARBITRARY_UID) == ("uid",)
+    assert P.sections_for("base", P.HPC) == () and P.sections_for("runtime", P.HPC) == ("hpc",)
     assert "perf" not in P.sections_for("dev") and "perf" in P.sections_for("runtime", opt_in=True)
     assert "perf" not in P.DEFAULT_SECTIONS and "dev" not in P.DEFAULT_SECTIONS and "hygiene" in P.DEFAULT_SECTIONS
     with pytest.raises(KeyError, match="unknown section 'nope'; valid: system"):

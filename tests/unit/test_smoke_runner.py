@@ -75,6 +75,13 @@ class FakeClient(FakeEngine):
         pass
 
 
+@pytest.fixture(autouse=True)
+def _no_hpc_container(request, monkeypatch):
+    """The enroot/Apptainer-mode container has its own tests (marked `hpc`); the others count only theirs."""
+    if "hpc" not in request.keywords:
+        monkeypatch.setattr(runner, "applies_hpc", lambda flavor: False)
+
+
 def fake_popen(result: dict | None = None, wait_effect=None):
     """A Popen stand-in that writes the suite's --smoke-json result (or misbehaves on wait)."""
     calls = []
@@ -378,3 +385,29 @@ def test_test_command_matrix_tests_by_image_id_and_keeps_passes(monkeypatch, tmp
     # the base image was never built: one failed check saying why, no container started
     r = CliRunner().invoke(cmd.command, ["--matrix", str(matrix), "--only", "base"], standalone_mode=False)
     assert r.return_value == 1 and "not in the record" in r.output and len(runs) == 5
+
+
+@pytest.mark.hpc
+def test_hpc_container_is_started_as_enroot_would_and_named_to_the_suite(monkeypatch):
+    """A runtime image gets a third container: unknown UID/GID, read-only root, writable exec tmpfs for /tmp and
+    HOME, the hostile host environment; the suite learns its name and user; all three are removed."""
+    client = FakeClient()
+    P, calls = fake_popen(GOOD)
+    monkeypatch.setattr(runner.subprocess, "Popen", P)
+    runner.run_smoke("img:1", client=client)
+    assert len(client.created) == 3 and all(c.removed for c in client.created)
+    hpc = client.created[2].kw
+    assert hpc["user"] == "23456:23456" and hpc["read_only"] is True
+    assert "exec" in hpc["tmpfs"]["/tmp"].split(",") and "uid=23456" in hpc["tmpfs"]["/home/researcher"]
+    assert hpc["environment"]["PYTHONPATH"].startswith("/cm/shared") and hpc["environment"]["HOME"] == "/home/researcher"
+    cmd = calls[0]
+    assert cmd[cmd.index("--hpc-host") + 1] == hpc["name"] and cmd[cmd.index("--hpc-user") + 1] == "23456:23456"
+
+
+@pytest.mark.hpc
+def test_no_hpc_container_for_a_base_image(monkeypatch):
+    client = FakeClient(labels={"io.imagebuild.flavor": "base"})
+    P, calls = fake_popen(GOOD)
+    monkeypatch.setattr(runner.subprocess, "Popen", P)
+    runner.run_smoke("img:1", client=client)
+    assert len(client.created) == 2 and "--hpc-host" not in calls[0]

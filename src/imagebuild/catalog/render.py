@@ -8,10 +8,11 @@ from typing import Any
 
 from imagebuild import __version__
 from imagebuild.catalog.collect import Entry
+from imagebuild.oci.pyxis import pyxis_image
 from imagebuild.units import format_size
 
 COLUMNS = ("tag", "flavor", "torch", "CUDA", "cuDNN", "NCCL", "Python", "OS", "TE", "compressed", "uncompressed",
-           "digest", "smoke p/f/s", "tested on", "created")
+           "digest", "smoke p/f/s", "tested on", "created", "pyxis")
 _ALIGN = {"compressed": "---:", "uncompressed": "---:"}
 
 
@@ -50,7 +51,7 @@ def _row(entry: Entry) -> list[str]:
     built = (entry.created or "")[:10]
     return [tag, "alias" if entry.alias_of else entry.flavor, *(_cell(v.get(k)) for k in
             ("torch", "cuda", "cudnn", "nccl", "python", "os", "transformer_engine")), *sizes, digest, smoke, where,
-            _cell(built)]
+            _cell(built), f"`{pyxis_image(entry.reference)}`"]
 
 
 def render_markdown(entries: list[Entry], header: Header) -> str:
@@ -83,6 +84,8 @@ def render_markdown(entries: list[Entry], header: Header) -> str:
         "engine's size of that image. – / no record: that record does not know the image (a registry cannot tell "
         "unpacked sizes without pulling the layers). smoke p/f/s: checks passed/failed/skipped in the latest "
         "`imagebuild test` of that image; tested on: CPU host (every GPU check skipped) or the GPU model(s).",
+        "- pyxis: the tag as Slurm's pyxis plugin (enroot) takes it: `srun --container-image=<pyxis> …`; the registry "
+        "is split off with `#`. For a cluster-wide copy: `imagebuild export … -o image.sqsh`.",
     ]
     notes = [f"- `{e.tag}`: {note}" for e in entries for note in e.notes]
     if notes:
@@ -94,6 +97,6 @@ def render_json(entries: list[Entry], header: Header) -> str:
     doc = {
         "matrix": header.matrix, "registry": header.registry, "repositories": list(header.repositories),
         "generated_at": header.generated_at, "generator": f"imagebuild {__version__}", "record": header.record,
-        "entries": [e.as_dict() for e in entries],
+        "entries": [{**e.as_dict(), "pyxis": pyxis_image(e.reference)} for e in entries],
     }
     return json.dumps(doc, indent=2) + "\n"

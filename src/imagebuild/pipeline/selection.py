@@ -8,7 +8,7 @@ from pathlib import Path
 
 from imagebuild.errors import UsageError
 from imagebuild.models import ImagePlan, Plan
-from imagebuild.plan.assemble import matching, select
+from imagebuild.plan.assemble import matches, matching, select
 
 
 @dataclass(frozen=True)
@@ -24,3 +24,17 @@ def select_images(plan: Plan, only: tuple[str, ...], matrix_path: Path | str) ->
     if only and not named:
         raise UsageError(f"--only {' '.join(only)}: matches no image of {matrix_path}")
     return Selection(only, named, select(plan, only) if only else list(plan.images))
+
+
+def pick_one(plan: Plan, only: str | None, flavor: str | None, matrix: str) -> ImagePlan:
+    """The ONE plan row `export` and `slurm` act on (`--only` pattern and/or `--flavor`); none or several: a usage
+    error naming the choices."""
+    rows = [i for i in plan.images if (not flavor or i.flavor == flavor) and (not only or matches(i, only))]
+    if len(rows) == 1:
+        return rows[0]
+    what = " ".join(p for p in (f"--only {only!r}" if only else "", f"--flavor {flavor}" if flavor else "") if p)
+    if not rows:
+        raise UsageError(f"{matrix}: {what or 'the plan'} matches no image; images: "
+                         + ", ".join(i.id for i in plan.images))
+    raise UsageError(f"{matrix}: {what or 'the plan'} matches {len(rows)} images; narrow with --only/--flavor: "
+                     + ", ".join(i.id for i in rows))

@@ -75,6 +75,7 @@ class ImageRecord:
     log_path: str | None = None
     te_wheel: dict | None = None
     sbom: dict | None = None  # {"path", "sha256", "image_id", ...}: the SBOM written for image_id
+    exports: dict[str, dict] = field(default_factory=dict)  # format -> {"path", "sha256", "image_id", ...} (export)
 
     @classmethod
     def from_dict(cls, d: dict) -> ImageRecord:

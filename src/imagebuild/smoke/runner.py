@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from imagebuild.engine import ContainerSettings, connect, containers, host_has_gpus
 from imagebuild.engine.containers import Interrupted, signals_raise  # noqa: F401  (Interrupted: callers catch it here)
 from imagebuild.engine.store import as_store
+from imagebuild.smoke.probe import table as probe_table
 
 if TYPE_CHECKING:
     from imagebuild.models import ImagePlan
@@ -137,6 +138,10 @@ class SuiteRun:
     uid_user: str | None = ARBITRARY_USER  # None: no arbitrary-UID container (its checks skip)
     uid_host: str | None = None  # set once that container runs
     uid_error: str | None = None  # set when it did not start
+    hpc: bool = True  # also start the image as enroot/Apptainer do (smoke/hpcrun.py) for the hpc checks
+    hpc_host: str | None = None  # set once that container runs
+    hpc_user: str | None = None
+    hpc_error: str | None = None  # set when it did not start
 
     def command(self, container_name: str, raw_path: Path) -> list[str]:
         """The pytest command line that runs the suite against `container_name` over testinfra's docker backend."""
@@ -160,6 +165,10 @@ class SuiteRun:
             cmd += ["--uid-host", self.uid_host]
         if self.uid_error:
             cmd += ["--uid-error", self.uid_error]
+        for flag, value in (("--hpc-host", self.hpc_host), ("--hpc-user", self.hpc_user),
+                            ("--hpc-error", self.hpc_error)):
+            if value:
+                cmd += [flag, value]
         return cmd + self.pytest_args
 
     @property
@@ -230,6 +239,7 @@ def _run_in_container(client, settings: ContainerSettings, run: SuiteRun, extra:
     """Start the container (and the arbitrary-UID one), run the suite against it, always remove them."""
     container = None
     uid_container = None
+    hpc_container = None
     try:
         container, err = containers.start(client, settings.kwargs(), extra)
         if container is None:
@@ -242,10 +252,12 @@ def _run_in_container(client, settings: ContainerSettings, run: SuiteRun, extra:
                            f"{state.get('Error') or logs[-800:] or 'no output'})", **extra)
         if run.uid_user:
             uid_container = _start_as_arbitrary_uid(client, settings, run, extra)
+        if run.hpc and applies_hpc(run.flavor):
+            hpc_container = _start_as_hpc(client, settings, run, extra)
         extra["start_seconds"] = round(time.time() - t0, 2)
         return _run_suite(settings.name, run, extra, t0)
     finally:
-        for c in (uid_container, container):
+        for c in (hpc_container, uid_container, container):
             if c is not None:
                 err = containers.remove(c)
                 if err:
@@ -269,6 +281,34 @@ def _start_as_arbitrary_uid(client, settings: ContainerSettings, run: SuiteRun, 
     else:
         run.uid_host = uid_settings.name
         extra["uid_container"] = uid_settings.name
+    return container
+
+
+def applies_hpc(flavor: str | None) -> bool:
+    """The hpc section's container is started only where the table's `hpc` row applies (an image whose flavor is
+    not known, no io.imagebuild.flavor label and no --flavor, gets none: its hpc checks skip, saying so)."""
+    row = next(r for r in probe_table.TABLE if r.where == probe_table.HPC)
+    return flavor is not None and probe_table.applies(row, flavor)
+
+
+def _start_as_hpc(client, settings: ContainerSettings, run: SuiteRun, extra: dict):
+    """The container as enroot/Apptainer start the image (hpcrun.start_hpc). Sets run.hpc_host, or run.hpc_error."""
+    from imagebuild.smoke.hpcrun import start_hpc
+
+    name = f"{settings.name}-hpc"[:128]
+    container, err, user, _ = start_hpc(client, settings.image, name, settings.gpus, dict(settings.labels))
+    run.hpc_user = user
+    if container is None:
+        run.hpc_error = f"container did not start: {err}"
+        return None
+    container.reload()
+    if container.status != "running":
+        logs = container.logs(tail=20).decode(errors="replace").strip()
+        run.hpc_error = (f"container exited right after start (exit "
+                         f"{(container.attrs.get('State') or {}).get('ExitCode')}, {logs[-800:] or 'no output'})")
+    else:
+        run.hpc_host = name
+        extra["hpc_container"] = name
     return container
 
 

@@ -78,9 +78,11 @@ from probe.system import NVIDIA_ENV, REPORTED_ENV, find_secret_env, parse_os_rel
 from probe.table import (  # noqa: E402
     ARBITRARY_UID,
     FLAVORS,
+    HPC,
     IMAGE_USER,
     ROOT,
     TABLE,
+    WHERE,
     Section,
     applies,
     section,
@@ -95,7 +97,7 @@ if __name__ != "probe":  # a later import of <this package>.gpu gets the module 
             sys.modules.setdefault(__name__ + _name[len("probe"):], _mod)
 
 __all__ = [
-    "ABSENT", "ARBITRARY_UID", "DEFAULT_SECTIONS", "applies", "FLAVORS", "IMAGE_USER", "ROOT", "TABLE", "Section", "section",
+    "ABSENT", "ARBITRARY_UID", "DEFAULT_SECTIONS", "applies", "FLAVORS", "HPC", "IMAGE_USER", "ROOT", "TABLE", "WHERE", "Section", "section",
     "sections_for", "NO_CUDA_TORCH", "NO_GPU", "NO_TORCH", "NVIDIA_ENV", "PROBE_VERSION", "REPORTED_ENV",
     "RESULT_MARK", "SECTIONS", "TRUE", "Probe", "build_zipapp", "dist_worker", "effective_ctype", "evaluate_ldd",
     "describe_copies", "find_secret_env", "format_cudnn_version", "group_library_copies", "hygiene_findings", "owners_of", "is_utf8_name", "library_family",

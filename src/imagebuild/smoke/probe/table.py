@@ -20,7 +20,10 @@ FLAVORS = ("base", "runtime", "dev")  # each flavor is built on the one before i
 IMAGE_USER = "image-user"  # the suite's main probe: the image's own user, in the container started as users do
 ROOT = "root"  # a probe of its own as root in the same container, before the main probe writes anything (/tmp)
 ARBITRARY_UID = "arbitrary-uid"  # a second container of the image started as --user 12345:0 (OpenShift's policy)
-WHERE = (IMAGE_USER, ROOT, ARBITRARY_UID)
+# a third container started as enroot/pyxis and Apptainer start images on Slurm clusters: an unknown UID/GID (no
+# group 0), no USER, a read-only root, an empty HOME from outside, a hostile host environment (smoke/hpcrun.py)
+HPC = "hpc"
+WHERE = (IMAGE_USER, ROOT, ARBITRARY_UID, HPC)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ TABLE = (
     Section("compile", "torch_compile", "runtime", child=True),
     Section("release", "release", "runtime", child=True),
     Section("dev", "dev", "dev"),
+    Section("hpc", "hpcruntime", "runtime", HPC),
     Section("perf", "perf", "runtime", opt_in=True),
 )
 BY_NAME = {s.name: s for s in TABLE}

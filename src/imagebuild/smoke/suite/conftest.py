@@ -78,6 +78,12 @@ def pytest_addoption(parser):
     g.addoption("--uid-user", default=None, metavar="UID:GID", help="the user --uid-host was started as")
     g.addoption("--uid-error", default=None, metavar="TEXT",
                 help="why the arbitrary-UID container is missing (it did not start): the uid checks fail with it")
+    g.addoption("--hpc-host", default=None, metavar="CONTAINER",
+                help="a container of the same image started as enroot/Apptainer do (smoke/hpcrun.py) for the hpc "
+                     "checks")
+    g.addoption("--hpc-user", default=None, metavar="UID:GID", help="the user --hpc-host was started as")
+    g.addoption("--hpc-error", default=None, metavar="TEXT",
+                help="why the hpc container is missing (it did not start): the hpc checks fail with it")
 
 
 def pytest_configure(config):
@@ -253,6 +259,12 @@ class ImageUnderTest:
                             + self.config.getoption("uid_error")
                 elif self.config.getoption("uid_host"):
                     label = self.config.getoption("uid_host")
+                    host = testinfra.get_host(f"docker://{label}")
+            elif where == P.HPC:
+                if self.config.getoption("hpc_error"):
+                    error = "the image did not start the enroot/Apptainer way: " + self.config.getoption("hpc_error")
+                elif self.config.getoption("hpc_host"):
+                    label = self.config.getoption("hpc_host")
                     host = testinfra.get_host(f"docker://{label}")
             elif getattr(self.host.backend, "NAME", "") == "docker":
                 label = f"root@{self.host.backend.name}"

@@ -1,0 +1,150 @@
+"""`imagebuild export`: a built image as an enroot/pyxis `.sqsh` or a docker-archive for Apptainer; `--check` a .sqsh
+(see imagebuild/export/)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from imagebuild.errors import UsageError
+
+
+def _from_matrix(client, matrix, only, flavor, registry, echo):
+    """(inspect data, plan row, matrix path) of the record's image for the selected plan row."""
+    from imagebuild.engine.rootfs import inspect_image
+    from imagebuild.pipeline.loaded import load
+    from imagebuild.pipeline.located import locate
+    from imagebuild.pipeline.selection import pick_one
+
+    planned = load(matrix, registry, None, None, echo)
+    row = pick_one(planned.plan, only, flavor, str(planned.path))
+    here = locate(client, row, planned.record)
+    image_id, why = here.image_id, here.why
+    if image_id is None:
+        raise UsageError(f"{planned.path}: {row.id} is not built here ({why}); build it with "
+                         f"`imagebuild build --matrix {matrix} --only {row.id}`")
+    info = inspect_image(client, image_id)
+    if info is None:
+        raise UsageError(f"{row.id}: image {image_id[:19]} is gone from the engine (run imagebuild build)")
+    echo(f"image: {row.tag} ({image_id[:19]})")
+    return info, row, planned.path
+
+
+def _remember(matrix_path: Path, row, result) -> None:
+    """The record's entry for this plan row learns the export (only when it still holds the exported image)."""
+    from imagebuild.record import updating
+
+    with updating(matrix_path) as rec:
+        entry = rec.image(row.id)
+        if entry is not None and entry.image_id == result.image_id:
+            entry.exports[result.format] = {**result.as_record(), "at": _now()}
+
+
+def _now() -> str:
+    from imagebuild.record import now
+
+    return now()
+
+
+def _check(path: Path) -> int:
+    from imagebuild.export import check
+    from imagebuild.export.writer import sha256_file
+
+    problems = check(path, sha256_of=sha256_file)
+    if problems:
+        for p in problems:
+            click.echo(f"error: {p}", err=True)
+        return 1
+    click.echo(f"{path}: squashfs whole (superblock, size, inode and directory tables"
+               + (", sha256" if path.with_name(path.name + ".sha256").exists() else "") + ")")
+    return 0
+
+
+@click.command("export")
+@click.argument("image", required=False, metavar="[IMAGE]")
+@click.option("-o", "--output", type=click.Path(path_type=Path), metavar="FILE",
+              help="where the export goes (.sqsh for squashfs, .tar for docker-archive)")
+@click.option("--format", "fmt", type=click.Choice(["squashfs", "docker-archive"]), default="squashfs",
+              show_default=True, help="squashfs: enroot/pyxis .sqsh; docker-archive: `docker save` tar for Apptainer")
+@click.option("--compression", type=click.Choice(["gzip", "none"]), default="gzip", show_default=True,
+              help="squashfs compression: gzip mounts on every kernel; none as pyxis' example config")
+@click.option("--matrix", "-m", metavar="FILE", help="export this matrix's built image (with --only / --flavor)")
+@click.option("--only", help="with --matrix: the plan id / tag / glob of one image")
+@click.option("--flavor", type=click.Choice(["base", "runtime", "dev"]), help="with --matrix: narrow by flavor")
+@click.option("--registry", default=None, help="with --matrix: registry prefix the plan's tags carry")
+@click.option("--force", is_flag=True, help="replace an existing output file")
+@click.option("--tmp-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="where the image's files are unpacked for packing (default: $TMPDIR)")
+@click.option("--check", "check_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.sqsh",
+              help="check a .sqsh for damage or truncation instead of exporting")
+def command(image, output, fmt, compression, matrix, only, flavor, registry, force, tmp_dir, check_file):
+    """Export a built IMAGE (tag or ID) or a matrix's image (--matrix M --only SEL) for Slurm clusters: an enroot
+    `.sqsh` for `srun --container-image=FILE.sqsh` (pyxis), or a docker-archive for
+    `apptainer build x.sif docker-archive:FILE.tar`. The image never runs; the same image gives the same .sqsh.
+
+    \b
+    Examples:
+      imagebuild export pytorch-cpu:2.13.0-cpu-py3.11-debian12-runtime -o /shared/images/pytorch-cpu.sqsh
+      imagebuild export -m images/h100.yaml --only '*runtime' -o /lustre/images/pytorch-h100.sqsh
+      imagebuild export -m images/cpu.yaml --only '*runtime' --format docker-archive -o pytorch-cpu.tar
+      imagebuild export --check /shared/images/pytorch-cpu.sqsh
+    """
+    from imagebuild import export as ex
+
+    def echo(msg: str) -> None:
+        click.echo(msg, err=True)
+
+    if check_file is not None:
+        if image or output or matrix:
+            raise UsageError("--check FILE takes no IMAGE, --output or --matrix")
+        return _check(check_file)
+    if output is None:
+        raise UsageError("give --output FILE (e.g. -o image.sqsh)")
+    if matrix and image:
+        raise UsageError("give an IMAGE or --matrix with --only, not both")
+    if not matrix and (only or flavor or registry is not None):
+        raise UsageError("--only, --flavor and --registry go with --matrix")
+    if not matrix and not image:
+        raise UsageError("give an IMAGE (tag or ID) or --matrix FILE --only SEL")
+    if fmt == "docker-archive" and compression != "gzip":
+        raise UsageError("--compression is for --format squashfs")
+    ex.writer.check_destination(output, force)  # before the engine is asked anything
+
+    from imagebuild.engine import connect, rootfs
+
+    client = connect("build")  # long silent stream reads: the build purpose's read timeout
+    row = matrix_path = None
+    if matrix:
+        info, row, matrix_path = _from_matrix(client, matrix, only, flavor, registry, echo)
+        name = row.tag
+    else:
+        info = rootfs.inspect_image(client, image)
+        if info is None:
+            raise UsageError(f"image {image!r} is not in the engine: build it (imagebuild build) or pull it")
+        name = image
+    progress = ex.Progress(sys.stderr.isatty())
+    from imagebuild.engine.containers import signals_raise
+
+    with signals_raise():  # SIGTERM/SIGHUP like Ctrl-C: the scratch tree, the .partial file and the container go
+        if fmt == "squashfs":
+            result = ex.export_squashfs(lambda: rootfs.container_filesystem(client, str(info["Id"])), info, output,
+                                        compression=compression, force=force, work_dir=tmp_dir, progress=progress)
+        else:
+            save_as = name if name != info["Id"] and not name.startswith("sha256:") else str(info["Id"])
+            result = ex.export_archive(rootfs.saved_image(client, save_as), info, output, force=force,
+                                       progress=progress)
+    if row is not None and matrix_path is not None:
+        _remember(matrix_path, row, result)
+    from imagebuild.units import format_size
+
+    ratio = f", {result.size / result.image_size:.0%} of the image's {format_size(result.image_size)}" \
+        if result.image_size else ""
+    click.echo(f"wrote {result.path} ({format_size(result.size)}{ratio}) in {result.seconds:.1f} s; "
+               f"{result.sha256}")
+    if fmt == "squashfs":
+        echo(f"pyxis: srun --container-image={result.path} ...   (enroot: enroot create {result.path})")
+    else:
+        echo(f"apptainer: apptainer build image.sif docker-archive:{result.path}")
+    return 0

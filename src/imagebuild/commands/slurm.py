@@ -1,0 +1,105 @@
+"""`imagebuild slurm`: print the srun line and sbatch script that start an image through pyxis on a Slurm cluster
+(see launch/slurm.py). Text only: nothing is submitted, no engine is needed for a reference or a .sqsh."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from imagebuild.errors import UsageError
+
+ROOT_ENV = "IMAGEBUILD_HOST_ROOT"  # the same override `imagebuild run` reads
+
+
+def _matrix_image(matrix: str, only: str | None, flavor: str | None, registry: str | None, echo) -> str:
+    """The plan row's tag, or the .sqsh the record says was exported for the very image of these inputs."""
+    from imagebuild.pipeline.loaded import load
+    from imagebuild.pipeline.located import recorded_state
+    from imagebuild.pipeline.selection import pick_one
+
+    planned = load(matrix, registry, None, None, echo)
+    row = pick_one(planned.plan, only, flavor, str(planned.path))
+    image_id = recorded_state(planned.record, row).image_id
+    entry = planned.record.image(row.id) if planned.record is not None else None
+    export = (entry.exports.get("squashfs") if entry is not None else None) or {}
+    if image_id and export.get("image_id") == image_id and Path(str(export.get("path"))).is_file():
+        echo(f"image: {export['path']} (the record's export of {row.tag})")
+        return str(export["path"])
+    return row.tag
+
+
+@click.command("slurm")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--matrix", "-m", metavar="FILE", help="the matrix's image (with --only/--flavor) instead of IMAGE")
+@click.option("--only", help="with --matrix: the plan id / tag / glob of one image")
+@click.option("--flavor", type=click.Choice(["base", "runtime", "dev"]), help="with --matrix: narrow by flavor")
+@click.option("--registry", default=None, help="with --matrix: registry prefix the plan's tags carry")
+@click.option("--nodes", "-N", type=int, default=1, show_default=True, help="nodes of the job")
+@click.option("--gpus-per-node", type=int, default=None, help="default: every GPU of the node model")
+@click.option("--mount", "mounts", multiple=True, metavar="SRC:DST[:FLAGS]", help="pyxis --container-mounts entry")
+@click.option("--workspace", default=None, metavar="DIR",
+              help="host folder mounted at --workdir (default: the current one)")
+@click.option("--no-workspace", is_flag=True, help="mount nothing at --workdir")
+@click.option("--workdir", default="/workspace", show_default=True, help="--container-workdir")
+@click.option("--job-name", default="pytorch", show_default=True)
+@click.option("--partition", "-p", default=None)
+@click.option("--time", "-t", "time_limit", default=None, metavar="HH:MM:SS")
+@click.option("--host-root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="read the node model (GPUs, NUMA, /sys/class/infiniband) under this tree, e.g. one recorded on a "
+                   "compute node (default: $IMAGEBUILD_HOST_ROOT or this host)")
+@click.option("--sbatch/--srun", "as_sbatch", default=True, help="print the sbatch script (default) or the srun line")
+def command(args, matrix, only, flavor, registry, nodes, gpus_per_node, mounts, workspace, no_workspace, workdir,
+            job_name, partition, time_limit, host_root, as_sbatch):
+    """Print how to start IMAGE (a .sqsh from `imagebuild export`, or a tag) on Slurm with pyxis: one task per GPU,
+    CPU/memory bound to each GPU's NUMA node, NCCL on the InfiniBand ports found, the workspace mounted.
+
+    \b
+    Examples:
+      imagebuild slurm /lustre/images/pytorch-h100.sqsh --nodes 4 -- python train.py --config c.yaml
+      imagebuild slurm -m images/h100.yaml --only '*runtime' --srun -- python -c 'import torch'
+      imagebuild slurm registry.example:5000/ml/pytorch:2.13-cu128-runtime --host-root /shared/node-model
+    """
+    from imagebuild.host import nvidia_smi_outputs, read_fabric, read_topology
+    from imagebuild.launch.slurm import SlurmRequest, make_slurm
+
+    def echo(msg: str) -> None:
+        click.echo(msg, err=True)
+
+    args = list(args)
+    if matrix:
+        image = _matrix_image(matrix, only, flavor, registry, echo)
+    else:
+        if only or flavor or registry is not None:
+            raise UsageError("--only, --flavor and --registry go with --matrix")
+        if not args or args[0] == "--":
+            raise UsageError("give an IMAGE (.sqsh path or reference) or --matrix FILE --only SEL")
+        image = args.pop(0)
+        if image.startswith("-"):
+            raise UsageError(f"no such option: {image} (options go before the image)")
+    if args and args[0] == "--":
+        args.pop(0)
+    if no_workspace and workspace:
+        raise UsageError("--workspace and --no-workspace: pick one")
+    root = host_root or Path(os.environ.get(ROOT_ENV) or "/")
+    topo = read_topology(root, **nvidia_smi_outputs(root))
+    from imagebuild.oci import ReferenceSyntaxError
+
+    req = SlurmRequest(image=image, command=tuple(args), nodes=nodes, gpus_per_node=gpus_per_node,
+                       mounts=tuple(mounts), workspace=None if no_workspace else (workspace or os.getcwd()),
+                       workdir=workdir, job_name=job_name, partition=partition, time=time_limit)
+    try:
+        lines = make_slurm(req, topo, read_fabric(root))
+    except ReferenceSyntaxError as exc:
+        raise UsageError(f"{image}: not a .sqsh path or an image reference ({exc})") from None
+    for note in lines.notes:
+        echo(note)
+    if as_sbatch:
+        click.echo(lines.sbatch_text(), nl=False)
+    else:
+        if nodes > 1:
+            echo("note: more than one node: run the srun line inside an allocation that sets MASTER_ADDR "
+                 "(the sbatch script does)")
+        click.echo(lines.srun_text(standalone=nodes == 1))
+    return 0

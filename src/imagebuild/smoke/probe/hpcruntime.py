@@ -1,0 +1,298 @@
+"""hpc: the image works the way Slurm's container runtimes start it (enroot/pyxis, Apptainer), not only as Docker
+does: as the calling user (a UID/GID the image has no passwd/group entry for; the image's USER ignored), a read-only
+root filesystem (Apptainer), a HOME bind-mounted from outside and empty, and the host's environment passed in — on
+clusters that means PYTHONPATH, LD_LIBRARY_PATH, CUDA_HOME and PIP_* of the login node's modules.
+
+Each piece of work runs in a child python with this process's environment, so one failure cannot end the probe and
+its message can name the variable or path at fault: when a child fails, it is run again without each hostile
+variable in turn, and the one whose removal makes it pass is named.
+
+Checks: hpc.identity, hpc.home, hpc.host_env, hpc.torch_import, hpc.compile_caches, hpc.compile, hpc.cuda (a CUDA
+tensor under the hostile LD_LIBRARY_PATH/CUDA_HOME; skipped with its reason without a GPU or on a CPU torch),
+hpc.te (when the image has transformer_engine), hpc.jupyter and hpc.dev_tools (when the image has them).
+
+Runs inside the image with its python; standard library only, imports `probe.*` only. Standalone:
+`python -c 'import sys; sys.path.insert(0, "probe.pyz"); from probe.hpcruntime import main; main()'`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from probe.common import NO_CUDA_TORCH, NO_GPU, NO_TORCH, Probe, free_port, which
+
+SECTION = "hpc"
+HOSTILE_PREFIXES = ("PIP_",)
+HOSTILE_NAMES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "LD_LIBRARY_PATH", "LD_PRELOAD",
+                 "CUDA_HOME", "CUDA_PATH", "CPATH", "LIBRARY_PATH", "CONDA_PREFIX", "VIRTUAL_ENV")
+CHILD_TIMEOUT = 600
+
+TORCH_IMPORT = "import torch; x = torch.ones(2) + 1; assert float(x.sum()) == 4.0; print(torch.__version__)"
+COMPILE = """
+import torch
+def f(x):
+    return torch.sin(x) * 2 + x.cos()
+x = torch.randn(64)
+got = torch.compile(f)(x)
+assert torch.allclose(got, f(x), atol=1e-5), "compiled result differs from eager"
+print("ok")
+"""
+CACHES = """
+import json, os
+out = {}
+try:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_dir
+    out["inductor"] = inductor_dir()
+except Exception as exc:
+    try:
+        from torch._inductor.utils import cache_dir as inductor_dir
+        out["inductor"] = inductor_dir()
+    except Exception as exc2:
+        out["inductor_error"] = f"{type(exc2).__name__}: {exc2}"
+try:
+    from triton.runtime.cache import default_cache_dir
+    out["triton"] = os.environ.get("TRITON_CACHE_DIR") or default_cache_dir()
+except Exception as exc:
+    out["triton_error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+CUDA = """
+import sys, torch
+if not torch.version.cuda:
+    print("NOCUDA"); sys.exit(0)
+if not torch.cuda.is_available():
+    print("NOGPU"); sys.exit(0)
+x = torch.ones(4, device="cuda")
+assert float((x * 2).sum()) == 8.0
+print("ok", torch.cuda.get_device_name(0))
+"""
+TE_IMPORT = "import transformer_engine, transformer_engine.pytorch as te; print(transformer_engine.__version__)"
+
+
+def hostile_variables(env=None) -> list:
+    """The host variables set here that can change what python and the dynamic loader pick up."""
+    env = os.environ if env is None else env
+    return sorted(k for k in env if k in HOSTILE_NAMES or k.startswith(HOSTILE_PREFIXES))
+
+
+def _child(code: str, env=None, timeout: float = CHILD_TIMEOUT):
+    """(ok, last lines of output) of `python -c code`."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=dict(os.environ if env is None else env), timeout=timeout, cwd=tempfile.gettempdir())
+    except subprocess.TimeoutExpired:
+        return False, f"timed out after {timeout:.0f} s"
+    except OSError as exc:
+        return False, f"{sys.executable}: {exc}"
+    text = (proc.stdout if proc.returncode == 0 else (proc.stderr or proc.stdout)).strip()
+    return proc.returncode == 0, " | ".join(text.splitlines()[-3:])[:800]
+
+
+def culprit(code: str, timeout: float = CHILD_TIMEOUT):
+    """The hostile variable whose removal makes `code` pass, or None."""
+    for name in hostile_variables():
+        env = {k: v for k, v in os.environ.items() if k != name}
+        if _child(code, env, timeout)[0]:
+            return name
+    return None
+
+
+def _run_named(p, name: str, code: str, what: str):
+    ok, out = _child(code, timeout=p.remaining(CHILD_TIMEOUT))
+    if ok and out in ("NOCUDA", "NOGPU"):  # the GPU check on a host or image without one
+        p.check(name, "skipped", NO_CUDA_TORCH if out == "NOCUDA" else NO_GPU)
+        return False
+    if ok:
+        p.check(name, "passed", "", output=out)
+        return True
+    guilty = culprit(code, timeout=p.remaining(CHILD_TIMEOUT))
+    blame = (f"; passes without {guilty}={os.environ.get(guilty, '')!r}: the image must not let the host's {guilty} "
+             "in (set it in ENV or unset it in the entrypoint)") if guilty else ""
+    p.check(name, "failed", f"{what} failed as uid {os.getuid()}: {out}{blame}")
+    return False
+
+
+def _writable(path: str) -> str:
+    """'' when a file can be created in `path` (made if missing), else why not."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path, prefix=".ibprobe-")
+        os.close(fd)
+        os.unlink(tmp)
+        return ""
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+
+
+def identity(p):
+    import grp
+    import pwd
+
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = None
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = None
+    import getpass
+
+    try:
+        login = getpass.getuser()
+        login_err = ""
+    except Exception as exc:  # KeyError/OSError: no passwd entry and no USER/LOGNAME
+        login, login_err = None, f"{type(exc).__name__}: {exc}"
+    p.doc.setdefault(SECTION, {})["identity"] = {"uid": uid, "gid": gid, "user": user, "group": group,
+                                                  "getuser": login}
+    if login_err:
+        p.check("hpc.identity", "failed", f"getpass.getuser() fails for uid {uid} without a passwd entry "
+                                          f"({login_err}): set USER/LOGNAME in the environment")
+    else:
+        p.check("hpc.identity", "passed", f"uid {uid} ({user or 'no passwd entry'}), gid {gid} "
+                                          f"({group or 'no group entry'}), getuser() = {login}", uid=uid, gid=gid)
+
+
+def home(p):
+    path = os.environ.get("HOME") or ""
+    root_ro = not os.access("/", os.W_OK)
+    p.doc.setdefault(SECTION, {})["root_read_only"] = root_ro
+    if not path:
+        p.check("hpc.home", "failed", "HOME is not set")
+        return
+    why = _writable(path)
+    p.check("hpc.home", "failed" if why else "passed",
+            f"HOME={path} is not writable ({why})" if why else f"HOME={path} writable; / "
+            + ("read-only" if root_ro else "writable"))
+
+
+def host_env(p):
+    found = hostile_variables()
+    p.doc.setdefault(SECTION, {})["host_env"] = {k: os.environ[k] for k in found}
+    leaked = [k for k in ("PYTHONPATH",) if k in os.environ]
+    in_path = [d for d in os.environ.get("PYTHONPATH", "").split(os.pathsep) if d and d in sys.path]
+    p.check("hpc.host_env", "passed",
+            ("host variables present: " + ", ".join(found) if found else "no host python/loader variables set")
+            + (f"; PYTHONPATH entries on sys.path: {', '.join(in_path)}" if leaked and in_path else ""))
+
+
+def compile_caches(p):
+    ok, out = _child(CACHES, timeout=p.remaining(120))
+    if not ok:
+        p.check("hpc.compile_caches", "failed", f"finding the compile cache folders failed: {out}")
+        return
+    try:
+        dirs = json.loads(out.splitlines()[-1] if out else "{}")
+    except ValueError:
+        dirs = {}
+    p.doc.setdefault(SECTION, {})["caches"] = dirs
+    bad = []
+    for key, env_name in (("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("triton", "TRITON_CACHE_DIR")):
+        path = dirs.get(key)
+        if path:
+            why = _writable(path)
+            if why:
+                bad.append(f"{key} cache {why} (set {env_name} to a writable folder, e.g. under /tmp)")
+        elif dirs.get(f"{key}_error") and key == "inductor":
+            bad.append(f"inductor cache folder unknown: {dirs[f'{key}_error']}")
+    p.check("hpc.compile_caches", "failed" if bad else "passed", "; ".join(bad) or
+            ", ".join(f"{k} {v}" for k, v in dirs.items() if not k.endswith("_error")))
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def jupyter(p):
+    exe = which("jupyter")
+    if exe is None:
+        p.check("hpc.jupyter", "skipped", "no jupyter in the image (runtime flavor)")
+        return
+    port = free_port()
+    cmd = [exe, "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--ServerApp.token=ibprobe",
+           "--ServerApp.open_browser=False"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=tempfile.gettempdir(), start_new_session=True)
+    try:
+        deadline = time.time() + min(90.0, p.remaining(90.0))
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    p.check("hpc.jupyter", "passed", f"jupyter lab listening on port {port} as uid {os.getuid()}")
+                    return
+            except OSError:
+                time.sleep(0.5)
+        out = ""
+        if proc.poll() is not None and proc.stdout is not None:
+            out = " | ".join(proc.stdout.read().strip().splitlines()[-3:])[:800]
+        p.check("hpc.jupyter", "failed", f"jupyter lab did not start as uid {os.getuid()} "
+                                         f"(HOME={os.environ.get('HOME')}): {out or 'no port within 90 s'}")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 15)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+
+
+def dev_tools(p):
+    tools = [t for t in ("git", "gdb", "ipython", "pytest", "ruff") if which(t)]
+    if not which("jupyter"):
+        p.check("hpc.dev_tools", "skipped", "not a dev image (no jupyter)")
+        return
+    bad = []
+    for tool in tools:
+        try:
+            proc = subprocess.run([which(tool), "--version"], capture_output=True, text=True, timeout=60,
+                                  cwd=tempfile.gettempdir())
+            if proc.returncode != 0:
+                bad.append(f"{tool}: exit {proc.returncode}: {(proc.stderr or proc.stdout).strip()[:200]}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            bad.append(f"{tool}: {exc}")
+    p.check("hpc.dev_tools", "failed" if bad else "passed", "; ".join(bad) or f"{', '.join(tools)} start")
+
+
+def run(p):
+    identity(p)
+    home(p)
+    host_env(p)
+    if not _has("torch"):
+        for name in ("hpc.torch_import", "hpc.compile_caches", "hpc.compile", "hpc.cuda"):
+            p.check(name, "skipped", NO_TORCH)
+    elif _run_named(p, "hpc.torch_import", TORCH_IMPORT, "import torch"):
+        compile_caches(p)
+        _run_named(p, "hpc.compile", COMPILE, "torch.compile")
+        _run_named(p, "hpc.cuda", CUDA, "a CUDA tensor")
+    else:
+        for name in ("hpc.compile_caches", "hpc.compile", "hpc.cuda"):
+            p.check(name, "skipped", "torch does not import")
+    if _has("transformer_engine"):
+        _run_named(p, "hpc.te", TE_IMPORT, "import transformer_engine.pytorch")
+    else:
+        p.check("hpc.te", "skipped", "transformer_engine is not in this image")
+    jupyter(p)
+    dev_tools(p)
+
+
+def main(argv=None) -> int:
+    """Run this section alone and print the probe's JSON document (stdout carries only the JSON)."""
+    probe = Probe([SECTION])
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    run(probe)
+    os.write(out_fd, json.dumps(probe.doc, default=str).encode() + b"\n")
+    return 0
