@@ -3,7 +3,6 @@ runner (container lifecycle).
 
 Public API (imported lazily so `imagebuild.smoke.probe` stays importable without docker):
     run_smoke(image_ref, flavor=None, expectations=None, *, require_gpu, perf, junit_dir, result_dir, ...) -> dict
-    test_images(images, results=None, *, only=None, **run_smoke_kwargs) -> [(ImagePlan, tests)]
     expectations_for(image_plan) -> {"torch": "2.9.1", ...}
     summary_table([(ref, tests)]) -> str
     probe_zipapp() -> Path            # the probe as one file (python probe.pyz --sections ...), built once per process
@@ -11,7 +10,7 @@ Public API (imported lazily so `imagebuild.smoke.probe` stays importable without
 
 from __future__ import annotations
 
-__all__ = ["run_smoke", "test_images", "expectations_for", "summary_table", "probe_zipapp", "SUITE_DIR",
+__all__ = ["run_smoke", "expectations_for", "summary_table", "probe_zipapp", "SUITE_DIR",
            "PROBE_PATH"]
 
 

@@ -20,15 +20,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from imagebuild.engine import ContainerSettings, connect, containers, host_has_gpus
 from imagebuild.engine.containers import Interrupted, signals_raise  # noqa: F401  (Interrupted: callers catch it here)
 from imagebuild.engine.store import as_store
 from imagebuild.smoke.probe import table as probe_table
-
-if TYPE_CHECKING:
-    from imagebuild.models import ImagePlan
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 PROBE_PATH = Path(__file__).resolve().parent / "probe"  # the in-image probe package (shipped as a zipapp)
@@ -386,39 +382,6 @@ def _collect(raw: dict, run: SuiteRun, extra: dict, exit_code: int, log_path: Pa
         tests.update(failed=1, checks=[{"name": "suite/run", "status": "failed", "figures": {},
                                         "reason": f"pytest ran no checks (exit {exit_code}, log {log_path})"}])
     return tests, probe
-
-
-def test_images(images, results=None, *, only: str | None = None, **kwargs) -> list[tuple[ImagePlan, dict]]:
-    """Smoke-test planned images (ImagePlan list, parents first); fill `results[tag].tests` when given.
-
-    Images whose build failed or was skipped (`ImageResult.status` not built/up-to-date) are not started.
-    """
-    out = []
-    for image in images:
-        if only and not matches(image, only):
-            continue
-        res = (results or {}).get(image.tag)
-        if res is not None and res.status not in ("built", "up-to-date", "planned"):
-            tests = {"passed": 0, "failed": 0, "skipped": 1, "image": image.tag,
-                     "checks": [{"name": "image/present", "status": "skipped",
-                                 "reason": f"image not tested: build status {res.status}", "figures": {}}]}
-        else:
-            ref = res.image_id if res is not None and res.image_id else image.tag
-            tests = run_smoke(ref, image.flavor, expectations_for(image), label=image.tag, **kwargs)
-        if res is not None:
-            res.tests = tests
-        out.append((image, tests))
-    return out
-
-
-test_images.__test__ = False  # type: ignore[attr-defined]  # not a pytest test despite the name
-
-
-def matches(image, pattern: str | tuple[str, ...]) -> bool:
-    """--only: the one matcher every command uses (imagebuild.plan.assemble.matches)."""
-    from imagebuild.plan.assemble import matches as plan_matches
-
-    return plan_matches(image, pattern)
 
 
 def summary_table(rows: list[tuple[str, dict]]) -> str:
