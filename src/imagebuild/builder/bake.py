@@ -204,9 +204,10 @@ def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = 
     if output.suffix in (".yml", ".yaml"):
         import yaml
 
-        from imagebuild.builder.bake_compose import compose_document
+        from imagebuild.builder.bake_compose import compose_document, compose_esc, compose_var
 
-        doc = compose_document(plan, contexts, os_images=os_images, source_date=source_date, secrets=secrets)
+        doc = compose_document(bake_document(plan, contexts, os_images=os_images, source_date=source_date,
+                                             secrets=secrets, esc=compose_esc, var=compose_var))
         output.write_text(yaml.safe_dump(doc, sort_keys=False, width=120), encoding="utf-8")
         return doc
     doc = bake_document(plan, contexts, os_images=os_images, source_date=source_date, secrets=secrets)

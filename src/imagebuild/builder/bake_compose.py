@@ -12,9 +12,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from imagebuild.builder.bake import bake_document
-from imagebuild.models import Plan
-
 _MARK = re.compile(r"\x00([A-Za-z0-9_]+)\x00")
 
 
@@ -22,10 +19,13 @@ def compose_esc(value: str) -> str:
     return str(value).replace("$", "$$")
 
 
-def compose_document(plan: Plan, contexts: dict[str, str], os_images: dict[str, str] | None = None,
-                     source_date: int = 0, secrets: bool = False) -> dict[str, Any]:
-    doc = bake_document(plan, contexts, os_images=os_images, source_date=source_date, secrets=secrets,
-                        esc=compose_esc, var=lambda name: f"\x00{name}\x00")
+def compose_var(name: str) -> str:
+    """A variable reference as bake_document writes it for compose_document (expanded there with its default)."""
+    return f"\x00{name}\x00"
+
+
+def compose_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """The compose form of a bake document made with `esc=compose_esc, var=compose_var` (bake.bake_document)."""
     defaults = {name: str(v.get("default", "")) for name, v in doc["variable"].items()}
 
     def expand(value: str) -> str:  # defaults were escaped for compose already (bake_document's esc)
