@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from imagebuild.builder.backend import BuildEvent
+from imagebuild.builder.logs import write_log
 from imagebuild.secrets import redact
 
 TAIL_LINES = 40
@@ -178,9 +179,4 @@ class RawJsonProgress:
         return [BuildEvent("line", line)]
 
     def _write(self, text: str) -> None:
-        if self.log is not None:
-            try:
-                self.log.write(text)
-                self.log.flush()
-            except (OSError, ValueError):
-                pass
+        write_log(self.log, text)

@@ -10,3 +10,14 @@ from typing import IO
 def open_log(path: Path) -> IO[str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     return open(path, "w", encoding="utf-8", errors="replace")
+
+
+def write_log(log: IO[str] | None, text: str) -> None:
+    """Append to an image's log; a log that cannot be written (disk full, closed) never fails the build."""
+    if log is None:
+        return
+    try:
+        log.write(text)
+        log.flush()
+    except (OSError, ValueError):
+        pass

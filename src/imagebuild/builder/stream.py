@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from imagebuild.builder.backend import BuildEvent
+from imagebuild.builder.logs import write_log
 from imagebuild.engine.stream import error_code, error_text
 from imagebuild.secrets import redact
 
@@ -196,10 +197,5 @@ class BuildStream:
             self._in_hashes = False  # the block ended
 
     def _write(self, text: str) -> None:
-        if self.log is not None:
-            try:
-                self.log.write(text)
-                self.log.flush()
-            except (OSError, ValueError):
-                pass
+        write_log(self.log, text)
 

@@ -269,15 +269,21 @@ def _start_as_arbitrary_uid(client, settings: ContainerSettings, run: SuiteRun, 
     if container is None:
         run.uid_error = f"container did not start: {err}"
         return None
-    container.reload()
-    if container.status != "running":
-        logs = container.logs(tail=20).decode(errors="replace").strip()
-        run.uid_error = (f"container exited right after start (exit "
-                         f"{(container.attrs.get('State') or {}).get('ExitCode')}, {logs[-800:] or 'no output'})")
-    else:
+    run.uid_error = _exited(container)
+    if run.uid_error is None:
         run.uid_host = uid_settings.name
         extra["uid_container"] = uid_settings.name
     return container
+
+
+def _exited(container) -> str | None:
+    """Why a side container (arbitrary UID, hpc) is not running right after its start, or None when it runs."""
+    container.reload()
+    if container.status == "running":
+        return None
+    logs = container.logs(tail=20).decode(errors="replace").strip()
+    return (f"container exited right after start (exit {(container.attrs.get('State') or {}).get('ExitCode')}, "
+            f"{logs[-800:] or 'no output'})")
 
 
 def applies_hpc(flavor: str | None) -> bool:
@@ -297,12 +303,8 @@ def _start_as_hpc(client, settings: ContainerSettings, run: SuiteRun, extra: dic
     if container is None:
         run.hpc_error = f"container did not start: {err}"
         return None
-    container.reload()
-    if container.status != "running":
-        logs = container.logs(tail=20).decode(errors="replace").strip()
-        run.hpc_error = (f"container exited right after start (exit "
-                         f"{(container.attrs.get('State') or {}).get('ExitCode')}, {logs[-800:] or 'no output'})")
-    else:
+    run.hpc_error = _exited(container)
+    if run.hpc_error is None:
         run.hpc_host = name
         extra["hpc_container"] = name
     return container
