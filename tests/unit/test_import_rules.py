@@ -345,3 +345,15 @@ def test_checker_accepts_allowed_imports(tmp_path):
         "imagebuild/commands/build.py": "from imagebuild.pipeline import flow\n",
     })
     assert check_source(src) == []
+
+
+def test_test_module_basenames_are_unique():
+    """pytest's default import mode keys test modules by basename: two `test_x.py` in tests/ stop the collection."""
+    tests = Path(__file__).resolve().parents[1]
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted(tests.rglob("test_*.py")):
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(tests)} and {path.relative_to(tests)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, "same basename: " + "; ".join(clashes)

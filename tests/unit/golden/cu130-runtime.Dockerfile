@@ -32,6 +32,19 @@ RUN set -eux; \
     while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
     if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; fi; \
     find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
+RUN set -eu; \
+    for f in /opt/stage/opt/venv/lib/python3.13/site-packages/*.libs/lib*.so.*; do \
+        [ -f "$f" ] && [ ! -L "$f" ] || continue; \
+        base="${f##*/}"; name="${base%%.*}"; major="${base##*.so.}"; \
+        case "$name" in libcudart|libcudnn*|libnccl|libcublas*|libcufft|libcurand|libcusparse*|libcusolver*|libnvJitLink|libnvrtc) ;; *) continue ;; esac; \
+        for t in /opt/stage/opt/venv/lib/python3.13/site-packages/nvidia/*/lib/"$name.so.$major" /opt/venv/lib/python3.13/site-packages/nvidia/*/lib/"$name.so.$major"; do \
+            [ -f "$t" ] || continue; \
+            final="${f#/opt/stage}"; target="${t#/opt/stage}"; \
+            ln -sfn "$(realpath -m --relative-to="${final%/*}" "$target")" "$f"; \
+            echo "one copy: ${final} -> ${target}"; break; \
+        done; \
+    done; \
+    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 
 FROM ${BASE_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
