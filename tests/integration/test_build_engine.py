@@ -286,3 +286,35 @@ def test_no_engine_is_one_line_exit_1(tmp_path):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and f"DOCKER_HOST=unix://{tmp_path}/none.sock" in lines[0]
     assert "scripts/docker-engine.sh" in lines[0]
+
+
+def test_classic_build_leaves_index_credentials_in_no_image(client, tiny_os):
+    """The classic builder writes every build argument a RUN used into that step image's history and keeps the
+    builder stage's images as its cache: after a build with a credentialed index, no image in the engine (final,
+    intermediate, cache) has the credential in its history."""
+    import json
+
+    from imagebuild.builder.backend import BuildRequest
+    from imagebuild.builder.classic import ClassicBackend
+    from imagebuild.engine.store import as_store
+
+    token = uuid.uuid4().hex
+    secret = f"https://ci:{token}@pypi.invalid/simple"
+    dockerfile = ("ARG BASE_IMAGE\nFROM ${BASE_IMAGE} AS pip\nARG PIP_EXTRA_INDEX_URL\n"
+                  "RUN echo staged > /staged.txt\nRUN echo twice >> /staged.txt\n\n"
+                  "FROM ${BASE_IMAGE}\nCOPY --from=pip /staged.txt /staged.txt\n")
+    tag = f"{REPO}-secret:1"
+    base_id = client.api.inspect_image(tiny_os)["Id"]
+    build = ClassicBackend(as_store(client)).start(BuildRequest(
+        tag=tag, dockerfile=dockerfile, build_args={}, labels={}, timeout=120, parents={"BASE_IMAGE": base_id},
+        secret_build_args={"PIP_EXTRA_INDEX_URL": secret}))
+    lines = [ev.text for ev in build.events() if ev.kind == "line"]
+    outcome = build.outcome()
+    try:
+        assert outcome.image_id, outcome.error
+        assert any(ln.startswith("removed ") and "index credentials" in ln for ln in lines), lines[-5:]
+        carrying = [img["Id"] for img in client.api.images(all=True)
+                    if token in json.dumps(client.api.history(img["Id"]))]
+        assert carrying == []
+    finally:
+        client.api.remove_image(tag, force=True)

@@ -267,3 +267,39 @@ def test_interrupt_cancels_running_builds_and_cleans_up(tmp_path):
 def test_default_backend_is_classic(tmp_path):
     run = RunState(image_store(), Plan("t", [plan_image("base", None)]), options(tmp_path), Progress())
     assert isinstance(run.backend, ClassicBackend)
+
+
+def test_classic_build_removes_the_step_images_whose_history_carries_index_credentials():
+    """The classic builder keeps a builder stage's step images (its cache) with every build argument in their
+    history: with a credentialed index those are removed after the build, leaf first; the final image and step
+    images without the credential stay."""
+    secret = "https://ci:hunter2@pypi.corp/simple"
+    engine = FakeEngine()
+    clean = engine.add_image(None, {}, image_id="sha256:" + "a" * 64)
+    dirty1 = engine.add_image(None, {}, image_id="sha256:" + "b" * 64)
+    dirty2 = engine.add_image(None, {}, image_id="sha256:" + "c" * 64)
+    final = engine.add_image(None, {}, image_id="sha256:" + "d" * 64)
+    engine.histories = {dirty1: [{"CreatedBy": f"|1 PIP_EXTRA_INDEX_URL={secret} /bin/sh -c mkdir"}],
+                        dirty2: [{"CreatedBy": f"|1 PIP_EXTRA_INDEX_URL={secret} /bin/sh -c pip install"}],
+                        clean: [{"CreatedBy": "/bin/sh -c #(nop) SHELL"}],
+                        final: [{"CreatedBy": "/bin/sh -c #(nop) LABEL x=1"}]}
+    engine.build_streams = [[{"stream": f"Step {k}/4 : X\n"} if k % 2 else {"stream": f" ---> {iid[7:19]}\n"}
+                             for k, iid in ((1, ""), (2, clean), (3, ""), (4, dirty1), (5, ""), (6, dirty2),
+                                            (7, ""), (8, final))]
+                            + [{"aux": {"ID": final}}, {"stream": f"Successfully built {final[7:19]}\n"}]]
+    request = BuildRequest(tag="t:1", dockerfile="FROM x\n", build_args={}, labels={}, timeout=30,
+                           secret_build_args={"PIP_EXTRA_INDEX_URL": secret})
+    build = ClassicBackend(engine).start(request)
+    lines = [ev.text for ev in build.events() if ev.kind == "line"]
+    assert build.outcome().image_id == final
+    assert engine.removed_images == [dirty2, dirty1]  # leaf first; the clean step and the final image stay
+    assert any("removed 2 intermediate image(s)" in ln for ln in lines)
+    assert all("hunter2" not in ln for ln in lines)
+
+
+def test_classic_build_without_credentials_removes_nothing():
+    engine = FakeEngine()
+    build = ClassicBackend(engine).start(BuildRequest(tag="t:1", dockerfile="FROM x\nRUN true\n", build_args={},
+                                                      labels={}, timeout=30))
+    list(build.events())
+    assert build.outcome().image_id and engine.removed_images == []

@@ -13,6 +13,7 @@ engine's own cleanup manages.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 
@@ -82,6 +83,33 @@ class ClassicBuild:
         if self.stream.error is not None and not self._error_sent:
             self._error_sent = True
             yield BuildEvent("error", self.stream.error)
+        if self.request.secret_build_args:
+            yield from self._scrub()
+
+    def _scrub(self) -> Iterator[BuildEvent]:
+        """The classic builder records every build argument a step used in that step's image history, and keeps
+        the builder stages' images as its cache: remove each step image whose history carries a credential (the
+        index URLs' userinfo), leaf first, so no image in the engine keeps one. Those steps have no build cache
+        next time (the BuildKit backend mounts credentials as build secrets instead). A failed build is scrubbed
+        too; the final image is never removed (its history is checked by the tests: it carries none)."""
+        secrets = [v for v in self.request.secret_build_args.values() if v]
+        final = self.outcome().image_id if not self.stream.failed else None
+        store = self.backend.store
+        removed = 0
+        for short in reversed(dict.fromkeys(self.stream.step_images)):
+            image_id = store.image_id(short)
+            if image_id is None or image_id == final:
+                continue
+            try:
+                carried = any(v in json.dumps(store.history(image_id)) for v in secrets)
+                if carried:
+                    store.remove(image_id)
+                    removed += 1
+            except EngineError:  # a child still needs it (the final image's own chain): not a builder stage
+                continue
+        if removed:
+            yield BuildEvent("line", f"removed {removed} intermediate image(s) whose history carried index "
+                                     "credentials (no build cache for those steps)")
 
     def _run(self) -> Iterator[BuildEvent]:
         """The build's events until its stream ends; failures are recorded in `self.stream`, never raised."""

@@ -23,6 +23,7 @@ from imagebuild.secrets import redact
 TAIL_LINES = 40
 _STEP = re.compile(r"^Step (?P<k>\d+)/(?P<n>\d+) : (?P<instr>.*)$")
 _RUNNING_IN = re.compile(r"^ ---> Running in (?P<cid>[0-9a-f]{12,64})\s*$")
+_STEP_IMAGE = re.compile(r"^ ---> (?P<iid>[0-9a-f]{12,64})\s*$")  # the image a step committed (or the cache gave)
 _SUCCESS = re.compile(r"^Successfully built (?P<id>[0-9a-f]{12,64})\s*$")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # pip --require-hashes refusing a file (the lock's sha256 is not the downloaded file's):
@@ -63,6 +64,7 @@ class BuildStream:
     error: str | None = None
     error_code: int | None = None
     containers: list[str] = field(default_factory=list)  # intermediate containers announced by the engine
+    step_images: list[str] = field(default_factory=list)  # the image of each step, in order (short IDs)
     tail: deque[str] = field(default_factory=deque)
     hash_mismatches: list[HashMismatch] = field(default_factory=list)  # pip --require-hashes refusals
     apt_missing: list[str] = field(default_factory=list)  # "pkg=version" apt could not find
@@ -165,6 +167,9 @@ class BuildStream:
                 events.append(BuildEvent("step", m["instr"], self.step, self.steps))
                 continue
             self._pip_apt(line)
+            m = _STEP_IMAGE.match(line)
+            if m:
+                self.step_images.append(m["iid"])
             m = _RUNNING_IN.match(line)
             if m:
                 self.containers.append(m["cid"])
