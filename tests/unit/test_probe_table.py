@@ -78,11 +78,7 @@ def test_list_sections_prints_the_table():
 
 
 def _collect(*args: str) -> list[str]:
-    out = subprocess.run([sys.executable, "-m", "pytest", str(SUITE), "-c", str(SUITE / "pytest.ini"), "--rootdir",
-                          str(SUITE), "-p", "no:cacheprovider", "--collect-only", "-q", "--hosts=local://", *args],
-                         capture_output=True, text=True, timeout=120, cwd=str(SUITE))
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    return [line.split("::")[0] for line in out.stdout.splitlines() if "::" in line]
+    return [line.split("::")[0] for line in _collect_ids(*args)]
 
 
 def test_suite_selects_files_by_the_tables_flavor():
@@ -92,3 +88,20 @@ def test_suite_selects_files_by_the_tables_flavor():
     dev = set(_collect("--flavor", "dev"))
     assert {"test_gpu.py", "test_dev.py", "test_te.py"} <= dev and "test_perf.py" not in dev
     assert "test_perf.py" in set(_collect("--flavor", "runtime", "--perf"))
+
+
+def _collect_ids(*args: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-m", "pytest", str(SUITE), "-c", str(SUITE / "pytest.ini"), "--rootdir",
+                          str(SUITE), "-p", "no:cacheprovider", "--collect-only", "-q", "--hosts=local://", *args],
+                         capture_output=True, text=True, timeout=120, cwd=str(SUITE))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    return [line for line in out.stdout.splitlines() if "::" in line]
+
+
+def test_a_tests_own_flavor_narrows_its_section():
+    """The base-flavor `versions` section checks python and os on a base image; torch and the CUDA libraries
+    (`pytest.mark.flavor("runtime")`) only from the runtime up: a base image has none of them."""
+    base = [i for i in _collect_ids("--flavor", "base") if i.startswith("test_versions.py")]
+    runtime = [i for i in _collect_ids("--flavor", "runtime") if i.startswith("test_versions.py")]
+    assert any("test_python" in i for i in base) and not any("test_version[" in i for i in base)
+    assert any("test_version[" in i and "torch]" in i for i in runtime)

@@ -89,6 +89,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "section(name): the probe section the test checks (probe/table.py: its "
                                        "lowest flavor, where its probe runs, opt-in)")
+    config.addinivalue_line("markers", "flavor(name): a test that applies from a higher flavor than its section's")
     config._ib_images = {}
     path = config.getoption("smoke_json", None)
     if path:
@@ -347,6 +348,13 @@ def pytest_collection_modifyitems(session, config, items):
             drop.append(item)
             continue
         if host is not None and not P.applies(row, image_for(config, host).flavor):
+            drop.append(item)
+            continue
+        # a test of a section may apply from a higher flavor than its section (the torch family's versions in the
+        # base-flavor `versions` section): `pytest.mark.flavor(NAME)` on that test
+        marker = item.get_closest_marker("flavor")
+        if host is not None and marker is not None and not P.applies(
+                P.Section(row.name, row.module, marker.args[0]), image_for(config, host).flavor):
             drop.append(item)
             continue
         keep.append(item)
