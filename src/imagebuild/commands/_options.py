@@ -4,7 +4,9 @@ what they mean is imagebuild.pipeline.settings."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -15,8 +17,10 @@ from imagebuild.pipeline.settings import resolve_matrix_path
 __all__ = ["build_input_options", "matrix_option", "only_option", "registry_option", "resolve_matrix_path",
            "state_dir_option"]
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-def matrix_option(func):
+
+def matrix_option(func: F) -> F:
     return click.option(
         "--matrix",
         "-m",
@@ -27,7 +31,7 @@ def matrix_option(func):
     )(func)
 
 
-def only_option(func):
+def only_option(func: F) -> F:
     """--only, spelled and matched the same in build, test, push, bake, run (plan.assemble.matches)."""
     return click.option(
         "--only", "only", multiple=True, metavar="PATTERN",
@@ -37,18 +41,18 @@ def only_option(func):
     )(func)
 
 
-def state_dir_option(func):
+def state_dir_option(func: F) -> F:
     return click.option("--state-dir", default=None, metavar="DIR", envvar="IMAGEBUILD_STATE_DIR",
                         help="Where the per-matrix record lives (default .imagebuild/; env IMAGEBUILD_STATE_DIR).",
                         )(func)
 
 
-def registry_option(func):
+def registry_option(func: F) -> F:
     return click.option("--registry", default=None, metavar="HOST[:PORT]/PATH",
                         help="Override the matrix's `registry` (use '' for local-only tags).")(func)
 
 
-def build_input_options(func):
+def build_input_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--ca-cert/--pip-index-url/--pip-extra-index-url/--torch-index-url/--wheelhouse/--backend -> kwarg `inputs`."""
 
     @click.option("--ca-cert", "ca_certs", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
@@ -63,7 +67,8 @@ def build_input_options(func):
                   help="How images are built (default: the matrix's `backend`, else classic). buildkit renders "
                        "cache mounts and build secrets and builds through `docker buildx build` (engine >= 23).")
     @functools.wraps(func)
-    def wrapper(*args, ca_certs, pip_index_url, pip_extra, torch_index_url, wheelhouse, backend, **kwargs):
+    def wrapper(*args: Any, ca_certs: tuple[Path, ...], pip_index_url: str | None, pip_extra: tuple[str, ...],
+                torch_index_url: str | None, wheelhouse: Path | None, backend: str | None, **kwargs: Any) -> Any:
         kwargs["inputs"] = BuildInputs(
             ca_certs=tuple(ca_certs),
             pip_index_url=pip_index_url,

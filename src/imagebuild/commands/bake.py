@@ -3,6 +3,8 @@ networking; `-o x.json` writes bake JSON), rendered for BuildKit unless `--backe
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from imagebuild.commands._options import (
@@ -14,6 +16,9 @@ from imagebuild.commands._options import (
 )
 from imagebuild.errors import UsageError
 from imagebuild.pipeline.settings import RunOptions, Step
+
+if TYPE_CHECKING:
+    from imagebuild.inputs import BuildInputs
 
 
 @click.command("bake")
@@ -30,7 +35,8 @@ from imagebuild.pipeline.settings import RunOptions, Step
                    "OS_IMAGE_<os> variable at bake time); repeatable.")
 @only_option
 @state_dir_option
-def command(matrix, registry, inputs, output, context_dir, os_images, only, state_dir):
+def command(matrix: str, registry: str | None, inputs: BuildInputs, output: str, context_dir: str | None,
+            os_images: tuple[str, ...], only: tuple[str, ...], state_dir: str | None) -> int:
     """Write the same plan as a buildx bake file: one target per image with its context, Dockerfile, build args,
     labels and tags (+ aliases); children chain to their parent with `contexts = target:<parent>`. Runtime images
     with transformer_engine get the TE wheel `imagebuild build` compiled once (the wheel cache); export after it.
@@ -44,7 +50,7 @@ def command(matrix, registry, inputs, output, context_dir, os_images, only, stat
     """
     from imagebuild.pipeline.export import bake_file  # the stages: not for --help
 
-    mapping = {}
+    mapping: dict[str, str] = {}
     for item in os_images:
         key, sep, ref = item.partition("=")
         if not sep or not key or not ref:

@@ -4,6 +4,7 @@ pipeline is imagebuild.pipeline.flow.build_run)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -23,6 +24,9 @@ from imagebuild.pipeline.settings import (
     TestSettings,
     check_created,
 )
+
+if TYPE_CHECKING:
+    from imagebuild.inputs import BuildInputs
 
 
 def _say(msg: str) -> None:
@@ -71,9 +75,11 @@ def _say(msg: str) -> None:
 @click.option("--locked", is_flag=True,
               help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
                    "Without it an existing lock is used too; a missing one means an unlocked build.")
-def command(matrix, registry, inputs, only, force, jobs, keep_going, plain, verbose, log_dir, report_dir,
-            state_dir, run_tests, retest, run_push, registry_cache, require_registry, sbom, buildx_builder, buildkit_cache, locked,
-            created):
+def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[str, ...], force: bool,
+            jobs: int | None, keep_going: bool, plain: bool, verbose: bool, log_dir: Path | None,
+            report_dir: Path | None, state_dir: str | None, run_tests: bool, retest: bool, run_push: bool,
+            registry_cache: bool, require_registry: bool, sbom: bool, buildx_builder: str | None,
+            buildkit_cache: str | None, locked: bool, created: str | None) -> int:
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b

@@ -26,7 +26,8 @@ from imagebuild.oci import Reference, RegistryClient, read_password_stdin, resol
 @click.option("--json", "as_json", is_flag=True, help="Write JSON instead of Markdown.")
 @click.option("--output", "-o", default=None, type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Write here (replaced only once the whole catalog is read) instead of standard output.")
-def command(matrix, registry, username, password_stdin, ca_file, state_dir, as_json, output):
+def command(matrix: str, registry: str | None, username: str | None, password_stdin: bool, ca_file: str | None,
+            state_dir: str | None, as_json: bool, output: str | None) -> int:
     """Write the catalog of a matrix's images: for every tag and alias of its plan the torch, CUDA, cuDNN, NCCL,
     Python, OS and TE versions, flavor, compressed and unpacked size, digest, smoke result, where the smoke test ran
     (CPU host or GPU model) and the build date.

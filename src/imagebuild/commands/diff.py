@@ -15,7 +15,7 @@ import click
               help="For a registry index: which image to read (default: this host's, e.g. linux/amd64).")
 @click.option("--ca-file", default=None, type=click.Path(dir_okay=False, exists=True),
               help="CA certificate of a TLS registry (default: /etc/docker/certs.d/<registry>/ca.crt).")
-def command(a, b, as_json, platform, ca_file):
+def command(a: str, b: str, as_json: bool, platform: str | None, ca_file: str | None) -> int:
     """Compare image A with image B: OS (dpkg) and Python packages added, removed and changed (old → new), the
     version labels (io.imagebuild.*, org.opencontainers.*) that differ, and the layers with their sizes (which are
     shared, totals).

@@ -4,14 +4,21 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from imagebuild.errors import UsageError
 
+if TYPE_CHECKING:
+    from imagebuild.export import ExportResult
+    from imagebuild.models import ImagePlan
 
-def _from_matrix(client, matrix, only, flavor, registry, echo):
+
+def _from_matrix(client: Any, matrix: str, only: str | None, flavor: str | None, registry: str | None,
+                 echo: Callable[[str], None]) -> tuple[dict[str, Any], ImagePlan, Path]:
     """(inspect data, plan row, matrix path) of the record's image for the selected plan row."""
     from imagebuild.engine.rootfs import inspect_image
     from imagebuild.pipeline.loaded import load
@@ -32,7 +39,7 @@ def _from_matrix(client, matrix, only, flavor, registry, echo):
     return info, row, planned.path
 
 
-def _remember(matrix_path: Path, row, result) -> None:
+def _remember(matrix_path: Path, row: ImagePlan, result: ExportResult) -> None:
     """The record's entry for this plan row learns the export (only when it still holds the exported image)."""
     from imagebuild.record import updating
 
@@ -79,7 +86,9 @@ def _check(path: Path) -> int:
               help="where the image's files are unpacked for packing (default: $TMPDIR)")
 @click.option("--check", "check_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.sqsh",
               help="check a .sqsh for damage or truncation instead of exporting")
-def command(image, output, fmt, compression, matrix, only, flavor, registry, force, tmp_dir, check_file):
+def command(image: str | None, output: Path | None, fmt: str, compression: str, matrix: str | None, only: str | None,
+            flavor: str | None, registry: str | None, force: bool, tmp_dir: Path | None,
+            check_file: Path | None) -> int:
     """Export a built IMAGE (tag or ID) or a matrix's image (--matrix M --only SEL) for Slurm clusters: an enroot
     `.sqsh` for `srun --container-image=FILE.sqsh` (pyxis), or a docker-archive for
     `apptainer build x.sif docker-archive:FILE.tar`. The image never runs; the same image gives the same .sqsh.
@@ -115,15 +124,16 @@ def command(image, output, fmt, compression, matrix, only, flavor, registry, for
     from imagebuild.engine import connect, rootfs
 
     client = connect("build")  # long silent stream reads: the build purpose's read timeout
+    info: dict[str, Any] | None  # the image's inspect data
     row = matrix_path = None
     if matrix:
         info, row, matrix_path = _from_matrix(client, matrix, only, flavor, registry, echo)
         name = row.tag
     else:
-        info = rootfs.inspect_image(client, image)
+        info = rootfs.inspect_image(client, cast(str, image))  # no --matrix: IMAGE was given (checked above)
         if info is None:
             raise UsageError(f"image {image!r} is not in the engine: build it (imagebuild build) or pull it")
-        name = image
+        name = cast(str, image)
     progress = ex.Progress(sys.stderr.isatty())
     from imagebuild.engine.containers import signals_raise
 

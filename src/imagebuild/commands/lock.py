@@ -6,11 +6,17 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from imagebuild.commands._options import build_input_options, matrix_option, registry_option
 from imagebuild.errors import EXIT_FAILED, EXIT_OK
+
+if TYPE_CHECKING:
+    from imagebuild.inputs import BuildInputs
+    from imagebuild.lock import Lock
+    from imagebuild.models import ImagePlan
 
 
 @click.command("lock")
@@ -20,7 +26,7 @@ from imagebuild.errors import EXIT_FAILED, EXIT_OK
 @click.option("--check", is_flag=True,
               help="Do not write: exit 1 and name every entry when the lock no longer fits the matrix.")
 @click.option("--quiet", "-q", is_flag=True, help="Only errors and the result line.")
-def command(matrix, registry, inputs, check, quiet):
+def command(matrix: str, registry: str | None, inputs: BuildInputs, check: bool, quiet: bool) -> int:
     """Pin every image's pip files (version + sha256) and apt versions in a lock next to the matrix.
 
     pip runs `pip install --dry-run --report` per image with the build's index, extra index, wheelhouse
@@ -72,11 +78,11 @@ def command(matrix, registry, inputs, check, quiet):
     return EXIT_OK
 
 
-def wheelhouse_problems(lock, images) -> list[str]:
+def wheelhouse_problems(lock: Lock, images: list[ImagePlan]) -> list[str]:
     """Locked files that sit in the build's --wheelhouse with other bytes (the build would refuse them)."""
     from imagebuild.plan.hashing import file_digest, save_cache
 
-    out = []
+    out: list[str] = []
     for image in images:
         entry, folder = lock.images.get(image.id), image.context_dirs.get("wheelhouse")
         if entry is None or folder is None:
@@ -90,7 +96,7 @@ def wheelhouse_problems(lock, images) -> list[str]:
     return out
 
 
-def made_with(inputs) -> str:
+def made_with(inputs: BuildInputs) -> str:
     """The build options the lock was made with, as options (credentials redacted), for its header."""
     pub = inputs.public()
     parts = [f"--ca-cert {p}" for p in pub["ca_certs"]]

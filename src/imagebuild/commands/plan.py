@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from imagebuild.commands._options import (
@@ -11,6 +13,9 @@ from imagebuild.commands._options import (
     state_dir_option,
 )
 
+if TYPE_CHECKING:
+    from imagebuild.inputs import BuildInputs
+
 
 @click.command("plan")
 @matrix_option
@@ -19,7 +24,8 @@ from imagebuild.commands._options import (
 @state_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of images.")
 @click.option("--github-matrix", is_flag=True, help="Print a GitHub Actions strategy.matrix (one job per variant).")
-def command(matrix, registry, inputs, state_dir, as_json, github_matrix):
+def command(matrix: str, registry: str | None, inputs: BuildInputs, state_dir: str | None, as_json: bool,
+            github_matrix: bool) -> int:
     """Print the images a matrix would build: tag, flavor, parent, key versions, inputs hash — with the build
     inputs its record (.imagebuild/<matrix>.state.json) holds when no build-input flag is given, so the hash is the
     one the built image carries, and (column `built`) the image ID the record has for exactly these inputs.

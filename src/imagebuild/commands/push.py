@@ -35,8 +35,9 @@ from imagebuild.pipeline.settings import PushSettings, RunOptions, Step
               help="Also push built images that have no smoke-test results (never ones whose tests failed).")
 @click.option("--ca-file", default=None, type=click.Path(dir_okay=False, exists=True),
               help="CA certificate of a TLS registry (default: /etc/docker/certs.d/<registry>/ca.crt).")
-def command(matrix, registry, username, password_stdin, dry_run, only, state_dir, retries, report_dir, untested,
-            ca_file):
+def command(matrix: str, registry: str | None, username: str | None, password_stdin: bool, dry_run: bool,
+            only: tuple[str, ...], state_dir: str | None, retries: int, report_dir: str | None, untested: bool,
+            ca_file: str | None) -> int:
     """Push every built and tested image of a matrix: the full tag plus its aliases (moving aliases such as
     2.9-cuda12.8-runtime point at the newest patch), then verify the digest the registry serves.
 

@@ -4,12 +4,16 @@ or write the difference to the packaged compat/data/torch.yaml. Downloads no whe
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, cast
 
 import click
 
 from imagebuild.compat import refresh as rf
 from imagebuild.compat.tables import data_path, load_from
 from imagebuild.errors import ImagebuildError
+
+if TYPE_CHECKING:
+    from imagebuild.compat.refresh import WheelPins
 
 
 @click.command("refresh")
@@ -22,7 +26,8 @@ from imagebuild.errors import ImagebuildError
 @click.option("--python", "python", default="3.12", show_default=True, help="Python the wheel is picked for.")
 @click.option("--platform", default="manylinux_2_28_x86_64", show_default=True, help="Wheel platform tag.")
 @click.option("--write", is_flag=True, help="Write the changes into torch.yaml (comments are kept).")
-def command(matrix, torch_versions, index_url, python, platform, write) -> None:
+def command(matrix: str | None, torch_versions: tuple[str, ...], index_url: str | None, python: str, platform: str,
+            write: bool) -> None:
     """Compare torch.yaml with the torch wheels' own metadata.
 
     \b
@@ -42,7 +47,7 @@ def command(matrix, torch_versions, index_url, python, platform, write) -> None:
     versions = versions or list(tables.torch)
     default = index_url is None
 
-    def read(version: str):
+    def read(version: str) -> tuple[str, WheelPins | None, str | None]:
         try:
             return version, rf.parse_report(rf.pip_report(version, python=python, platform=platform,
                                                           index_url=index_url)), None
@@ -57,12 +62,12 @@ def command(matrix, torch_versions, index_url, python, platform, write) -> None:
             click.echo(f"{version}: {error}", err=True)
             failed += 1
             continue
-        lines = rf.diff(tables, pins, default)
+        lines = rf.diff(tables, cast("WheelPins", pins), default)  # no error: read() gave pins
         for line in lines:
             click.echo(line)
         if lines:
             changes += len(lines)
-            text = rf.update_text(text, pins, default)
+            text = rf.update_text(text, cast("WheelPins", pins), default)
     if write and changes:
         path.write_text(text, encoding="utf-8")
     tail = "written to " + str(path) if write and changes else "run with --write to apply" if changes else "up to date"

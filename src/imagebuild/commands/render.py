@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +16,9 @@ from imagebuild.commands._options import (
 from imagebuild.errors import EXIT_FAILED
 from imagebuild.files import check_output_dir
 
+if TYPE_CHECKING:
+    from imagebuild.inputs import BuildInputs
+
 
 @click.command("render")
 @matrix_option
@@ -23,7 +27,7 @@ from imagebuild.files import check_output_dir
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder (default: rendered/<matrix name>).")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if the folder differs from a fresh render.")
-def command(matrix, registry, inputs, out, check):
+def command(matrix: str, registry: str | None, inputs: BuildInputs, out: Path | None, check: bool) -> int:
     """Render Dockerfiles for every planned image into OUT/<image id>/.
 
     \b

@@ -18,7 +18,7 @@ from imagebuild.pipeline.settings import default_report_dir, resolve_matrix_path
               help="Folder holding build-report.json (default: reports/<matrix>/ with -m).")
 @click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True,
               help="What to print: the Markdown table (fit for $GITHUB_STEP_SUMMARY) or the JSON document.")
-def command(matrix, report_dir, fmt):
+def command(matrix: str | None, report_dir: str | Path | None, fmt: str) -> int:
     """Print the report of the last build/test/push run of a matrix; also rewrites build-report.md and the JUnit XML.
 
     \b

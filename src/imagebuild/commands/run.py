@@ -5,17 +5,23 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from imagebuild.errors import UsageError
 
+if TYPE_CHECKING:
+    from imagebuild.host import Topology
+    from imagebuild.launch.image import ImageInfo
+
 ROOT_ENV = "IMAGEBUILD_HOST_ROOT"  # read GPUs/NUMA/memory under this root instead of / (recorded trees, tests)
 
 
-def _env_pairs(values) -> dict[str, str]:
+def _env_pairs(values: Iterable[str]) -> dict[str, str]:
     out = {}
     for item in values:
         key, sep, value = item.partition("=")
@@ -25,23 +31,24 @@ def _env_pairs(values) -> dict[str, str]:
     return out
 
 
-def _host_facts(root: Path):
+def _host_facts(root: Path) -> tuple[Topology, int | None]:
     """The host's GPU/NUMA topology and memory size (under IMAGEBUILD_HOST_ROOT: a recorded tree)."""
     from imagebuild.host import mem_total_bytes, nvidia_smi_outputs, read_topology
 
     return read_topology(root, **nvidia_smi_outputs(root)), mem_total_bytes(root)
 
 
-def _image(client, ref, matrix, flavor, only, registry, echo):
+def _image(client: Any, ref: str | None, matrix: str | None, flavor: str | None, only: str | None,
+           registry: str | None, echo: Callable[[str], None]) -> ImageInfo:
     from imagebuild.launch import image as launch_image
     from imagebuild.pipeline.loaded import load
     from imagebuild.pipeline.located import locate
 
     if not matrix:
-        return launch_image.inspect(client, ref)
+        return launch_image.inspect(client, cast(str, ref))  # command(): no --matrix, so a REF
     planned = load(matrix, registry, None, None, echo)
     path = planned.path
-    row = launch_image.pick(planned.plan, flavor, only, str(path))
+    row = launch_image.pick(planned.plan, cast(str, flavor), only, str(path))  # command(): --matrix needs --flavor
     here = locate(client, row, planned.record)  # the record's image for exactly these inputs
     if here.image_id is None:
         raise UsageError(f"{path}: {row.id} is not built here ({here.why}); build it with "
@@ -51,7 +58,7 @@ def _image(client, ref, matrix, flavor, only, registry, echo):
     return info
 
 
-def _refuse_options_after_ref(args: list[str], ref: str) -> None:
+def _refuse_options_after_ref(args: list[str], ref: str | None) -> None:
     """Everything after REF goes to the container, so `run REF --jupyter` would start the image with `--jupyter` as
     its command. A container command never starts with a dash: such a word right after REF is a misplaced option."""
     if not args or args[0] == "--" or not args[0].startswith("-"):
@@ -85,8 +92,10 @@ def _refuse_options_after_ref(args: list[str], ref: str) -> None:
 @click.option("--ssh-key", type=click.Path(dir_okay=False, path_type=Path),
               help="with --ssh: public key file (default: ~/.ssh/*.pub)")
 @click.option("--print", "print_only", is_flag=True, help="print the equivalent `docker run` line, start nothing")
-def command(args, matrix, flavor, only, registry, gpus, ipc_host, shm_size, no_numa, workspace, no_workspace, env,
-            name, jupyter, ssh, port, ssh_key, print_only):
+def command(args: Sequence[str], matrix: str | None, flavor: str | None, only: str | None, registry: str | None,
+            gpus: str, ipc_host: bool, shm_size: str | None, no_numa: bool, workspace: Path | None,
+            no_workspace: bool, env: tuple[str, ...], name: str | None, jupyter: bool, ssh: bool, port: int | None,
+            ssh_key: Path | None, print_only: bool) -> int:
     """Start IMAGE (or the matrix's image of --flavor) with GPUs, a big /dev/shm, memlock/stack ulimits, NUMA
     pinning, the current directory at /workspace as your UID/GID; removed on exit.
 

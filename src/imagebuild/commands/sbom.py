@@ -17,7 +17,7 @@ from imagebuild.errors import ImagebuildError
               help="For a registry index: which image to read (default: this host's, e.g. linux/amd64).")
 @click.option("--ca-file", default=None, type=click.Path(dir_okay=False, exists=True),
               help="CA certificate of a TLS registry (default: /etc/docker/certs.d/<registry>/ca.crt).")
-def command(reference, output, platform, ca_file):
+def command(reference: str, output: str | None, platform: str | None, ca_file: str | None) -> int:
     """Write a CycloneDX 1.6 SBOM of image REF: every dpkg package (status and status.d), every installed Python
     distribution (any site-packages / dist-packages) with version, license and purl, the image's labels, ID and
     digests. Files are read from a created, never started container (or, for a registry reference that is not

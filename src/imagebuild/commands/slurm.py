@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import click
@@ -13,7 +14,8 @@ from imagebuild.errors import UsageError
 ROOT_ENV = "IMAGEBUILD_HOST_ROOT"  # the same override `imagebuild run` reads
 
 
-def _matrix_image(matrix: str, only: str | None, flavor: str | None, registry: str | None, echo) -> str:
+def _matrix_image(matrix: str, only: str | None, flavor: str | None, registry: str | None,
+                  echo: Callable[[str], None]) -> str:
     """The plan row's tag, or the .sqsh the record says was exported for the very image of these inputs."""
     from imagebuild.pipeline.loaded import load
     from imagebuild.pipeline.located import recorded_state
@@ -50,8 +52,10 @@ def _matrix_image(matrix: str, only: str | None, flavor: str | None, registry: s
               help="read the node model (GPUs, NUMA, /sys/class/infiniband) under this tree, e.g. one recorded on a "
                    "compute node (default: $IMAGEBUILD_HOST_ROOT or this host)")
 @click.option("--sbatch/--srun", "as_sbatch", default=True, help="print the sbatch script (default) or the srun line")
-def command(args, matrix, only, flavor, registry, nodes, gpus_per_node, mounts, workspace, no_workspace, workdir,
-            job_name, partition, time_limit, host_root, as_sbatch):
+def command(args: Sequence[str], matrix: str | None, only: str | None, flavor: str | None, registry: str | None,
+            nodes: int, gpus_per_node: int | None, mounts: tuple[str, ...], workspace: str | None,
+            no_workspace: bool, workdir: str, job_name: str, partition: str | None, time_limit: str | None,
+            host_root: Path | None, as_sbatch: bool) -> int:
     """Print how to start IMAGE (a .sqsh from `imagebuild export`, or a tag) on Slurm with pyxis: one task per GPU,
     CPU/memory bound to each GPU's NUMA node, NCCL on the InfiniBand ports found, the workspace mounted.
 

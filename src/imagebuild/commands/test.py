@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 import click
 
@@ -12,7 +14,7 @@ from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
 from imagebuild.pipeline.settings import RunOptions, Step, TestSettings
 
 
-def parse_expect(values) -> dict[str, str]:
+def parse_expect(values: Iterable[str]) -> dict[str, str]:
     out = {}
     for item in values:
         if "=" not in item:
@@ -49,8 +51,10 @@ def _say(msg: str) -> None:
 @click.option("--json", "json_out", is_flag=True, help="print the results as JSON instead of a table")
 @click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="with --matrix: where this run's build-report.json/.md/junit.xml go (default reports/<matrix>)")
-def command(matrix, image, only, expect, flavor, junit_dir, result_dir, require_gpu, perf, timeout, registry,
-            state_dir, retest, json_out, report_dir):
+def command(matrix: str | None, image: str | None, only: tuple[str, ...], expect: tuple[str, ...], flavor: str | None,
+            junit_dir: str | None, result_dir: str | None, require_gpu: bool, perf: bool, timeout: float,
+            registry: str | None, state_dir: str | None, retest: bool, json_out: bool,
+            report_dir: Path | None) -> int:
     """Start each image, run the smoke suite in it, remove it; exit 1 when any check failed.
 
     \b
@@ -66,12 +70,14 @@ def command(matrix, image, only, expect, flavor, junit_dir, result_dir, require_
         raise UsageError("--only goes with --matrix")
     settings = TestSettings(retest=retest, require_gpu=require_gpu, perf=perf, expect=parse_expect(expect),
                             timeout=timeout, junit_dir=Path(junit_dir) if junit_dir else None,
-                            result_dir=Path(result_dir or junit_dir) if (result_dir or junit_dir) else None,
+                            result_dir=Path(cast(str, result_dir or junit_dir)) if (result_dir or junit_dir) else None,
                             quiet=json_out)
     if image:
         result = flow.test_image(image, flavor, settings, _say)
     else:
-        result = flow.test_run(RunOptions(command=Step.TEST, matrix=matrix, registry=registry, only=tuple(only),
+        # exactly one of --matrix/--image (checked above): here --matrix
+        result = flow.test_run(RunOptions(command=Step.TEST, matrix=cast(str, matrix), registry=registry,
+                                          only=tuple(only),
                                           state_dir=state_dir, report_dir=report_dir, test=settings), _say)
         _say(f"report: {result.report_md}")
     if json_out:

@@ -3,6 +3,8 @@ every problem as `FILE:LINE: key.path: what is wrong; valid choices`."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from imagebuild.commands._options import build_input_options, matrix_option
@@ -10,8 +12,11 @@ from imagebuild.inputs import BuildInputs
 from imagebuild.matrix import find_matrix, load_matrix
 from imagebuild.resolve import resolve_matrix
 
+if TYPE_CHECKING:
+    from imagebuild.models import ResolvedVariant
 
-def summary(file: str, variants) -> str:
+
+def summary(file: str, variants: list[ResolvedVariant]) -> str:
     images = sum(len(v.flavors) for v in variants)
     return f"{file}: valid — {len(variants)} variant{'s' * (len(variants) != 1)}, {images} image{'s' * (images != 1)}"
 

@@ -25,6 +25,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from imagebuild import __version__
 from imagebuild.files import FileProblem, read_bounded_text, write_text_atomic
@@ -66,19 +67,19 @@ class ImageRecord:
     built_at: str | None = None  # when the build that made image_id ran (kept by no-op reruns)
     build_seconds: float | None = None  # that build's seconds (kept by no-op reruns)
     size: int | None = None
-    layers: list[dict] = field(default_factory=list)
-    versions: dict = field(default_factory=dict)
+    layers: list[dict[str, Any]] = field(default_factory=list)
+    versions: dict[str, Any] = field(default_factory=dict)
     tags: dict[str, list[str]] = field(default_factory=dict)  # registry prefix ('' = local) -> tag + aliases
-    pushes: dict[str, dict] = field(default_factory=dict)  # registry prefix -> {status, digest, tags, at, seconds}
+    pushes: dict[str, dict[str, Any]] = field(default_factory=dict)  # registry prefix -> {status, digest, tags, at, seconds}
     source: str | None = None  # where image_id came from: "built" | "engine" | "registry <prefix>"
     error: str | None = None
     log_path: str | None = None
-    te_wheel: dict | None = None
-    sbom: dict | None = None  # {"path", "sha256", "image_id", ...}: the SBOM written for image_id
-    exports: dict[str, dict] = field(default_factory=dict)  # format -> {"path", "sha256", "image_id", ...} (export)
+    te_wheel: dict[str, Any] | None = None
+    sbom: dict[str, Any] | None = None  # {"path", "sha256", "image_id", ...}: the SBOM written for image_id
+    exports: dict[str, dict[str, Any]] = field(default_factory=dict)  # format -> {"path", "sha256", "image_id", ...} (export)
 
     @classmethod
-    def from_dict(cls, d: dict) -> ImageRecord:
+    def from_dict(cls, d: dict[str, Any]) -> ImageRecord:
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         return cls(**known)
 
@@ -87,10 +88,10 @@ class ImageRecord:
 class Record:
     matrix: str  # the matrix path as given
     matrix_digest: str | None  # sha256 of the matrix file when written
-    inputs: dict  # BuildInputs.public()
+    inputs: dict[str, Any]  # BuildInputs.public()
     registry: str | None  # the registry prefix of the build (plan tags), None: the matrix's own
     images: dict[str, ImageRecord] = field(default_factory=dict)
-    tests: dict[str, dict] = field(default_factory=dict)  # test key -> result summary
+    tests: dict[str, dict[str, Any]] = field(default_factory=dict)  # test key -> result summary
     schema: int = SCHEMA
     tool_version: str = __version__
     updated: str | None = None

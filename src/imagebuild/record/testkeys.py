@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from imagebuild.record.store import Record, now
 
 
-def digest(obj) -> str:
+def digest(obj: object) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def test_key(image_id: str, suite: str, expectations: dict, options: dict, where: str) -> str:
+def test_key(image_id: str, suite: str, expectations: dict[str, Any], options: dict[str, Any], where: str) -> str:
     return digest({"image": image_id, "suite": suite, "expect": digest(expectations), "options": options,
                    "where": where})
 
@@ -34,7 +35,7 @@ def test_key(image_id: str, suite: str, expectations: dict, options: dict, where
 test_key.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
-def passed_result(rec: Record | None, key: str) -> dict | None:
+def passed_result(rec: Record | None, key: str) -> dict[str, Any] | None:
     """The stored result under `key` when it passed (no failed check), else None."""
     if rec is None:
         return None
@@ -44,8 +45,8 @@ def passed_result(rec: Record | None, key: str) -> dict | None:
     return None
 
 
-def store_result(rec: Record, key: str, image_id: str, suite: str, expectations: dict, options: dict, where: str,
-                 tests: dict) -> dict:
+def store_result(rec: Record, key: str, image_id: str, suite: str, expectations: dict[str, Any], options: dict[str, Any], where: str,
+                 tests: dict[str, Any]) -> dict[str, Any]:
     """Keep the summary of a run (counts, every case, failed/skipped checks with reasons) under its key."""
     summary = {
         "image_id": image_id, "suite": suite, "expect": digest(expectations), "options": options, "where": where,
@@ -58,20 +59,20 @@ def store_result(rec: Record, key: str, image_id: str, suite: str, expectations:
     return summary
 
 
-def _case(check: dict) -> dict:
+def _case(check: dict[str, Any]) -> dict[str, Any]:
     case = {"name": check.get("name"), "status": check.get("status"), "reason": check.get("reason") or ""}
     if check.get("figures"):
         case["figures"] = check["figures"]
     return case
 
 
-def recorded_cases(result: dict) -> list[dict] | None:
+def recorded_cases(result: dict[str, Any]) -> list[dict[str, Any]] | None:
     """Every check of a stored run, in the suite's order; None for a result stored before cases were kept."""
     cases = result.get("cases")
     return list(cases) if isinstance(cases, list) else None
 
 
-def tested_ok(rec: Record | None, image_id: str, suite: str, expectations: dict) -> dict | None:
+def tested_ok(rec: Record | None, image_id: str, suite: str, expectations: dict[str, Any]) -> dict[str, Any] | None:
     """Any passing result for this content and suite with these expectations (any options or host): what push's
     "tested" gate asks."""
     if rec is None:
@@ -84,7 +85,7 @@ def tested_ok(rec: Record | None, image_id: str, suite: str, expectations: dict)
     return None
 
 
-def failed_result(rec: Record | None, image_id: str, suite: str, expectations: dict) -> dict | None:
+def failed_result(rec: Record | None, image_id: str, suite: str, expectations: dict[str, Any]) -> dict[str, Any] | None:
     if rec is None:
         return None
     want = digest(expectations)

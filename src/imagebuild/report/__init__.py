@@ -6,7 +6,7 @@
 """
 
 from imagebuild.matrix.schema import parse_size  # the one size grammar (matrix `size_budget`)
-from imagebuild.report.budget import check_size_budget, describe_step, format_size, largest_layers
+from imagebuild.report.budget import check_size_budget, describe_step, largest_layers
 from imagebuild.report.writer import (
     JSON_NAME,
     JUNIT_NAME,
@@ -18,6 +18,7 @@ from imagebuild.report.writer import (
     row_to_result,
     write_reports,
 )
+from imagebuild.units import format_size  # budget.py's own import of it (not re-exported there)
 
 __all__ = [
     "JSON_NAME", "JUNIT_NAME", "MD_NAME", "check_size_budget", "describe_step", "format_size", "largest_layers",

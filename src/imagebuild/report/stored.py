@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from imagebuild.errors import UsageError
 from imagebuild.files import MAX_INPUT_BYTES, FileProblem, read_bounded_text
@@ -86,7 +87,7 @@ def check_report(doc: object) -> str | None:
     return _shape(doc, {**_DOC, "images": _Opt([_ROW])}, "the document")
 
 
-def load_report(path: Path, empty: dict) -> dict:
+def load_report(path: Path, empty: dict[str, Any]) -> dict[str, Any]:
     """The JSON document at `path` (`empty` when there is none); ReportError when it is damaged."""
     if not path.is_file():
         return empty

@@ -18,7 +18,9 @@ import json
 import os
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from imagebuild.files import write_text_atomic
 from imagebuild.models import ImageResult, Plan
@@ -39,7 +41,7 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _redact_obj(obj):
+def _redact_obj(obj: Any) -> Any:
     if isinstance(obj, str):
         return redact(obj)
     if isinstance(obj, dict):
@@ -49,12 +51,13 @@ def _redact_obj(obj):
     return obj
 
 
-def result_to_row(result: ImageResult | dict) -> dict:
+def result_to_row(result: ImageResult | dict[str, Any]) -> dict[str, Any]:
     row = dataclasses.asdict(result) if dataclasses.is_dataclass(result) else dict(result)
-    return _redact_obj(row)
+    redacted: dict[str, Any] = _redact_obj(row)  # a dict's redaction is a dict
+    return redacted
 
 
-def row_to_result(row: dict) -> ImageResult:
+def row_to_result(row: dict[str, Any]) -> ImageResult:
     """A report row back as an ImageResult (unknown keys ignored)."""
     known = {k: v for k, v in row.items() if k in _FIELDS}
     known.setdefault("flavor", "")
@@ -63,7 +66,7 @@ def row_to_result(row: dict) -> ImageResult:
     return ImageResult(**known)
 
 
-def load_report(report_dir: str | Path) -> dict:
+def load_report(report_dir: str | Path) -> dict[str, Any]:
     """The JSON document (`{"schema", "run", "matrix", "registry", "images": [row, ...]}`); empty when absent;
     stored.ReportError (exit 2, one line) when damaged."""
     return stored.load_report(Path(report_dir) / JSON_NAME,
@@ -71,7 +74,7 @@ def load_report(report_dir: str | Path) -> dict:
 
 
 @contextlib.contextmanager
-def _locked(report_dir: Path):
+def _locked(report_dir: Path) -> Iterator[None]:
     with open(report_dir / ".build-report.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -81,7 +84,7 @@ def _locked(report_dir: Path):
 
 
 def write_reports(results: list[ImageResult], report_dir: str | Path, plan: Plan | None = None,
-                  run: dict | None = None) -> dict[str, Path]:
+                  run: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write this run's report (replacing the last one in REPORT_DIR) and append it to history.jsonl.
 
     `run`: {"command", "steps": [build|test|push ...], "registry", "started", "id"}; rows follow the plan's order."""
@@ -104,7 +107,7 @@ def write_reports(results: list[ImageResult], report_dir: str | Path, plan: Plan
     return paths
 
 
-def _history_line(doc: dict) -> dict:
+def _history_line(doc: dict[str, Any]) -> dict[str, Any]:
     return {"run": doc.get("run"), "matrix": doc.get("matrix"), "registry": doc.get("registry"),
             "images": [{"tag": r.get("tag"), "status": r.get("status"), "image_id": r.get("image_id"),
                         "inputs_hash": r.get("inputs_hash"),
@@ -130,7 +133,7 @@ _STATUS_MARK = {"built": "✅ built", "up-to-date": "✅ up-to-date", "failed": 
                 "not-built": "⏭️ not built", "skipped": "⏭️ skipped", "planned": "· planned"}
 
 
-def _cell(text) -> str:
+def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
@@ -145,7 +148,7 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def _status_cell(r: dict) -> str:
+def _status_cell(r: dict[str, Any]) -> str:
     status = r.get("status") or "planned"
     text = _STATUS_MARK.get(status, status)
     if r.get("source") and r["source"].startswith("registry"):
@@ -155,7 +158,7 @@ def _status_cell(r: dict) -> str:
     return text
 
 
-def _tests_cell(tests: dict | None) -> str:
+def _tests_cell(tests: dict[str, Any] | None) -> str:
     if not tests:
         return "–"
     cell = f"{tests.get('passed', 0)}/{tests.get('failed', 0)}/{tests.get('skipped', 0)}"
@@ -164,7 +167,7 @@ def _tests_cell(tests: dict | None) -> str:
     return f"{cell} (up to date, {tests.get('at')})" if tests.get("up_to_date") else cell
 
 
-def _push_cell(push: dict | None) -> str:
+def _push_cell(push: dict[str, Any] | None) -> str:
     if not push:
         return "–"
     status = push.get("status", "?")
@@ -178,7 +181,7 @@ def _short_tag(tag: str) -> str:
     return tag.rsplit(":", 1)[-1] if ":" in tag.rsplit("/", 1)[-1] else tag
 
 
-def render_markdown(doc: dict) -> str:
+def render_markdown(doc: dict[str, Any]) -> str:
     rows = doc.get("images") or []
     run = doc.get("run") or {}
     title = f"imagebuild {run.get('command') or 'report'}" + (f": `{doc['matrix']}`" if doc.get("matrix") else "")
@@ -242,11 +245,11 @@ def render_markdown(doc: dict) -> str:
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
-def _x(text) -> str:
+def _x(text: object) -> str:
     return _XML_BAD.sub("?", redact(str(text)))
 
 
-def render_junit(doc: dict) -> str:
+def render_junit(doc: dict[str, Any]) -> str:
     """Three suites, each only for the steps this run took: `build` (a case per image with a build status),
     `smoke` (a case per tested image: failed checks as its failure) and `push` (a case per push)."""
     rows = doc.get("images") or []

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from imagebuild.engine import ContainerSettings, connect, containers, host_has_gpus
 from imagebuild.engine.containers import Interrupted, signals_raise  # noqa: F401  (Interrupted: callers catch it here)
@@ -93,7 +94,7 @@ def probe_zipapp() -> Path:
     return zipapp_path()
 
 
-def docker_client():
+def docker_client() -> Any:  # a docker.DockerClient (outside engine/ clients are Any)
     """The engine connection for smoke runs (`imagebuild.engine.connect`): EngineUnavailable when none answers."""
     return connect("smoke")
 
