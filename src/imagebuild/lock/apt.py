@@ -86,7 +86,8 @@ def _fetch(url: str, timeout: float) -> bytes:
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         req.add_header("Authorization", f"Basic {token}")
     with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (the matrix's own mirror)
-        return resp.read()
+        body: bytes = resp.read()  # urlopen's response is Any in typeshed
+        return body
 
 
 def parse_packages(text: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar, overload
 
 import yaml
 
@@ -117,7 +118,7 @@ def _q(value: object) -> str:
     return "null" if value is None else json.dumps(str(value))
 
 
-def _base_doc(b: BaseLock) -> dict:
+def _base_doc(b: BaseLock) -> dict[str, Any]:
     if b.kind == "registry":
         return {"kind": b.kind, "ref": b.ref, "digest": b.digest}
     return {"kind": b.kind, "suite": b.suite, "mirror": b.mirror, "snapshot": b.snapshot,
@@ -125,12 +126,12 @@ def _base_doc(b: BaseLock) -> dict:
             "packages": dict(sorted(b.packages.items()))}
 
 
-def _image_doc(i: LockedImage) -> dict:
-    doc: dict = {"os": i.os, "python": i.python, "platform": i.platform,
-                 "pip_requires": sorted(i.pip_requires),
-                 "pip": [{"name": p.name, "version": p.version, "sha256": p.sha256, "file": p.file}
-                         for p in sorted(i.pip, key=lambda p: p.name)],
-                 "apt": dict(sorted(i.apt.items()))}
+def _image_doc(i: LockedImage) -> dict[str, Any]:
+    doc: dict[str, Any] = {"os": i.os, "python": i.python, "platform": i.platform,
+                           "pip_requires": sorted(i.pip_requires),
+                           "pip": [{"name": p.name, "version": p.version, "sha256": p.sha256, "file": p.file}
+                                   for p in sorted(i.pip, key=lambda p: p.name)],
+                           "apt": dict(sorted(i.apt.items()))}
     if i.base is not None:
         doc["base"] = _base_doc(i.base)
     return doc
@@ -178,7 +179,16 @@ def dump(lock: Lock) -> str:
 
 
 # -- reading ---------------------------------------------------------------------------------------------------------
-def _need(mapping: object, key: str, where: str, kind: type | tuple[type, ...] = str):
+_T = TypeVar("_T")  # _need(..., list) -> list; a tuple of kinds -> Any (the caller narrows)
+
+
+@overload
+def _need(mapping: object, key: str, where: str) -> str: ...
+@overload
+def _need(mapping: object, key: str, where: str, kind: type[_T]) -> _T: ...
+@overload
+def _need(mapping: object, key: str, where: str, kind: tuple[type, ...]) -> Any: ...
+def _need(mapping: object, key: str, where: str, kind: type | tuple[type, ...] = str) -> Any:
     if not isinstance(mapping, dict) or key not in mapping:
         raise LockError(f"{where}: missing `{key}`")
     value = mapping[key]

@@ -17,6 +17,7 @@ import tempfile
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from imagebuild.errors import ImagebuildError
 from imagebuild.files import certificate_blocks
@@ -57,7 +58,7 @@ class PipResolver:
     timeout: float = 900.0
     seconds: float = 0.0  # time spent in pip (the lock command reports it)
     calls: int = 0
-    _cache: dict[tuple, list[PipPin]] = field(default_factory=dict)
+    _cache: dict[tuple[tuple[str, ...], tuple[str, ...], str, tuple[str, ...], PipSource], list[PipPin]] = field(default_factory=dict)
 
     def resolve(self, requirements: list[str], *, python: str, platforms: tuple[str, ...], source: PipSource,
                 constraints: list[str] = (), what: str = "") -> list[PipPin]:  # type: ignore[assignment]
@@ -66,7 +67,8 @@ class PipResolver:
             self._cache[key] = self._resolve(requirements, python, platforms, source, list(constraints), what)
         return self._cache[key]
 
-    def _resolve(self, requirements, python, platforms, source, constraints, what) -> list[PipPin]:
+    def _resolve(self, requirements: list[str], python: str, platforms: tuple[str, ...], source: PipSource,
+                 constraints: list[str], what: str) -> list[PipPin]:
         import time
 
         with tempfile.TemporaryDirectory(prefix="imagebuild-lock-") as tmp:
@@ -134,7 +136,7 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def pins_from_report(report: dict) -> list[PipPin]:
+def pins_from_report(report: dict[str, Any]) -> list[PipPin]:
     """Every install of a `pip install --report` document as a pin (name, version, sha256, file name)."""
     pins = []
     for item in report.get("install", []):

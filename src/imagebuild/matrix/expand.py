@@ -43,8 +43,10 @@ class RawVariant:
 _KEY_FIELDS = frozenset({"torch", "cuda", "os", "python"})
 
 
-def _merge(cells: list[tuple[str, Cell]]) -> tuple[dict, dict, frozenset[str]]:
-    values, origins, invalid = {}, {}, set()
+def _merge(cells: list[tuple[str, Cell]]) -> tuple[dict[str, Any], dict[str, YPath], frozenset[str]]:
+    values: dict[str, Any] = {}
+    origins: dict[str, YPath] = {}
+    invalid: set[str] = set()
     for name, cell in cells:
         if cell.ok and not name.startswith("?"):
             values[name], origins[name] = cell.value, cell.path
@@ -56,7 +58,7 @@ def _merge(cells: list[tuple[str, Cell]]) -> tuple[dict, dict, frozenset[str]]:
     return values, origins, frozenset(invalid)
 
 
-def _matches(values: dict, row: dict[str, Cell]) -> bool:
+def _matches(values: dict[str, Any], row: dict[str, Cell]) -> bool:
     return all(not name.startswith("?") and values.get(name) == cell.value for name, cell in row.items())
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeAlias, cast
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -33,12 +33,16 @@ _PIP_FORBIDDEN = set("`$\\'\"\n\r")  # the requirement is quoted in a RUN line; 
 class Bad(Exception):
     """A value is wrong: message, valid choices, and a sub-path inside the value when that is more precise."""
 
-    def __init__(self, message: str, choices: str = "", sub: tuple = ()):
+    def __init__(self, message: str, choices: str = "", sub: tuple[str | int, ...] = ()) -> None:
         super().__init__(message)
         self.message, self.choices, self.sub = message, choices, sub
 
 
-def suggest(word: str, choices) -> str:
+# checker(value, raw_text, tables) -> normalised value (raises Bad); the value is whatever the YAML held
+Checker: TypeAlias = Callable[[Any, str | None, Tables], Any]
+
+
+def suggest(word: str, choices: Iterable[str]) -> str:
     """`did you mean 'torch'?` or the list of valid choices when nothing is close."""
     choices = list(choices)
     close = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
@@ -72,28 +76,28 @@ def text_of(value: Any, raw: str | None) -> str | None:
     return None
 
 
-def _version(value, raw, regex, example: str) -> str:
+def _version(value: Any, raw: str | None, regex: re.Pattern[str], example: str) -> str:
     text = text_of(value, raw)
     if text is None or not regex.match(text):
         raise Bad(f"expected a version like {example}, got {describe(value)}")
     return text
 
 
-def _torch(value, raw, tables):
+def _torch(value: Any, raw: str | None, tables: Tables) -> str:
     return _version(value, raw, TORCH_RE, '"2.9.1" (or "2.9" for the newest known patch)')
 
 
-def _cuda(value, raw, tables):
+def _cuda(value: Any, raw: str | None, tables: Tables) -> str:
     if isinstance(value, str) and value.strip().lower() == "cpu":
         return "cpu"
     return _version(value, raw, CUDA_RE, '"12.8", "13.0" or "cpu"')
 
 
-def _python(value, raw, tables):
+def _python(value: Any, raw: str | None, tables: Tables) -> str:
     return _version(value, raw, PYTHON_RE, '"3.12" (quote it: 3.10 unquoted is the number 3.1)')
 
 
-def _os(value, raw, tables: Tables):
+def _os(value: Any, raw: str | None, tables: Tables) -> str:
     if not isinstance(value, str):
         raise Bad(f"expected an OS name, got {describe(value)}", "valid choices: " + ", ".join(tables.os))
     if value not in tables.os:
@@ -104,11 +108,11 @@ def _os(value, raw, tables: Tables):
     return value
 
 
-def _pin(value, raw, tables):
+def _pin(value: Any, raw: str | None, tables: Tables) -> str:
     return _version(value, raw, PIN_RE, '"9.10.2.21"')
 
 
-def _version_or_false(value, raw, tables):
+def _version_or_false(value: Any, raw: str | None, tables: Tables) -> str | bool:
     if value is False:
         return False
     text = text_of(value, raw)
@@ -117,7 +121,7 @@ def _version_or_false(value, raw, tables):
     return text
 
 
-def _flavors(value, raw, tables):
+def _flavors(value: Any, raw: str | None, tables: Tables) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
         raise Bad(f"expected a non-empty list of flavors, got {describe(value)}", "valid choices: base, runtime, dev")
     for i, item in enumerate(value):
@@ -131,16 +135,16 @@ def _flavors(value, raw, tables):
     return tuple(f for f in FLAVORS if f in chosen)  # normalised order: base, runtime, dev
 
 
-def _bool(value, raw, tables):
+def _bool(value: Any, raw: str | None, tables: Tables) -> bool:
     if not isinstance(value, bool):
         raise Bad(f"expected true or false, got {describe(value)}")
     return value
 
 
-def _string_list(value, check: Callable[[str], str | None], what: str) -> tuple[str, ...]:
+def _string_list(value: Any, check: Callable[[str], str | None], what: str) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise Bad(f"expected a list of {what}, got {describe(value)}")
-    out = []
+    out: list[str] = []
     for i, item in enumerate(value):
         reason = check(item) if isinstance(item, str) else f"expected a string, got {describe(item)}"
         if reason:
@@ -170,12 +174,12 @@ def _pip_req(item: str) -> str | None:
     return None
 
 
-def _per_flavor(check: Callable[[str], str | None], what: str):
-    def checker(value, raw, tables):
+def _per_flavor(check: Callable[[str], str | None], what: str) -> Checker:
+    def checker(value: Any, raw: str | None, tables: Tables) -> dict[str, tuple[str, ...]]:
         if not isinstance(value, dict):
             raise Bad(f"expected a mapping flavor -> list of {what}, got {describe(value)}",
                       "for example {dev: [...]}")
-        out = {}
+        out: dict[str, tuple[str, ...]] = {}
         for flavor, items in value.items():
             if flavor not in FLAVORS:
                 raise Bad(f"unknown flavor {flavor!r}", suggest(str(flavor), FLAVORS), sub=(flavor,))
@@ -188,7 +192,7 @@ def _per_flavor(check: Callable[[str], str | None], what: str):
     return checker
 
 
-def _base_image(value, raw, tables):
+def _base_image(value: Any, raw: str | None, tables: Tables) -> str:
     if value == "bootstrap":
         return "bootstrap"
     if not isinstance(value, str):
@@ -200,36 +204,36 @@ def _base_image(value, raw, tables):
                   "'bootstrap' or e.g. ubuntu:24.04@sha256:<64 hex>, nvidia/cuda:12.8.1-base-ubuntu24.04") from None
 
 
-def _url(value, raw, tables):
+def _url(value: Any, raw: str | None, tables: Tables) -> str:
     if not isinstance(value, str) or not URL_RE.match(value):
         raise Bad(f"expected an http(s):// or file:// URL, got {describe(value)}")
     return value.rstrip("/")
 
 
-def _index_url(value, raw, tables):
+def _index_url(value: Any, raw: str | None, tables: Tables) -> str:
     if isinstance(value, str) and value.lower() == "none":
         return "none"
     return _url(value, raw, tables)
 
 
-def _snapshot(value, raw, tables):
+def _snapshot(value: Any, raw: str | None, tables: Tables) -> str:
     if not isinstance(value, str) or not SNAPSHOT_RE.match(value):
         raise Bad(f"expected a snapshot timestamp like \"20251101T000000Z\", got {describe(value)}")
     return value
 
 
-def _bootstrap_packages(value, raw, tables):
+def _bootstrap_packages(value: Any, raw: str | None, tables: Tables) -> tuple[str, ...]:
     return _string_list(value, _apt_name, "Debian package names")
 
 
-def _backend(value, raw, tables):
+def _backend(value: Any, raw: str | None, tables: Tables) -> str:
     if value not in ("classic", "buildkit"):
         raise Bad(f"unknown backend {describe(value)}", "valid choices: classic, buildkit")
-    return value
+    return cast(str, value)  # one of the two strings above (`in` does not narrow Any)
 
 
 # field -> checker(value, raw_text, tables) -> normalised value (raises Bad)
-VARIANT_FIELDS: dict[str, Callable] = {
+VARIANT_FIELDS: dict[str, Checker] = {
     "torch": _torch,
     "cuda": _cuda,
     "python": _python,

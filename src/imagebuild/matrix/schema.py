@@ -114,7 +114,7 @@ class _Checker:
         self.bad(path, f"expected {what}, got {describe(value)}")
         return None
 
-    def items(self, value: Any, path: YPath, what: str) -> list:
+    def items(self, value: Any, path: YPath, what: str) -> list[Any]:
         if value is None:
             return []
         if not isinstance(value, list):
@@ -122,7 +122,7 @@ class _Checker:
             return []
         return value
 
-    def mapping(self, value: Any, path: YPath, example: str) -> dict:
+    def mapping(self, value: Any, path: YPath, example: str) -> dict[Any, Any]:
         if value is None:
             return {}
         if not isinstance(value, dict):

@@ -18,7 +18,7 @@ laughs" alias bomb is one error line in milliseconds instead of gigabytes; the t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import yaml
 from yaml.constructor import SafeConstructor
@@ -27,7 +27,7 @@ from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from imagebuild.errors import MatrixError, Problem
 from imagebuild.files import YAML_MAX_DEPTH, YAML_MAX_NODES, YamlTooBig, compose_yaml
 
-YPath = tuple  # tuple[str | int, ...]
+YPath: TypeAlias = tuple[str | int, ...]  # ("include", 0, "torch")
 
 _NUMERIC_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 MAX_DEPTH = YAML_MAX_DEPTH  # aliases can nest; a matrix never needs this deep
@@ -68,18 +68,18 @@ class Loaded:
 
 
 class _Builder:
-    def __init__(self, loaded: Loaded):
+    def __init__(self, loaded: Loaded) -> None:
         self.loaded = loaded
         self.constructor = SafeConstructor()
 
-    def build(self, node, path: YPath, depth: int = 0) -> Any:
+    def build(self, node: MappingNode | SequenceNode | ScalarNode, path: YPath, depth: int = 0) -> Any:
         if depth > MAX_DEPTH:
             self.loaded.problems.append(self.loaded.problem(path, "nesting too deep (recursive alias?)"))
             return None
         if isinstance(node, MappingNode):
             return self._mapping(node, path, depth)
         if isinstance(node, SequenceNode):
-            out = []
+            out: list[Any] = []
             for i, item in enumerate(node.value):
                 self.loaded.lines.setdefault((*path, i), item.start_mark.line + 1)
                 out.append(self.build(item, (*path, i), depth + 1))
@@ -88,9 +88,9 @@ class _Builder:
             self.loaded.raw[path] = node.value
         return self.constructor.construct_object(node, deep=True)
 
-    def _mapping(self, node: MappingNode, path: YPath, depth: int) -> dict:
+    def _mapping(self, node: MappingNode, path: YPath, depth: int) -> dict[Any, Any]:
         self.constructor.flatten_mapping(node)  # resolves `<<: *anchor` merge keys in place
-        out: dict = {}
+        out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             line = key_node.start_mark.line + 1
             if not isinstance(key_node, ScalarNode):
