@@ -1,23 +1,32 @@
 """GPU: visible devices, names and compute capability, torch arch list, nvidia-smi -L (MIG included)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import pytest
+
+if TYPE_CHECKING:  # the names only: pytest loads conftest itself
+    from types import ModuleType
+
+    from .conftest import CheckFn, FiguresFn, ImageUnderTest, Json
 
 pytestmark = pytest.mark.section("gpu")
 
 
-def test_gpu_available(check):
+def test_gpu_available(check: CheckFn) -> None:
     check("gpu.available", gpu=True)
 
 
-def test_nvidia_smi(check):
+def test_nvidia_smi(check: CheckFn) -> None:
     check("gpu.nvidia_smi", gpu=True)
 
 
-def test_device_arch(check):
+def test_device_arch(check: CheckFn) -> None:
     check("gpu.device_arch", gpu=True)
 
 
-def test_gpu_archs_in_wheel(probe, smoke, figures, probe_lib):
+def test_gpu_archs_in_wheel(probe: Json, smoke: ImageUnderTest, figures: FiguresFn, probe_lib: ModuleType) -> None:
     """Each matrix gpu_arch is compiled into torch (compile-time list: needs no GPU)."""
     archs = probe["gpu"].get("arch_list") or []
     want = smoke.expected_value("gpu_archs")

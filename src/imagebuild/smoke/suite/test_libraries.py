@@ -1,17 +1,26 @@
 """One copy: exactly one libcudnn / libnccl / libcublas / libcudart of each major (system paths, site-packages,
 auditwheel's <pkg>.libs/ folders), each failure naming the package that brought each copy."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 import pytest
+
+if TYPE_CHECKING:  # the names only: pytest loads conftest itself
+    from types import ModuleType
+
+    from .conftest import FiguresFn, ImageUnderTest, Json
 
 pytestmark = pytest.mark.section("libraries")
 
 
-def _major(v):
+def _major(v: Any) -> str | None:
     return str(v).split(".")[0] if v and str(v).strip() else None
 
 
 @pytest.mark.parametrize("family", ["cudnn", "nccl", "cublas", "cudart"])
-def test_one_copy(probe, smoke, figures, probe_lib, family):
+def test_one_copy(probe: Json, smoke: ImageUnderTest, figures: FiguresFn, probe_lib: ModuleType, family: str) -> None:
     copies = {k: v for k, v in probe["libraries"]["copies"].items() if probe_lib.library_family(k) == family}
     owners = probe["libraries"].get("owners") or {}
     figures({"copies": copies, "owners": {p: owners.get(p) for v in copies.values() for p in v}})

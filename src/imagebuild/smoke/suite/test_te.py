@@ -1,11 +1,18 @@
 """transformer_engine: imports for real; te.Linear fwd/bwd under fp8_autocast on sm_89+."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import pytest
+
+if TYPE_CHECKING:  # the names only: pytest loads conftest itself
+    from .conftest import CheckFn, ImageUnderTest, Json
 
 pytestmark = pytest.mark.section("te")
 
 
-def test_te_import(probe, smoke, check):
+def test_te_import(probe: Json, smoke: ImageUnderTest, check: CheckFn) -> None:
     want = smoke.expected_value("transformer_engine")
     installed = (probe.get("te") or {}).get("installed")
     if want and str(want).strip().lower() not in ("", "none") and not installed:
@@ -13,5 +20,5 @@ def test_te_import(probe, smoke, check):
     check("te.import")
 
 
-def test_te_fp8(check):
+def test_te_fp8(check: CheckFn) -> None:
     check("te.fp8", gpu=True)

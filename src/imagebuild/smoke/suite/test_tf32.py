@@ -1,11 +1,18 @@
 """TF32: the image's policy holds in a fresh process; on a GPU it is faster and within TF32 error."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import pytest
+
+if TYPE_CHECKING:  # the names only: pytest loads conftest itself
+    from .conftest import CheckFn, FiguresFn, ImageUnderTest, Json
 
 pytestmark = pytest.mark.section("tf32")
 
 
-def test_tf32_policy(probe, smoke, figures):
+def test_tf32_policy(probe: Json, smoke: ImageUnderTest, figures: FiguresFn) -> None:
     st = probe.get("tf32_at_import") or {}
     if not st:
         pytest.skip("torch not importable")
@@ -21,11 +28,11 @@ def test_tf32_policy(probe, smoke, figures):
         pytest.fail(f"tf32: expected {want}, found {shown}", pytrace=False)
 
 
-def test_tf32_speedup(check):
+def test_tf32_speedup(check: CheckFn) -> None:
     check("tf32.speedup", gpu=True)
 
 
-def test_tf32_accuracy(check, smoke):
+def test_tf32_accuracy(check: CheckFn, smoke: ImageUnderTest) -> None:
     c = check("tf32.accuracy", gpu=True)
     want = smoke.expected_value("tf32")
     if want and str(want).lower() in ("1", "true", "yes", "on") and not c["figures"].get("default_is_tf32"):
