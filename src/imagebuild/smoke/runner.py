@@ -28,9 +28,7 @@ from imagebuild.engine.store import as_store
 from imagebuild.smoke.probe import table as probe_table
 
 if TYPE_CHECKING:
-    import docker
-    from docker.models.containers import Container
-
+    from imagebuild.engine.store import EngineClient
     from imagebuild.models import ImagePlan
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
@@ -79,7 +77,7 @@ def suite_version() -> str:
     return h.hexdigest()[:16]
 
 
-def host_where(client: docker.DockerClient) -> str:
+def host_where(client: EngineClient) -> str:
     """Where a smoke run happens, as far as its outcome goes: "cpu" (no GPU requested: every GPU check skips) or the
     GPU model(s) nvidia-smi names."""
     if not host_has_gpus(client):
@@ -101,7 +99,7 @@ def probe_zipapp() -> Path:
     return path
 
 
-def docker_client() -> docker.DockerClient:
+def docker_client() -> EngineClient:
     """The engine connection for smoke runs (`imagebuild.engine.connect`): EngineUnavailable when none answers."""
     return connect("smoke")
 
@@ -194,7 +192,7 @@ def run_smoke(
     timeout: float = DEFAULT_TIMEOUT,
     gpus: bool | None = None,
     ipc_host: bool = False,
-    client: docker.DockerClient | None = None,
+    client: EngineClient | None = None,
     name_prefix: str = "imagebuild-smoke",
     label: str | None = None,
     pytest_args: Iterable[str] = (),
@@ -239,7 +237,7 @@ def run_smoke(
                 pass
 
 
-def _run_in_container(client: docker.DockerClient, settings: ContainerSettings, run: SuiteRun, extra: dict[str, Any],
+def _run_in_container(client: EngineClient, settings: ContainerSettings, run: SuiteRun, extra: dict[str, Any],
                       t0: float) -> dict[str, Any]:
     """Start the container (and the arbitrary-UID one), run the suite against it, always remove them."""
     container = None
@@ -269,8 +267,8 @@ def _run_in_container(client: docker.DockerClient, settings: ContainerSettings, 
                     extra["remove_error"] = err
 
 
-def _start_as_arbitrary_uid(client: docker.DockerClient, settings: ContainerSettings, run: SuiteRun,
-                            extra: dict[str, Any]) -> Container | None:
+def _start_as_arbitrary_uid(client: EngineClient, settings: ContainerSettings, run: SuiteRun,
+                            extra: dict[str, Any]) -> Any:  # the SDK's Container (no stubs: Any), or None
     """The second container, as `run.uid_user` (no GPUs: the uid checks need none). Sets run.uid_host, or
     run.uid_error when it does not start or exits at once (the uid checks then fail with that reason)."""
     uid_settings = replace(settings, name=f"{settings.name}-uid"[:128], user=run.uid_user, gpus=False)
@@ -286,7 +284,7 @@ def _start_as_arbitrary_uid(client: docker.DockerClient, settings: ContainerSett
     return container
 
 
-def _exited(container: Container) -> str | None:
+def _exited(container: Any) -> str | None:
     """Why a side container (arbitrary UID, hpc) is not running right after its start, or None when it runs."""
     container.reload()
     if container.status == "running":
@@ -303,8 +301,8 @@ def applies_hpc(flavor: str | None) -> bool:
     return flavor is not None and probe_table.applies(row, flavor)
 
 
-def _start_as_hpc(client: docker.DockerClient, settings: ContainerSettings, run: SuiteRun,
-                  extra: dict[str, Any]) -> Container | None:
+def _start_as_hpc(client: EngineClient, settings: ContainerSettings, run: SuiteRun,
+                  extra: dict[str, Any]) -> Any:  # the SDK's Container (no stubs: Any), or None
     """The container as enroot/Apptainer start the image (hpcrun.start_hpc). Sets run.hpc_host, or run.hpc_error."""
     from imagebuild.smoke.hpcrun import start_hpc
 

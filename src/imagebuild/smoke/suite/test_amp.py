@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from .conftest import CheckFn
 
 pytestmark = pytest.mark.section("amp")
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-def test_amp_cuda(check: CheckFn, dtype: str) -> None:
+def test_amp_cuda(check: Callable[..., dict[str, Any]], dtype: str) -> None:
     check(f"amp.cuda_{dtype}", gpu=True)
 
 
-def test_amp_cpu_bf16(check: CheckFn) -> None:
+def test_amp_cpu_bf16(check: Callable[..., dict[str, Any]]) -> None:
     check("amp.cpu_bf16")

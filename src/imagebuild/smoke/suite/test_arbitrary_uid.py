@@ -3,18 +3,16 @@ starts a second container of the image with `--user 12345:0` (--uid-host)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from .conftest import ExtraCheckFn
 
 pytestmark = pytest.mark.section("uid")
 
 
 @pytest.mark.parametrize("what", ["home_writable", "tmp_writable", "torch_import"])
-def test_arbitrary_uid(extra_check: ExtraCheckFn, request: pytest.FixtureRequest, what: str) -> None:
+def test_arbitrary_uid(extra_check: Callable[[str], dict[str, Any]], request: pytest.FixtureRequest, what: str) -> None:
     c = extra_check(f"uid.{what}")
     want = request.config.getoption("uid_user")
     fig = c.get("figures") or {}

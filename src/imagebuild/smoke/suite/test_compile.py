@@ -3,32 +3,30 @@ A failure names what the image lacks (C/C++ compiler, Python.h, libcuda in the l
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from .conftest import CheckFn
 
 pytestmark = pytest.mark.section("compile")
 
 
-def test_toolchain(check: CheckFn) -> None:
+def test_toolchain(check: Callable[..., dict[str, Any]]) -> None:
     check("compile.toolchain")
 
 
-def test_cpu_function(check: CheckFn) -> None:
+def test_cpu_function(check: Callable[..., dict[str, Any]]) -> None:
     check("compile.cpu_function")
 
 
-def test_cpu_module(check: CheckFn) -> None:
+def test_cpu_module(check: Callable[..., dict[str, Any]]) -> None:
     check("compile.cpu_module")
 
 
-def test_cpu_max_autotune(check: CheckFn) -> None:
+def test_cpu_max_autotune(check: Callable[..., dict[str, Any]]) -> None:
     check("compile.cpu_max_autotune")
 
 
 @pytest.mark.parametrize("what", ["function", "module"])
-def test_cuda(check: CheckFn, what: str) -> None:
+def test_cuda(check: Callable[..., dict[str, Any]], what: str) -> None:
     check(f"compile.cuda_{what}", gpu=True)

@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from .conftest import CheckFn
 
 pytestmark = pytest.mark.section("dev")
 
 
-def test_cpp_extension(check: CheckFn) -> None:
+def test_cpp_extension(check: Callable[..., dict[str, Any]]) -> None:
     check("dev.cpp_extension")
 
 
-def test_nvcc(check: CheckFn) -> None:
+def test_nvcc(check: Callable[..., dict[str, Any]]) -> None:
     check("dev.nvcc")
 
 
-def test_jupyter(check: CheckFn) -> None:
+def test_jupyter(check: Callable[..., dict[str, Any]]) -> None:
     check("dev.jupyter")
 
 
-def test_sshd(check: CheckFn) -> None:
+def test_sshd(check: Callable[..., dict[str, Any]]) -> None:
     check("dev.sshd")

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from .conftest import CheckFn
 
 pytestmark = pytest.mark.section("distributed")
 
 
-def test_nccl_all_reduce(check: CheckFn) -> None:
+def test_nccl_all_reduce(check: Callable[..., dict[str, Any]]) -> None:
     check("distributed.nccl", gpu=True)
 
 
-def test_gloo_all_reduce(check: CheckFn) -> None:
+def test_gloo_all_reduce(check: Callable[..., dict[str, Any]]) -> None:
     check("distributed.gloo")

@@ -2,31 +2,28 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from types import ModuleType
-
-    from .conftest import CheckFn, FiguresFn, ImageUnderTest, Json
 
 pytestmark = pytest.mark.section("gpu")
 
 
-def test_gpu_available(check: CheckFn) -> None:
+def test_gpu_available(check: Callable[..., dict[str, Any]]) -> None:
     check("gpu.available", gpu=True)
 
 
-def test_nvidia_smi(check: CheckFn) -> None:
+def test_nvidia_smi(check: Callable[..., dict[str, Any]]) -> None:
     check("gpu.nvidia_smi", gpu=True)
 
 
-def test_device_arch(check: CheckFn) -> None:
+def test_device_arch(check: Callable[..., dict[str, Any]]) -> None:
     check("gpu.device_arch", gpu=True)
 
 
-def test_gpu_archs_in_wheel(probe: Json, smoke: ImageUnderTest, figures: FiguresFn, probe_lib: ModuleType) -> None:
+def test_gpu_archs_in_wheel(probe: dict[str, Any], smoke: Any, figures: Callable[[dict[str, Any]], None], probe_lib: ModuleType) -> None:
     """Each matrix gpu_arch is compiled into torch (compile-time list: needs no GPU)."""
     archs = probe["gpu"].get("arch_list") or []
     want = smoke.expected_value("gpu_archs")

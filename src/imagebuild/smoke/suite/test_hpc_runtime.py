@@ -10,14 +10,10 @@ from outside and a hostile host environment (probe/hpcruntime.py). The runner st
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from types import ModuleType
-
-    from .conftest import ImageUnderTest, Json
 
 pytestmark = pytest.mark.section("hpc")
 
@@ -25,19 +21,19 @@ HPC_UNWIRED = "no enroot/Apptainer-mode container to test in (the runner starts 
 
 
 @pytest.fixture(scope="module")
-def hpc_doc(request: pytest.FixtureRequest, smoke: ImageUnderTest) -> Json:
+def hpc_doc(request: pytest.FixtureRequest, smoke: Any) -> dict[str, Any]:
     """The hpc probe's JSON from the --hpc-host container (the suite's probe of the table's `hpc` place)."""
     if not (request.config.getoption("hpc_host") or request.config.getoption("hpc_error")):
         pytest.skip(HPC_UNWIRED)
     res = smoke.extra_probe("hpc")
     if res["error"]:
         pytest.fail(f"hpc probe ({res['where'] or 'not run'}): {res['error']}", pytrace=False)
-    doc: Json = res["doc"]
+    doc: dict[str, Any] = res["doc"]
     return doc
 
 
-def _check(doc: Json, name: str) -> Json:
-    c: Json | None = next((c for c in doc.get("checks", []) if c["name"] == name), None)
+def _check(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    c: dict[str, Any] | None = next((c for c in doc.get("checks", []) if c["name"] == name), None)
     if c is None:
         pytest.fail(f"the hpc probe reported no '{name}' check", pytrace=False)
     if c["status"] == "failed":
@@ -47,7 +43,7 @@ def _check(doc: Json, name: str) -> Json:
     return c
 
 
-def test_hpc_mode_is_real(hpc_doc: Json, request: pytest.FixtureRequest) -> None:
+def test_hpc_mode_is_real(hpc_doc: dict[str, Any], request: pytest.FixtureRequest) -> None:
     """The container really ran as enroot/Apptainer would start it, else every other hpc check proves nothing."""
     facts = hpc_doc.get("hpc") or {}
     ident = facts.get("identity") or {}
@@ -65,21 +61,21 @@ def test_hpc_mode_is_real(hpc_doc: Json, request: pytest.FixtureRequest) -> None
 
 
 @pytest.mark.parametrize("name", ["identity", "home", "host_env", "torch_import", "compile_caches", "compile"])
-def test_hpc_runtime(hpc_doc: Json, name: str) -> None:
+def test_hpc_runtime(hpc_doc: dict[str, Any], name: str) -> None:
     _check(hpc_doc, f"hpc.{name}")
 
 
-def test_hpc_cuda(hpc_doc: Json, smoke: ImageUnderTest, probe_lib: ModuleType) -> None:
-    c: Json = next((c for c in hpc_doc.get("checks", []) if c["name"] == "hpc.cuda"), {})
+def test_hpc_cuda(hpc_doc: dict[str, Any], smoke: Any, probe_lib: ModuleType) -> None:
+    c: dict[str, Any] = next((c for c in hpc_doc.get("checks", []) if c["name"] == "hpc.cuda"), {})
     if (c.get("status") == "skipped" and smoke.require_gpu and not smoke.cpu_variant()
             and str(c.get("reason", "")).startswith(probe_lib.NO_GPU)):
         pytest.fail(f"hpc.cuda: {c['reason']} (--require-gpu)", pytrace=False)
     _check(hpc_doc, "hpc.cuda")
 
 
-def test_hpc_te(hpc_doc: Json, smoke: ImageUnderTest) -> None:
+def test_hpc_te(hpc_doc: dict[str, Any], smoke: Any) -> None:
     want = str(smoke.expected_value("transformer_engine") or "").strip().lower()
-    c: Json = next((c for c in hpc_doc.get("checks", []) if c["name"] == "hpc.te"), {})
+    c: dict[str, Any] = next((c for c in hpc_doc.get("checks", []) if c["name"] == "hpc.te"), {})
     if want not in ("", "none") and c.get("status") == "skipped":
         pytest.fail(f"transformer_engine {want} is planned but the hpc probe found none: {c.get('reason')}",
                     pytrace=False)
@@ -87,7 +83,7 @@ def test_hpc_te(hpc_doc: Json, smoke: ImageUnderTest) -> None:
 
 
 @pytest.mark.parametrize("name", ["jupyter", "dev_tools"])
-def test_hpc_dev(hpc_doc: Json, smoke: ImageUnderTest, name: str) -> None:
+def test_hpc_dev(hpc_doc: dict[str, Any], smoke: Any, name: str) -> None:
     if smoke.flavor != "dev":
         pytest.skip(f"{name}: the dev image's tools; this is a {smoke.flavor} image")
     _check(hpc_doc, f"hpc.{name}")

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from .conftest import ExtraCheckFn
 
 pytestmark = pytest.mark.section("hygiene")
 
 
 @pytest.mark.parametrize("what", ["ssh_host_keys", "tmp", "pip_cache", "apt_cache"])
-def test_hygiene(extra_check: ExtraCheckFn, what: str) -> None:
+def test_hygiene(extra_check: Callable[[str], dict[str, Any]], what: str) -> None:
     extra_check(f"hygiene.{what}")

@@ -3,14 +3,11 @@ auditwheel's <pkg>.libs/ folders), each failure naming the package that brought 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from types import ModuleType
-
-    from .conftest import FiguresFn, ImageUnderTest, Json
 
 pytestmark = pytest.mark.section("libraries")
 
@@ -20,7 +17,7 @@ def _major(v: Any) -> str | None:
 
 
 @pytest.mark.parametrize("family", ["cudnn", "nccl", "cublas", "cudart"])
-def test_one_copy(probe: Json, smoke: ImageUnderTest, figures: FiguresFn, probe_lib: ModuleType, family: str) -> None:
+def test_one_copy(probe: dict[str, Any], smoke: Any, figures: Callable[[dict[str, Any]], None], probe_lib: ModuleType, family: str) -> None:
     copies = {k: v for k, v in probe["libraries"]["copies"].items() if probe_lib.library_family(k) == family}
     owners = probe["libraries"].get("owners") or {}
     figures({"copies": copies, "owners": {p: owners.get(p) for v in copies.values() for p in v}})

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from .conftest import CheckFn
 
 pytestmark = pytest.mark.section("locale")
 
 
-def test_utf8_locale(check: CheckFn) -> None:
+def test_utf8_locale(check: Callable[..., dict[str, Any]]) -> None:
     check("locale.utf8")
 
 
-def test_python_encoding(check: CheckFn) -> None:
+def test_python_encoding(check: Callable[..., dict[str, Any]]) -> None:
     check("locale.python")

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from .conftest import CheckFn, ImageUnderTest
 
 pytestmark = pytest.mark.section("perf")
 
 
 @pytest.mark.parametrize("kind", ["gemm_fp32", "gemm_tf32", "gemm_bf16", "allreduce"])
-def test_perf(check: CheckFn, smoke: ImageUnderTest, kind: str) -> None:
+def test_perf(check: Callable[..., dict[str, Any]], smoke: Any, kind: str) -> None:
     c = check(f"perf.{kind}", gpu=True)
     metric = c["figures"].get("metric")
     value = c["figures"].get("tflops", c["figures"].get("busbw_gbps"))

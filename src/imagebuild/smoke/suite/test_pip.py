@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from .conftest import CheckFn
 
 pytestmark = pytest.mark.section("pip")
 
 
-def test_pip_check(check: CheckFn) -> None:
+def test_pip_check(check: Callable[..., dict[str, Any]]) -> None:
     check("pip.check")

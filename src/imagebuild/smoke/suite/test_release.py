@@ -3,26 +3,24 @@ versions against the compile-time version and the nvidia-* packages; CUDA and GD
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from .conftest import CheckFn
 
 pytestmark = pytest.mark.section("release")
 
 
 @pytest.mark.parametrize("name", ["openmp", "cpu_isa", "conv2d_cpu", "linalg_cpu", "numpy"])
-def test_cpu(check: CheckFn, name: str) -> None:
+def test_cpu(check: Callable[..., dict[str, Any]], name: str) -> None:
     check(f"release.{name}")
 
 
 @pytest.mark.parametrize("name", ["cudnn_compile_version", "cudnn_package", "nccl_package"])
-def test_cuda_libraries(check: CheckFn, name: str) -> None:
+def test_cuda_libraries(check: Callable[..., dict[str, Any]], name: str) -> None:
     check(f"release.{name}")
 
 
 @pytest.mark.parametrize("name", ["conv2d_cuda", "linalg_cuda", "cuda_errors", "gds_errors"])
-def test_gpu(check: CheckFn, name: str) -> None:
+def test_gpu(check: Callable[..., dict[str, Any]], name: str) -> None:
     check(f"release.{name}", gpu=True)

@@ -4,15 +4,13 @@ no GPU)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from .conftest import CheckFn
 
 pytestmark = pytest.mark.section("ldd")
 
 
-def test_ldd_resolves(check: CheckFn) -> None:
+def test_ldd_resolves(check: Callable[..., dict[str, Any]]) -> None:
     check("ldd.resolve")

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from .conftest import CheckFn, ImageUnderTest, Json
 
 pytestmark = pytest.mark.section("te")
 
 
-def test_te_import(probe: Json, smoke: ImageUnderTest, check: CheckFn) -> None:
+def test_te_import(probe: dict[str, Any], smoke: Any, check: Callable[..., dict[str, Any]]) -> None:
     want = smoke.expected_value("transformer_engine")
     installed = (probe.get("te") or {}).get("installed")
     if want and str(want).strip().lower() not in ("", "none") and not installed:
@@ -20,5 +18,5 @@ def test_te_import(probe: Json, smoke: ImageUnderTest, check: CheckFn) -> None:
     check("te.import")
 
 
-def test_te_fp8(check: CheckFn) -> None:
+def test_te_fp8(check: Callable[..., dict[str, Any]]) -> None:
     check("te.fp8", gpu=True)

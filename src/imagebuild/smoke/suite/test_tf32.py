@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from .conftest import CheckFn, FiguresFn, ImageUnderTest, Json
 
 pytestmark = pytest.mark.section("tf32")
 
 
-def test_tf32_policy(probe: Json, smoke: ImageUnderTest, figures: FiguresFn) -> None:
+def test_tf32_policy(probe: dict[str, Any], smoke: Any, figures: Callable[[dict[str, Any]], None]) -> None:
     st = probe.get("tf32_at_import") or {}
     if not st:
         pytest.skip("torch not importable")
@@ -28,11 +26,11 @@ def test_tf32_policy(probe: Json, smoke: ImageUnderTest, figures: FiguresFn) -> 
         pytest.fail(f"tf32: expected {want}, found {shown}", pytrace=False)
 
 
-def test_tf32_speedup(check: CheckFn) -> None:
+def test_tf32_speedup(check: Callable[..., dict[str, Any]]) -> None:
     check("tf32.speedup", gpu=True)
 
 
-def test_tf32_accuracy(check: CheckFn, smoke: ImageUnderTest) -> None:
+def test_tf32_accuracy(check: Callable[..., dict[str, Any]], smoke: Any) -> None:
     c = check("tf32.accuracy", gpu=True)
     want = smoke.expected_value("tf32")
     if want and str(want).lower() in ("1", "true", "yes", "on") and not c["figures"].get("default_is_tf32"):

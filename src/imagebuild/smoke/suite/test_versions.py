@@ -2,30 +2,28 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:  # the names only: pytest loads conftest itself
-    from .conftest import ExpectValueFn, Json
 
 pytestmark = pytest.mark.section("versions")
 
 RUNTIME_KEYS = ["torch", "cuda", "cudnn", "nccl", "torchvision", "torchaudio", "transformer_engine", "triton"]
 
 
-def test_python(probe: Json, expect_value: ExpectValueFn) -> None:
+def test_python(probe: dict[str, Any], expect_value: Callable[..., Any]) -> None:
     expect_value("python", probe["versions"]["python"])
 
 
-def test_os(probe: Json, expect_value: ExpectValueFn) -> None:
+def test_os(probe: dict[str, Any], expect_value: Callable[..., Any]) -> None:
     osr = probe["system"]["os"]
     expect_value("os", osr.get("key"), shown=f"{osr.get('key')} ({osr.get('pretty_name')})")
 
 
 @pytest.mark.flavor("runtime")
 @pytest.mark.parametrize("key", RUNTIME_KEYS)
-def test_version(probe: Json, expect_value: ExpectValueFn, key: str) -> None:
+def test_version(probe: dict[str, Any], expect_value: Callable[..., Any], key: str) -> None:
     v = probe["versions"]
     err = v.get("import_errors", {}).get(key if key != "transformer_engine" else "transformer_engine")
     found = v.get(key)
