@@ -10,11 +10,13 @@ Public API (imported lazily so `imagebuild.smoke.probe` stays importable without
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["run_smoke", "expectations_for", "summary_table", "probe_zipapp", "SUITE_DIR",
            "PROBE_PATH"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     if name in __all__:
         from imagebuild.smoke import runner
 

@@ -20,12 +20,16 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.engine import ContainerSettings, connect, containers, host_has_gpus
 from imagebuild.engine.containers import Interrupted, signals_raise  # noqa: F401  (Interrupted: callers catch it here)
 from imagebuild.engine.store import as_store
 from imagebuild.smoke.probe import table as probe_table
+
+if TYPE_CHECKING:
+    from imagebuild.engine.store import EngineClient
+    from imagebuild.models import ImagePlan
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 PROBE_PATH = Path(__file__).resolve().parent / "probe"  # the in-image probe package (shipped as a zipapp)
@@ -42,7 +46,7 @@ def safe_name(ref: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", last).strip("-.")[:100] or "image"
 
 
-def expectations_for(image) -> dict[str, str]:
+def expectations_for(image: ImagePlan) -> dict[str, str]:
     """An ImagePlan's resolved pins as suite expectations (`--expect KEY=VALUE`)."""
     v = image.variant
     out: dict[str, str] = {}
@@ -73,7 +77,7 @@ def suite_version() -> str:
     return h.hexdigest()[:16]
 
 
-def host_where(client) -> str:
+def host_where(client: EngineClient) -> str:
     """Where a smoke run happens, as far as its outcome goes: "cpu" (no GPU requested: every GPU check skips) or the
     GPU model(s) nvidia-smi names."""
     if not host_has_gpus(client):
@@ -91,15 +95,16 @@ def probe_zipapp() -> Path:
     """The in-image probe as one zipapp file, built (stdlib zipapp) once per process; the suite ships it."""
     from imagebuild.smoke.probe import zipapp_path
 
-    return zipapp_path()
+    path: Path = zipapp_path()  # probe is not followed here (checked on its own): Any to this module
+    return path
 
 
-def docker_client() -> Any:  # a docker.DockerClient (outside engine/ clients are Any)
+def docker_client() -> EngineClient:
     """The engine connection for smoke runs (`imagebuild.engine.connect`): EngineUnavailable when none answers."""
     return connect("smoke")
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is not None:
         return
     try:
@@ -113,7 +118,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def _failed(reason: str, name: str = "container/start", **extra) -> dict:
+def _failed(reason: str, name: str = "container/start", **extra: Any) -> dict[str, Any]:
     return {"passed": 0, "failed": 1, "skipped": 0,
             "checks": [{"name": name, "status": "failed", "reason": reason, "figures": {}}], **extra}
 
@@ -187,13 +192,13 @@ def run_smoke(
     timeout: float = DEFAULT_TIMEOUT,
     gpus: bool | None = None,
     ipc_host: bool = False,
-    client=None,
+    client: EngineClient | None = None,
     name_prefix: str = "imagebuild-smoke",
     label: str | None = None,
     pytest_args: Iterable[str] = (),
     echo: Callable[[str], None] | None = None,
     uid_user: str | None = ARBITRARY_USER,
-) -> dict:
+) -> dict[str, Any]:
     """Start `image_ref`, run the smoke suite in it, remove the container; return the ImageResult.tests dict.
 
     `flavor`: base|runtime|dev (default: the image's io.imagebuild.flavor label). `expectations`: KEY -> VALUE
@@ -207,7 +212,7 @@ def run_smoke(
     own_client = client is None
     client = client or docker_client()
     name = f"{name_prefix}-{safe_name(label or image_ref)}-{secrets.token_hex(3)}"[:120]
-    extra: dict = {"image": image_ref, "container": name}
+    extra: dict[str, Any] = {"image": image_ref, "container": name}
     try:
         info = as_store(client).inspect(image_ref)
         if info is None:
@@ -232,7 +237,8 @@ def run_smoke(
                 pass
 
 
-def _run_in_container(client, settings: ContainerSettings, run: SuiteRun, extra: dict, t0: float) -> dict:
+def _run_in_container(client: EngineClient, settings: ContainerSettings, run: SuiteRun, extra: dict[str, Any],
+                      t0: float) -> dict[str, Any]:
     """Start the container (and the arbitrary-UID one), run the suite against it, always remove them."""
     container = None
     uid_container = None
@@ -261,11 +267,12 @@ def _run_in_container(client, settings: ContainerSettings, run: SuiteRun, extra:
                     extra["remove_error"] = err
 
 
-def _start_as_arbitrary_uid(client, settings: ContainerSettings, run: SuiteRun, extra: dict):
+def _start_as_arbitrary_uid(client: EngineClient, settings: ContainerSettings, run: SuiteRun,
+                            extra: dict[str, Any]) -> Any:  # the SDK's Container (no stubs: Any), or None
     """The second container, as `run.uid_user` (no GPUs: the uid checks need none). Sets run.uid_host, or
     run.uid_error when it does not start or exits at once (the uid checks then fail with that reason)."""
     uid_settings = replace(settings, name=f"{settings.name}-uid"[:128], user=run.uid_user, gpus=False)
-    uid_extra: dict = {}
+    uid_extra: dict[str, Any] = {}
     container, err = containers.start(client, uid_settings.kwargs(), uid_extra)
     if container is None:
         run.uid_error = f"container did not start: {err}"
@@ -277,7 +284,7 @@ def _start_as_arbitrary_uid(client, settings: ContainerSettings, run: SuiteRun, 
     return container
 
 
-def _exited(container) -> str | None:
+def _exited(container: Any) -> str | None:
     """Why a side container (arbitrary UID, hpc) is not running right after its start, or None when it runs."""
     container.reload()
     if container.status == "running":
@@ -294,7 +301,8 @@ def applies_hpc(flavor: str | None) -> bool:
     return flavor is not None and probe_table.applies(row, flavor)
 
 
-def _start_as_hpc(client, settings: ContainerSettings, run: SuiteRun, extra: dict):
+def _start_as_hpc(client: EngineClient, settings: ContainerSettings, run: SuiteRun,
+                  extra: dict[str, Any]) -> Any:  # the SDK's Container (no stubs: Any), or None
     """The container as enroot/Apptainer start the image (hpcrun.start_hpc). Sets run.hpc_host, or run.hpc_error."""
     from imagebuild.smoke.hpcrun import start_hpc
 
@@ -311,7 +319,7 @@ def _start_as_hpc(client, settings: ContainerSettings, run: SuiteRun, extra: dic
     return container
 
 
-def _run_suite(container_name: str, run: SuiteRun, extra: dict, t0: float) -> dict:
+def _run_suite(container_name: str, run: SuiteRun, extra: dict[str, Any], t0: float) -> dict[str, Any]:
     """One pytest process over the running container; its JSON result turned into the tests dict."""
     tmp = None
     proc = None
@@ -359,7 +367,8 @@ def _run_suite(container_name: str, run: SuiteRun, extra: dict, t0: float) -> di
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _collect(raw: dict, run: SuiteRun, extra: dict, exit_code: int, log_path: Path) -> tuple[dict, dict]:
+def _collect(raw: dict[str, Any], run: SuiteRun, extra: dict[str, Any], exit_code: int,
+             log_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """The suite's `--smoke-json` document -> (ImageResult.tests dict, the raw probe JSON)."""
     hosts = list((raw.get("hosts") or {}).values())
     host = hosts[0] if hosts else {}
@@ -387,7 +396,7 @@ def _collect(raw: dict, run: SuiteRun, extra: dict, exit_code: int, log_path: Pa
     return tests, probe
 
 
-def summary_table(rows: list[tuple[str, dict]]) -> str:
+def summary_table(rows: list[tuple[str, dict[str, Any]]]) -> str:
     """Rows of (image, tests) -> a plain table plus one line per failed check."""
     head = ("IMAGE", "FLAVOR", "PASS", "FAIL", "SKIP", "SECONDS", "EXECS", "GPU")
     table = [head]

@@ -23,9 +23,16 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import pytest
+
+if TYPE_CHECKING:  # testinfra has no stubs: Any to the checker
+    from testinfra.backend.base import CommandResult
+    from testinfra.host import Host
 
 SUITE_DIR = Path(__file__).resolve().parent
 PROBE_DIR = SUITE_DIR.parent / "probe"  # the probe package; shipped as one zipapp file
@@ -34,7 +41,26 @@ PY_CANDIDATES = ("/opt/venv/bin/python", "python3", "python")
 # what an imagebuild image promises beyond its labels (docs/ARCHITECTURE.md "Image layout")
 IMAGEBUILD_DEFAULTS = {"user": "ml", "uid": "1000", "venv": "/opt/venv", "entrypoint": "tini",
                        "workdir": "/workspace"}
-def _load_probe():
+Json = dict[str, Any]  # a JSON object: the probe's document, a check, a container's inspect
+
+
+class CheckFn(Protocol):
+    """The `check` fixture."""
+
+    def __call__(self, name: str, gpu: bool = False) -> Json: ...
+
+
+class ExpectValueFn(Protocol):
+    """The `expect_value` fixture."""
+
+    def __call__(self, key: str, found: Any, shown: Any = None, required: bool = False) -> Any: ...
+
+
+FiguresFn = Callable[[Json], None]  # the `figures` fixture
+ExtraCheckFn = Callable[[str], Json]  # the `extra_check` fixture
+
+
+def _load_probe() -> ModuleType:
     """The probe package from its files, as top-level `probe` (the name its modules import each other by)."""
     loaded = sys.modules.get("probe")
     if loaded is not None:  # already loaded (e.g. via imagebuild.smoke.probe in this process)
@@ -43,6 +69,7 @@ def _load_probe():
         return loaded
     spec = importlib.util.spec_from_file_location("probe", PROBE_DIR / "__init__.py",
                                                   submodule_search_locations=[str(PROBE_DIR)])
+    assert spec is not None and spec.loader is not None  # a file location with a loader always has both
     mod = importlib.util.module_from_spec(spec)
     sys.modules["probe"] = mod
     try:
@@ -56,7 +83,7 @@ def _load_probe():
 P = _load_probe()
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("imagebuild smoke")
     g.addoption("--expect", action="append", default=[], metavar="KEY=VALUE",
                 help="expected value (torch=2.9.1, cuda=12.8, os=ubuntu24.04, flavor=dev, user=ml, "
@@ -86,18 +113,18 @@ def pytest_addoption(parser):
                 help="why the hpc container is missing (it did not start): the hpc checks fail with it")
 
 
-def pytest_configure(config):
+def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "section(name): the probe section the test checks (probe/table.py: its "
                                        "lowest flavor, where its probe runs, opt-in)")
     config.addinivalue_line("markers", "flavor(name): a test that applies from a higher flavor than its section's")
-    config._ib_images = {}
+    config._ib_images = {}  # type: ignore[attr-defined]  # this suite's images, per testinfra host id
     path = config.getoption("smoke_json", None)
     if path:
         config.pluginmanager.register(SmokeJson(config, path), "imagebuild-smoke-json")
 
 
-def parse_expect(values) -> dict:
-    out = {}
+def parse_expect(values: Iterable[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
     for item in values or ():
         if "=" not in item:
             raise pytest.UsageError(f"--expect {item!r}: want KEY=VALUE")
@@ -119,33 +146,33 @@ def _norm_key(k: str) -> str:
 
 
 class ImageUnderTest:
-    def __init__(self, host, config):
+    def __init__(self, host: Host, config: pytest.Config) -> None:
         self.host = host
         self.config = config
-        self.id = host.backend.get_pytest_id()
+        self.id: str = host.backend.get_pytest_id()
         self.inspect = _inspect(host)
         cfg = (self.inspect or {}).get("Config") or {}
-        self.labels = {k: v for k, v in (cfg.get("Labels") or {}).items()}
+        self.labels: dict[str, str] = {k: v for k, v in (cfg.get("Labels") or {}).items()}
         self.is_imagebuild = any(k.startswith(LABEL_PREFIX) for k in self.labels)
         self.options = parse_expect(config.getoption("expect"))
-        self.require_gpu = config.getoption("require_gpu")
-        self.perf = config.getoption("perf")
+        self.require_gpu: bool = config.getoption("require_gpu")
+        self.perf: bool = config.getoption("perf")
         flavor = config.getoption("flavor") or self.options.get("flavor") or self.labels.get(LABEL_PREFIX + "flavor")
         self.flavor_source = ("--flavor" if config.getoption("flavor") else "--expect" if self.options.get("flavor")
                               else "label" if flavor else "assumed")
         self.flavor = flavor if flavor in P.FLAVORS else "runtime"
         self.execs = 0
-        self._probe = None
-        self.probe_error = None
-        self.probe_wall = None
+        self._probe: Json | None = None
+        self.probe_error: str | None = None
+        self.probe_wall: float | None = None
         self.probe_stderr = ""
-        self.extra: dict[str, dict] = {}  # P.ROOT / P.ARBITRARY_UID -> {"doc", "error", "wall", "stderr", "where"}
+        self.extra: dict[str, Json] = {}  # P.ROOT / P.ARBITRARY_UID -> {"doc", "error", "wall", "stderr", "where"}
 
     # expectations -----------------------------------------------------------------------------------------------
     def expected(self, key: str) -> list[tuple[str, str]]:
         """[(source, value)]: from --expect and from the label (both checked); else imagebuild defaults."""
         key = _norm_key(key)
-        out = []
+        out: list[tuple[str, str]] = []
         if key in self.options:
             out.append((f"--expect {key}", self.options[key]))
         for lk, lv in self.labels.items():
@@ -157,7 +184,7 @@ class ImageUnderTest:
             out.append(("implied by cuda=cpu", ""))
         return out
 
-    def expected_value(self, key):
+    def expected_value(self, key: str) -> str | None:
         exps = self.expected(key)
         return exps[0][1] if exps else None
 
@@ -169,7 +196,7 @@ class ImageUnderTest:
             return bool(self.probe.get("versions", {}).get("torch")) and not self.probe["versions"].get("cuda")
         return False
 
-    def perf_min(self) -> dict:
+    def perf_min(self) -> dict[str, float]:
         out: dict[str, float] = {}
         for key, value in list(self.options.items()) + [(_norm_key(k), v) for k, v in self.labels.items()
                                                         if k.startswith(LABEL_PREFIX)]:
@@ -184,21 +211,22 @@ class ImageUnderTest:
     # probe ------------------------------------------------------------------------------------------------------
     def sections(self, where: str = P.IMAGE_USER) -> tuple[str, ...]:
         """The sections the probe run `where` covers for this image's flavor (the table decides)."""
-        return P.sections_for(self.flavor, where, opt_in=self.perf)
+        sections: tuple[str, ...] = P.sections_for(self.flavor, where, opt_in=self.perf)
+        return sections
 
-    def run(self, command: str):
+    def run(self, command: str) -> CommandResult:
         self.execs += 1
         return self.host.run(command)
 
     @property
-    def probe(self) -> dict:
+    def probe(self) -> Json:
         if self._probe is None and self.probe_error is None:
             self._run_probe()
         if self.probe_error:
             pytest.fail(f"in-image probe did not run: {self.probe_error}", pytrace=False)
-        return self._probe
+        return cast(Json, self._probe)  # set whenever probe_error is not
 
-    def _run_probe(self):
+    def _run_probe(self) -> None:
         # root's probe first: hygiene judges the container as the image left it, before this probe's sections
         # (compile caches, child probes) write to /tmp
         if self.sections(P.ROOT):
@@ -206,7 +234,7 @@ class ImageUnderTest:
         self._probe, self.probe_error, self.probe_wall, self.probe_stderr = self._exec_probe(self.host,
                                                                                               self.sections())
 
-    def _exec_probe(self, host, sections):
+    def _exec_probe(self, host: Host, sections: Iterable[str]) -> tuple[Json | None, str | None, float | None, str]:
         """ONE docker exec on `host`: write the zipapp (base64 on the command line; already deflate-compressed),
         run it with `sections`, clean up. -> (doc or None, error or None, wall seconds, stderr tail)."""
         pyz = self.config.getoption("probe_pyz") or P.zipapp_path()
@@ -230,7 +258,7 @@ class ImageUnderTest:
         except Exception as exc:  # docker CLI missing, container gone ...
             return None, f"{type(exc).__name__}: {exc}", None, ""
         wall = round(time.time() - t0, 2)
-        doc = None
+        doc: Json | None = None
         out = res.stdout.strip()
         try:
             doc = json.loads(out)
@@ -247,12 +275,15 @@ class ImageUnderTest:
             return None, f"exit {res.rc}, no JSON on stdout: {tail[-1500:]}", wall, res.stderr[-4000:]
         return doc, None, wall, res.stderr[-4000:]
 
-    def extra_probe(self, where: str) -> dict:
+    def extra_probe(self, where: str) -> Json:
         """The probe of the sections that run apart (run once per `where`): P.ROOT as root in this container,
         P.ARBITRARY_UID in the --uid-host container."""
         if where not in self.extra:
             import testinfra
 
+            label: str | None
+            host: Host | None
+            error: str | None
             label, host, error = None, None, None
             if where == P.ARBITRARY_UID:
                 if self.config.getoption("uid_error"):
@@ -272,6 +303,8 @@ class ImageUnderTest:
                 host = testinfra.get_host(f"docker://{label}")
             else:
                 label, host = "the test host's user", self.host
+            doc: Json | None
+            wall: float | None
             doc, wall, stderr = None, None, ""
             if host is not None:
                 doc, error, wall, stderr = self._exec_probe(host, self.sections(where))
@@ -279,13 +312,14 @@ class ImageUnderTest:
                                  "stderr": stderr if error else ""}
         return self.extra[where]
 
-    def check(self, name):
+    def check(self, name: str) -> Json | None:
+        c: Json
         for c in self.probe.get("checks", []):
             if c["name"] == name:
                 return c
         return None
 
-    def summary(self) -> dict:
+    def summary(self) -> Json:
         return {"flavor": self.flavor, "flavor_source": self.flavor_source, "docker_exec": self.execs,
                 "probe_wall_seconds": self.probe_wall, "probe_error": self.probe_error,
                 "probe": self._probe, "probe_stderr_tail": self.probe_stderr[-2000:] if self.probe_error else "",
@@ -294,7 +328,7 @@ class ImageUnderTest:
                 "labels": {k: v for k, v in self.labels.items() if k.startswith(LABEL_PREFIX)}}
 
 
-def _inspect(host) -> dict | None:
+def _inspect(host: Host) -> Json | None:
     """Container config (labels, user, entrypoint) for the docker backend: no exec needed."""
     backend = host.backend
     if getattr(backend, "NAME", "") != "docker":
@@ -305,7 +339,8 @@ def _inspect(host) -> dict | None:
 
         client = docker.from_env()
         try:
-            return client.api.inspect_container(name)
+            info: Json = client.api.inspect_container(name)
+            return info
         finally:
             client.close()
     except Exception:
@@ -321,14 +356,16 @@ def _inspect(host) -> dict | None:
         return None
 
 
-def image_for(config, host) -> ImageUnderTest:
+def image_for(config: pytest.Config, host: Host) -> ImageUnderTest:
+    # config._ib_images: set by pytest_configure (not an attribute pytest.Config declares)
     key = host.backend.get_pytest_id()
-    if key not in config._ib_images:
-        config._ib_images[key] = ImageUnderTest(host, config)
-    return config._ib_images[key]
+    if key not in config._ib_images:  # type: ignore[attr-defined]
+        config._ib_images[key] = ImageUnderTest(host, config)  # type: ignore[attr-defined]
+    images: dict[str, ImageUnderTest] = config._ib_images  # type: ignore[attr-defined]
+    return images[key]
 
 
-def item_section(item):
+def item_section(item: pytest.Item) -> Any:  # probe.table.Section (the probe is loaded from its files)
     """The probe table's row of the section a suite test checks (its file's `section` marker)."""
     marker = item.get_closest_marker("section")
     if marker is None or not marker.args:
@@ -339,10 +376,12 @@ def item_section(item):
         raise pytest.UsageError(f"{item.nodeid}: {exc.args[0]}") from None
 
 
-def pytest_collection_modifyitems(session, config, items):
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    keep: list[pytest.Item]
+    drop: list[pytest.Item]
     keep, drop = [], []
     for item in items:
-        host = getattr(item, "callspec", None) and item.callspec.params.get("_testinfra_host")
+        host = getattr(item, "callspec", None) and item.callspec.params.get("_testinfra_host")  # type: ignore[attr-defined]  # pytest.Function's
         row = item_section(item)
         if row.opt_in and not config.getoption(row.name):
             drop.append(item)
@@ -369,26 +408,26 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 @pytest.fixture(scope="module")
-def smoke(host, request) -> ImageUnderTest:
+def smoke(host: Host, request: pytest.FixtureRequest) -> ImageUnderTest:
     return image_for(request.config, host)
 
 
 @pytest.fixture
-def probe(smoke) -> dict:
+def probe(smoke: ImageUnderTest) -> Json:
     return smoke.probe
 
 
 @pytest.fixture(scope="session")
-def probe_lib():
+def probe_lib() -> ModuleType:
     """The probe module (pure parsing/comparison helpers)."""
     return P
 
 
 @pytest.fixture
-def figures(request):
+def figures(request: pytest.FixtureRequest) -> FiguresFn:
     """figures(dict): attach figures to this check (JSON result and JUnit property)."""
 
-    def add(fig: dict):
+    def add(fig: Json) -> None:
         if fig:
             request.node.user_properties.append(("figures", json.dumps(fig, default=str, sort_keys=True)))
 
@@ -396,10 +435,10 @@ def figures(request):
 
 
 @pytest.fixture
-def check(smoke, figures, request):
+def check(smoke: ImageUnderTest, figures: FiguresFn, request: pytest.FixtureRequest) -> CheckFn:
     """check(name, gpu=False): turn a probe check into this test's outcome."""
 
-    def run(name: str, gpu: bool = False):
+    def run(name: str, gpu: bool = False) -> Json:
         c = smoke.check(name)
         if c is None:
             # the probe emits nothing for GPU-only checks it could not reach: use the GPU reason
@@ -425,10 +464,10 @@ def check(smoke, figures, request):
 
 
 @pytest.fixture
-def extra_check(smoke, figures, request):
+def extra_check(smoke: ImageUnderTest, figures: FiguresFn, request: pytest.FixtureRequest) -> ExtraCheckFn:
     """extra_check(name): like `check`, for a check of a section that runs apart (as root, as an arbitrary UID)."""
 
-    def run(name: str):
+    def run(name: str) -> Json:
         where = P.section(name.split(".", 1)[0]).where
         if where == P.ARBITRARY_UID and not (request.config.getoption("uid_host")
                                              or request.config.getoption("uid_error")):
@@ -437,7 +476,7 @@ def extra_check(smoke, figures, request):
         res = smoke.extra_probe(where)
         if res["error"]:
             pytest.fail(f"{where} probe ({res['where'] or 'not run'}): {res['error']}", pytrace=False)
-        c = next((c for c in res["doc"].get("checks", []) if c["name"] == name), None)
+        c: Json | None = next((c for c in res["doc"].get("checks", []) if c["name"] == name), None)
         if c is None:
             pytest.fail(f"the {where} probe reported no '{name}' check", pytrace=False)
         figures(dict(c.get("figures") or {}, probe_ran_as=res["where"]))
@@ -453,10 +492,10 @@ def extra_check(smoke, figures, request):
 
 
 @pytest.fixture
-def expect_value(smoke, figures, request):
+def expect_value(smoke: ImageUnderTest, figures: FiguresFn, request: pytest.FixtureRequest) -> ExpectValueFn:
     """expect_value(key, found, shown=None): compare with every expectation; skip when there is none."""
 
-    def run(key: str, found, shown=None, required=False):
+    def run(key: str, found: Any, shown: Any = None, required: bool = False) -> Any:
         exps = smoke.expected(key)
         figures({"key": key, "found": found, "expected": {src: v for src, v in exps}})
         if not exps:
@@ -482,10 +521,11 @@ def expect_value(smoke, figures, request):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def check_name(item) -> str:
+def check_name(item: pytest.Item) -> str:
     module = Path(str(item.fspath)).stem
     module = module[5:] if module.startswith("test_") else module
-    func = item.originalname if getattr(item, "originalname", None) else item.name.split("[")[0]
+    func: str = (item.originalname  # type: ignore[attr-defined]  # pytest.Function's
+                 if getattr(item, "originalname", None) else item.name.split("[")[0])
     func = func[5:] if func.startswith("test_") else func
     params = []
     callspec = getattr(item, "callspec", None)
@@ -497,17 +537,17 @@ def check_name(item) -> str:
 
 
 class SmokeJson:
-    def __init__(self, config, path):
+    def __init__(self, config: pytest.Config, path: str) -> None:
         self.config = config
         self.path = Path(path)
-        self.rows: dict[str, dict] = {}
+        self.rows: dict[str, Json] = {}
         self.t0 = time.time()
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item, call):
-        outcome = yield
-        rep = outcome.get_result()
-        host = getattr(item, "callspec", None) and item.callspec.params.get("_testinfra_host")
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+        outcome = yield  # pluggy's Result
+        rep: pytest.TestReport = outcome.get_result()
+        host = getattr(item, "callspec", None) and item.callspec.params.get("_testinfra_host")  # type: ignore[attr-defined]  # pytest.Function's
         row = self.rows.setdefault(item.nodeid, {
             "name": check_name(item), "status": "passed", "reason": "", "figures": {}, "seconds": 0.0,
             "host": host.backend.get_pytest_id() if host is not None else None})
@@ -516,7 +556,7 @@ class SmokeJson:
             for k, v in item.user_properties:
                 if k == "figures":
                     try:
-                        row["figures"].update(json.loads(v))
+                        row["figures"].update(json.loads(cast(str, v)))  # `figures` wrote a JSON str; else TypeError below
                     except (TypeError, ValueError):
                         pass
                 elif k == "note" and row["status"] == "passed" and rep.passed:
@@ -530,7 +570,7 @@ class SmokeJson:
             row["status"] = "skipped"
             row["reason"] = _reason(rep)
 
-    def pytest_sessionfinish(self, session, exitstatus):
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode) -> None:
         checks = list(self.rows.values())
         doc = {
             "passed": sum(1 for c in checks if c["status"] == "passed"),
@@ -538,7 +578,7 @@ class SmokeJson:
             "skipped": sum(1 for c in checks if c["status"] == "skipped"),
             "checks": checks,
             "seconds": round(time.time() - self.t0, 2),
-            "hosts": {k: v.summary() for k, v in self.config._ib_images.items()},
+            "hosts": {k: v.summary() for k, v in self.config._ib_images.items()},  # type: ignore[attr-defined]
             "pytest_exit": int(exitstatus),
             "python": sys.version.split()[0],
         }
@@ -546,7 +586,7 @@ class SmokeJson:
         self.path.write_text(json.dumps(doc, indent=2, default=str))
 
 
-def _reason(rep) -> str:
+def _reason(rep: pytest.TestReport) -> str:
     lr = rep.longrepr
     if lr is None:
         return ""
@@ -555,7 +595,7 @@ def _reason(rep) -> str:
         return text[len("Skipped: "):] if text.startswith("Skipped: ") else text
     crash = getattr(lr, "reprcrash", None)
     if crash is not None and crash.message:
-        msg = crash.message
+        msg: str = crash.message
         for prefix in ("Failed: ", "AssertionError: "):
             if msg.startswith(prefix):
                 msg = msg[len(prefix):]

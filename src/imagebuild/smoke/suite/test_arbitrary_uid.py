@@ -1,13 +1,18 @@
 """The image runs as an arbitrary UID in group 0 (OpenShift): HOME and /tmp writable, torch imports. The runner
 starts a second container of the image with `--user 12345:0` (--uid-host)."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 pytestmark = pytest.mark.section("uid")
 
 
 @pytest.mark.parametrize("what", ["home_writable", "tmp_writable", "torch_import"])
-def test_arbitrary_uid(extra_check, request, what):
+def test_arbitrary_uid(extra_check: Callable[[str], dict[str, Any]], request: pytest.FixtureRequest, what: str) -> None:
     c = extra_check(f"uid.{what}")
     want = request.config.getoption("uid_user")
     fig = c.get("figures") or {}

@@ -1,23 +1,29 @@
 """GPU: visible devices, names and compute capability, torch arch list, nvidia-smi -L (MIG included)."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
 import pytest
 
 pytestmark = pytest.mark.section("gpu")
 
 
-def test_gpu_available(check):
+def test_gpu_available(check: Callable[..., dict[str, Any]]) -> None:
     check("gpu.available", gpu=True)
 
 
-def test_nvidia_smi(check):
+def test_nvidia_smi(check: Callable[..., dict[str, Any]]) -> None:
     check("gpu.nvidia_smi", gpu=True)
 
 
-def test_device_arch(check):
+def test_device_arch(check: Callable[..., dict[str, Any]]) -> None:
     check("gpu.device_arch", gpu=True)
 
 
-def test_gpu_archs_in_wheel(probe, smoke, figures, probe_lib):
+def test_gpu_archs_in_wheel(probe: dict[str, Any], smoke: Any, figures: Callable[[dict[str, Any]], None], probe_lib: ModuleType) -> None:
     """Each matrix gpu_arch is compiled into torch (compile-time list: needs no GPU)."""
     archs = probe["gpu"].get("arch_list") or []
     want = smoke.expected_value("gpu_archs")

@@ -8,6 +8,11 @@ from outside and a hostile host environment (probe/hpcruntime.py). The runner st
     pytest --hosts=docker://x src/imagebuild/smoke/suite -k hpc --hpc-host x-hpc
 """
 
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
 import pytest
 
 pytestmark = pytest.mark.section("hpc")
@@ -16,18 +21,19 @@ HPC_UNWIRED = "no enroot/Apptainer-mode container to test in (the runner starts 
 
 
 @pytest.fixture(scope="module")
-def hpc_doc(request, smoke):
+def hpc_doc(request: pytest.FixtureRequest, smoke: Any) -> dict[str, Any]:
     """The hpc probe's JSON from the --hpc-host container (the suite's probe of the table's `hpc` place)."""
     if not (request.config.getoption("hpc_host") or request.config.getoption("hpc_error")):
         pytest.skip(HPC_UNWIRED)
     res = smoke.extra_probe("hpc")
     if res["error"]:
         pytest.fail(f"hpc probe ({res['where'] or 'not run'}): {res['error']}", pytrace=False)
-    return res["doc"]
+    doc: dict[str, Any] = res["doc"]
+    return doc
 
 
-def _check(doc, name):
-    c = next((c for c in doc.get("checks", []) if c["name"] == name), None)
+def _check(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    c: dict[str, Any] | None = next((c for c in doc.get("checks", []) if c["name"] == name), None)
     if c is None:
         pytest.fail(f"the hpc probe reported no '{name}' check", pytrace=False)
     if c["status"] == "failed":
@@ -37,7 +43,7 @@ def _check(doc, name):
     return c
 
 
-def test_hpc_mode_is_real(hpc_doc, request):
+def test_hpc_mode_is_real(hpc_doc: dict[str, Any], request: pytest.FixtureRequest) -> None:
     """The container really ran as enroot/Apptainer would start it, else every other hpc check proves nothing."""
     facts = hpc_doc.get("hpc") or {}
     ident = facts.get("identity") or {}
@@ -55,21 +61,21 @@ def test_hpc_mode_is_real(hpc_doc, request):
 
 
 @pytest.mark.parametrize("name", ["identity", "home", "host_env", "torch_import", "compile_caches", "compile"])
-def test_hpc_runtime(hpc_doc, name):
+def test_hpc_runtime(hpc_doc: dict[str, Any], name: str) -> None:
     _check(hpc_doc, f"hpc.{name}")
 
 
-def test_hpc_cuda(hpc_doc, smoke, probe_lib):
-    c = next((c for c in hpc_doc.get("checks", []) if c["name"] == "hpc.cuda"), {})
+def test_hpc_cuda(hpc_doc: dict[str, Any], smoke: Any, probe_lib: ModuleType) -> None:
+    c: dict[str, Any] = next((c for c in hpc_doc.get("checks", []) if c["name"] == "hpc.cuda"), {})
     if (c.get("status") == "skipped" and smoke.require_gpu and not smoke.cpu_variant()
             and str(c.get("reason", "")).startswith(probe_lib.NO_GPU)):
         pytest.fail(f"hpc.cuda: {c['reason']} (--require-gpu)", pytrace=False)
     _check(hpc_doc, "hpc.cuda")
 
 
-def test_hpc_te(hpc_doc, smoke):
+def test_hpc_te(hpc_doc: dict[str, Any], smoke: Any) -> None:
     want = str(smoke.expected_value("transformer_engine") or "").strip().lower()
-    c = next((c for c in hpc_doc.get("checks", []) if c["name"] == "hpc.te"), {})
+    c: dict[str, Any] = next((c for c in hpc_doc.get("checks", []) if c["name"] == "hpc.te"), {})
     if want not in ("", "none") and c.get("status") == "skipped":
         pytest.fail(f"transformer_engine {want} is planned but the hpc probe found none: {c.get('reason')}",
                     pytrace=False)
@@ -77,7 +83,7 @@ def test_hpc_te(hpc_doc, smoke):
 
 
 @pytest.mark.parametrize("name", ["jupyter", "dev_tools"])
-def test_hpc_dev(hpc_doc, smoke, name):
+def test_hpc_dev(hpc_doc: dict[str, Any], smoke: Any, name: str) -> None:
     if smoke.flavor != "dev":
         pytest.skip(f"{name}: the dev image's tools; this is a {smoke.flavor} image")
     _check(hpc_doc, f"hpc.{name}")

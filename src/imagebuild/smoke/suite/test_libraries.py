@@ -1,17 +1,23 @@
 """One copy: exactly one libcudnn / libnccl / libcublas / libcudart of each major (system paths, site-packages,
 auditwheel's <pkg>.libs/ folders), each failure naming the package that brought each copy."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
 import pytest
 
 pytestmark = pytest.mark.section("libraries")
 
 
-def _major(v):
+def _major(v: Any) -> str | None:
     return str(v).split(".")[0] if v and str(v).strip() else None
 
 
 @pytest.mark.parametrize("family", ["cudnn", "nccl", "cublas", "cudart"])
-def test_one_copy(probe, smoke, figures, probe_lib, family):
+def test_one_copy(probe: dict[str, Any], smoke: Any, figures: Callable[[dict[str, Any]], None], probe_lib: ModuleType, family: str) -> None:
     copies = {k: v for k, v in probe["libraries"]["copies"].items() if probe_lib.library_family(k) == family}
     owners = probe["libraries"].get("owners") or {}
     figures({"copies": copies, "owners": {p: owners.get(p) for v in copies.values() for p in v}})

@@ -1,12 +1,17 @@
 """Performance probe (--perf, GPU): GEMM TFLOP/s and NCCL bus bandwidth against the matrix's perf_min."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 pytestmark = pytest.mark.section("perf")
 
 
 @pytest.mark.parametrize("kind", ["gemm_fp32", "gemm_tf32", "gemm_bf16", "allreduce"])
-def test_perf(check, smoke, kind):
+def test_perf(check: Callable[..., dict[str, Any]], smoke: Any, kind: str) -> None:
     c = check(f"perf.{kind}", gpu=True)
     metric = c["figures"].get("metric")
     value = c["figures"].get("tflops", c["figures"].get("busbw_gbps"))

@@ -1,5 +1,10 @@
 """Runtime contract: non-root default user, venv, NVIDIA env, /dev/shm, no secrets in ENV, tini, WORKDIR."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 pytestmark = pytest.mark.section("system")
@@ -7,7 +12,7 @@ pytestmark = pytest.mark.section("system")
 GIB = 1 << 30
 
 
-def test_default_user(probe, smoke, figures):
+def test_default_user(probe: dict[str, Any], smoke: Any, figures: Callable[[dict[str, Any]], None]) -> None:
     u = probe["system"]["user"]
     figures(u)
     want = smoke.expected_value("user")
@@ -21,7 +26,7 @@ def test_default_user(probe, smoke, figures):
         pytest.fail(f"uid: expected {want_uid}, found {u['uid']}", pytrace=False)
 
 
-def test_venv(probe, smoke, figures):
+def test_venv(probe: dict[str, Any], smoke: Any, figures: Callable[[dict[str, Any]], None]) -> None:
     py = probe["system"]["python"]
     figures(py)
     want = smoke.expected_value("venv")
@@ -32,7 +37,7 @@ def test_venv(probe, smoke, figures):
                     pytrace=False)
 
 
-def test_nvidia_env(probe, smoke, figures):
+def test_nvidia_env(probe: dict[str, Any], smoke: Any, figures: Callable[[dict[str, Any]], None]) -> None:
     env = probe["system"]["env"]["nvidia"]
     figures(env)
     if smoke.cpu_variant():
@@ -45,7 +50,7 @@ def test_nvidia_env(probe, smoke, figures):
         pytest.fail(f"NVIDIA_DRIVER_CAPABILITIES={caps}: want compute,utility", pytrace=False)
 
 
-def test_shm(probe, figures):
+def test_shm(probe: dict[str, Any], figures: Callable[[dict[str, Any]], None]) -> None:
     shm = probe["system"]["shm"]
     figures(shm)
     if not shm.get("bytes") or shm["bytes"] < GIB:
@@ -53,14 +58,14 @@ def test_shm(probe, figures):
                     f"with --ipc=host or --shm-size", pytrace=False)
 
 
-def test_no_secrets_in_env(probe, figures):
+def test_no_secrets_in_env(probe: dict[str, Any], figures: Callable[[dict[str, Any]], None]) -> None:
     found = probe["system"]["env"]["secret_names"]
     figures({"names": [f["name"] for f in found]})
     if found:
         pytest.fail("secret-looking ENV: " + ", ".join(f"{f['name']} ({f['why']})" for f in found), pytrace=False)
 
 
-def test_image_config(smoke, figures):
+def test_image_config(smoke: Any, figures: Callable[[dict[str, Any]], None]) -> None:
     if not smoke.inspect:
         pytest.skip("no container config (not the docker backend)")
     cfg = smoke.inspect.get("Config") or {}

@@ -1,11 +1,16 @@
 """transformer_engine: imports for real; te.Linear fwd/bwd under fp8_autocast on sm_89+."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 pytestmark = pytest.mark.section("te")
 
 
-def test_te_import(probe, smoke, check):
+def test_te_import(probe: dict[str, Any], smoke: Any, check: Callable[..., dict[str, Any]]) -> None:
     want = smoke.expected_value("transformer_engine")
     installed = (probe.get("te") or {}).get("installed")
     if want and str(want).strip().lower() not in ("", "none") and not installed:
@@ -13,5 +18,5 @@ def test_te_import(probe, smoke, check):
     check("te.import")
 
 
-def test_te_fp8(check):
+def test_te_fp8(check: Callable[..., dict[str, Any]]) -> None:
     check("te.fp8", gpu=True)

@@ -1,11 +1,16 @@
 """TF32: the image's policy holds in a fresh process; on a GPU it is faster and within TF32 error."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 pytestmark = pytest.mark.section("tf32")
 
 
-def test_tf32_policy(probe, smoke, figures):
+def test_tf32_policy(probe: dict[str, Any], smoke: Any, figures: Callable[[dict[str, Any]], None]) -> None:
     st = probe.get("tf32_at_import") or {}
     if not st:
         pytest.skip("torch not importable")
@@ -21,11 +26,11 @@ def test_tf32_policy(probe, smoke, figures):
         pytest.fail(f"tf32: expected {want}, found {shown}", pytrace=False)
 
 
-def test_tf32_speedup(check):
+def test_tf32_speedup(check: Callable[..., dict[str, Any]]) -> None:
     check("tf32.speedup", gpu=True)
 
 
-def test_tf32_accuracy(check, smoke):
+def test_tf32_accuracy(check: Callable[..., dict[str, Any]], smoke: Any) -> None:
     c = check("tf32.accuracy", gpu=True)
     want = smoke.expected_value("tf32")
     if want and str(want).lower() in ("1", "true", "yes", "on") and not c["figures"].get("default_is_tf32"):

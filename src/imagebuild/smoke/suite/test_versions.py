@@ -1,5 +1,10 @@
 """Truth of the image: the versions inside equal the plan's pins / the image's io.imagebuild.* labels."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 pytestmark = pytest.mark.section("versions")
@@ -7,18 +12,18 @@ pytestmark = pytest.mark.section("versions")
 RUNTIME_KEYS = ["torch", "cuda", "cudnn", "nccl", "torchvision", "torchaudio", "transformer_engine", "triton"]
 
 
-def test_python(probe, expect_value):
+def test_python(probe: dict[str, Any], expect_value: Callable[..., Any]) -> None:
     expect_value("python", probe["versions"]["python"])
 
 
-def test_os(probe, expect_value):
+def test_os(probe: dict[str, Any], expect_value: Callable[..., Any]) -> None:
     osr = probe["system"]["os"]
     expect_value("os", osr.get("key"), shown=f"{osr.get('key')} ({osr.get('pretty_name')})")
 
 
 @pytest.mark.flavor("runtime")
 @pytest.mark.parametrize("key", RUNTIME_KEYS)
-def test_version(probe, expect_value, key):
+def test_version(probe: dict[str, Any], expect_value: Callable[..., Any], key: str) -> None:
     v = probe["versions"]
     err = v.get("import_errors", {}).get(key if key != "transformer_engine" else "transformer_engine")
     found = v.get(key)
