@@ -8,8 +8,8 @@ result, read through the registry API (manifests and image configs, never a laye
 """
 
 from imagebuild.catalog.collect import Entry, RegistryReader, collect, ran_on
+from imagebuild.catalog.markdown import Header, render_json, render_markdown
 from imagebuild.catalog.records import LocalRecord, local_record
-from imagebuild.catalog.render import Header, render_json, render_markdown
 
 __all__ = ["Entry", "Header", "LocalRecord", "RegistryReader", "collect", "local_record", "ran_on", "render_json",
            "render_markdown"]
