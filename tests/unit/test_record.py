@@ -113,3 +113,16 @@ def test_binary_or_huge_record_is_a_problem_not_a_crash(tmp_path):
     assert "not UTF-8 text" in load_record(m).problem
     record_path(m).write_bytes(b"[" * 200_000)
     assert "unreadable" in load_record(m).problem
+
+
+def test_the_backend_is_a_recorded_input(tmp_path):
+    """A plan made for BuildKit renders other Dockerfiles (other inputs hashes): `test`/`push` after `build --backend
+    buildkit` must plan with it again, or every image looks stale."""
+    m = matrix(tmp_path)
+    with updating(m, BuildInputs(backend="buildkit"), None, replace_inputs=True):
+        pass
+    rec = load_record(m)
+    assert rec.build_inputs().backend == "buildkit" and "--backend buildkit" in rec.describe_inputs()
+    with updating(m, BuildInputs(), None, replace_inputs=True):
+        pass
+    assert load_record(m).build_inputs().backend is None

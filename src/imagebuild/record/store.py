@@ -107,6 +107,7 @@ class Record:
             pip_extra_index_urls=tuple(i.get("pip_extra_index_urls") or ()),
             torch_index_url=i.get("torch_index_url"),
             wheelhouse=Path(i["wheelhouse"]) if i.get("wheelhouse") else None,
+            backend=i.get("backend") or None,  # the backend renders its own Dockerfiles: part of the plan
         )
 
     def describe_inputs(self) -> str:
@@ -120,6 +121,8 @@ class Record:
             parts.append(f"--torch-index-url {i['torch_index_url']}")
         if i.get("wheelhouse"):
             parts.append(f"--wheelhouse {i['wheelhouse']}")
+        if i.get("backend"):
+            parts.append(f"--backend {i['backend']}")
         return " ".join(parts) or "no build-input flags"
 
     # -- images ---------------------------------------------------------------------------------------------------
