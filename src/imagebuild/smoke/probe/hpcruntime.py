@@ -7,10 +7,8 @@ Each piece of work runs in a child python with this process's environment, so on
 its message can name the variable or path at fault: when a child fails, it is run again without each hostile
 variable in turn, and the one whose removal makes it pass is named.
 
-Checks: hpc.identity, hpc.home, hpc.host_env, hpc.torch_import, hpc.compile_caches, hpc.compile, hpc.cuda (a CUDA
-tensor under the hostile LD_LIBRARY_PATH/CUDA_HOME; skipped with its reason without a GPU or on a CPU torch),
-hpc.te (when the image has transformer_engine), hpc.jupyter and hpc.dev_tools (when the image has them).
-
+Checks: hpc.identity, home, host_env, torch_import, compile_caches, compile, cuda (skipped with its reason without a
+GPU or on a CPU torch), te (TE's rule for a missing driver, probe.te), jupyter and dev_tools (where the image has them).
 Runs inside the image with its python; standard library only, imports `probe.*` only. Standalone:
 `python -c 'import sys; sys.path.insert(0, "probe.pyz"); from probe.hpcruntime import main; main()'`.
 """
@@ -35,15 +33,9 @@ HOSTILE_NAMES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", 
 CHILD_TIMEOUT = 600
 
 TORCH_IMPORT = "import torch; x = torch.ones(2) + 1; assert float(x.sum()) == 4.0; print(torch.__version__)"
-COMPILE = """
-import torch
-def f(x):
-    return torch.sin(x) * 2 + x.cos()
-x = torch.randn(64)
-got = torch.compile(f)(x)
-assert torch.allclose(got, f(x), atol=1e-5), "compiled result differs from eager"
-print("ok")
-"""
+COMPILE = ("import torch\nf = lambda x: torch.sin(x) * 2 + x.cos()\nx = torch.randn(64)\n"
+           "assert torch.allclose(torch.compile(f)(x), f(x), atol=1e-5), 'compiled result differs from eager'\n"
+           "print('ok')\n")
 CACHES = """
 import json, os
 out = {}
@@ -65,10 +57,8 @@ print(json.dumps(out))
 """
 CUDA = """
 import sys, torch
-if not torch.version.cuda:
-    print("NOCUDA"); sys.exit(0)
-if not torch.cuda.is_available():
-    print("NOGPU"); sys.exit(0)
+if not torch.version.cuda or not torch.cuda.is_available():
+    print("NOCUDA" if not torch.version.cuda else "NOGPU"); sys.exit(0)
 x = torch.ones(4, device="cuda")
 assert float((x * 2).sum()) == 8.0
 print("ok", torch.cuda.get_device_name(0))
@@ -289,17 +279,12 @@ def run(p):
 
 
 def te_import(p):
-    """TE imports the way enroot/Apptainer start the image; a failure that only lacks the driver's libcuda on a host
-    without one is skipped with the te section's own rule (probe.te.classify_import_error), not failed."""
+    """TE imports as enroot/Apptainer start the image; only a missing driver (libcuda) on a GPU-less host is a skip."""
     ok, out = _child(TE_IMPORT, timeout=p.remaining(CHILD_TIMEOUT))
-    if ok:
-        p.check("hpc.te", "passed", "", output=out)
-        return
-    status, reason = classify_import_error(out, driver_present())
-    if status == "skipped":
-        p.check("hpc.te", "skipped", reason)
-        return
-    _run_named(p, "hpc.te", TE_IMPORT, "import transformer_engine.pytorch")  # names the host variable to blame
+    if not ok and classify_import_error(out, driver_present())[0] == "skipped":
+        p.check("hpc.te", "skipped", classify_import_error(out, False)[1])
+    else:
+        _run_named(p, "hpc.te", TE_IMPORT, "import transformer_engine.pytorch")  # names a host variable to blame
 
 
 def main(argv=None) -> int:
