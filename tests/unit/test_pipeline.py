@@ -132,8 +132,8 @@ def test_registry_cache_is_not_asked_when_the_engine_holds_every_selected_image(
     monkeypatch.setattr(building, "find_in_registry", find)
     selection = Selection((), list(images), list(images))
     engine.add_image(images[0].tag, {"io.imagebuild.inputs-hash": images[0].inputs_hash})
-    assert building.registry_lookup(engine, selection, None, False, print) == {}
+    assert building.registry_lookup(selection, building.locate_all(engine, selection, None), False, print) == {}
     assert asked == [[i.tag for i in images]]  # the runtime is missing: asked, the local base passed as local_id
     engine.add_image(images[1].tag, {"io.imagebuild.inputs-hash": images[1].inputs_hash})
-    assert building.registry_lookup(engine, selection, None, False, print) == {}
+    assert building.registry_lookup(selection, building.locate_all(engine, selection, None), False, print) == {}
     assert len(asked) == 1  # everything here: not asked again

@@ -56,13 +56,17 @@ class BuildRun:
         return {r.tag: r for r in self.results}
 
 
-def registry_lookup(client: Any, selection: Selection, rec: Record | None, require: bool,
+def locate_all(client: Any, selection: Selection, rec: Record | None) -> dict[str, str | None]:
+    """tag -> the local image ID holding each selected image's inputs (None: not here): looked up once per run."""
+    return {img.tag: locate(client, img, rec).image_id for img in selection.with_parents}
+
+
+def registry_lookup(selection: Selection, here: dict[str, str | None], require: bool,
                     say: Say) -> dict[str, RemoteImage]:
     """--registry-cache: which selected images the registry already holds with exactly the planned inputs.
 
-    Asked only when this engine lacks one of them: a no-op makes no network request (a registry that does not
-    resolve would cost every no-op its DNS time)."""
-    here = {img.tag: locate(client, img, rec).image_id for img in selection.with_parents}
+    Asked only when this engine lacks one of them (`here`, locate_all): a no-op makes no network request (a
+    registry that does not resolve would cost every no-op its DNS time)."""
     if all(here.values()):
         return {}
     try:
@@ -74,15 +78,17 @@ def registry_lookup(client: Any, selection: Selection, rec: Record | None, requi
         return {}
 
 
-def preflight_sources(client: Any, plan: Plan, selection: Selection, keep_going: bool, rec: Record | None,
-                      force: bool, remote: dict[str, RemoteImage], say: Say) -> tuple[Plan, list[ImageResult]]:
+def preflight_sources(client: Any, plan: Plan, selection: Selection, keep_going: bool,
+                      here: dict[str, str | None] | None, remote: dict[str, RemoteImage],
+                      say: Say) -> tuple[Plan, list[ImageResult]]:
     """Ask every outside source the selected images need before anything builds (builder.sources).
 
     Images whose source does not answer are named one line each; without --keep-going that stops the run (exit 1,
-    nothing built), with it they and their children become failed/not-built rows and the rest is built."""
+    nothing built), with it they and their children become failed/not-built rows and the rest is built. `here`
+    (locate_all; None with --force: every image is built) names the images already in this engine."""
     selected = selection.with_parents
-    if not force:  # an image that is already here (or up to date in the registry) needs no outside source
-        selected = [i for i in selected if i.tag not in remote and locate(client, i, rec).image_id is None]
+    if here is not None:  # an image that is already here (or up to date in the registry) needs no outside source
+        selected = [i for i in selected if i.tag not in remote and here.get(i.tag) is None]
 
     store = as_store(client)
 
@@ -130,10 +136,10 @@ def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSet
                progress: Progress, log_dir: Any, say: Say, backend: BuildBackend | None = None) -> BuildRun:
     """Build (or find up to date) the selected images and their parents; rows for the whole plan."""
     remote: dict[str, RemoteImage] = {}
-    if settings.registry_cache and not settings.force:
-        remote = registry_lookup(client, selection, rec, settings.require_registry, say)
-    buildable, blocked = preflight_sources(client, plan, selection, settings.keep_going, rec, settings.force,
-                                           remote, say)
+    here = None if settings.force else locate_all(client, selection, rec)
+    if here is not None and settings.registry_cache:
+        remote = registry_lookup(selection, here, settings.require_registry, say)
+    buildable, blocked = preflight_sources(client, plan, selection, settings.keep_going, here, remote, say)
     options = BuildOptions(force=settings.force, only=selection.only, keep_going=settings.keep_going,
                            log_dir=log_dir, remote=remote, created=settings.created)
     if settings.jobs:
