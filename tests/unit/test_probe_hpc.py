@@ -91,3 +91,17 @@ def test_hpc_container_is_started_as_enroot_and_apptainer_do(gpus):
     assert set(kw["tmpfs"]) == {"/tmp", HPC_HOME} and f"uid={HPC_UID}" in kw["tmpfs"][HPC_HOME]
     assert HOSTILE_ENV.items() <= kw["environment"].items() and kw["environment"]["HOME"] == HPC_HOME
     assert kw["network_mode"] == "none" and ("device_requests" in kw) is gpus
+
+
+def test_te_import_without_the_driver_is_skipped_by_the_te_sections_rule(monkeypatch):
+    """A TE that lacks only the driver's libcuda on a GPU-less host is skipped (as probe.te judges it); a TE whose
+    libcudart is gone fails."""
+    monkeypatch.setattr(hpcruntime, "driver_present", lambda: False)
+    p = Probe(["hpc"])
+    driver = "import sys; sys.exit('OSError: libcuda.so.1: cannot open shared object file')"
+    broken = "import sys; sys.exit('OSError: libcudart.so.12: cannot open shared object file')"
+    hpcruntime._run_named(p, "hpc.te", driver, "import transformer_engine.pytorch", skip=hpcruntime._te_needs_driver)
+    hpcruntime._run_named(p, "hpc.te2", broken, "import transformer_engine.pytorch", skip=hpcruntime._te_needs_driver)
+    c = _checks(p)
+    assert c["hpc.te"]["status"] == "skipped" and c["hpc.te"]["reason"].startswith("needs the NVIDIA driver (libcuda)")
+    assert c["hpc.te2"]["status"] == "failed" and "libcudart.so.12" in c["hpc.te2"]["reason"]

@@ -3,9 +3,8 @@ does: as the calling user (a UID/GID the image has no passwd/group entry for; th
 root filesystem (Apptainer), a HOME bind-mounted from outside and empty, and the host's environment passed in — on
 clusters that means PYTHONPATH, LD_LIBRARY_PATH, CUDA_HOME and PIP_* of the login node's modules.
 
-Each piece of work runs in a child python with this process's environment, so one failure cannot end the probe and
-its message can name the variable or path at fault: when a child fails, it is run again without each hostile
-variable in turn, and the one whose removal makes it pass is named.
+Each piece of work runs in a child python with this process's environment (one failure cannot end the probe); when a
+child fails, it runs again without each hostile variable in turn, and the one whose removal makes it pass is named.
 
 Checks: hpc.identity, home, host_env, torch_import, compile_caches, compile, cuda (skipped with its reason without a
 GPU or on a CPU torch), te (TE's rule for a missing driver, probe.te), jupyter and dev_tools (where the image has them).
@@ -94,7 +93,8 @@ def culprit(code: str, timeout: float = CHILD_TIMEOUT):
     return None
 
 
-def _run_named(p, name: str, code: str, what: str):
+def _run_named(p, name: str, code: str, what: str, skip=None):
+    """`code` in a child; a failure names the host variable to blame, unless `skip(output)` gives a reason."""
     ok, out = _child(code, timeout=p.remaining(CHILD_TIMEOUT))
     if ok and out in ("NOCUDA", "NOGPU"):  # the GPU check on a host or image without one
         p.check(name, "skipped", NO_CUDA_TORCH if out == "NOCUDA" else NO_GPU)
@@ -102,6 +102,10 @@ def _run_named(p, name: str, code: str, what: str):
     if ok:
         p.check(name, "passed", "", output=out)
         return True
+    reason = skip(out) if skip is not None else None
+    if reason:
+        p.check(name, "skipped", reason)
+        return False
     guilty = culprit(code, timeout=p.remaining(CHILD_TIMEOUT))
     blame = (f"; passes without {guilty}={os.environ.get(guilty, '')!r}: the image must not let the host's {guilty} "
              "in (set it in ENV or unset it in the entrypoint)") if guilty else ""
@@ -271,20 +275,17 @@ def run(p):
         for name in ("hpc.compile_caches", "hpc.compile", "hpc.cuda"):
             p.check(name, "skipped", "torch does not import")
     if _has("transformer_engine"):
-        te_import(p)
+        _run_named(p, "hpc.te", TE_IMPORT, "import transformer_engine.pytorch", skip=_te_needs_driver)
     else:
         p.check("hpc.te", "skipped", "transformer_engine is not in this image")
     jupyter(p)
     dev_tools(p)
 
 
-def te_import(p):
-    """TE imports as enroot/Apptainer start the image; only a missing driver (libcuda) on a GPU-less host is a skip."""
-    ok, out = _child(TE_IMPORT, timeout=p.remaining(CHILD_TIMEOUT))
-    if not ok and classify_import_error(out, driver_present())[0] == "skipped":
-        p.check("hpc.te", "skipped", classify_import_error(out, False)[1])
-    else:
-        _run_named(p, "hpc.te", TE_IMPORT, "import transformer_engine.pytorch")  # names a host variable to blame
+def _te_needs_driver(out: str):
+    """The te section's rule (probe.te): without a driver, an import that lacks only libcuda is not a broken install."""
+    status, reason = classify_import_error(out, driver_present())
+    return reason if status == "skipped" else None
 
 
 def main(argv=None) -> int:
