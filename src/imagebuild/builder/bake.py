@@ -91,7 +91,6 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
     `secrets`: the credentialed build args as build secrets read from the same-named environment variables (a plan
     rendered for BuildKit reads them so; a classic one needs `--set '*.args.NAME=...'`).
     `esc`/`var`: how a literal value and a variable reference are written (bake_compose.py writes compose's)."""
-    _esc = esc  # noqa: N806 - the literal escaping of the chosen syntax
     dockerfiles = dockerfiles or {}
     os_images = os_images or {}
     names: dict[str, str] = {}
@@ -106,12 +105,11 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
     groups: dict[str, dict[str, Any]] = {"default": {"targets": []}}
     for image in plan.images:
         name = names[image.tag]
-        args = {k: _esc(v) for k, v in sorted(image.build_args.items()) if k not in image.secret_build_args}
-        for k, v in sorted(image.secret_build_args.items()):
-            if secrets:  # a build secret (below): never a build argument, which the image history would keep
-                continue
-            # classic: the value without its credentials; the environment may override it at bake time
-            variables.setdefault(k, {"default": _esc(strip_credentials(v))})
+        args = {k: esc(v) for k, v in sorted(image.build_args.items()) if k not in image.secret_build_args}
+        # BuildKit: a build secret (below), never a build argument, which the image history would keep; classic: the
+        # value without its credentials, which the environment may override at bake time
+        for k, v in (() if secrets else sorted(image.secret_build_args.items())):
+            variables.setdefault(k, {"default": esc(strip_credentials(v))})
             args[k] = var(k)
         if image.parent:
             if image.parent not in names:
@@ -121,10 +119,10 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
         else:
             base = image.variant.base
             if base.kind == "registry" and base.ref:
-                ctx = {OS_CONTEXT: f"docker-image://{_esc(base.ref)}"}
+                ctx = {OS_CONTEXT: f"docker-image://{esc(base.ref)}"}
             else:
                 os_var = os_variable(image.variant.os.id)
-                variables.setdefault(os_var, {"default": _esc(os_images.get(image.variant.os.id)
+                variables.setdefault(os_var, {"default": esc(os_images.get(image.variant.os.id)
                                                               or _default_os_ref(image))})
                 ctx = {OS_CONTEXT: "docker-image://" + var(os_var)}
             args["BASE_IMAGE"] = OS_CONTEXT
@@ -137,8 +135,8 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
             "dockerfile": dockerfiles.get(image.id, "Dockerfile"),
             "contexts": ctx,
             "args": args,
-            "tags": [_esc(t) for t in references(image)],
-            "labels": {**{k: _esc(v) for k, v in sorted(image.labels.items())}, **own},
+            "tags": [esc(t) for t in references(image)],
+            "labels": {**{k: esc(v) for k, v in sorted(image.labels.items())}, **own},
         }
         if image.secret_build_args and secrets:  # buildkit templates read them from /run/secrets/<id>
             targets[name]["secret"] = [f"id={secret_id(k)},env={k}" for k in sorted(image.secret_build_args)]
