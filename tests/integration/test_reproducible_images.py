@@ -26,8 +26,8 @@ from _helpers import ROOT, imagebuild  # noqa: E402
 
 from imagebuild.builder import BuildOptions, bootstrap, build_plan, ociarchive  # noqa: E402
 from imagebuild.builder.progress import Progress  # noqa: E402
-from imagebuild.builder.sourcedate import rfc3339  # noqa: E402
 from imagebuild.compat import load as load_tables  # noqa: E402
+from imagebuild.dates import rfc3339  # noqa: E402
 from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions  # noqa: E402
 
 pytestmark = pytest.mark.integration

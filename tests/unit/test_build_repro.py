@@ -16,7 +16,8 @@ from _support import chain, plan_of
 from imagebuild.builder import BuildOptions, bootstrap, build_plan, ociarchive
 from imagebuild.builder.progress import Progress
 from imagebuild.builder.reproduced import differences
-from imagebuild.builder.sourcedate import SOURCE_DATE_LABEL, parse_created, source_date_epoch
+from imagebuild.builder.sourcedate import source_date_epoch
+from imagebuild.dates import SOURCE_DATE_LABEL, parse_created
 
 EPOCH = 1_764_547_200  # 2025-12-01T00:00:00Z
 

@@ -22,7 +22,8 @@ PACKAGE = SRC / "imagebuild"
 TESTS = ROOT / "tests"
 
 FOUNDATION_MODULES = {"imagebuild", "imagebuild.models", "imagebuild.errors", "imagebuild.secrets",
-                      "imagebuild.inputs", "imagebuild.units", "imagebuild.files", "imagebuild.retry"}
+                      "imagebuild.inputs", "imagebuild.units", "imagebuild.files", "imagebuild.retry",
+                      "imagebuild.dates"}
 PURE = {"foundation", "compat", "oci", "lock", "matrix", "resolve", "render", "plan"}
 # layer -> the other layers it may import (its own layer is always allowed)
 ALLOWED: dict[str, set[str]] = {

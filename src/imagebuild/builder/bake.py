@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.builder.buildx_argv import secret_id
-from imagebuild.builder.sourcedate import SOURCE_DATE_LABEL
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
+from imagebuild.dates import SOURCE_DATE_LABEL
 from imagebuild.errors import UsageError
 from imagebuild.models import FLAVORS, ImagePlan, Plan
 from imagebuild.plan.tags import references
@@ -161,7 +161,7 @@ def _link_or_copy(src: str, dst: str) -> None:
 def default_source_date(plan: Plan) -> int:
     """SOURCE_DATE_EPOCH's default in the file: the exporter's SOURCE_DATE_EPOCH, else the newest bootstrap snapshot
     of the plan, else the time of the export (a bake has no engine to read the OS image's date from)."""
-    from imagebuild.builder.sourcedate import from_environment
+    from imagebuild.dates import from_environment
 
     env = from_environment()
     if env is not None:

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagebuild.builder.sourcedate import rfc3339
+from imagebuild.dates import rfc3339
 from imagebuild.engine.store import ImageStore, as_store
 from imagebuild.engine.stream import EngineError
 from imagebuild.errors import ImagebuildError

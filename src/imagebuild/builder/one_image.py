@@ -22,9 +22,10 @@ from imagebuild.builder.describe import describe
 from imagebuild.builder.logs import open_log
 from imagebuild.builder.remote import use_remote
 from imagebuild.builder.reproduced import same_content
-from imagebuild.builder.sourcedate import SOURCE_DATE_LABEL, rfc3339, source_date_epoch
+from imagebuild.builder.sourcedate import source_date_epoch
 from imagebuild.builder.te_cache import TE_WHEEL_DIR, ensure_te_wheel
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL, find_up_to_date
+from imagebuild.dates import SOURCE_DATE_LABEL, rfc3339
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan, ImageResult
 from imagebuild.oci import Reference

@@ -10,7 +10,6 @@ import contextlib
 import errno
 import hashlib
 import os
-import re
 import secrets
 import shutil
 import sys
@@ -19,10 +18,10 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from imagebuild.dates import image_source_date
 from imagebuild.engine.rootfs import EngineReadError, signals_deferred
 from imagebuild.errors import ImagebuildError
 from imagebuild.export import squashfs
@@ -31,8 +30,6 @@ from imagebuild.export.unpack import UnpackError, add_directory, add_file, pseud
 from imagebuild.units import format_size
 
 FORMATS = ("squashfs", "docker-archive")
-SOURCE_DATE_LABEL = "io.imagebuild.source-date-epoch"
-_CREATED = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?(Z|[+-]\d\d:\d\d)$")
 
 
 class ExportError(ImagebuildError):
@@ -55,15 +52,8 @@ class ExportResult:
 
 
 def source_epoch(inspect: dict[str, Any]) -> int:
-    """Every timestamp in the squashfs: the image's source date label, else its `created` (0 when neither reads)."""
-    label = str(((inspect.get("Config") or {}).get("Labels") or {}).get(SOURCE_DATE_LABEL, ""))
-    if label.isdigit():
-        return int(label)
-    m = _CREATED.match(str(inspect.get("Created") or "").strip())
-    if not m:
-        return 0
-    zone = "+00:00" if m.group(2) == "Z" else m.group(2)
-    return max(0, int(datetime.fromisoformat(m.group(1) + zone).timestamp()))
+    """Every timestamp in the squashfs: the image's source date (imagebuild.dates)."""
+    return image_source_date(inspect)
 
 
 def check_destination(dest: Path, force: bool) -> None:

@@ -97,7 +97,7 @@ def check_created(value: str | None) -> str | None:
     """--created: 'now' or an RFC 3339 date (what the OCI label holds); anything else is a usage error."""
     if value is None or value == "now":
         return value
-    from imagebuild.builder.sourcedate import parse_created
+    from imagebuild.dates import parse_created
 
     if parse_created(value) is None:
         raise UsageError(f"--created {value!r}: not 'now' nor an RFC 3339 date such as 2026-01-31T12:00:00Z")
