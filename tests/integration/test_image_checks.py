@@ -11,7 +11,6 @@ The derived images are removed at the end.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _helpers import imagebuild  # noqa: E402
+from _helpers import cpu_image, imagebuild  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_cli")]
 
@@ -101,18 +100,9 @@ USER 1000
 }
 
 
-def _cpu_image(request, flavor: str) -> str:
-    given = os.environ.get({"runtime": "IMAGEBUILD_SMOKE_IMAGE", "dev": "IMAGEBUILD_SMOKE_DEV_IMAGE"}[flavor])
-    if given:
-        return given
-    build = request.getfixturevalue("cpu_build")
-    assert build.result.returncode == 0, build.result.stdout[-3000:] + build.result.stderr[-3000:]
-    return next(i.tag for i in build.plan.images if i.flavor == flavor)
-
-
 @pytest.fixture(scope="module")
 def runtime_image(request):
-    return _cpu_image(request, "runtime")
+    return cpu_image(request, "runtime")
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +116,7 @@ def broken(client, request, tmp_path_factory):
         if kind not in built:
             flavor, lines = ("runtime", PARENT_LOADED) if kind == "parent-loaded" else BROKEN[kind][:2]
             ctx = tmp_path_factory.mktemp(f"broken-{kind}")
-            (ctx / "Dockerfile").write_text(f"FROM {_cpu_image(request, flavor)}\n" + lines.format(site=SITE))
+            (ctx / "Dockerfile").write_text(f"FROM {cpu_image(request, flavor)}\n" + lines.format(site=SITE))
             tag = f"ibtest-broken-{kind}:{token}"
             t0 = time.time()
             client.images.build(path=str(ctx), tag=tag, network_mode="host", rm=True, forcerm=True)
