@@ -83,6 +83,11 @@ def _load_probe() -> ModuleType:
 P = _load_probe()
 
 
+# the probe places (probe/table.py "where") that run in a container of their own, which the runner starts and names
+# with --<prefix>-host (or says why not with --<prefix>-error): option prefix, how the image was to start
+SIDE_CONTAINERS = {P.ARBITRARY_UID: ("uid", "as {user}"), P.HPC: ("hpc", "the enroot/Apptainer way")}
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("imagebuild smoke")
     g.addoption("--expect", action="append", default=[], metavar="KEY=VALUE",
@@ -277,7 +282,7 @@ class ImageUnderTest:
 
     def extra_probe(self, where: str) -> Json:
         """The probe of the sections that run apart (run once per `where`): P.ROOT as root in this container,
-        P.ARBITRARY_UID in the --uid-host container."""
+        P.ARBITRARY_UID and P.HPC in their own containers (SIDE_CONTAINERS)."""
         if where not in self.extra:
             import testinfra
 
@@ -285,18 +290,13 @@ class ImageUnderTest:
             host: Host | None
             error: str | None
             label, host, error = None, None, None
-            if where == P.ARBITRARY_UID:
-                if self.config.getoption("uid_error"):
-                    error = f"the image did not start as {self.config.getoption('uid_user') or 'an arbitrary UID'}: "\
-                            + self.config.getoption("uid_error")
-                elif self.config.getoption("uid_host"):
-                    label = self.config.getoption("uid_host")
-                    host = testinfra.get_host(f"docker://{label}")
-            elif where == P.HPC:
-                if self.config.getoption("hpc_error"):
-                    error = "the image did not start the enroot/Apptainer way: " + self.config.getoption("hpc_error")
-                elif self.config.getoption("hpc_host"):
-                    label = self.config.getoption("hpc_host")
+            if where in SIDE_CONTAINERS:  # a container of its own, started by the runner: its name, or why not
+                prefix, how = SIDE_CONTAINERS[where]
+                if self.config.getoption(f"{prefix}_error"):
+                    started_as = how.format(user=self.config.getoption(f"{prefix}_user") or "an arbitrary UID")
+                    error = f"the image did not start {started_as}: " + self.config.getoption(f"{prefix}_error")
+                elif self.config.getoption(f"{prefix}_host"):
+                    label = self.config.getoption(f"{prefix}_host")
                     host = testinfra.get_host(f"docker://{label}")
             elif getattr(self.host.backend, "NAME", "") == "docker":
                 label = f"root@{self.host.backend.name}"
