@@ -4,12 +4,20 @@ scripts/modern-engine.sh; scripts/run-tests.sh exports IMAGEBUILD_BUILDKIT_HOST 
 One BuildKit build of the CPU matrix, smoke-tested (`--test`), compared with the classic build the session already
 has (conftest.cpu_build, same registry prefix): the same tags, the same label keys, each image's labels its own, the
 same record entries, sizes within 2%. Debian 12's 20.10 engine refuses the backend before anything builds.
+
+A second fresh modern engine (own data-root; the OS image given to it as a pulled base would be: `docker save` |
+`docker load`) builds the base image again: the same image ID (SOURCE_DATE_EPOCH + rewritten layer dates). It exports
+a registry cache of every stage while doing so; emptied of images and build cache (a fresh runner), it then rebuilds
+a changed base (one pip package more) and takes every unchanged stage from that cache.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -147,3 +155,97 @@ def _pin(client, image_id: str) -> str:
     """A tag for the OS image the bake's base target starts from (BuildKit cannot take an image ID)."""
     client.api.tag(image_id, "imagebuild-pin", image_id.removeprefix("sha256:"))
     return f"imagebuild-pin:{image_id.removeprefix('sha256:')}"
+
+
+# -- a second fresh engine: the same base image ID, then a registry cache for a changed image ---------------------
+
+@pytest.fixture(scope="module")
+def second_engine(bk_build):
+    """A fresh dockerd 26.1 of its own (scripts/modern-engine.sh --fresh), with the first engine's OS image loaded,
+    and a registry without auth for the BuildKit cache. Both stopped and deleted afterwards."""
+    import docker
+
+    result, first, _ = bk_build
+    assert result.returncode == 0
+    engine_dir = Path(tempfile.mkdtemp(prefix="ib-bk2-", dir="/var/tmp"))
+    reg_dir = Path(tempfile.mkdtemp(prefix="ib-bk2-reg-"))
+    script = str(ROOT / "scripts" / "modern-engine.sh")
+    try:
+        started = subprocess.run([script, "--fresh", str(engine_dir)], capture_output=True, text=True, timeout=300,
+                                 check=False)
+        assert started.returncode == 0, started.stderr
+        host = next(ln.split("=", 1)[1] for ln in started.stdout.splitlines() if ln.startswith("export DOCKER_HOST="))
+        reg = subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--quiet", "--dir", str(reg_dir)],
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert reg.returncode == 0, reg.stderr
+        registry = dict(w.split("=", 1) for w in reg.stdout.split() if "=" in w)["REGISTRY"]
+        second = docker.DockerClient(base_url=host, timeout=600)
+        os_tags = [t for img in first.images.list() for t in img.tags if t.startswith("imagebuild-os/")]
+        assert os_tags, "the first engine has no bootstrapped OS image"
+        second.images.load(first.api.get_image(os_tags[0]))
+        yield host, second, first, registry
+        second.close()
+    finally:
+        subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--stop", "--dir", str(reg_dir)],
+                       capture_output=True, timeout=60, check=False)
+        subprocess.run([script, "--stop", str(engine_dir)], capture_output=True, timeout=120, check=False)
+        shutil.rmtree(engine_dir, ignore_errors=True)
+
+
+def _build_base(cpu_build, host: str, tmp: Path, cache: str, matrix: Path | None = None):
+    args = _bk_args(cpu_build, tmp)
+    if matrix is not None:
+        args[args.index("--matrix") + 1] = str(matrix)
+    args = [a for a in args if a != "--test"]
+    return imagebuild("build", *args, "--only", "base", "--no-sbom", "--buildkit-cache", cache,
+                      env={**_bk_env(tmp / "state"), "DOCKER_HOST": host}, timeout=1800)
+
+
+def test_a_second_fresh_engine_builds_the_same_base_image_id(cpu_build, second_engine, tmp_path):
+    host, second, first, registry = second_engine
+    result = _build_base(cpu_build, host, tmp_path, f"{registry}/ibcache")
+    assert result.returncode == 0, result.stderr[-3000:]
+    [base] = [i for i in cpu_build.plan.images if i.flavor == "base"]
+    one, two = first.api.inspect_image(base.tag), second.api.inspect_image(base.tag)
+    assert one["Config"]["Labels"] == two["Config"]["Labels"]
+    layers = list(zip(one["RootFS"]["Layers"], two["RootFS"]["Layers"], strict=False))
+    assert [n for n, (a, b) in enumerate(layers) if a != b] == [], "layers that differ (by index)"
+    assert one["Id"] == two["Id"]
+
+
+def test_a_changed_image_on_an_emptied_engine_takes_its_unchanged_stages_from_the_registry_cache(
+        cpu_build, second_engine, tmp_path):
+    host, second, first, registry = second_engine
+    cache = f"{registry}/ibcache"
+    [base] = [i for i in cpu_build.plan.images if i.flavor == "base"]
+    if not any(t.startswith(f"{registry}/ibcache:") for t in _cache_tags(registry)):
+        pytest.fail("the first build on this engine exported no registry cache")
+    # a fresh runner: no image of the plan, no build cache (the OS image stays: the runner would pull it)
+    for img in second.images.list():
+        if not any(t.startswith("imagebuild-os/") for t in img.tags):
+            second.images.remove(img.id, force=True)
+    pruned = subprocess.run(["docker", "builder", "prune", "--all", "--force"], capture_output=True, text=True,
+                            env={**os.environ, "DOCKER_HOST": host, "DOCKER_CONFIG": BK_CONFIG}, timeout=300,
+                            check=False)
+    assert pruned.returncode == 0, pruned.stderr
+    matrix = tmp_path / "cpu.yaml"
+    matrix.write_text((ROOT / "images" / "cpu.yaml").read_text().replace(
+        "    runtime: [numpy]", "    base: [six]\n    runtime: [numpy]"))
+    result = _build_base(cpu_build, host, tmp_path, cache, matrix)
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = "".join(p.read_text() for p in (tmp_path / "logs").glob("*base*"))
+    steps = [ln for ln in log.splitlines() if ln.startswith("#")]
+    apt = [ln for ln in steps if "apt-get update" in ln]
+    pip = [ln for ln in steps if "pip install" in ln]
+    assert apt and all(ln.endswith("(cached)") for ln in apt), steps  # unchanged: from the registry cache
+    assert pip and not any(ln.endswith("(cached)") for ln in pip), steps  # the changed stage really ran
+    labels = second.api.inspect_image(base.tag)["Config"]["Labels"]
+    assert labels["io.imagebuild.inputs-hash"] != first.api.inspect_image(base.tag)["Config"]["Labels"][LABELS[0]]
+
+
+def _cache_tags(registry: str) -> list[str]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{registry}/v2/ibcache/tags/list", timeout=30) as answer:  # noqa: S310
+        return [f"{registry}/ibcache:{t}" for t in json.load(answer).get("tags") or []]
+

@@ -35,7 +35,17 @@ if args[:2] == ["buildx", "build"]:
     if os.environ.get("FAKE_SLEEP"):
         time.sleep(float(os.environ["FAKE_SLEEP"]))
     sys.stderr.write(open(os.environ["FAKE_STREAM"]).read())
+    for a in args:  # the archive output: buildx writes the image there
+        if a.startswith("type=docker,dest="):
+            open(a.split("dest=", 1)[1].split(",", 1)[0], "w").write("an image archive")
     sys.exit(int(os.environ.get("FAKE_RC", "0")))
+if args[:2] == ["image", "load"]:
+    archive = args[args.index("--input") + 1]
+    open(os.path.join(state, "loaded"), "w").write(open(archive).read())
+    sys.exit(int(os.environ.get("FAKE_LOAD_RC", "0")))
+if args[:1] == ["info"]:
+    out(os.environ.get("FAKE_DRIVER_STATUS", '[["Backing Filesystem","extfs"]]') + "\n")
+    sys.exit(0)
 if args[:2] == ["image", "inspect"]:
     out(os.environ["FAKE_BUILT"] + "\n")
     sys.exit(0)
@@ -110,6 +120,31 @@ def test_argv_for_another_driver_loads_the_image_with_rewritten_timestamps():
     argv = buildx_argv(call)
     assert argv[3:5] == ["--builder", "farm"]
     assert "type=docker,rewrite-timestamp=true" in argv
+
+
+def test_argv_for_the_containerd_store_exports_an_archive_with_rewritten_timestamps():
+    call = BuildxCall(context_dir=Path("/ctx"), dockerfile="Dockerfile", tag="t:1", build_args={}, labels={},
+                      archive=Path("/tmp/b/image.tar"))
+    argv = buildx_argv(call)
+    assert argv[argv.index("--output") + 1] == "type=docker,dest=/tmp/b/image.tar,rewrite-timestamp=true"
+    assert argv.count("--output") == 1 and argv[-1] == "/ctx"
+
+
+def test_the_containerd_store_gets_the_archive_loaded_and_a_failed_load_fails_the_build(fake_docker, monkeypatch):
+    monkeypatch.setenv("FAKE_DRIVER_STATUS", '[["driver-type","io.containerd.snapshotter.v1"]]')
+    backend = preflight(None)
+    assert backend.via_archive
+    build = backend.start(_request())
+    events = list(build.events())
+    assert build.outcome().image_id == BUILT
+    assert (fake_docker / "loaded").read_text() == "an image archive"
+    assert "load the exported image into the engine" in [e.text for e in events if e.kind == "step"]
+    monkeypatch.setenv("FAKE_LOAD_RC", "1")
+    build = backend.start(_request())
+    list(build.events())
+    assert build.outcome().failed and "docker image load of the exported image failed" in build.outcome().error
+    monkeypatch.delenv("FAKE_DRIVER_STATUS")
+    assert not preflight(None).via_archive  # overlay2 (no containerd store): the engine's own image exporter
 
 
 def test_build_runs_buildx_and_reads_the_engines_image_id(fake_docker):

@@ -52,8 +52,10 @@ class BuildxBackend:
     """Builds through `docker buildx build`; `builder` None is the current builder (the engine's docker driver)."""
 
     def __init__(self, builder: str | None = None, docker_driver: bool = True, cache_repository: str | None = None,
-                 ) -> None:
+                 containerd_store: bool = False) -> None:
         self.builder, self.docker_driver, self.cache_repository = builder, docker_driver, cache_repository
+        # the docker driver on the containerd image store: export an archive with rewritten dates, then load it
+        self.via_archive = docker_driver and containerd_store
         self.docker = docker_cli()
 
     def cache_flags(self, tag: str) -> tuple[str, ...]:
@@ -146,6 +148,7 @@ class BuildxBuild:
             labels=req.labels, secrets=SECRET_BUILD_ARGS,
             base_ref=self.backend.parent_ref(base) if base.startswith("sha256:") else None,
             builder=self.backend.builder, docker_driver=self.backend.docker_driver,
+            archive=tmp / "image.tar" if self.backend.via_archive else None,
             extra_flags=self.backend.cache_flags(req.tag))
         env = {**os.environ, **secret_env(args, SECRET_BUILD_ARGS)}
         with self._lock:
@@ -165,12 +168,24 @@ class BuildxBuild:
         if self._cancelled:
             self.progress.fail("interrupted")
         yield from self.progress.finish(returncode)
+        if self.progress.error is None and call.archive is not None:
+            yield from self._load(call.archive)
         if self.progress.error is None:
             self._image_id = self.backend.image_id(req.tag)
             if self._image_id is None:
                 self.progress.fail(f"buildx reported success but the engine has no image {req.tag}")
             else:
                 yield BuildEvent("image", self._image_id)
+
+    def _load(self, archive: Path) -> Iterator[BuildEvent]:
+        """The exported docker archive into the engine's store (its image ID is the archive's manifest digest)."""
+        yield BuildEvent("step", "load the exported image into the engine")
+        loaded = run_cli([self.backend.docker, "image", "load", "--quiet", "--input", str(archive)],
+                         timeout=self.request.timeout)
+        if loaded.returncode != 0:
+            self.progress.fail(f"docker image load of the exported image failed: "
+                               f"{(loaded.stderr.strip().splitlines() or ['no output'])[-1]}")
+        archive.unlink(missing_ok=True)
 
     def _stream(self, process: subprocess.Popen[bytes]) -> Iterator[BuildEvent]:
         """Read stderr until EOF; `request.timeout` seconds without a byte count as a lost build."""

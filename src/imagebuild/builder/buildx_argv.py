@@ -11,9 +11,13 @@ What the BuildKit backend asks of buildx, and why:
   the backend spells from the parent's image ID (buildkit.py: BuildxBackend.parent_ref).
 - credentials as build secrets read from the buildx process's environment (`--secret id=..,env=..`): never in the
   argv (visible in `ps`), never in a build argument (kept in the image history of BuildKit's cache).
-- the docker driver stores the image in the engine itself; any other driver (docker-container, remote, kubernetes)
-  exports it as a docker image loaded into the engine (`type=docker`), with `rewrite-timestamp` so layer file dates
-  are SOURCE_DATE_EPOCH (the docker driver's exporter refuses that option with its always-on unpack: dockerd 26.1).
+- `rewrite-timestamp`: every file a step adds is dated SOURCE_DATE_EPOCH at most in the exported layers, so the same
+  inputs give the same layers, hence the same image ID, on any engine. The docker driver's own exporter (the image
+  straight into the engine's store) refuses that option (dockerd 26.1: its unpack is always on), so with the
+  containerd image store the image is exported as a docker archive (`type=docker,dest=<tar>`) that the backend loads
+  into the engine (buildkit.py); any other driver (docker-container, remote, kubernetes) loads its `type=docker`
+  output into the engine itself. Only the docker driver without the containerd image store keeps build-time dates
+  (its image exporter is the only one it has).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class BuildxCall:
     base_ref: str | None = None  # the parent's pin tag in the engine's store, when BASE_IMAGE is an image ID
     builder: str | None = None  # buildx builder name; None: the current one (the engine's docker driver)
     docker_driver: bool = True
+    archive: Path | None = None  # the docker driver with the containerd image store: export here, then load
     extra_flags: tuple[str, ...] = field(default_factory=tuple)  # cache import/export (--cache-from/--cache-to)
 
 
@@ -65,7 +70,9 @@ def buildx_argv(call: BuildxCall, docker: str = "docker") -> list[str]:
         argv += ["--label", f"{name}={call.labels[name]}"]
     for name in (n for n in call.secrets if n in call.build_args):
         argv += ["--secret", f"id={secret_id(name)},env={SECRET_ENV_PREFIX}{name}"]
-    if not call.docker_driver:
+    if call.archive is not None:
+        argv += ["--output", f"type=docker,dest={call.archive},rewrite-timestamp=true"]
+    elif not call.docker_driver:
         argv += ["--output", "type=docker,rewrite-timestamp=true"]
     argv += list(call.extra_flags)
     argv.append(str(call.context_dir))

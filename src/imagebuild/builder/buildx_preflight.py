@@ -81,7 +81,7 @@ def check_named_contexts(builder: Builder, engine_version: str) -> None:
 
 def check_cache_export(builder: Builder, driver_status: str) -> None:
     """The docker driver exports a registry cache only from the containerd image store (Docker's cache docs)."""
-    if builder.driver == "docker" and "io.containerd.snapshotter" not in driver_status:
+    if builder.driver == "docker" and not containerd_store(driver_status):
         raise BuilderUnavailable(
             "--buildkit-cache: the engine's docker driver cannot export a registry cache without the containerd "
             "image store; start the engine with {\"features\": {\"containerd-snapshotter\": true}} "
@@ -116,7 +116,14 @@ def preflight(builder_name: str | None = None, cache_repository: str | None = No
                                  f"{_ls_summary(builders)}")
     engine = run_cli([docker, "version", "--format", "{{.Server.Version}}"])
     check_named_contexts(chosen, engine.stdout.strip())
+    driver_status = run_cli([docker, "info", "--format", "{{json .DriverStatus}}"]).stdout
     if cache_repository:
-        check_cache_export(chosen, run_cli([docker, "info", "--format", "{{json .DriverStatus}}"]).stdout)
+        check_cache_export(chosen, driver_status)
     return BuildxBackend(builder=builder_name, docker_driver=chosen.driver == "docker",
-                         cache_repository=cache_repository)
+                         cache_repository=cache_repository, containerd_store=containerd_store(driver_status))
+
+
+def containerd_store(driver_status: str) -> bool:
+    """Whether the engine keeps its images in the containerd image store (`docker info`'s DriverStatus names the
+    snapshotter): its docker driver can then export archives and registry caches."""
+    return "io.containerd.snapshotter" in driver_status

@@ -36,6 +36,7 @@ RUN set -eux; \
 FROM ${BASE_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 USER 0
+ARG SOURCE_DATE_EPOCH
 # DL3008: package versions come from the OS mirror/snapshot the base was bootstrapped from, not pinned per package.
 # hadolint ignore=DL3008
 RUN set -eux; \
@@ -61,7 +62,8 @@ RUN set -eux; \
         vim-tiny; \
     rm -f /etc/ssh/ssh_host_*; \
     apt-get clean; \
-    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log \
+        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 COPY --from=pip /opt/stage/ /
 RUN if [ -f /opt/venv/.imagebuild-removed.txt ]; then \
         xargs -d '\n' rm -rf -- < /opt/venv/.imagebuild-removed.txt; rm -f /opt/venv/.imagebuild-removed.txt; \

@@ -11,6 +11,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # DL3002: a builder stage; nothing from it runs in the image.
 # hadolint ignore=DL3002
 USER 0
+ARG SOURCE_DATE_EPOCH
 # DL3008: package versions come from the OS mirror/snapshot the base was bootstrapped from, not pinned per package.
 # hadolint ignore=DL3008
 RUN set -eux; \
@@ -26,7 +27,8 @@ RUN set -eux; \
     mkdir -p /out; \
     gpg --batch --dearmor -o /out/cuda-archive-keyring.gpg /tmp/key.asc; \
     apt-get clean; \
-    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log \
+        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 
 # JupyterLab: only what the runtime lacks lands in the image.
 FROM ${BASE_IMAGE} AS pip
@@ -55,6 +57,7 @@ FROM ${BASE_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 USER 0
 COPY --from=keyring-cuda /out/cuda-archive-keyring.gpg /usr/share/keyrings/cuda-archive-keyring.gpg
+ARG SOURCE_DATE_EPOCH
 # DL3008: package versions come from the OS mirror/snapshot the base was bootstrapped from, not pinned per package.
 # hadolint ignore=DL3008
 RUN set -eux; \
@@ -84,7 +87,8 @@ RUN set -eux; \
         vim-tiny; \
     rm -f /etc/ssh/ssh_host_*; \
     apt-get clean; \
-    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log \
+        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 COPY --from=pip /opt/stage/ /
 RUN if [ -f /opt/venv/.imagebuild-removed.txt ]; then \
         xargs -d '\n' rm -rf -- < /opt/venv/.imagebuild-removed.txt; rm -f /opt/venv/.imagebuild-removed.txt; \

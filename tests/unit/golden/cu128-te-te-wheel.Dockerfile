@@ -50,6 +50,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # hadolint ignore=DL3002
 USER 0
 ARG SOURCE_DATE_EPOCH=0
+ARG SOURCE_DATE_EPOCH
 # DL3008: package versions come from the OS mirror/snapshot the base was bootstrapped from, not pinned per package.
 # hadolint ignore=DL3008
 RUN set -eux; \
@@ -59,7 +60,8 @@ RUN set -eux; \
         git \
         python3.12-dev; \
     apt-get clean; \
-    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log \
+        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 COPY --from=pip /opt/stage/ /
 # TE's core and Python packages and the CUDA headers and compiler parts of the variant's CUDA minor from PyPI.
 # DL3013: a throwaway stage; every pin is exact.

@@ -11,6 +11,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # DL3002: a builder stage; nothing from it runs in the image.
 # hadolint ignore=DL3002
 USER 0
+ARG SOURCE_DATE_EPOCH
 # DL3008: package versions come from the OS mirror/snapshot the base was bootstrapped from, not pinned per package.
 # hadolint ignore=DL3008
 RUN set -eux; \
@@ -26,7 +27,8 @@ RUN set -eux; \
     mkdir -p /out; \
     gpg --batch --dearmor -o /out/deadsnakes.gpg /tmp/key.asc; \
     apt-get clean; \
-    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log \
+        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 
 FROM ${BASE_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -35,6 +37,7 @@ ENV LANG=C.UTF-8 \
     LC_ALL=C.UTF-8 \
     PYTHONUNBUFFERED=1
 COPY --from=keyring-deadsnakes /out/deadsnakes.gpg /usr/share/keyrings/deadsnakes.gpg
+ARG SOURCE_DATE_EPOCH
 # DL3008: package versions come from the OS mirror/snapshot the base was bootstrapped from, not pinned per package.
 # hadolint ignore=DL3008
 RUN set -eux; \
@@ -55,7 +58,8 @@ RUN set -eux; \
     chgrp -R 0 /home/ml; \
     chmod -R g=u /home/ml; \
     apt-get clean; \
-    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log \
+        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 # Runs as ml (1000) or as any UID in group 0 (OpenShift): HOME and /workspace are group-0 writable.
 ENV HOME=/home/ml \
     VIRTUAL_ENV=/opt/venv \

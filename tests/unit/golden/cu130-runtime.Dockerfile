@@ -51,6 +51,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 USER 0
 # torch.compile at run time: Inductor compiles C++ (CPU) and Triton builds a C launcher (GPU), both against Python.h.
 # Only the compilers and headers, not the dev toolchain; before the pip layer so a torch change keeps this layer.
+ARG SOURCE_DATE_EPOCH
 # DL3008: package versions come from the OS mirror/snapshot the base was bootstrapped from, not pinned per package.
 # hadolint ignore=DL3008
 RUN set -eux; \
@@ -61,7 +62,8 @@ RUN set -eux; \
         libc6-dev \
         libpython3.13-dev; \
     apt-get clean; \
-    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log \
+        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 COPY --from=pip /opt/stage/ /
 RUN if [ -f /opt/venv/.imagebuild-removed.txt ]; then \
         xargs -d '\n' rm -rf -- < /opt/venv/.imagebuild-removed.txt; rm -f /opt/venv/.imagebuild-removed.txt; \
