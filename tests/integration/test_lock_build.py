@@ -80,8 +80,11 @@ def _lock(matrix: Path) -> dict:
 
 
 def _build(matrix: Path, tmp_path: Path, *extra: str):
+    """Each test's builds keep their record in the test's own folder: a record of another test's matrix (same file
+    name) in the session's state dir is rightly warned about, and that warning is not what these tests read."""
     return imagebuild("build", "--matrix", str(matrix), *INPUTS, "--plain", "--log-dir", str(tmp_path / "logs"),
-                      "--report-dir", str(tmp_path / "report"), *extra)
+                      "--report-dir", str(tmp_path / "report"), *extra,
+                      env={"IMAGEBUILD_STATE_DIR": str(tmp_path / "state")})
 
 
 def _tags(tmp_path: Path) -> dict[str, str]:
