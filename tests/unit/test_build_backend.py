@@ -237,6 +237,7 @@ def test_executor_builds_through_the_backend_protocol(tmp_path):
     })
     results = build_plan(image_store(), Plan("t", [base, runtime]), options(tmp_path), Progress(), backend=backend)
     assert [(r.status, r.image_id) for r in results] == [("built", base_id), ("failed", None)]
+    assert [r.backend for r in results] == ["classic", None]  # the report's backend column: what built it
     assert results[1].error == "Step 2/2 : RUN false: boom"
     first, second = backend.builds
     # SOURCE_DATE_EPOCH: the OS image's date (this fake engine has none: 0)

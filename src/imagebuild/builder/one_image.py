@@ -105,6 +105,7 @@ def _build(run: RunState, img: ImagePlan, res: ImageResult, base_id: str, start:
         image_id = keep_reproduced(run, img, res, image_id, previous)
     # the status last: the scheduler starts the children once it reads "built", and they take image_id as parent
     res.image_id = image_id
+    res.backend = run.options.backend
     res.status = "built"
     describe(run, res)
 
