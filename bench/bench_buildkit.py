@@ -10,6 +10,9 @@ dockerd 26.1; export its DOCKER_HOST and DOCKER_CONFIG). Every measure is one `i
    Goal <= 0.3x (BuildKit: the pip download cache mount; classic: no cache for a changed pip layer).
 3. no-op: the same matrix again (everything up to date) vs a `docker buildx bake` of the exported compose file
    (BuildKit's cache answers every step). Goal <= 1.0x.
+4. a fresh runner rebuilding a changed dev image (one dev pip package more): the engine emptied of the plan's images
+   and of every build cache (the OS image stays: a runner pulls it), the whole matrix built with `--buildkit-cache`
+   (a registry cache a first build exported to a local docker-registry) vs without it.
 
 --quick (CI: scripts/bench-quick.sh, on the BuildKit engine): the CPU matrix's base image only, BuildKit cold and its
 no-op; nothing compared, so that the bench cannot rot without an hour of builds in every CI run.
@@ -55,9 +58,14 @@ def imagebuild(args: argparse.Namespace, backend: str, matrix: Path, work: Path,
 
 
 def clean_engine(tags: list[str]) -> None:
-    """Remove the plan's images and every build cache, keep the OS base (imagebuild-os/*)."""
-    for tag in tags:
-        run(["docker", "image", "rm", "-f", tag])
+    """A fresh runner's engine: every reference but the OS base's (imagebuild-os/*) untagged (the plan's tags, their
+    aliases, the parents' pin tags: an alias left behind would make an image up to date), dangling images removed,
+    every build cache pruned."""
+    listed = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
+                            text=True, check=False).stdout.split()
+    refs = [r for r in listed if not r.startswith("imagebuild-os/") and not r.endswith(":<none>")]
+    for ref in sorted(set(refs) | set(tags)):
+        run(["docker", "image", "rm", "-f", ref])
     run(["docker", "image", "prune", "-f"])
     run(["docker", "builder", "prune", "-af"])
 
@@ -75,6 +83,37 @@ def with_six(work: Path) -> Path:
     path = work / "cpu.yaml"
     path.write_text(text)
     return path
+
+
+def with_dev_package(work: Path) -> Path:
+    text = MATRIX.read_text().replace("    runtime: [numpy]", "    runtime: [numpy]\n    dev: [six]")
+    assert "dev: [six]" in text, "images/cpu.yaml changed: update bench_buildkit.with_dev_package"
+    path = work / "cpu-dev-six.yaml"
+    path.write_text(text)
+    return path
+
+
+def registry_cache(args: argparse.Namespace, work: Path, tags: list[str]) -> tuple[float, float, str]:
+    """(seconds with the registry cache, seconds without, note): measure 4."""
+    reg = subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--quiet"], capture_output=True, text=True,
+                         check=False, timeout=60)
+    if reg.returncode != 0:
+        raise SystemExit(f"scripts/registry.sh failed: {reg.stderr}")
+    info = dict(w.split("=", 1) for w in reg.stdout.split() if "=" in w)
+    cache = ("--buildkit-cache", f"{info['REGISTRY']}/bench-buildkit-cache")
+    changed = with_dev_package(work)
+    try:
+        clean_engine(tags)
+        imagebuild(args, "buildkit", MATRIX, work, "--force", *cache)  # the first runner: exports every stage
+        clean_engine(tags)
+        with_cache, rows = imagebuild(args, "buildkit", changed, work, *cache)
+        clean_engine(tags)
+        without, _ = imagebuild(args, "buildkit", changed, work)
+    finally:
+        subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--stop", "--dir", info["REGISTRY_DIR"]],
+                       capture_output=True, check=False, timeout=60)
+    dev = rows["dev"].get("build_seconds") or 0
+    return with_cache, without, f"with the cache: dev {dev:.0f} s of it"
 
 
 def bake_noop(args: argparse.Namespace, work: Path) -> float:
@@ -129,6 +168,9 @@ def main() -> int:
     rows.append(("+1 pip package: runtime build (s)", f"{added['classic']:.0f}" if "classic" in added else "-",
                  f"{added['buildkit']:.0f}",
                  f"{added['buildkit'] / base_rt['buildkit']:.2f}x its cold {base_rt['buildkit']:.0f} s (goal <= 0.3x)"))
+    with_cache, without, note = registry_cache(args, work, tags)
+    rows.append(("fresh runner, changed dev: whole matrix (s)", "-", f"{with_cache:.0f} cache / {without:.0f} none",
+                 f"{with_cache / without:.2f}x ({note})"))
     version = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True,
                              text=True, check=False).stdout.strip()
     print(f"engine {version} at {os.environ.get('DOCKER_HOST', 'default socket')}; {os.cpu_count()} CPUs")
