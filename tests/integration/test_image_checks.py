@@ -92,6 +92,16 @@ USER 1000
     "locale": ("runtime", """\
 ENV LANG=C LC_ALL=
 """, "locale/utf8_locale", "LANG=C is not a UTF-8 locale"),
+    "tmpgroup": ("runtime", """\
+USER 0
+RUN chgrp 1000 /tmp && chmod 1770 /tmp
+USER 1000
+""", "arbitrary_uid/arbitrary_uid[tmp_writable]", "temp dir /tmp not writable by uid 12345 gid 0"),
+    "torchperm": ("runtime", """\
+USER 0
+RUN s="{site}"; chown -R 1000:1000 "$s/torch" && chmod -R go-rwx "$s/torch"
+USER 1000
+""", "arbitrary_uid/arbitrary_uid[torch_import]", "as uid 12345"),
     "home": ("runtime", """\
 USER 0
 RUN chgrp -R ml /home/ml && chmod -R g-w /home/ml

@@ -373,6 +373,47 @@ def test_uid_section_reports_home_not_writable(tmp_path):
     assert got["uid.torch_import"]["status"] in ("skipped", "passed")
 
 
+def test_uid_temp_dir_is_tmpdir_or_tmp_never_a_fallback(tmp_path):
+    """tempfile.gettempdir() would pick /var/tmp or the working directory when TMPDIR is not writable."""
+    missing = tmp_path / "no-such-tmp"
+    env = dict(os.environ, TMPDIR=str(missing))
+    out = subprocess.run([sys.executable, str(P.zipapp_path()), "--sections", "uid"], capture_output=True,
+                         text=True, env=env, timeout=120, cwd=tmp_path)
+    got = {c["name"]: c for c in json.loads(out.stdout)["checks"]}
+    assert got["uid.tmp_writable"]["status"] == "failed"
+    assert f"temp dir {missing} not writable by uid {os.getuid()}" in got["uid.tmp_writable"]["reason"]
+
+
+def _torch_site(tmp_path, with_metadata: bool) -> Path:
+    """A site folder where `torch` is only metadata (its package files unreadable to this user, as when a derived
+    image chmods them away from group 0), or nothing at all."""
+    site = tmp_path / "site"
+    site.mkdir()
+    if with_metadata:
+        dist = site / "torch-9.9.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 9.9\n")
+    return site
+
+
+@pytest.mark.parametrize("with_metadata", [True, False])
+def test_uid_torch_import_fails_when_torch_is_installed_but_does_not_import(tmp_path, with_metadata):
+    code = ("import sys; sys.path = sys.argv[1:3] + [d for d in sys.path if 'site-packages' not in d]\n"
+            "sys.modules['torch'] = None\n"
+            "from probe import uid\n"
+            "class P:\n"
+            "    doc, checks, torch_error = {}, {}, \"No module named 'torch'\"\n"
+            "    def import_torch(self): return None\n"
+            "    def check(self, name, status, reason='', **fig): self.checks[name] = (status, reason)\n"
+            "p = P(); uid.run(p); print(p.checks['uid.torch_import'][0])\n")
+    probe_dir = Path(P.__file__).parent.parent
+    site = _torch_site(tmp_path, with_metadata)
+    out = subprocess.run([sys.executable, "-I", "-c", code, str(site), str(probe_dir)], capture_output=True,
+                         text=True, timeout=60, env={"HOME": str(tmp_path)}, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ("failed" if with_metadata else "skipped")
+
+
 def test_new_sections_are_known_to_the_cli():
     for s in ("hygiene", "locale", "pip", "ldd", "uid"):
         assert s in P.SECTIONS and s in P.DEFAULT_SECTIONS

@@ -43,11 +43,25 @@ def writable(path: str) -> tuple[bool, str]:
     return True, ""
 
 
+def torch_installed() -> bool:
+    """torch's distribution metadata is there: a `No module named 'torch'` for this user is then a failure (its
+    files unreadable to it), not an image without torch."""
+    from importlib import metadata
+
+    try:
+        metadata.distribution("torch")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def run(p):
     me = identity()
     p.doc["uid"] = dict(me)
     home = os.environ.get("HOME", "")
-    for name, path in (("uid.home_writable", home), ("uid.tmp_writable", tempfile.gettempdir())):
+    # the temp dir programs use: $TMPDIR, else /tmp (tempfile.gettempdir() would quietly fall back to /var/tmp or
+    # the working directory, so an unwritable /tmp would pass)
+    for name, path in (("uid.home_writable", home), ("uid.tmp_writable", os.environ.get("TMPDIR") or "/tmp")):
         fig = dict(me, dir=describe_dir(path) if path else {})
         if not path:
             p.check(name, "failed", f"HOME is not set for uid {me['uid']}", **fig)
@@ -63,7 +77,7 @@ def run(p):
             p.check(name, "failed", f"{var} {path} not writable by {who}: {err} ({owner})", **fig)
     torch = p.import_torch()
     if torch is None:
-        if p.torch_error is None or "No module named" in p.torch_error:
+        if (p.torch_error is None or "No module named" in p.torch_error) and not torch_installed():
             p.check("uid.torch_import", "skipped", NO_TORCH)
         else:
             p.check("uid.torch_import", "failed", f"import torch as uid {me['uid']}: {p.torch_error}"[:1500], **me)
@@ -71,7 +85,8 @@ def run(p):
     try:
         ok = float(torch.ones(4).sum()) == 4.0
     except Exception as exc:
-        p.check("uid.torch_import", "failed", f"torch imported but a CPU op failed: {type(exc).__name__}: {exc}"[:800])
+        p.check("uid.torch_import", "failed", f"torch imported as uid {me['uid']} but a CPU op failed: {type(exc).__name__}: "
+                f"{exc}"[:800])
         return
     p.check("uid.torch_import", "passed" if ok else "failed",
             f"torch {torch.__version__} imports and computes as uid {me['uid']} gid {me['gid']}", **me)
