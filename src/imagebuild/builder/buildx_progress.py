@@ -7,7 +7,8 @@ Anything that is not JSON (buildx's own "ERROR: failed to solve: ..." line at th
 
 `RawJsonProgress` turns that into the seam's events (backend.py): a `step` when a vertex starts, a `line` per output
 line (redacted; the whole output also goes to the image's log), and on failure the failing step, BuildKit's error and
-the last lines that step printed. Parallel stages interleave: each vertex keeps its own tail.
+the last lines that step printed. A vertex error is the failure only when buildx exits non-zero: BuildKit reports
+tolerated problems (a registry cache not there yet) as vertex errors too. Parallel stages interleave: each vertex keeps its own tail.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class RawJsonProgress:
     order: list[str] = field(default_factory=list)  # vertex digests in the order they started
     error: str | None = None  # BuildKit's error for the failing step, or buildx's own message
     failed_vertex: str | None = None
+    vertex_error: tuple[str, str] | None = None  # the first vertex error (message, digest): the cause if buildx fails
     plain: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))  # non-JSON lines (buildx's own)
     _buffer: str = ""
 
@@ -92,8 +94,11 @@ class RawJsonProgress:
             events += self._plain(self._buffer)
         self._buffer = ""
         if returncode != 0 and self.error is None:
-            last = next((ln for ln in reversed(self.plain) if ln.strip()), "")
-            self.error = last.removeprefix("ERROR: ") or f"docker buildx build exited with status {returncode}"
+            if self.vertex_error is not None:
+                self.error, self.failed_vertex = self.vertex_error
+            else:
+                last = next((ln for ln in reversed(self.plain) if ln.strip()), "")
+                self.error = last.removeprefix("ERROR: ") or f"docker buildx build exited with status {returncode}"
         return events
 
     def fail(self, message: str) -> None:
@@ -147,11 +152,14 @@ class RawJsonProgress:
                 events.append(BuildEvent("step", f"{m['stage']}: {m['instr']}" if m["stage"] else m["instr"],
                                          int(m["k"]), int(m["n"])))
         if v.get("error"):
+            # not yet the build's failure: BuildKit reports what it tolerates as vertex errors too (a registry cache
+            # to import that does not exist yet, an export with ignore-error=true) and buildx then exits 0. Only a
+            # non-zero exit makes the first failing vertex the cause (finish); the rest are cancelled with it.
             message = redact(str(v["error"]))
             self._write(f"#{len(self.order)} ERROR: {message}\n")
-            if self.error is None:  # the first failing vertex is the cause; the rest are cancelled with it
-                self.error, self.failed_vertex = message, digest
-            events.append(BuildEvent("error", f"{name}: {message}"))
+            if self.vertex_error is None:
+                self.vertex_error = (message, digest)
+            events.append(BuildEvent("line", f"{name}: {message}"))
         return events
 
     def _log(self, entry: dict[str, Any]) -> list[BuildEvent]:
