@@ -10,7 +10,7 @@ are compared (type, mode, owner, mtime, size, content hash, link target): it nam
 
 Usage (needs root for the engines and the bootstrap; a build of images/cpu.yaml takes minutes per engine):
   python bench/bench_repro.py --matrix images/cpu.yaml --wheelhouse /opt/wheels --ca-cert $PIP_CERT \\
-      --torch-index-url none [--keep] [--markdown table.md]
+      --torch-index-url none [--backend classic|buildkit] [--keep] [--markdown table.md]
   python bench/bench_repro.py --compare unix:///var/tmp/ibrA/docker.sock unix:///var/tmp/ibrB/docker.sock \\
       --report reportA/build-report.json      # compare two engines that already hold the build
   python bench/bench_repro.py --quick
@@ -38,29 +38,35 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from imagebuild.report.budget import describe_step  # noqa: E402
 
-ENGINE = ROOT / "scripts" / "docker-engine.sh"
+# the engine each backend's comparison runs on: Debian 12's dockerd 20.10 (classic builder) or trixie's dockerd 26.1
+# with buildx (the BuildKit backend; its DOCKER_CONFIG holds the plugin)
+ENGINES = {"classic": ROOT / "scripts" / "docker-engine.sh", "buildkit": ROOT / "scripts" / "modern-engine.sh"}
 
 
 # -- engines and builds ----------------------------------------------------------------------------------------
-def start_engine(directory: Path) -> str:
-    out = subprocess.run([str(ENGINE), "--fresh", str(directory)], check=True, capture_output=True, text=True)
-    return out.stdout.strip().split("DOCKER_HOST=", 1)[1]
+def start_engine(directory: Path, backend: str = "classic") -> str:
+    out = subprocess.run([str(ENGINES[backend]), "--fresh", str(directory)], check=True, capture_output=True,
+                         text=True)
+    return out.stdout.split("DOCKER_HOST=", 1)[1].split()[0]
 
 
-def stop_engine(directory: Path) -> None:
-    subprocess.run([str(ENGINE), "--stop", str(directory)], check=False, capture_output=True)
+def stop_engine(directory: Path, backend: str = "classic") -> None:
+    subprocess.run([str(ENGINES[backend]), "--stop", str(directory)], check=False, capture_output=True)
     shutil.rmtree(directory, ignore_errors=True)
 
 
 def build(host: str, args, work: Path) -> tuple[float, Path]:
     """`imagebuild build` of the matrix on the engine at `host`; (seconds, its build-report.json)."""
     cmd = [sys.executable, "-m", "imagebuild", "build", "--matrix", args.matrix, "--registry", args.registry,
-           "--plain", "--log-dir", str(work / "logs"), "--report-dir", str(work / "report")]
+           "--plain", "--log-dir", str(work / "logs"), "--report-dir", str(work / "report"), "--backend", args.backend]
     for name in ("wheelhouse", "ca_cert", "torch_index_url"):
         value = getattr(args, name)
         if value:
             cmd += [f"--{name.replace('_', '-')}", value]
-    env = {**os.environ, "DOCKER_HOST": host, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "DOCKER_HOST": host, "PYTHONPATH": str(ROOT / "src"),
+           "IMAGEBUILD_STATE_DIR": str(work / "state")}
+    if args.backend == "buildkit":
+        env["DOCKER_CONFIG"] = str(ROOT / ".tools" / "docker-config")  # where modern-engine.sh put buildx
     t0 = time.monotonic()
     with open(work / "build.out", "w") as out:
         rc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
@@ -278,6 +284,8 @@ def main() -> int:
     ap.add_argument("--wheelhouse")
     ap.add_argument("--ca-cert")
     ap.add_argument("--torch-index-url")
+    ap.add_argument("--backend", choices=sorted(ENGINES), default="classic",
+                    help="classic: two fresh dockerd 20.10; buildkit: two fresh dockerd 26.1 with buildx")
     ap.add_argument("--work", default="/var/tmp", help="where the engines' data folders go (short paths)")
     ap.add_argument("--keep", action="store_true", help="leave both engines running (prints their DOCKER_HOSTs)")
     ap.add_argument("--compare", nargs=2, metavar="DOCKER_HOST", help="compare two engines that hold the build")
@@ -299,7 +307,7 @@ def main() -> int:
             for label in ("A", "B"):
                 d = Path(tempfile.mkdtemp(prefix=f"ibr{label}-", dir=args.work))
                 dirs.append(d)
-                hosts.append(start_engine(d))
+                hosts.append(start_engine(d, args.backend))
                 took, rep = build(hosts[-1], args, d)
                 seconds.append(took)
                 report = report or rep
@@ -321,10 +329,10 @@ def main() -> int:
     finally:
         if args.keep:
             for d, h in zip(dirs, hosts if not args.compare else [], strict=False):
-                print(f"kept: DOCKER_HOST={h} (stop: scripts/docker-engine.sh --stop {d})", file=sys.stderr)
+                print(f"kept: DOCKER_HOST={h} (stop: {ENGINES[args.backend]} --stop {d})", file=sys.stderr)
         else:
             for d in dirs:
-                stop_engine(d)
+                stop_engine(d, args.backend)
     return 0
 
 
