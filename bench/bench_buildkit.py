@@ -37,10 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 MATRIX = ROOT / "images" / "cpu.yaml"
 
 
-def run(argv: list[str], env: dict[str, str] | None = None, timeout: int = 7200) -> tuple[float, int, str]:
+def run(argv: list[str], env: dict[str, str] | None = None, timeout: int = 7200,
+        cwd: Path | None = None) -> tuple[float, int, str]:
     start = time.monotonic()
     out = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=timeout,
-                         check=False)
+                         check=False, cwd=cwd)
     return time.monotonic() - start, out.returncode, (out.stdout + out.stderr)[-2000:]
 
 
@@ -127,8 +128,11 @@ def bake_noop(args: argparse.Namespace, work: Path) -> float:
                           capture_output=True, text=True, check=False).stdout.split()
     env = {f"OS_IMAGE_{'debian12'}": base[0]} if base else {}
     argv = ["docker", "buildx", "bake", "-f", str(out), "--progress", "plain", "--provenance=false"]
-    run(argv, env=env, timeout=7200)  # the first bake fills its own cache (targets differ from imagebuild's tags)
-    seconds, code, tail = run(argv, env=env)
+    # from the bake file's folder (its contexts are relative paths); the first bake fills its own cache
+    _, code, tail = run(argv, env=env, timeout=7200, cwd=out.parent)
+    if code != 0:
+        raise SystemExit(f"docker buildx bake failed:\n{tail}")
+    seconds, code, tail = run(argv, env=env, cwd=out.parent)
     if code != 0:
         raise SystemExit(f"docker buildx bake failed:\n{tail}")
     return seconds
@@ -143,6 +147,10 @@ def main() -> int:
     if args.quick:
         return quick(args)
     rows: list[tuple[str, str, str, str]] = []  # measure, classic, buildkit, ratio / note
+
+    def add(row: tuple[str, str, str, str]) -> None:  # each row as soon as it is measured: a later failure keeps it
+        rows.append(row)
+        print("row: " + " | ".join(row), file=sys.stderr, flush=True)
     work = Path(tempfile.mkdtemp(prefix="bench-buildkit-"))
     tags = plan_tags(MATRIX)
     cold: dict[str, tuple[float, dict]] = {}
@@ -150,15 +158,17 @@ def main() -> int:
     for backend in (("buildkit",) if args.quick else ("classic", "buildkit")):
         clean_engine(tags)
         cold[backend] = imagebuild(args, backend, MATRIX, work, "--force")
+        print(f"cold {backend}: " + ", ".join(f"{f} {r.get('build_seconds') or 0:.0f} s"
+                                               for f, r in cold[backend][1].items()), file=sys.stderr, flush=True)
     bk_cold, bk_rows = cold["buildkit"]
     if "classic" in cold:
-        rows.append(("cold CPU matrix (s)", f"{cold['classic'][0]:.0f}", f"{bk_cold:.0f}",
+        add(("cold CPU matrix (s)", f"{cold['classic'][0]:.0f}", f"{bk_cold:.0f}",
                      f"{bk_cold / cold['classic'][0]:.2f}x (goal <= 0.6x)"))
     else:
-        rows.append(("cold CPU matrix (s)", "-", f"{bk_cold:.0f}", "--quick: classic cold not run"))
+        add(("cold CPU matrix (s)", "-", f"{bk_cold:.0f}", "--quick: classic cold not run"))
     noop = {b: imagebuild(args, b, MATRIX, work)[0] for b in ("classic", "buildkit")}
     bake = None if args.quick else bake_noop(args, work)
-    rows.append(("no-op, whole CLI (s)", f"{noop['classic']:.1f}", f"{noop['buildkit']:.1f}",
+    add(("no-op, whole CLI (s)", f"{noop['classic']:.1f}", f"{noop['buildkit']:.1f}",
                  f"bake no-op {bake:.1f} s: {noop['buildkit'] / bake:.2f}x (goal <= 1.0x)" if bake else "--quick"))
     changed = with_six(work)
     added = {}
@@ -166,11 +176,11 @@ def main() -> int:
         _, per = imagebuild(args, backend, changed, work)
         added[backend] = float(per["runtime"]["build_seconds"])
     base_rt = {b: float(cold[b][1]["runtime"]["build_seconds"]) for b in cold}
-    rows.append(("+1 pip package: runtime build (s)", f"{added['classic']:.0f}" if "classic" in added else "-",
+    add(("+1 pip package: runtime build (s)", f"{added['classic']:.0f}" if "classic" in added else "-",
                  f"{added['buildkit']:.0f}",
                  f"{added['buildkit'] / base_rt['buildkit']:.2f}x its cold {base_rt['buildkit']:.0f} s (goal <= 0.3x)"))
     with_cache, without, note = registry_cache(args, work, tags)
-    rows.append(("fresh runner, changed dev: whole matrix (s)", "-", f"{with_cache:.0f} cache / {without:.0f} none",
+    add(("fresh runner, changed dev: whole matrix (s)", "-", f"{with_cache:.0f} cache / {without:.0f} none",
                  f"{with_cache / without:.2f}x ({note})"))
     version = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True,
                              text=True, check=False).stdout.strip()
