@@ -78,20 +78,21 @@ def plan_tags(matrix: Path) -> list[str]:
     return [img.tag for img in make_plan(matrix).images]
 
 
-def with_six(work: Path) -> Path:
-    text = MATRIX.read_text().replace("runtime: [numpy]", "runtime: [numpy, six]")
-    assert "six" in text, "images/cpu.yaml changed: update bench_buildkit.with_six"
-    path = work / "cpu.yaml"
-    path.write_text(text)
+def matrix_with(work: Path, line: str, replacement: str, name: str) -> Path:
+    """images/cpu.yaml with `line` replaced (a changed pip package list), written as work/name."""
+    text = MATRIX.read_text()
+    assert line in text, f"images/cpu.yaml changed: update bench_buildkit's {name}"
+    path = work / name
+    path.write_text(text.replace(line, replacement))
     return path
 
 
-def with_dev_package(work: Path) -> Path:
-    text = MATRIX.read_text().replace("    runtime: [numpy]", "    runtime: [numpy]\n    dev: [six]")
-    assert "dev: [six]" in text, "images/cpu.yaml changed: update bench_buildkit.with_dev_package"
-    path = work / "cpu-dev-six.yaml"
-    path.write_text(text)
-    return path
+def with_six(work: Path) -> Path:  # measure 2: one pip package more in the runtime
+    return matrix_with(work, "runtime: [numpy]", "runtime: [numpy, six]", "cpu.yaml")
+
+
+def with_dev_package(work: Path) -> Path:  # measure 4: one pip package more in the dev image
+    return matrix_with(work, "    runtime: [numpy]", "    runtime: [numpy]\n    dev: [six]", "cpu-dev-six.yaml")
 
 
 def registry_cache(args: argparse.Namespace, work: Path, tags: list[str]) -> tuple[float, float, str]:

@@ -1,7 +1,6 @@
 """The end-to-end table of a built matrix (make e2e-h100): per image its build result, the backend that built it,
-its build time, size and size/floor,
-the transformer_engine wheel (compiled or cached, seconds) and the smoke result, read from build-report.json and
-measured on the images themselves (floor: bench_build.bench_size).
+its build time, size and size/floor, the transformer_engine wheel (compiled or cached, seconds) and the smoke
+result, read from build-report.json and measured on the images themselves (floor: bench_build.bench_size).
 
 Usage: python bench/e2e_table.py --report reports/e2e-h100/build-report.json [--markdown OUT.md] [--quick]
 
@@ -49,8 +48,8 @@ def rows(report: dict, client, measure_sizes: int | None = None) -> list[tuple[s
         error = (r.get("error") or "").split(f"{r['tag']}: ", 1)[-1]  # preflight lines start with the tag
         reason = "" if r["status"] in ("built", "up-to-date") else error[:70]
         out.append((r["tag"].rsplit(":", 1)[-1], r["status"] + (f": {reason}" if reason else ""),
-                    r.get("backend") or "-", f"{secs:.0f} s" if secs else "-", format_size(r["size"]) if r.get("size") else "-", ratio,
-                    te_text, smoke))
+                    r.get("backend") or "-", f"{secs:.0f} s" if secs else "-",
+                    format_size(r["size"]) if r.get("size") else "-", ratio, te_text, smoke))
     assert len(by_tag) == len(out)
     return out
 

@@ -32,13 +32,16 @@ def imagebuild(*args: str, stdin: str | None = None, timeout: int = 1800, env: d
                           cwd=cwd or ROOT, env=full_env, timeout=timeout)
 
 
-def start_registry(user: str, password: str, *extra: str) -> dict[str, str]:
-    """scripts/registry.sh with htpasswd auth (password via the environment, never argv); its REGISTRY=… lines."""
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--user", user, "--quiet", *extra],
+def start_registry(user: str | None, password: str = "", *extra: str) -> dict[str, str]:
+    """scripts/registry.sh with htpasswd auth (password via the environment, never argv), or without auth when
+    `user` is None; its REGISTRY=… lines."""
+    auth = ["--user", user] if user is not None else []
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), *auth, "--quiet", *extra],
                          env={**os.environ, "REGISTRY_PASSWORD": password}, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     info = dict(line.split("=", 1) for line in out.stdout.split() if "=" in line)
-    assert password not in (Path(info["REGISTRY_DIR"]) / "config.yml").read_text()
+    if password:
+        assert password not in (Path(info["REGISTRY_DIR"]) / "config.yml").read_text()
     return info
 
 

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from _helpers import ROOT, imagebuild
+from _helpers import ROOT, imagebuild, start_registry, stop_registry
 
 BK_HOST = os.environ.get("IMAGEBUILD_BUILDKIT_HOST", "")
 BK_CONFIG = os.environ.get("IMAGEBUILD_BUILDKIT_DOCKER_CONFIG") or str(ROOT / ".tools" / "docker-config")
@@ -177,10 +177,7 @@ def second_engine(bk_build):
                                  check=False)
         assert started.returncode == 0, started.stderr
         host = next(ln.split("=", 1)[1] for ln in started.stdout.splitlines() if ln.startswith("export DOCKER_HOST="))
-        reg = subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--quiet", "--dir", str(reg_dir)],
-                             capture_output=True, text=True, timeout=60, check=False)
-        assert reg.returncode == 0, reg.stderr
-        registry = dict(w.split("=", 1) for w in reg.stdout.split() if "=" in w)["REGISTRY"]
+        registry = start_registry(None, "", "--dir", str(reg_dir))["REGISTRY"]
         second = docker.DockerClient(base_url=host, timeout=600)
         os_tags = [t for img in first.images.list() for t in img.tags if t.startswith("imagebuild-os/")]
         assert os_tags, "the first engine has no bootstrapped OS image"
@@ -188,8 +185,7 @@ def second_engine(bk_build):
         yield host, second, first, registry
         second.close()
     finally:
-        subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--stop", "--dir", str(reg_dir)],
-                       capture_output=True, timeout=60, check=False)
+        stop_registry({"REGISTRY_DIR": str(reg_dir)})
         subprocess.run([script, "--stop", str(engine_dir)], capture_output=True, timeout=120, check=False)
         shutil.rmtree(engine_dir, ignore_errors=True)
 

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.dates import image_source_date
 from imagebuild.export import check, export_archive, export_squashfs
 from imagebuild.export.enrootfiles import enroot_files, parse_environment, quote
 from imagebuild.export.squashfs import mksquashfs_args, read_superblock, sidecar
 from imagebuild.export.unpack import enroot_mode
-from imagebuild.export.writer import ExportError, source_epoch
+from imagebuild.export.writer import ExportError
 
 needs_squashfs = pytest.mark.skipif(not shutil.which("mksquashfs") or not shutil.which("unsquashfs"),
                                     reason="squashfs-tools not installed (scripts/system-deps.sh)")
@@ -104,9 +105,9 @@ def test_enroot_mode_is_what_enroot_import_leaves():
 
 
 def test_source_epoch_prefers_the_label_then_created():
-    assert source_epoch(INSPECT) == 1_700_000_000
-    assert source_epoch({"Created": "2026-11-02T03:04:05.5Z", "Config": {}}) == 1793588645
-    assert source_epoch({"Created": "garbage"}) == 0
+    assert image_source_date(INSPECT) == 1_700_000_000
+    assert image_source_date({"Created": "2026-11-02T03:04:05.5Z", "Config": {}}) == 1793588645
+    assert image_source_date({"Created": "garbage"}) == 0
 
 
 def test_mksquashfs_compression_choices():

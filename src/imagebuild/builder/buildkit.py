@@ -178,14 +178,14 @@ class BuildxBuild:
                 yield BuildEvent("image", self._image_id)
 
     def _load(self, archive: Path) -> Iterator[BuildEvent]:
-        """The exported docker archive into the engine's store (its image ID is the archive's manifest digest)."""
+        """The exported docker archive into the engine's store (its image ID is the archive's manifest digest); the
+        archive goes with the build's temporary folder."""
         yield BuildEvent("step", "load the exported image into the engine")
         loaded = run_cli([self.backend.docker, "image", "load", "--quiet", "--input", str(archive)],
                          timeout=self.request.timeout)
         if loaded.returncode != 0:
             self.progress.fail(f"docker image load of the exported image failed: "
                                f"{(loaded.stderr.strip().splitlines() or ['no output'])[-1]}")
-        archive.unlink(missing_ok=True)
 
     def _stream(self, process: subprocess.Popen[bytes]) -> Iterator[BuildEvent]:
         """Read stderr until EOF; `request.timeout` seconds without a byte count as a lost build."""

@@ -8,7 +8,8 @@ Anything that is not JSON (buildx's own "ERROR: failed to solve: ..." line at th
 `RawJsonProgress` turns that into the seam's events (backend.py): a `step` when a vertex starts, a `line` per output
 line (redacted; the whole output also goes to the image's log), and on failure the failing step, BuildKit's error and
 the last lines that step printed. A vertex error is the failure only when buildx exits non-zero: BuildKit reports
-tolerated problems (a registry cache not there yet) as vertex errors too. Parallel stages interleave: each vertex keeps its own tail.
+tolerated problems (a registry cache not there yet) as vertex errors too. Parallel stages interleave: each vertex
+keeps its own tail.
 """
 
 from __future__ import annotations

@@ -51,11 +51,6 @@ class ExportResult:
         return asdict(self)
 
 
-def source_epoch(inspect: dict[str, Any]) -> int:
-    """Every timestamp in the squashfs: the image's source date (imagebuild.dates)."""
-    return image_source_date(inspect)
-
-
 def check_destination(dest: Path, force: bool) -> None:
     """Before any work: the folder exists and takes files, the name is free (or --force)."""
     if dest.is_dir():
@@ -146,7 +141,7 @@ def export_squashfs(open_filesystem: Callable[[], contextlib.AbstractContextMana
             add_file(unpacked, rel, text)
         pseudo = scratch / "owners.pseudo"
         pseudo.write_text(pseudo_definitions(unpacked), encoding="utf-8")
-        squashfs.pack(root, aside, pseudo, source_epoch(inspect), compression, progress.enabled)
+        squashfs.pack(root, aside, pseudo, image_source_date(inspect), compression, progress.enabled)
         digest = _install(aside, dest)
     except OSError as exc:
         raise _os_error(exc, str(dest)) from None

@@ -85,8 +85,8 @@ def run(p):
     try:
         ok = float(torch.ones(4).sum()) == 4.0
     except Exception as exc:
-        p.check("uid.torch_import", "failed", f"torch imported as uid {me['uid']} but a CPU op failed: {type(exc).__name__}: "
-                f"{exc}"[:800])
+        p.check("uid.torch_import", "failed",
+                f"torch imported as uid {me['uid']} but a CPU op failed: {type(exc).__name__}: {exc}"[:800])
         return
     p.check("uid.torch_import", "passed" if ok else "failed",
             f"torch {torch.__version__} imports and computes as uid {me['uid']} gid {me['gid']}", **me)
