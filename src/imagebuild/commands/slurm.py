@@ -65,6 +65,7 @@ def command(args: Sequence[str], matrix: str | None, only: str | None, flavor: s
       imagebuild slurm -m images/h100.yaml --only '*runtime' --srun -- python -c 'import torch'
       imagebuild slurm registry.example:5000/ml/pytorch:2.13-cu128-runtime --host-root /shared/node-model
     """
+    from imagebuild.host import host_root as check_root
     from imagebuild.host import nvidia_smi_outputs, read_fabric, read_topology
     from imagebuild.launch.slurm import SlurmRequest, make_slurm
 
@@ -86,7 +87,10 @@ def command(args: Sequence[str], matrix: str | None, only: str | None, flavor: s
         args.pop(0)
     if no_workspace and workspace:
         raise UsageError("--workspace and --no-workspace: pick one")
-    root = host_root or Path(os.environ.get(ROOT_ENV) or "/")
+    if host_root is not None:
+        root = check_root(host_root, "--host-root")
+    else:
+        root = check_root(Path(os.environ.get(ROOT_ENV) or "/"), f"${ROOT_ENV}")
     topo = read_topology(root, **nvidia_smi_outputs(root))
     from imagebuild.oci import ReferenceSyntaxError
 
