@@ -52,6 +52,7 @@ _PROJECT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 _PEP440_CHARS = re.compile(r"[A-Za-z0-9.+!_-]+")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{1,64}")  # the engine's ID, or a unique prefix of it (what it also accepts)
 # a wheel's file name as an index serves it (PEP 427; '%' for a URL-quoted local label: torch-2.13.0%2Bcpu-…)
 _WHEEL_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!%-]*\.whl")
 
@@ -61,6 +62,7 @@ debian_package = _check(_DEBIAN_PACKAGE, "a Debian package name (lower case lett
 project_name = _check(_PROJECT_NAME, "a Python project name (PEP 508: letters, digits, . _ -)")
 sha256_hex = _check(_SHA256, "a sha256 (64 lowercase hex digits)")
 digest = _check(_DIGEST, "a digest (sha256: and 64 lowercase hex digits)")
+image_id = _check(_IMAGE_ID, "an image ID (sha256: and lowercase hex digits)")
 wheel_file = _check(_WHEEL_FILE, "a wheel file name (letters, digits, . _ + ! % -, ending .whl)")
 
 
