@@ -295,7 +295,7 @@ def test_classic_build_leaves_index_credentials_in_no_image(client, tiny_os):
     import json
 
     from imagebuild.builder.backend import BuildRequest
-    from imagebuild.builder.classic import ClassicBackend
+    from imagebuild.builder.backends.classic.build import ClassicBackend
     from imagebuild.engine.store import as_store
 
     token = uuid.uuid4().hex

@@ -15,9 +15,14 @@ from pathlib import Path
 import pytest
 
 from imagebuild.builder.backend import BuildRequest
-from imagebuild.builder.buildkit import BuildxBackend
-from imagebuild.builder.buildx_argv import BASE_CONTEXT, BuildxCall, buildx_argv, secret_env
-from imagebuild.builder.buildx_preflight import BuilderUnavailable, check_named_contexts, parse_ls, preflight
+from imagebuild.builder.backends.buildkit.argv import BASE_CONTEXT, BuildxCall, buildx_argv, secret_env
+from imagebuild.builder.backends.buildkit.build import BuildxBackend
+from imagebuild.builder.backends.buildkit.checks import (
+    BuilderUnavailable,
+    check_named_contexts,
+    parse_ls,
+    preflight,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "buildx"
 PARENT = "sha256:" + "ab" * 32
@@ -235,7 +240,7 @@ def test_registry_cache_flags_one_tag_per_image():
 
 
 def test_cache_export_needs_the_containerd_store():
-    from imagebuild.builder.buildx_preflight import Builder, check_cache_export
+    from imagebuild.builder.backends.buildkit.checks import Builder, check_cache_export
 
     docker = Builder("default", "docker", "running", "")
     with pytest.raises(BuilderUnavailable, match="containerd image store"):

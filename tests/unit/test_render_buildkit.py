@@ -9,12 +9,12 @@ from textwrap import dedent
 import pytest
 from _render_cases import CPU, CU128_TE
 
+from imagebuild.backends import backend_of, plan_backend
 from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
 from imagebuild.matrix import parse_matrix
 from imagebuild.models import Plan
-from imagebuild.render import plan_backend, render_image
-from imagebuild.render.backend import backend_of
+from imagebuild.render import render_image
 from imagebuild.render.te_wheel import render_te_wheel
 from imagebuild.resolve import resolve_matrix
 

@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from imagebuild.builder.buildx_argv import secret_id
+from imagebuild.builder.backends.buildkit.argv import secret_id
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
 from imagebuild.dates import SOURCE_DATE_LABEL
 from imagebuild.errors import UsageError

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
+from imagebuild.backends import BACKENDS
 from imagebuild.inputs import BuildInputs
 from imagebuild.pipeline.settings import resolve_matrix_path
 
@@ -63,7 +64,7 @@ def build_input_options(func: Callable[..., Any]) -> Callable[..., Any]:
                   help="Override the torch wheel index chosen by resolution ('none': PyPI/wheelhouse only).")
     @click.option("--wheelhouse", default=None, type=click.Path(file_okay=False, path_type=Path),
                   help="Local wheel folder for pip stages only (never copied into a final image).")
-    @click.option("--backend", type=click.Choice(["classic", "buildkit"]), default=None,
+    @click.option("--backend", type=click.Choice(list(BACKENDS)), default=None,
                   help="How images are built (default: the matrix's `backend`, else classic). buildkit renders "
                        "cache mounts and build secrets and builds through `docker buildx build` (engine >= 23).")
     @functools.wraps(func)

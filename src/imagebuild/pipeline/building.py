@@ -9,8 +9,10 @@ from enum import Enum
 from typing import Any
 
 from imagebuild import builder
+from imagebuild.backends import BACKENDS, plan_backend, spec
 from imagebuild.builder import BuildOptions
 from imagebuild.builder.backend import BuildBackend
+from imagebuild.builder.backends import BackendFactory, preflight
 from imagebuild.builder.progress import Progress
 from imagebuild.builder.remote import RegistryUnavailable, RemoteImage, find_in_registry
 from imagebuild.builder.sources import blocked_tags, unreachable
@@ -24,7 +26,6 @@ from imagebuild.pipeline.located import locate
 from imagebuild.pipeline.selection import Selection
 from imagebuild.pipeline.settings import BuildSettings
 from imagebuild.record import Record
-from imagebuild.render import plan_backend
 
 
 class BuildStatus(str, Enum):
@@ -121,19 +122,20 @@ def preflight_sources(client: Any, plan: Plan, selection: Selection, keep_going:
     return Plan(plan.matrix_file, [i for i in plan.images if i.tag not in blocked]), rows
 
 
-def buildkit_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -> BuildBackend | None:
-    """The BuildKit backend when the plan is rendered for it (or --builder/--buildkit-cache ask for buildx), checked
-    before anything builds: no buildx, a builder that does not exist or answer, an engine whose BuildKit lacks named
-    contexts are one line each (BuilderUnavailable). None: the classic backend."""
-    if plan_backend(plan, inputs) != "buildkit" and not settings.builder and not settings.buildkit_cache:
-        return None
-    from imagebuild.builder.buildx_preflight import preflight
-
-    return preflight(settings.builder, settings.buildkit_cache)
+def run_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -> tuple[str, BackendFactory]:
+    """The run's backend (the one the plan is rendered for, a row of imagebuild/backends.py) after its preflight,
+    before anything builds: what it lacks here is one line (for BuildKit: no buildx, a builder that does not exist or
+    answer, an engine whose BuildKit lacks named contexts). Its own run options (the row's `options`) go to it."""
+    name = plan_backend(plan, inputs)
+    for other in BACKENDS.values():  # an option only another backend understands asks for that backend (issue 26:
+        if other.name != name and any(getattr(settings, o.setting) for o in other.options):  # to be refused)
+            name = other.name
+    own = {o.setting: getattr(settings, o.setting) for o in spec(name).options}
+    return name, preflight(name, own)
 
 
 def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSettings, rec: Record | None,
-               progress: Progress, log_dir: Any, say: Say, backend: BuildBackend | None = None) -> BuildRun:
+               progress: Progress, log_dir: Any, say: Say, backend: tuple[str, BuildBackend] | None = None) -> BuildRun:
     """Build (or find up to date) the selected images and their parents; rows for the whole plan."""
     remote: dict[str, RemoteImage] = {}
     here = None if settings.force else locate_all(client, selection, rec)
@@ -144,9 +146,10 @@ def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSet
                            log_dir=log_dir, remote=remote, created=settings.created)
     if settings.jobs:
         options.jobs = settings.jobs
+    chosen: BuildBackend | None = None
     if backend is not None:
-        options.backend = "buildkit"
-    results = (builder.build_plan(client, buildable, options, progress, backend=backend)
+        options.backend, chosen = backend
+    results = (builder.build_plan(client, buildable, options, progress, backend=chosen)
                if buildable.images else []) + blocked
     order = {img.tag: n for n, img in enumerate(plan.images)}
     results.sort(key=lambda r: order[r.tag])

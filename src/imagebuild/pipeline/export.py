@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from imagebuild.backends import BUILDKIT, spec
 from imagebuild.builder.bake import write_bake
 from imagebuild.inputs import BuildInputs
 from imagebuild.models import Plan
@@ -17,9 +18,10 @@ from imagebuild.pipeline.settings import RunOptions
 def bake_file(options: RunOptions, output: str, context_dir: str | None, os_images: dict[str, str],
               say: Say) -> dict[str, Any]:
     inputs = options.inputs or BuildInputs()
-    inputs = replace(inputs, backend=inputs.backend or "buildkit")  # bake builds with BuildKit
+    backend = inputs.backend or BUILDKIT  # bake builds with BuildKit
+    inputs = replace(inputs, backend=backend)
     loaded = load(options.matrix, options.registry, inputs, options.state_dir, say)
     plan = loaded.plan
     if options.only:
         plan = Plan(matrix_file=plan.matrix_file, images=select_images(plan, options.only, loaded.path).with_parents)
-    return write_bake(plan, output, context_dir, os_images, secrets=inputs.backend == "buildkit")
+    return write_bake(plan, output, context_dir, os_images, secrets=spec(backend).features.build_secrets)

@@ -15,7 +15,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from imagebuild.builder.buildkit import BuildxBackend, docker_cli, run_cli
+from imagebuild.builder.backends.buildkit.build import BuildxBackend, docker_cli, run_cli
 from imagebuild.errors import UsageError
 
 MIN_ENGINE = (23, 0)  # Docker Engine with named contexts in its embedded BuildKit
