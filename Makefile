@@ -34,8 +34,11 @@ test-unit: $(BIN)/imagebuild ## Unit tests only (no engine)
 test: install ## Everything CI runs: starts a private Docker engine and registry, unit + integration tests
 	scripts/run-tests.sh
 
-build-cpu: install ## The main job on this machine: build the CPU matrix (bootstrap Debian 12, torch CPU wheel)
-	eval "$$(scripts/docker-engine.sh)" && $(BIN)/imagebuild build --matrix $(MATRIX) \
+# build-cpu's engine: the dockerd 26.1 `make install` provides, started once under ENGINE_DIR and reused after
+ENGINE_DIR ?= /var/tmp/imagebuild-engine
+
+build-cpu: install ## The main job on this machine: build the CPU matrix through BuildKit (the backend auto picks on dockerd 26.1)
+	eval "$$(scripts/modern-engine.sh --fresh $(ENGINE_DIR))" && $(BIN)/imagebuild build --matrix $(MATRIX) \
 	  --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) --torch-index-url none --test
 
 render-check: $(BIN)/imagebuild

@@ -45,19 +45,20 @@ class RunOption:
 @dataclass(frozen=True)
 class BackendSpec:
     name: str
+    title: str  # as a line names it: "building with <title>"
     summary: str  # one line for --help and the docs
     features: Features
     module: str  # the plug-in: a module with `preflight(options, store, say)` (builder/backends/__init__.py)
     options: tuple[RunOption, ...] = ()  # options only this backend understands: refused with any other
 
 
-AUTO = "auto"  # the default: the first row of AUTO_ORDER whose preflight answers
+AUTO = "auto"  # the default: the first row of AUTO_ORDER that answers here (its plug-in's `answers()`)
 CLASSIC, BUILDKIT = "classic", "buildkit"
 
 BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (
-    BackendSpec(CLASSIC, "the engine's classic builder through the SDK (any engine; deprecated by Docker)",
+    BackendSpec(CLASSIC, "the classic builder", "the engine's classic builder through the SDK (any engine; deprecated by Docker)",
                 Features(), "imagebuild.builder.backends.classic"),
-    BackendSpec(BUILDKIT, "BuildKit through `docker buildx build` (engine >= 23 or a buildx builder)",
+    BackendSpec(BUILDKIT, "BuildKit", "BuildKit through `docker buildx build` (engine >= 23 or a buildx builder)",
                 Features(cache_mounts=True, build_secrets=True, named_contexts=True),
                 "imagebuild.builder.backends.buildkit",
                 options=(RunOption("builder", "--builder"), RunOption("buildkit_cache", "--buildkit-cache"))),
@@ -82,7 +83,9 @@ def spec(name: str) -> BackendSpec:
 
 
 def backend_of(variant: ResolvedVariant, inputs: BuildInputs) -> str:
-    """The concrete backend an image renders for; `auto` (not resolved by the pipeline) renders as OFFLINE."""
+    """The concrete backend an image renders for. `auto` that the pipeline did not resolve (render, plan, lock, and
+    test/push of a record written before backends were recorded, which built with the classic builder) renders as
+    OFFLINE: what is rendered never depends on which engine DOCKER_HOST names."""
     name = inputs.backend or variant.backend
     return OFFLINE if name == AUTO else name
 

@@ -110,7 +110,7 @@ class ResolvedVariant:
     perf_min: dict[str, float] = field(default_factory=dict)
     chosen: dict[str, str] = field(default_factory=dict)  # what resolution picked and why ("torch": "2.9 -> 2.9.1")
     source: Location | None = None
-    backend: str = "classic"  # matrix `backend`: a row of imagebuild/backends.py
+    backend: str = "auto"  # matrix `backend`: "auto" or a row of imagebuild/backends.py
 
 
 @dataclass(frozen=True)

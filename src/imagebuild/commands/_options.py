@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from imagebuild.backends import BACKENDS
+from imagebuild.backends import BACKENDS, choices
 from imagebuild.inputs import BuildInputs
 from imagebuild.pipeline.settings import resolve_matrix_path
 
@@ -64,9 +64,11 @@ def build_input_options(func: Callable[..., Any]) -> Callable[..., Any]:
                   help="Override the torch wheel index chosen by resolution ('none': PyPI/wheelhouse only).")
     @click.option("--wheelhouse", default=None, type=click.Path(file_okay=False, path_type=Path),
                   help="Local wheel folder for pip stages only (never copied into a final image).")
-    @click.option("--backend", type=click.Choice(list(BACKENDS)), default=None,
-                  help="How images are built (default: the matrix's `backend`, else classic). buildkit renders "
-                       "cache mounts and build secrets and builds through `docker buildx build` (engine >= 23).")
+    @click.option("--backend", type=click.Choice(choices()), default=None,
+                  help="How images are built (default: the matrix's `backend`, else auto: BuildKit where the engine "
+                       "(>= 23) and buildx answer, else classic; `build` says which and why; other commands plan with "
+                       "the backend the record names). " + "; ".join(f"{s.name}: {s.summary}" for s in BACKENDS.values())
+                       + ".")
     @functools.wraps(func)
     def wrapper(*args: Any, ca_certs: tuple[Path, ...], pip_index_url: str | None, pip_extra: tuple[str, ...],
                 torch_index_url: str | None, wheelhouse: Path | None, backend: str | None, **kwargs: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import Any, TypeAlias, cast
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from imagebuild.backends import BACKENDS
+from imagebuild.backends import choices
 from imagebuild.compat import Tables
 from imagebuild.models import FLAVORS, PARENT_FLAVOR
 from imagebuild.oci.reference import ReferenceSyntaxError, parse_reference
@@ -228,7 +228,7 @@ def _bootstrap_packages(value: Any, raw: str | None, tables: Tables) -> tuple[st
 
 
 def _backend(value: Any, raw: str | None, tables: Tables) -> str:
-    names = list(BACKENDS)  # THE table of backends (imagebuild/backends.py)
+    names = choices()  # auto + THE table of backends (imagebuild/backends.py)
     if value not in names:
         raise Bad(f"unknown backend {describe(value)}", f"valid choices: {', '.join(names)}")
     return cast(str, value)  # one of the table's names (`in` does not narrow Any)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from imagebuild.backends import BUILDKIT, spec
+from imagebuild.backends import AUTO, BUILDKIT, spec
 from imagebuild.builder.bake import write_bake
 from imagebuild.inputs import BuildInputs
 from imagebuild.models import Plan
@@ -18,7 +18,7 @@ from imagebuild.pipeline.settings import RunOptions
 def bake_file(options: RunOptions, output: str, context_dir: str | None, os_images: dict[str, str],
               say: Say) -> dict[str, Any]:
     inputs = options.inputs or BuildInputs()
-    backend = inputs.backend or BUILDKIT  # bake builds with BuildKit
+    backend = BUILDKIT if inputs.backend in (None, AUTO) else inputs.backend  # bake builds with BuildKit
     inputs = replace(inputs, backend=backend)
     loaded = load(options.matrix, options.registry, inputs, options.state_dir, say)
     plan = loaded.plan

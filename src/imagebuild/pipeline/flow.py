@@ -20,7 +20,7 @@ from imagebuild.errors import UsageError
 from imagebuild.files import check_output_dir
 from imagebuild.models import ImagePlan, ImageResult
 from imagebuild.oci import Reference, ReferenceSyntaxError
-from imagebuild.pipeline.building import build_step, finish, run_backend
+from imagebuild.pipeline.building import build_step, concrete_backend, finish, run_backend
 from imagebuild.pipeline.loaded import Loaded, Say, load
 from imagebuild.pipeline.located import Located, locate, plan_registry
 from imagebuild.pipeline.pushing import PushRun, gate_reason, gate_rows, push_step
@@ -89,7 +89,8 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     check_inputs(options.inputs)
     if settings.locked:
         require_lock(options.matrix, resolve_matrix_path(options.matrix))
-    loaded = load(options.matrix, options.registry, options.inputs, options.state_dir, say, building=True)
+    inputs = concrete_backend(resolve_matrix_path(options.matrix), options.inputs, settings, say)  # auto: which and why
+    loaded = load(options.matrix, options.registry, inputs, options.state_dir, say, building=True)
     plan = loaded.plan
     selection = select_images(plan, options.only, loaded.path)
     report_dir = _check_outputs(options, loaded, settings.log_dir)

@@ -14,9 +14,10 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, cast
 
-from imagebuild.backends import spec
+from imagebuild.backends import AUTO_ORDER, spec
 from imagebuild.builder.backend import BuildBackend
 from imagebuild.engine.store import ImageStore
+from imagebuild.errors import UsageError
 
 BackendFactory = Callable[[ImageStore], BuildBackend]
 
@@ -28,10 +29,25 @@ class Plugin(Protocol):
         """Checked to work here (else one UsageError line): how to make the backend on the run's image store."""
         ...
 
+    def answers(self) -> tuple[bool, str]:
+        """For `auto`: whether it builds here with no options of its own, and one phrase saying why (or why not)."""
+        ...
+
 
 def plugin(name: str) -> Plugin:
     """The plug-in of the concrete backend `name` (UsageError naming the choices for an unknown one)."""
     return cast(Plugin, importlib.import_module(spec(name).module))
+
+
+def choose_auto() -> tuple[str, str]:
+    """`auto`: the first row of AUTO_ORDER that answers here, and the one line that says which and why."""
+    why_not: list[str] = []
+    for name in AUTO_ORDER:
+        ok, why = plugin(name).answers()
+        if ok:
+            return name, f"backend auto: {'; '.join(why_not) or why}; building with {spec(name).title}"
+        why_not.append(why)
+    raise UsageError(f"backend auto: no backend builds here ({'; '.join(why_not)})")
 
 
 def preflight(name: str, settings: Mapping[str, Any] | None = None) -> BackendFactory:

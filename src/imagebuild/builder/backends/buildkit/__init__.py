@@ -11,6 +11,11 @@ from imagebuild.builder.backends.buildkit.build import BuildxBackend
 from imagebuild.engine.store import ImageStore
 
 
+def answers() -> tuple[bool, str]:
+    """For auto: an engine >= 23 and buildx that runs (checks.answers)."""
+    return checks.answers()
+
+
 def preflight(settings: Mapping[str, Any]) -> Callable[[ImageStore], BuildxBackend]:
     """`settings`: builder (a buildx builder; None: buildx's current one), buildkit_cache (a registry repository).
     The backend drives the docker CLI, not the store."""

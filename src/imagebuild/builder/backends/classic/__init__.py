@@ -10,5 +10,10 @@ from imagebuild.builder.backends.classic.build import ClassicBackend
 from imagebuild.engine.store import ImageStore
 
 
+def answers() -> tuple[bool, str]:
+    """For auto: the classic builder builds on any engine that answers (the run connects before anything builds)."""
+    return True, "the classic builder builds on any engine"
+
+
 def preflight(settings: Mapping[str, Any]) -> Callable[[ImageStore], ClassicBackend]:
     return ClassicBackend
