@@ -68,9 +68,10 @@ def _say(msg: str) -> None:
               help="Write a CycloneDX SBOM per image beside the report (reports/<matrix>/sbom/), its digest in the "
                    "report; a rebuild's report also shows the diff against the image the tag pointed at before.")
 @click.option("--builder", "buildx_builder", metavar="NAME", default=None,
-              help="With --backend buildkit: the buildx builder (default: buildx's current one, the engine's).")
+              help="The buildx builder (BuildKit's option: chooses BuildKit under the default auto, refused with "
+                   "--backend classic; default: buildx's current one, the engine's).")
 @click.option("--buildkit-cache", "buildkit_cache", metavar="REPOSITORY", default=None,
-              help="With the buildkit backend: import and export a registry cache of every stage, one tag per image "
+              help="BuildKit's option (as --builder): import and export a registry cache of every stage, one tag per image "
                    "(needs the engine's containerd image store or a non-docker builder).")
 @click.option("--locked", is_flag=True,
               help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
