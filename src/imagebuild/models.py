@@ -195,7 +195,7 @@ class ImageResult:
     sbom: dict[str, Any] | None = None  # {"path", "sha256", "image_id", "components", "spec"} (reports/<matrix>/sbom/)
     diff: dict[str, Any] | None = None  # a rebuild: {"against": previous image ID, "os"/"python": counts, "text"}
     reproduced_from: str | None = None  # rebuilt as this image ID, same content as image_id (kept): see reproduced.py
-    backend: str | None = None  # what built it in this run: "classic" | "buildkit" (None: not built in this run)
+    backend: str | None = None  # what built it in this run: a row of imagebuild/backends.py (None: not built in this run)
 
     @classmethod
     def of(cls, image: ImagePlan) -> ImageResult:
