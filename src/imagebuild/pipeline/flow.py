@@ -24,6 +24,7 @@ from imagebuild.pipeline.loaded import Loaded, Say, load
 from imagebuild.pipeline.located import Located, locate, plan_registry
 from imagebuild.pipeline.pushing import PushRun, gate_reason, gate_rows, push_step
 from imagebuild.pipeline.selection import select_images
+from imagebuild.pipeline.signing import open_signing_key
 from imagebuild.pipeline.settings import (
     RunOptions,
     Step,
@@ -92,6 +93,8 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     plan = loaded.plan
     selection = select_images(plan, options.only, loaded.path)
     report_dir = _check_outputs(options, loaded, settings.log_dir)
+    if options.push is not None:
+        open_signing_key(options.push, selection.named)  # a key that cannot sign: said before an hour of building
     backend = buildkit_backend(plan, loaded.inputs, settings)  # before anything builds
     client = engine.connect("build")  # its timeout also fits --push of multi-GB layers
     progress = make_progress(plain=settings.plain, verbose=settings.verbose)
