@@ -24,7 +24,6 @@ from imagebuild.pipeline.loaded import Loaded, Say, load
 from imagebuild.pipeline.located import Located, locate, plan_registry
 from imagebuild.pipeline.pushing import PushRun, gate_reason, gate_rows, push_step
 from imagebuild.pipeline.selection import select_images
-from imagebuild.pipeline.signing import open_signing_key
 from imagebuild.pipeline.settings import (
     RunOptions,
     Step,
@@ -34,6 +33,7 @@ from imagebuild.pipeline.settings import (
     require_lock,
     resolve_matrix_path,
 )
+from imagebuild.pipeline.signing import open_signing_key
 from imagebuild.pipeline.supply import diff_rebuilds, previous_ids, write_sboms
 from imagebuild.pipeline.testing import TestedImage, test_step
 from imagebuild.plan.tags import references

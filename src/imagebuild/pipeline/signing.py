@@ -78,7 +78,10 @@ def signer(client: Any, plan: Plan, book: RecordBook, settings: PushSettings, ke
         image_id = image_ids.get(image.tag)
         sbom = _recorded_sbom(book, image, image_id)
         if sbom is None:
-            from imagebuild.inventory import make_sbom, read_local  # only when build wrote none for this image
+            from imagebuild.inventory import (  # only when build wrote none for this image
+                make_sbom,
+                read_local,
+            )
 
             if not image_id:
                 raise UsageError(f"{image.tag}: no local image to read its SBOM from")

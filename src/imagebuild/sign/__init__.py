@@ -12,11 +12,7 @@ Nothing here talks to the engine; the registry through imagebuild.oci and cosign
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from imagebuild.oci import RegistryClient
-from imagebuild.oci.registry import CERTS_D
-from imagebuild.sign.cosign import CosignMissing, Registry, find_cosign, run_cosign, version
+from imagebuild.sign.cosign import CosignMissing, Registry, cosign_registry, find_cosign, run_cosign, version
 from imagebuild.sign.keys import (
     ENV_SIGN_KEY,
     ENV_VERIFY_KEY,
@@ -26,18 +22,8 @@ from imagebuild.sign.keys import (
     is_kms,
 )
 from imagebuild.sign.provenance import make_provenance
-from imagebuild.sign.signer import PREDICATE_TYPES, SignError, Signed, sign_digest
+from imagebuild.sign.signer import PREDICATE_TYPES, Signed, SignError, sign_digest
 from imagebuild.sign.verify import Verified, VerifyError, local_image_matches, verify_reference
-
-
-def cosign_registry(client: RegistryClient, ca_file: str | None = None) -> Registry:
-    """How cosign reaches the registry `client` talks to: the same scheme (http only where the client found it),
-    the same CA file (given, else /etc/docker/certs.d/<registry>/ca.crt) and the same credentials."""
-    ca = ca_file
-    if ca is None and (CERTS_D / client.registry / "ca.crt").is_file():
-        ca = str(Path(CERTS_D / client.registry / "ca.crt"))
-    return Registry(client.registry, allow_http=client.scheme() == "http", ca_file=ca, auth=client.auth)
-
 
 __all__ = [
     "ENV_SIGN_KEY", "ENV_VERIFY_KEY", "PREDICATE_TYPES", "CosignMissing", "PublicKey", "Registry", "SignError",

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagebuild.errors import ImagebuildError
-from imagebuild.oci import RegistryAuth
+from imagebuild.oci import RegistryAuth, RegistryClient
+from imagebuild.oci.registry import CERTS_D
 from imagebuild.secrets import redact, register_secret
 
 ENV_COSIGN = "IMAGEBUILD_COSIGN"  # a cosign binary to run instead of the installed one
@@ -62,6 +63,16 @@ class Registry:
     def flags(self) -> list[str]:
         out = ["--allow-http-registry"] if self.allow_http else []
         return out + (["--registry-cacert", self.ca_file] if self.ca_file else [])
+
+
+def cosign_registry(client: RegistryClient, ca_file: str | None = None) -> Registry:
+    """How cosign reaches the registry `client` talks to: the same scheme (http only where the client found it),
+    the same CA file (given, else /etc/docker/certs.d/<registry>/ca.crt) and the same credentials."""
+    ca = ca_file
+    if ca is None and (CERTS_D / client.registry / "ca.crt").is_file():
+        ca = str(CERTS_D / client.registry / "ca.crt")
+    return Registry(client.registry, allow_http=client.scheme() == "http", ca_file=ca, auth=client.auth)
+
 
 
 def _checkout_tools() -> Path:

@@ -25,7 +25,7 @@ from typing import Any
 
 from imagebuild.errors import ImagebuildError
 from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryClient, RegistryError
-from imagebuild.sign.cosign import Registry, run_cosign
+from imagebuild.sign.cosign import Registry, cosign_registry, run_cosign
 from imagebuild.sign.keys import PublicKey
 from imagebuild.sign.signer import PREDICATE_TYPES
 
@@ -69,6 +69,16 @@ def _unsigned_or_other_key(reason: str) -> str:
     return "not verified"
 
 
+def _attestation_problem(reason: str) -> str:
+    """cosign's refusal of an attestation in words: made for another digest, missing, or as for a signature."""
+    low = reason.lower()
+    if "subject digest" in low:  # cosign compares the statement's subject with the digest it was filed under
+        return "made for another digest, not this image"
+    if "none of the attestations matched" in low or ("no matching attestations" in low and "invalid" not in low):
+        return "missing"
+    return _unsigned_or_other_key(reason)
+
+
 def resolve_digest(ref: Reference, client: RegistryClient) -> str:
     """The digest the reference names: its own @digest, else what the registry serves for its tag right now."""
     if ref.digest:
@@ -106,10 +116,8 @@ def _attestation(name: str, digest: str, kind: str, key: PublicKey, registry: Re
     done = run_cosign(["verify-attestation", "--key", key.ref, "--insecure-ignore-tlog", "--type", kind,
                        *registry.flags(), f"{name}@{digest}"], registry=registry)
     if done.returncode != 0:
-        what = "missing" if "none of the attestations matched" in done.error or "no matching attestations" in \
-            done.error and "invalid" not in done.error else _unsigned_or_other_key(done.error)
-        raise VerifyError(f"{shown}: the {kind} attestation of {digest} is {what} (key {key.describe()}): "
-                          f"{done.error}")
+        raise VerifyError(f"{shown}: the {kind} attestation of {digest} is {_attestation_problem(done.error)} "
+                          f"(key {key.describe()}): {done.error}")
     statements = [s for s in (_statement(e) for e in _json_lines(done.stdout))
                   if s.get("predicateType") == PREDICATE_TYPES[kind]]
     if not statements:
@@ -120,7 +128,8 @@ def _attestation(name: str, digest: str, kind: str, key: PublicKey, registry: Re
                     if isinstance(s, dict)]
         if want not in subjects:
             other = ", ".join(f"sha256:{d}" for d in subjects) or "no digest"
-            raise VerifyError(f"{shown}: the {kind} attestation attached to {digest} is for {other}, not this image")
+            raise VerifyError(f"{shown}: the {kind} attestation attached to {digest} is made for another digest "
+                              f"({other}), not this image")
     return statements[-1]
 
 
@@ -161,7 +170,6 @@ def check_image(reference: str, key: PublicKey, *, inspect: dict[str, Any] | Non
     IMAGEBUILD_REGISTRY_USER/PASSWORD, else the docker config) and, given the engine's inspect data of the image
     about to be used, that image is the verified digest's. VerifyError naming the image otherwise."""
     from imagebuild.oci import resolve_auth
-    from imagebuild.sign import cosign_registry
 
     try:
         ref = Reference.parse(reference)
