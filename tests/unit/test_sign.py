@@ -333,3 +333,24 @@ def test_slurm_refuses_a_bare_sqsh_when_a_verify_key_is_set(tmp_path, monkeypatc
     r = _invoke(slurm, ["--verify-key", str(tmp_path / "cosign.pub"), "--srun", "/lustre/x.sqsh"])
     assert r.exception is not None and "a .sqsh file carries no signature" in str(r.exception)
     assert "x.sqsh" in str(r.exception)
+
+
+def test_the_sbom_attested_is_the_one_build_wrote_for_that_very_image(tmp_path):
+    import hashlib
+
+    from imagebuild.pipeline.loaded import RecordBook
+    from imagebuild.pipeline.signing import _recorded_sbom
+
+    img = make_image()
+    text = '{"bomFormat": "CycloneDX", "specVersion": "1.6", "components": []}\n'
+    path = tmp_path / "x.cdx.json"
+    path.write_text(text)
+    sha = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    record = Record("m.yaml", None, {}, None)
+    record.images[img.id] = ImageRecord(id=img.id, flavor="runtime", inputs_hash=img.inputs_hash,
+                                        sbom={"path": str(path), "sha256": sha, "image_id": "sha256:img1"})
+    book = RecordBook(tmp_path / "m.yaml", None, record)
+    assert _recorded_sbom(book, img, "sha256:img1") == (json.loads(text), sha)
+    assert _recorded_sbom(book, img, "sha256:other") is None  # another image: its SBOM is read from it
+    path.write_text(text.replace("1.6", "1.5"))
+    assert _recorded_sbom(book, img, "sha256:img1") is None  # the file changed since build wrote it

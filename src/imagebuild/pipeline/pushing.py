@@ -23,6 +23,7 @@ from imagebuild.record import Record
 from imagebuild.record.testkeys import failed_result, tested_ok
 from imagebuild.record.update import record_push
 from imagebuild.secrets import redact
+from imagebuild.sign import version as cosign_version
 from imagebuild.smoke import runner
 
 
@@ -110,7 +111,7 @@ def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], 
     sign_pushed = None
     if signing is not None:
         key, public_pem = signing
-        log(f"push: signing with {key.describe()} (cosign, no transparency log)")
+        log(f"push: signing with {key.describe()} (cosign {cosign_version()}, key-based, no transparency log)")
         sign_pushed = signer(client, plan, book, settings, key, public_pem,
                              {t: i for t, i in located.items() if i}, auth_for, log)
     pushed = push_plan(plan, client=client, auth_for=auth_for, images=[img for img, _ in images],

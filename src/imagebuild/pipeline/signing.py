@@ -37,7 +37,8 @@ def _lock(plan: Plan) -> tuple[Lock | None, str | None]:
         return None, None
 
 
-def _recorded_sbom(book: RecordBook, image: ImagePlan, image_id: str | None) -> dict[str, Any] | None:
+def _recorded_sbom(book: RecordBook, image: ImagePlan, image_id: str | None) -> tuple[dict[str, Any], str] | None:
+    """(the SBOM build wrote for exactly this image ID, its file's sha256 as the record and report name it)"""
     entry = book.record.image(image.id) if book.record is not None else None
     sbom = (entry.sbom or {}) if entry is not None else {}
     path = Path(str(sbom.get("path") or ""))
@@ -47,7 +48,7 @@ def _recorded_sbom(book: RecordBook, image: ImagePlan, image_id: str | None) -> 
     if "sha256:" + hashlib.sha256(data).hexdigest() != sbom.get("sha256"):
         return None
     doc: dict[str, Any] = json.loads(data)
-    return doc
+    return doc, str(sbom["sha256"])
 
 
 def open_signing_key(settings: PushSettings, images: list[ImagePlan]) -> tuple[SigningKey, str] | None:
