@@ -77,19 +77,18 @@ def signer(client: Any, plan: Plan, book: RecordBook, settings: PushSettings, ke
 
     def sign_pushed(image: ImagePlan, digest_ref: str) -> dict[str, Any]:
         image_id = image_ids.get(image.tag)
-        sbom = _recorded_sbom(book, image, image_id)
-        if sbom is None:
-            from imagebuild.inventory import (  # only when build wrote none for this image
-                make_sbom,
-                read_local,
-            )
+        recorded = _recorded_sbom(book, image, image_id)
+        if recorded is None:  # build wrote none for this very image: read it now
+            from imagebuild.inventory import dump_sbom, make_sbom, read_local
 
             if not image_id:
                 raise UsageError(f"{image.tag}: no local image to read its SBOM from")
             sbom = make_sbom(read_local(client, image_id), lock_hashes(plan))
+            sbom_sha = "sha256:" + hashlib.sha256(dump_sbom(sbom).encode()).hexdigest()
             say(f"{image.tag}: SBOM read from the image (build recorded none for {image_id[:19]})")
+        else:
+            sbom, sbom_sha = recorded
         digest = digest_ref.split("@", 1)[1]
-        sbom_sha = "sha256:" + hashlib.sha256(json.dumps(sbom, sort_keys=True).encode()).hexdigest()
         provenance = make_provenance(plan, image, book.record, lock, digest, sbom_sha, lock_sha)
         host = digest_ref.split("/", 1)[0]
         signed = sign_digest(digest_ref, key, registry_for(host), sbom=sbom, provenance=provenance,
