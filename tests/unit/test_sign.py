@@ -354,3 +354,18 @@ def test_the_sbom_attested_is_the_one_build_wrote_for_that_very_image(tmp_path):
     assert _recorded_sbom(book, img, "sha256:other") is None  # another image: its SBOM is read from it
     path.write_text(text.replace("1.6", "1.5"))
     assert _recorded_sbom(book, img, "sha256:img1") is None  # the file changed since build wrote it
+
+
+def test_no_cosign_stops_the_push_naming_the_images(tmp_path, monkeypatch):
+    from imagebuild.pipeline.settings import PushSettings
+    from imagebuild.pipeline.signing import open_signing_key
+    from imagebuild.sign import CosignMissing
+
+    (tmp_path / "cosign.key").write_text(PRIV)
+    monkeypatch.setenv("IMAGEBUILD_COSIGN", str(tmp_path / "no-cosign"))
+    images = [make_image(flavor="base"), make_image()]
+    with pytest.raises(CosignMissing) as exc:
+        open_signing_key(PushSettings(sign_key=str(tmp_path / "cosign.key"), sign_password="pw-12345"), images)
+    text = str(exc.value)
+    assert text.startswith(f"{images[0].tag} (and 1 more): not pushed: IMAGEBUILD_COSIGN=") and "pw-12345" not in text
+    assert open_signing_key(PushSettings(), images) is None  # no key: no signing, cosign never asked

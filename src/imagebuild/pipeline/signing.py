@@ -24,7 +24,14 @@ from imagebuild.pipeline.loaded import RecordBook, Say
 from imagebuild.pipeline.settings import PushSettings
 from imagebuild.pipeline.supply import lock_hashes
 from imagebuild.push import SignPushed
-from imagebuild.sign import SigningKey, cosign_registry, make_provenance, sign_digest
+from imagebuild.sign import (
+    CosignMissing,
+    SignError,
+    SigningKey,
+    cosign_registry,
+    make_provenance,
+    sign_digest,
+)
 
 
 def _lock(plan: Plan) -> tuple[Lock | None, str | None]:
@@ -58,9 +65,9 @@ def open_signing_key(settings: PushSettings, images: list[ImagePlan]) -> tuple[S
     try:
         key = SigningKey.from_option(settings.sign_key, settings.sign_password)
         return key, key.public_key()
-    except UsageError as exc:
+    except (UsageError, CosignMissing) as exc:
         named = images[0].tag + (f" (and {len(images) - 1} more)" if len(images) > 1 else "") if images else "push"
-        raise UsageError(f"{named}: not pushed: {exc}") from None
+        raise type(exc)(f"{named}: not pushed: {exc}") from None
 
 
 def signer(client: Any, plan: Plan, book: RecordBook, settings: PushSettings, key: SigningKey, public_pem: str,
@@ -82,8 +89,11 @@ def signer(client: Any, plan: Plan, book: RecordBook, settings: PushSettings, ke
             from imagebuild.inventory import dump_sbom, make_sbom, read_local
 
             if not image_id:
-                raise UsageError(f"{image.tag}: no local image to read its SBOM from")
-            sbom = make_sbom(read_local(client, image_id), lock_hashes(plan))
+                raise SignError(f"{image.tag}: no local image to read its SBOM from")
+            try:
+                sbom = make_sbom(read_local(client, image_id), lock_hashes(plan))
+            except Exception as exc:  # the engine lost the image, an unreadable layer: not signed, said
+                raise SignError(f"{image.tag}: no SBOM to attest ({exc})") from None
             sbom_sha = "sha256:" + hashlib.sha256(dump_sbom(sbom).encode()).hexdigest()
             say(f"{image.tag}: SBOM read from the image (build recorded none for {image_id[:19]})")
         else:

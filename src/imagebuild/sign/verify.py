@@ -25,7 +25,7 @@ from typing import Any
 
 from imagebuild.errors import ImagebuildError
 from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryClient, RegistryError
-from imagebuild.sign.cosign import Registry, cosign_registry, run_cosign
+from imagebuild.sign.cosign import CosignMissing, Registry, cosign_registry, run_cosign
 from imagebuild.sign.keys import PublicKey
 from imagebuild.sign.signer import PREDICATE_TYPES
 
@@ -182,9 +182,11 @@ def check_image(reference: str, key: PublicKey, *, inspect: dict[str, Any] | Non
     client = RegistryClient(resolve_auth(ref.registry), ca_file=ca_file)
     try:
         registry = cosign_registry(client, ca_file)
+        verified = verify_reference(reference, key, registry, client)
     except RegistryError as exc:
         raise VerifyError(f"{reference}: the registry does not answer: {exc}") from None
-    verified = verify_reference(reference, key, registry, client)
+    except CosignMissing as exc:
+        raise VerifyError(f"{reference}: not verified: {exc}") from None
     if inspect is not None and not local_image_matches(inspect, verified, client):
         local = str(inspect.get("Id") or "?")
         raise VerifyError(f"{reference}: the engine's image {local[:19]} is not the signed {verified.digest} the "
