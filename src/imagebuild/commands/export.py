@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
+from imagebuild.commands._options import verify_key_option
 from imagebuild.errors import UsageError
 
 if TYPE_CHECKING:
@@ -55,6 +56,12 @@ def _now() -> str:
     return now()
 
 
+def _verify_key(flag: str | None) -> Any:
+    from imagebuild.sign import configured_public_key
+
+    return configured_public_key(flag)
+
+
 def _check(path: Path) -> int:
     from imagebuild.export import check
     from imagebuild.export.writer import sha256_file
@@ -86,9 +93,10 @@ def _check(path: Path) -> int:
               help="where the image's files are unpacked for packing (default: $TMPDIR)")
 @click.option("--check", "check_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.sqsh",
               help="check a .sqsh for damage or truncation instead of exporting")
+@verify_key_option
 def command(image: str | None, output: Path | None, fmt: str, compression: str, matrix: str | None, only: str | None,
             flavor: str | None, registry: str | None, force: bool, tmp_dir: Path | None,
-            check_file: Path | None) -> int:
+            check_file: Path | None, verify_key: str | None) -> int:
     """Export a built IMAGE (tag or ID) or a matrix's image (--matrix M --only SEL) for Slurm clusters: an enroot
     `.sqsh` for `srun --container-image=FILE.sqsh` (pyxis), or a docker-archive for
     `apptainer build x.sif docker-archive:FILE.tar`. The image never runs; the same image gives the same .sqsh.
@@ -99,6 +107,9 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
       imagebuild export -m images/h100.yaml --only '*runtime' -o /lustre/images/pytorch-h100.sqsh
       imagebuild export -m images/cpu.yaml --only '*runtime' --format docker-archive -o pytorch-cpu.tar
       imagebuild export --check /shared/images/pytorch-cpu.sqsh
+
+    With --verify-key (or IMAGEBUILD_VERIFY_KEY) only an image whose registry digest is signed with that key (and
+    carries its SBOM and provenance attestations) is exported, and only when the engine's image is that digest's.
     """
     from imagebuild import export as ex
 
@@ -120,6 +131,7 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
     if fmt == "docker-archive" and compression != "gzip":
         raise UsageError("--compression is for --format squashfs")
     ex.writer.check_destination(output, force)  # before the engine is asked anything
+    _verify_key(verify_key)  # a bad key file: said before the engine is asked anything
 
     from imagebuild.engine import connect, rootfs
 
@@ -134,6 +146,12 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
         if info is None:
             raise UsageError(f"image {image!r} is not in the engine: build it (imagebuild build) or pull it")
         name = cast(str, image)
+    public = _verify_key(verify_key)
+    if public is not None:
+        from imagebuild.sign.verify import check_image
+
+        verified = check_image(name, public, inspect=info)
+        echo(f"verified: {verified.digest_ref} (signature + SBOM + provenance, key {public.describe()})")
     progress = ex.Progress(sys.stderr.isatty())
     from imagebuild.engine.containers import signals_raise
 

@@ -229,6 +229,24 @@ class RegistryClient:
                                 transient=True) from exc
         return resp
 
+    def put_manifest(self, repository: str, reference: str, body: bytes, media_type: str) -> None:
+        """Point `repository:reference` at the manifest `body` (its blobs must be in the repository already): how a
+        tag is moved back to the digest it named before an unsigned push (push's rollback)."""
+        path = f"/v2/{repository}/manifests/{urllib.parse.quote(reference, safe=':@')}"
+        self._request("PUT", path, headers={"Content-Type": media_type}, scope=f"repository:{repository}:pull,push",
+                      ok=(200, 201, 202), data=body)
+
+    def delete_manifest(self, repository: str, digest: str) -> None:
+        """Delete the manifest `digest` (and with it every tag naming it); RegistryError quoting the registry when it
+        refuses (a registry with deletes turned off answers 405)."""
+        self._request("DELETE", f"/v2/{repository}/manifests/{digest}", scope=f"repository:{repository}:delete",
+                      ok=(200, 202))
+
+    def scheme(self) -> str:
+        """http or https, as discovered with the `GET /v2/` ping (cosign needs --allow-http-registry for http)."""
+        self._discover()
+        return self._scheme or "https"
+
     # -- transport -----------------------------------------------------------------------------------------------
     def _schemes(self) -> list[str]:
         if self._scheme:
@@ -247,9 +265,9 @@ class RegistryClient:
             body = exc.read() if exc.fp else b""
             return _Response(exc.code, exc.headers, body)
 
-    def _send(self, method: str, path: str, headers: dict[str, str]) -> _Response:
+    def _send(self, method: str, path: str, headers: dict[str, str], data: bytes | None = None) -> _Response:
         """One request with scheme discovery and transient-failure retries."""
-        return self.policy.call(lambda: self._send_once(method, path, headers),
+        return self.policy.call(lambda: self._send_once(method, path, headers, data),
                                 retryable=lambda exc: isinstance(exc, RegistryError) and exc.transient,
                                 sleep=self.sleep,
                                 on_retry=lambda exc, n, wait: self.log(f"{exc}; retry {n}/{self.policy.retries} in "
@@ -277,11 +295,11 @@ class RegistryClient:
             return
         raise RegistryError(f"{self.registry}: GET /v2/: {getattr(last, 'reason', last)}", transient=True)
 
-    def _send_once(self, method: str, path: str, headers: dict[str, str]) -> _Response:
+    def _send_once(self, method: str, path: str, headers: dict[str, str], data: bytes | None = None) -> _Response:
         self._discover()
         url = f"{self._scheme}://{self.host}{path}"
         try:
-            r = self._raw(method, url, headers)
+            r = self._raw(method, url, headers, data)
         except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:  # SSLError, timeouts: OSError
             reason = getattr(exc, "reason", exc)
             if isinstance(reason, ssl.SSLCertVerificationError):
@@ -296,17 +314,17 @@ class RegistryClient:
         return r
 
     def _request(self, method: str, path: str, headers: dict[str, str] | None = None, scope: str = "",
-                 ok: tuple[int, ...] = (200,)) -> _Response:
+                 ok: tuple[int, ...] = (200,), data: bytes | None = None) -> _Response:
         headers = dict(headers or {})
         cached = self._tokens.get(scope) or (self._basic_header() if self._basic_ok else None)
         if cached:
             headers["Authorization"] = cached
-        r = self._send(method, path, headers)
+        r = self._send(method, path, headers, data)
         if r.status == 401:
             challenge = r.headers.get("WWW-Authenticate", "")
             value = self._authorize(challenge, scope, r)
             headers["Authorization"] = value
-            r = self._send(method, path, headers)
+            r = self._send(method, path, headers, data)
             if r.status in (401, 403):
                 self._tokens.pop(scope, None)
                 raise RegistryAuthError(self._auth_text(r), status=r.status)

@@ -31,7 +31,7 @@ def previous_ids(client: Any, plan: Plan) -> dict[str, str]:
     return out
 
 
-def _lock_hashes(plan: Plan) -> dict[tuple[str, str], str]:
+def lock_hashes(plan: Plan) -> dict[tuple[str, str], str]:
     if not plan.lock_file:
         return {}
     try:
@@ -47,7 +47,7 @@ def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir:
 
     `recorded`: plan id -> the record's sbom entry (path, sha256, image_id) from an earlier run."""
     by_tag = plan.by_tag()
-    hashes = _lock_hashes(plan)
+    hashes = lock_hashes(plan)
     folder = Path(report_dir) / "sbom"
     for res in results:
         img: ImagePlan | None = by_tag.get(res.tag)
