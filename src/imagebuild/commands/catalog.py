@@ -86,7 +86,10 @@ def command(matrix: str, registry: str | None, username: str | None, password_st
                     record=str(record))
     text = render_json(entries, header) if as_json else render_markdown(entries, header)
     if output:
-        write_text_atomic(Path(output).resolve(), text)
+        try:  # by rename: a link at the name is replaced, never written through
+            write_text_atomic(Path(output), text)
+        except OSError as exc:
+            raise UsageError(f"-o {output}: cannot write the catalog ({exc.strerror or exc})") from None
         missing = sum(1 for e in entries if not e.pushed)
         click.echo(f"catalog: {len(entries)} tags and aliases ({missing} not pushed) -> {output}", err=True)
     else:

@@ -1,0 +1,265 @@
+"""No command deletes or overwrites anything it did not write, and no write follows a symbolic link out of its output
+folder (issue 25): render --out and its manifest, bake's contexts, wheelhouse and bake file, sbom -o, catalog -o,
+the report's and the record's lock files and history; plus the record's `exports` of the wrong type and bake's
+--os-image typo. Each case plants a link or an overlapping input the way a careless or hostile user would and checks
+the file outside is untouched and the command says one line."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from imagebuild.errors import UsageError
+from imagebuild.files import FileProblem
+from imagebuild.models import Plan
+from imagebuild.plan import make_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+REG = "reg.test:5000/ml"
+
+
+@pytest.fixture(scope="module")
+def plan() -> Plan:
+    return make_plan(ROOT / "images" / "cpu.yaml", None, REG)
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    """A file outside every output folder: no test may change it."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text("precious\n")
+    return outside / "victim"
+
+
+# -- files.py: the one home --------------------------------------------------------------------------------------
+
+def test_atomic_write_replaces_a_link_and_a_hard_link_never_writes_through(tmp_path, victim):
+    from imagebuild.files import write_bytes_atomic
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "f").symlink_to(victim)
+    write_bytes_atomic(out / "f", b"new\n")
+    os.link(victim, out / "g")
+    write_bytes_atomic(out / "g", b"new\n")
+    assert victim.read_text() == "precious\n" and os.lstat(victim).st_nlink == 1
+    assert (out / "f").read_bytes() == (out / "g").read_bytes() == b"new\n" and not (out / "f").is_symlink()
+    assert sorted(p.name for p in out.iterdir()) == ["f", "g"]  # no temporary file left
+
+
+def test_write_inside_refuses_a_linked_folder_and_regular_file_inside_says_what_may_go(tmp_path, victim):
+    from imagebuild.files import regular_file_inside, write_inside
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "d").symlink_to(victim.parent)
+    with pytest.raises(FileProblem, match="symbolic link"):
+        write_inside(out, "d/victim", b"x", "test")
+    with pytest.raises(FileProblem, match="not a plain path"):
+        write_inside(out, "../outside/victim", b"x", "test")
+    assert victim.read_text() == "precious\n"
+    (out / "real").write_text("mine")
+    (out / "link").symlink_to(victim)
+    assert regular_file_inside(out, "real")
+    assert not regular_file_inside(out, "link") and not regular_file_inside(out, "d/victim")
+    assert not regular_file_inside(out, "../outside/victim") and not regular_file_inside(out, "missing")
+
+
+# -- render --out ----------------------------------------------------------------------------------------------
+
+def test_render_manifest_deletes_nothing_through_a_link(tmp_path, plan, victim):
+    """Failed before: the manifest's `d/victim` (d a link to the outside folder) and `v` (a link to the victim)
+    were unlinked, deleting the file outside OUT."""
+    from imagebuild.plan.write import MANIFEST, write_rendered
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "d").symlink_to(victim.parent)
+    (out / MANIFEST).write_text("# files\nd/victim\nv\n../outside/victim\n")
+    write_rendered(plan, out)
+    assert victim.read_text() == "precious\n"
+    assert (out / "d").is_symlink()  # not ours: left alone
+
+
+def test_render_writes_no_file_through_a_planted_link(tmp_path, plan, victim):
+    """Failed before: OUT/<id>/Dockerfile as a link to the victim was written through."""
+    from imagebuild.plan.write import write_rendered
+
+    out = tmp_path / "out"
+    first = plan.images[0].id
+    (out / first).mkdir(parents=True)
+    (out / first / "Dockerfile").symlink_to(victim)
+    write_rendered(plan, out)
+    assert victim.read_text() == "precious\n"
+    assert not (out / first / "Dockerfile").is_symlink()
+    assert (out / first / "Dockerfile").read_text() == plan.images[0].dockerfile
+
+
+def test_render_into_a_linked_image_folder_is_one_error(tmp_path, plan, victim):
+    """Failed before: OUT/<id> as a link to a folder outside got the Dockerfile written there."""
+    from imagebuild.plan.write import write_rendered
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / plan.images[0].id).symlink_to(victim.parent)
+    with pytest.raises(FileProblem, match="is a symbolic link"):
+        write_rendered(plan, out)
+    assert sorted(p.name for p in victim.parent.iterdir()) == ["victim"]
+
+
+# -- bake ------------------------------------------------------------------------------------------------------
+
+def test_bake_refuses_a_wheelhouse_inside_its_own_context(tmp_path, plan):
+    """Failed before: the context refresh deleted the wheelhouse (rmtree), then copytree raised a traceback."""
+    from imagebuild.builder.bake import write_bake
+
+    first = plan.images[0]
+    wheelhouse = tmp_path / "bake-context" / first.id / "wheelhouse"
+    wheelhouse.mkdir(parents=True)
+    (wheelhouse / "torch.whl").write_bytes(b"wheel")
+    with_wh = Plan(plan.matrix_file, [replace(img, context_dirs={"wheelhouse": wheelhouse}) for img in plan.images])
+    with pytest.raises(FileProblem, match="overlap"):
+        write_bake(with_wh, tmp_path / "docker-bake.json")
+    assert (wheelhouse / "torch.whl").read_bytes() == b"wheel"
+
+
+def test_bake_never_writes_through_a_linked_context_or_bake_file(tmp_path, plan, victim):
+    """Failed before: a bake-context/<id> link got the Dockerfile written outside; -o as a link to the victim was
+    written through."""
+    from imagebuild.builder.bake import write_bake
+
+    out = tmp_path / "b"
+    (out / "bake-context").mkdir(parents=True)
+    (out / "bake-context" / plan.images[0].id).symlink_to(victim.parent)
+    with pytest.raises(FileProblem, match="is a symbolic link"):
+        write_bake(plan, out / "docker-bake.json")
+    assert sorted(p.name for p in victim.parent.iterdir()) == ["victim"]
+    (out / "bake-context" / plan.images[0].id).unlink()
+    (out / "docker-bake.json").symlink_to(victim)
+    write_bake(plan, out / "docker-bake.json")
+    assert victim.read_text() == "precious\n"
+    assert json.loads((out / "docker-bake.json").read_text())["target"]
+
+
+def test_bake_context_files_replace_hard_links_into_the_wheelhouse(tmp_path, plan):
+    """The wheelhouse is hard-linked into each context; a context file written over such a link (same name) must
+    replace the link, never change the wheelhouse's file (a write in place would)."""
+    from imagebuild.builder.bake import write_bake
+
+    first = plan.images[0]
+    folder = tmp_path / "bake-context" / first.id
+    folder.mkdir(parents=True)
+    shared = tmp_path / "shared"
+    shared.write_text("someone else's\n")
+    os.link(shared, folder / "Dockerfile")
+    write_bake(Plan(plan.matrix_file, [first]), tmp_path / "docker-bake.json")
+    assert shared.read_text() == "someone else's\n" and (folder / "Dockerfile").read_text() == first.dockerfile
+
+
+def test_bake_os_image_typo_says_the_choices(tmp_path):
+    """Failed before: `--os-image debain12=...` was ignored and the bake file got the default base, exit 0."""
+    from imagebuild.commands.bake import command
+
+    res = CliRunner().invoke(command, ["--matrix", str(ROOT / "images" / "cpu.yaml"), "--state-dir",
+                                       str(tmp_path / "state"), "-o", str(tmp_path / "b.json"),
+                                       "--os-image", "debain12=reg/os/debian:12"])
+    assert isinstance(res.exception, UsageError) and "did you mean 'debian12'" in str(res.exception)
+    assert not (tmp_path / "b.json").exists()
+
+
+# -- sbom -o, catalog -o -----------------------------------------------------------------------------------------
+
+def test_sbom_never_writes_through_a_planted_tmp_link(tmp_path, monkeypatch, victim):
+    """Failed before: `sbom -o X` wrote X.tmp, a link to the victim, so the SBOM replaced the victim's content."""
+    from _inventory_cases import fixture_inventory
+
+    from imagebuild.commands.sbom import command
+
+    class Opener:
+        def __init__(self, *a, **k):
+            pass
+
+        def open(self, text):
+            return fixture_inventory()
+
+    monkeypatch.setattr("imagebuild.inventory.open.Opener", Opener)
+    out = tmp_path / "img.cdx.json"
+    (tmp_path / "img.cdx.json.tmp").symlink_to(victim)
+    res = CliRunner().invoke(command, ["some:image", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert victim.read_text() == "precious\n" and json.loads(out.read_text())["bomFormat"] == "CycloneDX"
+    res = CliRunner().invoke(command, [""])
+    assert isinstance(res.exception, UsageError) and "REF is empty" in str(res.exception)
+
+
+def test_catalog_output_link_is_replaced_not_written_through(tmp_path, monkeypatch, victim):
+    """Failed before: -o was resolved, so a link at that name had the catalog written into the file it names."""
+    from _fake_registry import FakeRegistry
+
+    from imagebuild.commands.catalog import command
+    from imagebuild.oci import RegistryAuth
+
+    monkeypatch.setattr("imagebuild.commands.catalog.resolve_auth", lambda host, **k: RegistryAuth(host))
+    monkeypatch.setattr("imagebuild.commands.catalog.RegistryClient", lambda auth, **k: FakeRegistry(auth.registry))
+    out = tmp_path / "CATALOG.md"
+    out.symlink_to(victim)
+    res = CliRunner().invoke(command, ["--matrix", str(ROOT / "images" / "cpu.yaml"), "--registry", REG,
+                                       "--state-dir", str(tmp_path / "state"), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert victim.read_text() == "precious\n"
+    assert not out.is_symlink() and "**not pushed**" in out.read_text()
+
+
+# -- report and record -------------------------------------------------------------------------------------------
+
+def test_report_lock_and_history_links_are_not_followed(tmp_path, victim):
+    """Failed before: the lock file was opened with "w" (truncating the victim) and history.jsonl appended to it."""
+    from imagebuild.report.stored import ReportError
+    from imagebuild.report.writer import write_reports
+
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / ".build-report.lock").symlink_to(victim)
+    with pytest.raises(FileProblem, match="symbolic link"):
+        write_reports([], reports)
+    assert victim.read_text() == "precious\n"
+    (reports / ".build-report.lock").unlink()
+    (reports / "history.jsonl").symlink_to(victim)
+    with pytest.raises(ReportError, match="symbolic link"):
+        write_reports([], reports)
+    assert victim.read_text() == "precious\n"
+
+
+def test_record_lock_link_is_not_followed(tmp_path, victim):
+    """Failed before: `updating` opened the planted `.cpu.state.json.lock` link with "w", truncating the victim."""
+    from imagebuild.record import updating
+    from imagebuild.record.store import record_path
+
+    matrix = ROOT / "images" / "cpu.yaml"
+    path = record_path(matrix, tmp_path / "state")
+    path.parent.mkdir(parents=True)
+    (path.parent / f".{path.name}.lock").symlink_to(victim)
+    with pytest.raises(FileProblem, match="symbolic link"), updating(matrix, directory=tmp_path / "state"):
+        pass
+    assert victim.read_text() == "precious\n" and not path.exists()
+
+
+@pytest.mark.parametrize("exports", ["a string", {"squashfs": "a string"}, {"squashfs": {"path": 7}}])
+def test_record_exports_of_the_wrong_type_are_a_record_problem(tmp_path, exports):
+    """Failed before: shape_problem let them through and `slurm --matrix` / `export --matrix` raised a traceback
+    (AttributeError on str.get)."""
+    from imagebuild.record.store import SCHEMA, load_record, record_path
+
+    matrix = ROOT / "images" / "cpu.yaml"
+    path = record_path(matrix, tmp_path)
+    path.write_text(json.dumps({"schema": SCHEMA, "tool_version": "0", "matrix": str(matrix), "inputs": {},
+                                "images": {"x": {"id": "x", "flavor": "base", "inputs_hash": "h",
+                                                 "exports": exports}}}))
+    rec = load_record(matrix, tmp_path)
+    assert rec is not None and rec.problem is not None and "exports" in rec.problem and rec.images == {}
