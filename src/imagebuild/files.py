@@ -276,3 +276,21 @@ def check_output_dir(path: Path | str, what: str) -> Path:
     except OSError as exc:
         raise FileProblem(f"{what} {folder}: cannot write there ({exc.strerror or exc})") from None
     return folder
+
+
+def check_output_file(path: Path | str, what: str) -> Path:
+    """Before any work (an image read, registry requests): `path` can be written as a file, i.e. it is not a folder
+    and a file can be created in its folder (a read-only or missing folder is one line now, not after the work)."""
+    target = Path(path)
+    if target.is_dir() and not target.is_symlink():
+        raise FileProblem(f"{what} {target}: is a folder; give a file name")
+    folder = target.parent
+    if not folder.is_dir():
+        raise FileProblem(f"{what} {target}: folder {folder} does not exist")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".imagebuild-write-check.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise FileProblem(f"{what} {target}: cannot write in {folder} ({exc.strerror or exc})") from None
+    return target

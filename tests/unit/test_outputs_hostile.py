@@ -263,3 +263,30 @@ def test_record_exports_of_the_wrong_type_are_a_record_problem(tmp_path, exports
                                                  "exports": exports}}}))
     rec = load_record(matrix, tmp_path)
     assert rec is not None and rec.problem is not None and "exports" in rec.problem and rec.images == {}
+
+
+def test_an_unwritable_output_is_refused_before_the_image_or_registry_is_read(tmp_path, monkeypatch):
+    """Failed before: `sbom -o` read the whole image (a registry download) and only then failed to write; `catalog -o`
+    asked the registry first. /proc takes no new file even for root, so this holds whoever runs the tests."""
+    from imagebuild.commands.catalog import command as catalog
+    from imagebuild.commands.sbom import command as sbom
+
+    asked: list[str] = []
+
+    class Opener:
+        def __init__(self, *a, **k):
+            pass
+
+        def open(self, text):
+            asked.append(text)
+            raise AssertionError("the image was read before the output was checked")
+
+    monkeypatch.setattr("imagebuild.inventory.open.Opener", Opener)
+    monkeypatch.setattr("imagebuild.commands.catalog.RegistryClient", lambda *a, **k: asked.append("registry"))
+    for command, args in ((sbom, ["some:image", "-o", "/proc/sbom.json"]), (sbom, ["some:image", "-o", str(tmp_path)]),
+                          (catalog, ["--matrix", str(ROOT / "images" / "cpu.yaml"), "--registry", REG,
+                                     "--state-dir", str(tmp_path / "state"), "-o", "/proc/CATALOG.md"])):
+        res = CliRunner().invoke(command, args)
+        assert isinstance(res.exception, FileProblem), res.output
+        assert "cannot write in /proc" in str(res.exception) or "is a folder" in str(res.exception)
+    assert asked == []

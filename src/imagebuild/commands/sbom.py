@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from imagebuild.errors import ImagebuildError, UsageError
-from imagebuild.files import write_text_atomic
+from imagebuild.files import check_output_file, write_text_atomic
 
 
 @click.command("sbom")
@@ -39,9 +37,7 @@ def command(reference: str, output: str | None, platform: str | None, ca_file: s
     from imagebuild.inventory import dump_sbom, make_sbom
     from imagebuild.inventory.open import Opener
 
-    path = Path(output) if output and output != "-" else None
-    if path is not None and (path.is_dir() and not path.is_symlink()):
-        raise UsageError(f"-o {output}: is a folder; give a file name")
+    path = check_output_file(output, "-o") if output and output != "-" else None  # before the image is read
 
     opener = Opener(lambda: connect("inspect"), platform=platform, ca_file=ca_file,
                     log=lambda m: click.echo(m, err=True))
