@@ -156,6 +156,17 @@ def refuse_overlap(source: Path | str, source_what: str, output: Path | str, out
                           "after symbolic links): writing the output would change the input; use separate folders")
 
 
+def open_fresh_text(path: Path) -> IO[str]:
+    """A new text file at `path` for streaming (a build or test log): an earlier file or a link at the name is
+    removed first (the link, never what it points at), then the file is created exclusively (O_EXCL|O_NOFOLLOW), so
+    the log never truncates or appends to someone else's file. OSError as raised."""
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            os.unlink(path)
+    fd = os.open(path, _NEW_FILE, 0o644)
+    return os.fdopen(fd, "w", encoding="utf-8", errors="replace")
+
+
 def open_lock_file(path: Path) -> IO[str]:
     """A lock file opened for flock without following a link planted at its name (which "w" would truncate)."""
     try:

@@ -290,3 +290,16 @@ def test_an_unwritable_output_is_refused_before_the_image_or_registry_is_read(tm
         assert isinstance(res.exception, FileProblem), res.output
         assert "cannot write in /proc" in str(res.exception) or "is a folder" in str(res.exception)
     assert asked == []
+
+
+def test_a_build_log_never_truncates_a_linked_file(tmp_path, victim):
+    """Failed before: open(path, "w") followed a link planted at reports/logs/<id>.log and truncated the victim."""
+    from imagebuild.builder.logs import open_log
+
+    logs = tmp_path / "reports" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "img.log").symlink_to(victim)
+    with open_log(logs / "img.log") as log:
+        log.write("step 1\n")
+    assert victim.read_text() == "precious\n"
+    assert not (logs / "img.log").is_symlink() and (logs / "img.log").read_text() == "step 1\n"
