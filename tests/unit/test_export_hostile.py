@@ -263,3 +263,15 @@ def test_export_refuses_options_it_would_ignore_and_a_name_of_the_other_format(t
         res = _cli("export", *args)
         assert res.returncode == 2 and words in res.stderr, (args, res.stderr)
         assert res.stderr.count("error:") == 1 and "Traceback" not in res.stderr
+
+
+def test_export_of_a_matrix_image_refuses_an_unwritable_state_folder_before_the_engine(tmp_path):
+    """Failed before: the engine was asked first (no engine here: exit 1 'no Docker engine'; with one, the whole export
+    ran and then the record write failed)."""
+    res = subprocess.run([sys.executable, "-m", "imagebuild", "export", "--matrix", str(ROOT / "images" / "cpu.yaml"),
+                          "--only", "*runtime", "-o", str(tmp_path / "a.sqsh")], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT / "src"),
+                                          "IMAGEBUILD_STATE_DIR": "/proc/imagebuild-state",
+                                          "DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert res.returncode == 2 and "state folder (IMAGEBUILD_STATE_DIR) /proc/imagebuild-state" in res.stderr
+    assert res.stderr.count("error:") == 1 and "Traceback" not in res.stderr

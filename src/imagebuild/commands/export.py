@@ -143,6 +143,11 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
         raise UsageError("--compression is for --format squashfs")
     _check_name(output, fmt)
     ex.writer.check_destination(output, force)  # before the engine is asked anything
+    if matrix:  # the record learns the export at the end: a state folder it cannot write is said now, not then
+        from imagebuild.files import check_output_dir
+        from imagebuild.record.store import state_dir
+
+        check_output_dir(state_dir(), "state folder (IMAGEBUILD_STATE_DIR)")
 
     from imagebuild.engine import connect, rootfs
 
