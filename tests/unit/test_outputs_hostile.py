@@ -303,3 +303,31 @@ def test_a_build_log_never_truncates_a_linked_file(tmp_path, victim):
         log.write("step 1\n")
     assert victim.read_text() == "precious\n"
     assert not (logs / "img.log").is_symlink() and (logs / "img.log").read_text() == "step 1\n"
+
+
+def test_render_check_reads_no_link_and_opens_no_fifo(tmp_path, plan, victim):
+    """Failed before: `render --check` read a Dockerfile link's target as the rendered file and blocked forever on a
+    FIFO at a rendered name (render --check runs in lint)."""
+    import signal
+
+    from imagebuild.plan.write import diff_rendered, write_rendered
+
+    out = tmp_path / "out"
+    out.mkdir()
+    write_rendered(plan, out)
+    first, second = plan.images[0], plan.images[1]
+    victim.write_text(first.dockerfile)  # the link's target holds exactly what the render would write
+    (out / first.id / "Dockerfile").unlink()
+    (out / first.id / "Dockerfile").symlink_to(victim)
+    (out / second.id / "Dockerfile").unlink()
+    os.mkfifo(out / second.id / "Dockerfile")
+    old = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("render --check blocked")))
+    signal.alarm(20)
+    try:
+        problems = diff_rendered(plan, out)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert [p.split(": ", 1)[0] for p in problems] == [str(out / first.id / "Dockerfile"),
+                                                       str(out / second.id / "Dockerfile")]
+    assert all("not a regular file" in p for p in problems)

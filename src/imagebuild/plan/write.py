@@ -86,8 +86,11 @@ def diff_rendered(plan: Plan, out: Path) -> list[str]:
     problems = []
     for rel, data in sorted(expected.items()):
         target = out / rel
-        if not target.exists():
+        if not os.path.lexists(target):
             problems.append(f"{target}: missing")
+        elif not regular_file_inside(out, rel):  # never read through a link, never open a FIFO (it would block)
+            problems.append(f"{target}: not a regular file of the folder (a link or a special file); a render "
+                            "replaces it")
         elif target.read_bytes() != data:
             problems.append(f"{target}: differs")
     if out.exists():
