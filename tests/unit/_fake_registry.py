@@ -84,14 +84,22 @@ class FakeRegistry:
         body = self.manifests.get(digest or "")
         if digest is None or body is None:
             return None
-        return digest, json.loads(body)
+        try:
+            doc = json.loads(body)
+        except ValueError:  # as the real client: a body that is not JSON is a RegistryError
+            raise RegistryError(f"{self.name}: manifest of {repository}:{reference} is not JSON") from None
+        return digest, doc
 
     def manifest_raw(self, repository: str, reference: str) -> tuple[bytes, str, str]:
         digest = self._digest_of(repository, reference)
         body = self.manifests.get(digest or "")
         if digest is None or body is None:
             raise RegistryError("manifest unknown", status=404)
-        return body, json.loads(body)["mediaType"], digest
+        try:  # what the server says it is: a manifest's media type, or (a proxy's login page) text/html
+            media = str(json.loads(body).get("mediaType", ""))
+        except (ValueError, AttributeError):
+            media = "text/html"
+        return body, media, digest
 
     def delete_manifest(self, repository: str, digest: str) -> None:
         self.calls.append(f"delete {digest}")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.engine.store import as_store
+from imagebuild.files import write_text_atomic
 from imagebuild.lock.model import canonical_name, parse
 from imagebuild.models import ImagePlan, ImageResult, Plan
 from imagebuild.pipeline.building import HERE, BuildStatus
@@ -72,7 +73,7 @@ def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir:
             res.sbom = {"error": str(exc)}
             continue
         folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_text_atomic(path, text)  # by rename: a link planted at the name is replaced, not written through
         data = text.encode()
         res.sbom = {"path": str(path), "sha256": "sha256:" + hashlib.sha256(data).hexdigest(),
                     "image_id": res.image_id, "components": text.count('"bom-ref"') - 1,
