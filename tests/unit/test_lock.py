@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from _lock_support import INPUTS, cpu_with_lock, fake_pin, sha_of
 
-from imagebuild.builder.stream import BuildStream
+from imagebuild.builder.backends.classic.stream import BuildStream
 from imagebuild.errors import EXIT_BAD_INPUT
 from imagebuild.lock import LockError, dump, load, lock_path, parse, problems, requirements_text
 from imagebuild.lock.apt import AptIndex, compare_versions, parse_packages
