@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from imagebuild.builder.backend import BuildEvent
+from imagebuild.builder.diagnose import Diagnosis
 from imagebuild.builder.logs import write_log
 from imagebuild.secrets import redact
 
@@ -38,6 +39,7 @@ class _Vertex:
     started: bool = False
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     partial: str = ""  # output not yet ended by a newline
+    diagnosis: Diagnosis = field(default_factory=Diagnosis)  # what its output says went wrong (diagnose.py)
 
 
 @dataclass
@@ -109,11 +111,17 @@ class RawJsonProgress:
 
     # -- reporting -------------------------------------------------------------------------------------------------
     def failure_summary(self) -> str:
-        """One paragraph: the failing step, then BuildKit's reason."""
+        """One paragraph: what the failing step's output says went wrong (diagnose.py: a pip hash refusal, an apt
+        version gone) and where, else the failing step, then BuildKit's reason."""
         if self.error is None:
             return ""
         vertex = self.vertexes.get(self.failed_vertex or "")
         where = vertex.name if vertex else (self._last_step() or "before the first Dockerfile step")
+        if vertex is not None:
+            step = where.split("]", 1)[0] + "]" if where.startswith("[") else where  # "[pip 3/7]": finding first
+            found = vertex.diagnosis.summary(step)
+            if found:
+                return found
         return f"{where}: {self.error}"
 
     def tail_text(self) -> str:
@@ -176,6 +184,7 @@ class RawJsonProgress:
             self._write(line + "\n")
             if line.strip():
                 vertex.tail.append(line)
+                vertex.diagnosis.feed(line)
                 events.append(BuildEvent("line", line))
         return events
 
