@@ -1,23 +1,19 @@
 """Build-failure diagnosis (builder/diagnose.py) is the same whichever backend built: the classic builder's stream and
 BuildKit's rawjson progress feed the failing step's output to the one Diagnosis and say the same thing.
 
-The BuildKit streams are the recorded failed run (fixtures/buildx/failed-run.rawjson: buildx 0.13.1, dockerd 26.1.5,
-two parallel stages, `[pip 1/2]` fails with exit code 3) with the failing step's output replaced by what pip/apt print,
-split across log messages as BuildKit sends it; the other stage keeps printing beside it."""
+The BuildKit streams are the recorded failed run (buildx 0.13.1, dockerd 26.1.5; _fake_docker_cli.failing_rawjson)
+with the failing step's output replaced by what pip/apt print, split across log messages as BuildKit sends it; the
+other stage keeps printing beside it."""
 
 from __future__ import annotations
 
-import base64
-import json
-from pathlib import Path
-
 import pytest
+from _fake_docker_cli import failing_rawjson
 
 from imagebuild.builder.backends.buildkit.progress import RawJsonProgress
 from imagebuild.builder.backends.classic.stream import BuildStream
 from imagebuild.builder.diagnose import Diagnosis
 
-FIXTURES = Path(__file__).parent / "fixtures" / "buildx"
 EXPECTED, GOT = "0" * 64, "4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274"
 PIP_HASH = [
     "Collecting six==1.17.0 (from -r /tmp/imagebuild-lock.txt (line 2))",
@@ -37,43 +33,9 @@ FINDINGS = {
 }
 
 
-def _objects(text: str) -> tuple[list[dict], str]:
-    """The recording's JSON objects, and buildx's plain lines after them."""
-    decoder, pos, out = json.JSONDecoder(), 0, []
-    while True:
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-        if pos >= len(text) or text[pos] != "{":
-            return out, text[pos:]
-        obj, pos = decoder.raw_decode(text, pos)
-        out.append(obj)
-
-
-def _buildkit_stream(failing_output: list[str], beside: list[str]) -> str:
-    """The recorded failed run, its failing vertex printing `failing_output` (in pieces that split lines), the
-    parallel stage printing `beside`."""
-    objs, plain = _objects((FIXTURES / "failed-run.rawjson").read_text())
-    failing = next(v["digest"] for o in objs for v in o.get("vertexes", []) if v.get("error"))
-    other = next(e["vertex"] for o in objs for e in o.get("logs", []) if e["vertex"] != failing)
-    text = "\n".join(failing_output) + "\n"
-    pieces = [text[i:i + 50] for i in range(0, len(text), 50)]
-    out: list[dict] = []
-    for obj in objs:
-        if any(e["vertex"] == failing for e in obj.get("logs", [])):
-            if pieces:  # the step's output, where the recording had it
-                out += [{"logs": [{"vertex": failing, "stream": 2, "data": base64.b64encode(p.encode()).decode()}]}
-                        for p in pieces]
-                out += [{"logs": [{"vertex": other, "stream": 1,
-                                   "data": base64.b64encode((line + "\n").encode()).decode()}]} for line in beside]
-                pieces = []
-            continue
-        out.append(obj)
-    return "".join(json.dumps(o, indent=2) + "\n" for o in out) + plain
-
-
 def _buildkit_summary(failing_output: list[str], beside: list[str] = ()) -> str:
     progress = RawJsonProgress()
-    stream = _buildkit_stream(failing_output, list(beside))
+    stream = failing_rawjson(failing_output, list(beside))
     for i in range(0, len(stream), 97):
         progress.feed(stream[i:i + 97])
     progress.finish(1)
