@@ -160,7 +160,7 @@ class BuildxBuild:
     def _load(self, archive: Path) -> Iterator[BuildEvent]:
         """The exported docker archive into the engine's store (its image ID is the archive's manifest digest); the
         archive goes with the build's temporary folder."""
-        yield BuildEvent("step", "load the exported image into the engine")
+        yield BuildEvent("step", "loading into the engine")  # a phase: no step number (progress.py)
         loaded = cli.load(str(archive), timeout=self.request.timeout)
         if not loaded.ok:
             self.progress.fail(f"docker image load of the exported image failed: {loaded.reason}")
