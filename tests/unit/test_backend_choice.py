@@ -71,7 +71,7 @@ def test_a_named_backend_is_not_probed(matrix, probed):
 
 def test_under_auto_an_option_of_one_backend_chooses_it(matrix, probed):
     said: list[str] = []
-    inputs = building.concrete_backend(matrix(), BuildInputs(), BuildSettings(builder="farm"), said.append)
+    inputs = building.concrete_backend(matrix(), BuildInputs(), BuildSettings(backend_options={"builder": "farm"}), said.append)
     assert inputs.backend == "buildkit" and not probed
     assert said == ["backend auto: --builder given; building with BuildKit"]
 
@@ -80,9 +80,9 @@ def test_an_option_of_another_backend_is_refused_in_one_line(monkeypatch):
     seen: list[dict] = []
     monkeypatch.setattr(building, "preflight", lambda name, settings: seen.append({name: settings}) or object)
     plan = Plan("m.yaml", [image("a", "base", None)])  # its variant names the classic builder
-    for settings, flags in ((BuildSettings(builder="farm"), "--builder"),
-                            (BuildSettings(buildkit_cache="reg/cache"), "--buildkit-cache"),
-                            (BuildSettings(builder="farm", buildkit_cache="r/c"), "--builder and --buildkit-cache")):
+    for settings, flags in ((BuildSettings(backend_options={"builder": "farm"}), "--builder"),
+                            (BuildSettings(backend_options={"buildkit_cache": "reg/cache"}), "--buildkit-cache"),
+                            (BuildSettings(backend_options={"builder": "farm", "buildkit_cache": "r/c"}), "--builder and --buildkit-cache")):
         with pytest.raises(UsageError) as err:
             building.run_backend(plan, BuildInputs(), settings)
         assert str(err.value) == (f"{flags}: only the buildkit backend understands "
@@ -90,7 +90,7 @@ def test_an_option_of_another_backend_is_refused_in_one_line(monkeypatch):
                                   f"with classic; choose --backend buildkit or drop {flags}")
         assert "\n" not in str(err.value)
     assert not seen  # refused before any preflight
-    name, _ = building.run_backend(plan, BuildInputs(backend="buildkit"), BuildSettings(builder="farm"))
+    name, _ = building.run_backend(plan, BuildInputs(backend="buildkit"), BuildSettings(backend_options={"builder": "farm"}))
     assert name == "buildkit" and seen == [{"buildkit": {"builder": "farm", "buildkit_cache": None}}]
     name, _ = building.run_backend(plan, BuildInputs(), BuildSettings())
     assert name == "classic" and seen[-1] == {"classic": {}}

@@ -171,11 +171,11 @@ def test_an_option_only_another_backend_understands_is_refused(name, owner, opti
     monkeypatch.setattr(building, "preflight", lambda backend, settings: seen.append(backend) or object)
     plan = Plan("m.yaml", [image("a", "base", None)])
     with pytest.raises(UsageError) as err:
-        building.run_backend(plan, BuildInputs(backend=name), BuildSettings(**{option.setting: "x"}))
+        building.run_backend(plan, BuildInputs(backend=name), BuildSettings(backend_options={option.setting: "x"}))
     assert str(err.value).startswith(f"{option.flag}: only the {owner} backend understands it, and this build "
                                      f"renders for and builds with {name}")
     assert "\n" not in str(err.value) and not seen  # refused before its preflight
-    assert building.run_backend(plan, BuildInputs(backend=owner), BuildSettings(**{option.setting: "x"}))[0] == owner
+    assert building.run_backend(plan, BuildInputs(backend=owner), BuildSettings(backend_options={option.setting: "x"}))[0] == owner
 
 
 def test_the_refusal_cases_cover_every_option_of_every_row():
@@ -205,3 +205,29 @@ def test_a_backend_gets_the_syntax_of_its_features_and_no_other(name):
     for feature, syntax in FEATURE_SYNTAX.items():
         if syntax is not None:
             assert (syntax in text) == getattr(spec(name).features, feature), (name, feature)
+
+
+def test_build_has_a_flag_for_every_row_option_and_passes_it_to_the_settings(monkeypatch, tmp_path):
+    """The CLI's backend flags come from the table: a row's option is a `build` flag whose value reaches
+    BuildSettings.backend_options under its setting (what run_backend hands the row's preflight)."""
+    import click
+    from click.testing import CliRunner
+
+    from imagebuild.commands import build as cmd
+    from imagebuild.pipeline import flow
+
+    flags = {o.opts[0]: o for o in cmd.command.params if isinstance(o, click.Option)}
+    seen: list[dict] = []
+
+    def fake_run(options, say, show):
+        seen.append(dict(options.build.backend_options))
+        raise UsageError("stop here")
+
+    monkeypatch.setattr(flow, "build_run", fake_run)
+    for row in BACKENDS.values():
+        for option in row.options:
+            assert flags[option.flag].metavar == option.metavar and flags[option.flag].help == option.help
+            result = CliRunner().invoke(cmd.command, ["--matrix", "images/cpu.yaml", option.flag, "v1"])
+            assert isinstance(result.exception, UsageError) and seen[-1] == {option.setting: "v1"}, result.output
+    CliRunner().invoke(cmd.command, ["--matrix", "images/cpu.yaml"])
+    assert seen[-1] == {}  # none given: none passed

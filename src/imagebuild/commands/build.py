@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from imagebuild.commands._options import (
+    backend_run_options,
     build_input_options,
     matrix_option,
     only_option,
@@ -67,20 +68,15 @@ def _say(msg: str) -> None:
 @click.option("--sbom/--no-sbom", "sbom", default=True, show_default=True,
               help="Write a CycloneDX SBOM per image beside the report (reports/<matrix>/sbom/), its digest in the "
                    "report; a rebuild's report also shows the diff against the image the tag pointed at before.")
-@click.option("--builder", "buildx_builder", metavar="NAME", default=None,
-              help="The buildx builder (BuildKit's option: chooses BuildKit under the default auto, refused with "
-                   "--backend classic; default: buildx's current one, the engine's).")
-@click.option("--buildkit-cache", "buildkit_cache", metavar="REPOSITORY", default=None,
-              help="BuildKit's option (as --builder): import and export a registry cache of every stage, one tag per image "
-                   "(needs the engine's containerd image store or a non-docker builder).")
+@backend_run_options
 @click.option("--locked", is_flag=True,
               help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
                    "Without it an existing lock is used too; a missing one means an unlocked build.")
 def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[str, ...], force: bool,
             jobs: int | None, keep_going: bool, plain: bool, verbose: bool, log_dir: Path | None,
             report_dir: Path | None, state_dir: str | None, run_tests: bool, retest: bool, run_push: bool,
-            registry_cache: bool, require_registry: bool, sbom: bool, buildx_builder: str | None,
-            buildkit_cache: str | None, locked: bool, created: str | None) -> int:
+            registry_cache: bool, require_registry: bool, sbom: bool, locked: bool, created: str | None,
+            **backend_options: str | None) -> int:
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -96,8 +92,8 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[
         report_dir=report_dir,
         build=BuildSettings(force=force, jobs=jobs, keep_going=keep_going, plain=plain, verbose=verbose,
                             log_dir=log_dir, registry_cache=registry_cache, require_registry=require_registry,
-                            sbom=sbom, locked=locked, created=created, builder=buildx_builder,
-                            buildkit_cache=buildkit_cache),
+                            sbom=sbom, locked=locked, created=created,
+                            backend_options={k: v for k, v in backend_options.items() if v}),
         test=TestSettings(retest=retest) if run_tests else None,
         push=PushSettings(require_tests=run_tests) if run_push else None,
     )

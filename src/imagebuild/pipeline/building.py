@@ -137,7 +137,7 @@ def concrete_backend(matrix_path: Path, inputs: BuildInputs, settings: BuildSett
         named = {v.values.get("backend", AUTO) for v in load_matrix(matrix_path).variants}
         if named and AUTO not in named:  # every row names its backend
             return inputs
-    wanted = [(s.name, o.flag) for s in BACKENDS.values() for o in s.options if getattr(settings, o.setting)]
+    wanted = [(s.name, o.flag) for s in BACKENDS.values() for o in s.options if settings.backend_options.get(o.setting)]
     if len({n for n, _ in wanted}) == 1:
         name = wanted[0][0]
         line = f"backend auto: {' and '.join(f for _, f in wanted)} given; building with {spec(name).title}"
@@ -161,12 +161,12 @@ def chosen_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -> 
     one builds."""
     name = plan_backend(plan, inputs)
     for other in BACKENDS.values():
-        given = [o.flag for o in other.options if getattr(settings, o.setting)]
+        given = [o.flag for o in other.options if settings.backend_options.get(o.setting)]
         if other.name != name and given:
             raise UsageError(f"{' and '.join(given)}: only the {other.name} backend understands "
                              f"{'it' if len(given) == 1 else 'them'}, and this build renders for and builds with "
                              f"{name}; choose --backend {other.name} or drop {' and '.join(given)}")
-    return name, {o.setting: getattr(settings, o.setting) for o in spec(name).options}
+    return name, {o.setting: settings.backend_options.get(o.setting) for o in spec(name).options}
 
 
 def backend_maker(name: str, own: dict[str, Any], store: Any) -> Callable[[], BuildBackend]:
