@@ -124,3 +124,28 @@ def test_plan_and_test_read_the_backend_the_record_names(matrix, tmp_path):
     loaded = load(str(path), None, None, None, said.append)
     assert plan_backend(loaded.plan, loaded.inputs) == "buildkit"
     assert said == [f"inputs from {loaded.record.path}: --backend buildkit"]
+
+
+def test_plan_says_which_backend_auto_was_planned_as_when_nothing_names_one(matrix):
+    """The backend renders its own Dockerfiles: the hashes `plan` shows are one backend's, and the line says whose."""
+    from click.testing import CliRunner
+
+    from imagebuild.commands import plan as cmd
+    from imagebuild.record import updating
+
+    path = matrix()
+
+    def planned(*args: str) -> str:
+        result = CliRunner().invoke(cmd.command, ["--matrix", str(path), "--json", *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    line = ("backend auto: no record or flag names it; the hashes shown are for the classic builder (planning asks "
+            "no engine; a build on Docker Engine >= 23 with buildx uses BuildKit: --backend buildkit shows its hashes)")
+    assert line in planned() and line in planned("--backend", "auto")
+    assert "backend auto" not in planned("--backend", "buildkit")
+    with updating(path, BuildInputs(backend="buildkit"), None, replace_inputs=True):
+        pass
+    assert "backend auto" not in planned()  # the record names it
+    path.write_text(MATRIX.format(backend=", backend: classic"))
+    assert "backend auto" not in planned("--backend", "classic")
