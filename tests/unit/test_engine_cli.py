@@ -15,6 +15,8 @@ FAKE = r'''
 import os, sys, time
 args = sys.argv[1:]
 if args[:1] == ["version"]:
+    if os.environ.get("FAKE_CALLS"):
+        open(os.environ["FAKE_CALLS"], "a").write("version\n")
     print("26.1.5+dfsg1 " + os.environ.get("DOCKER_HOST", "-"))
 elif args[:1] == ["slow"]:
     time.sleep(5)
@@ -60,3 +62,18 @@ def test_image_id_only_for_an_id(fake, monkeypatch):
     assert cli.image_id("x:1") is None  # the CLI answered, but not with an image ID
     monkeypatch.setenv("FAKE_ID", "sha256:" + "cd" * 32)
     assert cli.image_id("x:1") == "sha256:" + "cd" * 32
+
+
+def test_a_prefetched_call_is_made_once_and_only_for_the_same_engine(fake, monkeypatch, tmp_path):
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("FAKE_CALLS", str(calls))
+    monkeypatch.setenv("DOCKER_HOST", "unix:///a.sock")
+    cli.prefetch(cli.ENGINE_VERSION)
+    assert cli.engine_version().out == "26.1.5+dfsg1 unix:///a.sock"
+    assert calls.read_text() == "version\n"  # the prefetched process answered: not run again
+    assert cli.engine_version().ok and calls.read_text() == "version\n" * 2  # taken once: the next call runs
+    cli.prefetch(cli.ENGINE_VERSION)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///b.sock")  # another engine: the prefetched answer is not its
+    assert cli.engine_version().out == "26.1.5+dfsg1 unix:///b.sock"
+    monkeypatch.setenv("DOCKER_HOST", "unix:///a.sock")
+    assert cli.engine_version().out == "26.1.5+dfsg1 unix:///a.sock"  # (the one prefetched for a.sock)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from imagebuild.backends import AUTO
 from imagebuild.commands._options import (
     backend_run_options,
     build_input_options,
@@ -85,6 +86,10 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[
       imagebuild build --matrix h100.yaml --only '*2.9.1*runtime' --jobs 2 --plain
       imagebuild build --matrix images/cpu.yaml --ca-cert corp-ca.pem --pip-index-url https://u:p@pypi.corp/simple
     """
+    if inputs.backend in (None, AUTO):  # auto asks the engine's and buildx's versions: while the stages import
+        from imagebuild.engine.cli import prefetch_versions
+
+        prefetch_versions()
     from imagebuild.pipeline.flow import build_run  # the engine SDK and the stages: not for --help
 
     options = RunOptions(

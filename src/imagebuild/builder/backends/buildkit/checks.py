@@ -91,7 +91,7 @@ def check_cache_export(builder: Builder, driver_status: str) -> None:
 
 def preflight(builder_name: str | None = None, cache_repository: str | None = None) -> BuildxBackend:
     """The BuildKit backend for `builder_name` (None: buildx's current builder), or one BuilderUnavailable line."""
-    version = cli.run(["buildx", "version"])
+    version = cli.buildx_version()
     if not version.ok:
         raise BuilderUnavailable(
             "the BuildKit backend needs the docker buildx plugin and `docker buildx` does not run: `make install` "
@@ -132,7 +132,7 @@ def answers() -> tuple[bool, str]:
     if number is not None and number < MIN_ENGINE:
         return False, (f"dockerd {version}: its BuildKit lacks named contexts (Docker Engine >= "
                        f"{MIN_ENGINE[0]}.{MIN_ENGINE[1]})")
-    buildx = cli.run(["buildx", "version"])
+    buildx = cli.buildx_version()
     if not buildx.ok:
         return False, (f"dockerd {version} without the buildx plugin (`make install` puts buildx under "
                        ".tools/docker-config; export DOCKER_CONFIG=.tools/docker-config)")
