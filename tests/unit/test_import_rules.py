@@ -45,18 +45,20 @@ ALLOWED: dict[str, set[str]] = {
     "smoke": PURE | {"engine", "probe", "record"},
     "catalog": PURE | {"record"},  # the registry through oci, smoke results/sizes from the record; no engine
     "launch": PURE | {"engine", "host", "record"},
+    "sign": PURE | {"record"},  # cosign + the registry through oci; provenance from the record; no engine
     # build -> SBOM -> test -> push -> report over one plan and record: the one layer that drives the stages
     "pipeline": PURE | {"engine", "host", "report", "record", "builder", "push", "smoke", "catalog", "launch",
-                         "inventory"},
+                         "inventory", "sign"},
     # flags -> pipeline.settings.RunOptions -> pipeline; never the builder (its steps are the pipeline's)
     "commands": PURE | {"pipeline", "engine", "host", "report", "record", "push", "smoke", "catalog", "launch",
-                         "inventory", "export"},
+                         "inventory", "export", "sign"},
     "export": PURE | {"engine", "record"},  # `imagebuild export`: engine calls only through engine/rootfs.py
     "cli": {"foundation", "commands"},
     "probe": set(),  # runs inside images: see probe_rule
     "suite": set(),  # a separate pytest run: never imports imagebuild
 }
-NO_DOCKER = {"foundation", "compat", "host", "lock", "matrix", "resolve", "render", "plan", "report", "record"}
+NO_DOCKER = {"foundation", "compat", "host", "lock", "matrix", "resolve", "render", "plan", "report", "record",
+             "sign"}
 ENGINE_CLIENT_OWNERS = {"engine", "suite"}  # suite: separate process, inspects through testinfra's docker backend
 # Only engine/ talks to the engine API: no docker import and no `.api` (the SDK's low-level client) elsewhere.
 ENGINE_API_OWNERS = {"engine", "suite"}

@@ -16,7 +16,7 @@ from imagebuild.pipeline.settings import resolve_matrix_path
 
 # resolve_matrix_path is pipeline.settings'; lock.py and render.py import it from here
 __all__ = ["build_input_options", "matrix_option", "only_option", "registry_option", "resolve_matrix_path",
-           "state_dir_option"]
+           "sign_options", "sign_password", "state_dir_option", "verify_key_option"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -96,3 +96,43 @@ def build_input_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+
+
+def sign_options(func: F) -> F:
+    """--sign-key / --sign-password-stdin (push, build --push): what signs every pushed digest."""
+    func = click.option("--sign-password-stdin", is_flag=True,
+                        help="Read the signing key's password from standard input (default: COSIGN_PASSWORD).")(func)
+    return click.option(
+        "--sign-key", "sign_key", default=None, metavar="FILE|KMS-URI", envvar="IMAGEBUILD_SIGN_KEY",
+        help="Sign every pushed digest with this cosign key (a cosign.key file, its password from COSIGN_PASSWORD "
+             "or --sign-password-stdin; or a KMS URI such as awskms://..., hashivault://...) and attach its "
+             "CycloneDX SBOM and SLSA provenance as signed attestations (env IMAGEBUILD_SIGN_KEY).")(func)
+
+
+def sign_password(sign_key: str | None, from_stdin: bool, registry_password_stdin: bool = False) -> str | None:
+    """The key's password from stdin when asked (None: cosign's COSIGN_PASSWORD, read by sign.keys)."""
+    from imagebuild.errors import UsageError
+
+    if not from_stdin:
+        return None
+    if not sign_key:
+        raise UsageError("--sign-password-stdin needs --sign-key")
+    if registry_password_stdin:
+        raise UsageError("--password-stdin and --sign-password-stdin both read standard input: give the key's "
+                         "password in COSIGN_PASSWORD instead")
+    import sys
+
+    from imagebuild.oci import read_password_stdin
+
+    try:
+        return read_password_stdin(sys.stdin)
+    except UsageError:
+        raise UsageError("--sign-password-stdin: nothing on standard input") from None
+
+
+def verify_key_option(func: F) -> F:
+    """--verify-key (run, export, slurm): check the image's signature and attestations first."""
+    return click.option(
+        "--verify-key", "verify_key", default=None, metavar="FILE|KMS-URI",
+        help="Start/export only an image whose registry digest is signed with this cosign public key and carries "
+             "its SBOM and provenance attestations (default: $IMAGEBUILD_VERIFY_KEY; unset: no check).")(func)

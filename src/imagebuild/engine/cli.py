@@ -88,14 +88,16 @@ def prefetch(*calls: Sequence[str]) -> None:
                 continue
             pending = _prefetched[key] = _Prefetched()
 
-        def work(args: Sequence[str] = args, pending: _Prefetched = pending, env: dict[str, str] = dict(os.environ),
-                 binary: str = key[0]) -> None:  # the environment and binary of now, which the key names
-            try:
-                pending.value = _run(args, CLI_TIMEOUTS["inspect"], env=env, binary=binary)
-            finally:
-                pending.done.set()
+        # the environment and binary of now, which the key names
+        threading.Thread(target=_work, args=(args, pending, dict(os.environ), key[0]),
+                         name=f"docker {' '.join(args[:2])}", daemon=True).start()
 
-        threading.Thread(target=work, name=f"docker {' '.join(args[:2])}", daemon=True).start()
+
+def _work(args: Sequence[str], pending: _Prefetched, env: dict[str, str], binary: str) -> None:
+    try:
+        pending.value = _run(args, CLI_TIMEOUTS["inspect"], env=env, binary=binary)
+    finally:
+        pending.done.set()
 
 
 def run(args: Sequence[str], purpose: CliPurpose = "inspect", timeout: float | None = None) -> CliResult:

@@ -34,6 +34,7 @@ from imagebuild.pipeline.settings import (
     require_lock,
     resolve_matrix_path,
 )
+from imagebuild.pipeline.signing import open_signing_key
 from imagebuild.pipeline.supply import diff_rebuilds, previous_ids, write_sboms
 from imagebuild.pipeline.testing import TestedImage, test_step
 from imagebuild.plan.tags import references
@@ -94,6 +95,8 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     plan = loaded.plan
     selection = select_images(plan, options.only, loaded.path)
     report_dir = _check_outputs(options, loaded, settings.log_dir)
+    if options.push is not None:
+        open_signing_key(options.push, selection.named)  # a key that cannot sign: said before an hour of building
     backend, own = chosen_backend(plan, loaded.inputs, settings)  # another backend's options: refused here
     client = engine.connect("build")  # its timeout also fits --push of multi-GB layers
     progress = make_progress(plain=settings.plain, verbose=settings.verbose)
