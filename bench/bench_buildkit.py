@@ -146,10 +146,19 @@ def bake_noop(args: argparse.Namespace, work: Path) -> float:
 
 
 def noop_side_by_side(args: argparse.Namespace) -> int:
+    import shutil
+
+    work = Path(tempfile.mkdtemp(prefix="bench-noop-bake-"))
+    try:
+        return _noop_side_by_side(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _noop_side_by_side(args: argparse.Namespace, work: Path) -> int:
     import resource
     import statistics
 
-    work = Path(tempfile.mkdtemp(prefix="bench-noop-bake-"))
     only = ["--only", args.only] if args.only else []
     env = {"PYTHONPATH": str(ROOT / "src"), "IMAGEBUILD_STATE_DIR": str(work / "state")}
     build = [sys.executable, "-m", "imagebuild", "build", "--matrix", str(MATRIX), "--plain", *only,
@@ -212,7 +221,7 @@ def main() -> int:
     if args.quick:
         return quick(args)
     if args.noop_side_by_side:
-        return noop_side_by_side(args)
+        return noop_side_by_side(args)  # its work folder (bake contexts, record) is removed after
     rows: list[tuple[str, str, str, str]] = []  # measure, classic, buildkit, ratio / note
 
     def add(row: tuple[str, str, str, str]) -> None:  # each row as soon as it is measured: a later failure keeps it
