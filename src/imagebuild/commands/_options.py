@@ -51,6 +51,17 @@ def state_dir_option(func: F) -> F:
                         )(func)
 
 
+def backend_run_options(func: F) -> F:
+    """A flag for every option only one backend understands, from imagebuild/backends.py's rows (RunOption): the
+    value goes to the command as a keyword named by its setting, collected into BuildSettings.backend_options, so a
+    backend with options of its own is its folder and its row, not a new flag here."""
+    for row in reversed(list(BACKENDS.values())):
+        for option in reversed(row.options):
+            func = click.option(option.flag, option.setting, metavar=option.metavar, default=None,
+                                help=option.help)(func)
+    return func
+
+
 def registry_option(func: F) -> F:
     return click.option("--registry", default=None, metavar="HOST[:PORT]/PATH",
                         help="Override the matrix's `registry` (use '' for local-only tags).")(func)
