@@ -27,6 +27,7 @@ from imagebuild.builder.backend import BuildEvent, BuildOutcome, BuildRequest
 from imagebuild.builder.buildx_argv import BuildxCall, buildx_argv, secret_env
 from imagebuild.builder.buildx_progress import RawJsonProgress
 from imagebuild.builder.context import tar_context
+from imagebuild.models import DEFAULT_PLATFORM
 
 # build arguments that carry credentials: sent as build secrets; the buildkit templates read /run/secrets/<id>
 SECRET_BUILD_ARGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
@@ -52,8 +53,10 @@ class BuildxBackend:
     """Builds through `docker buildx build`; `builder` None is the current builder (the engine's docker driver)."""
 
     def __init__(self, builder: str | None = None, docker_driver: bool = True, cache_repository: str | None = None,
-                 containerd_store: bool = False) -> None:
+                 containerd_store: bool = False, platforms: tuple[str, ...] = ()) -> None:
         self.builder, self.docker_driver, self.cache_repository = builder, docker_driver, cache_repository
+        # what `docker buildx inspect` lists for the builder's nodes (the docker driver's include what QEMU runs)
+        self.platforms = platforms
         # the docker driver on the containerd image store: export an archive with rewritten dates, then load it
         self.via_archive = docker_driver and containerd_store
         self.docker = docker_cli()
@@ -149,7 +152,9 @@ class BuildxBuild:
             base_ref=self.backend.parent_ref(base) if base.startswith("sha256:") else None,
             builder=self.backend.builder, docker_driver=self.backend.docker_driver,
             archive=tmp / "image.tar" if self.backend.via_archive else None,
-            extra_flags=self.backend.cache_flags(req.tag))
+            extra_flags=self.backend.cache_flags(req.tag),
+            # the default platform's argv stays as before (the engine's own)
+            platform=None if req.platform == DEFAULT_PLATFORM else req.platform)
         env = {**os.environ, **secret_env(args, SECRET_BUILD_ARGS)}
         with self._lock:
             if self._cancelled:

@@ -132,6 +132,23 @@ def buildkit_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -
     return preflight(settings.builder, settings.buildkit_cache)
 
 
+def platform_preflight(client: Any, selected: list[ImagePlan], backend: BuildBackend | None,
+                       builder_name: str | None) -> None:
+    """Every selected image's platform is buildable here (pipeline/platforms.py), or one error line before anything
+    builds. A plan of the engine's own platform costs one `docker info`."""
+    from imagebuild.builder.buildkit import BuildxBackend
+    from imagebuild.compat import load as load_tables
+    from imagebuild.engine.connect import engine_machine
+    from imagebuild.pipeline.platforms import check_platforms, engine_platform
+
+    tables = load_tables()
+    if all(i.variant.platform == tables.default_platform for i in selected):
+        return  # nothing to ask the engine: a plan of the default platform builds as before
+    buildx = backend if isinstance(backend, BuildxBackend) else None
+    check_platforms(selected, tables, engine_platform(tables, engine_machine(client)), buildx is not None,
+                    builder_name, buildx.platforms if buildx else (), buildx.docker_driver if buildx else True)
+
+
 def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSettings, rec: Record | None,
                progress: Progress, log_dir: Any, say: Say, backend: BuildBackend | None = None) -> BuildRun:
     """Build (or find up to date) the selected images and their parents; rows for the whole plan."""

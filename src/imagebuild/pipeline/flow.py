@@ -19,7 +19,7 @@ from imagebuild.errors import UsageError
 from imagebuild.files import check_output_dir
 from imagebuild.models import ImagePlan, ImageResult
 from imagebuild.oci import Reference, ReferenceSyntaxError
-from imagebuild.pipeline.building import build_step, buildkit_backend, finish
+from imagebuild.pipeline.building import build_step, buildkit_backend, finish, platform_preflight
 from imagebuild.pipeline.loaded import Loaded, Say, load
 from imagebuild.pipeline.located import Located, locate, plan_registry
 from imagebuild.pipeline.pushing import PushRun, gate_reason, gate_rows, push_step
@@ -94,6 +94,7 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     report_dir = _check_outputs(options, loaded, settings.log_dir)
     backend = buildkit_backend(plan, loaded.inputs, settings)  # before anything builds
     client = engine.connect("build")  # its timeout also fits --push of multi-GB layers
+    platform_preflight(client, selection.with_parents, backend, settings.builder)  # before anything builds
     progress = make_progress(plain=settings.plain, verbose=settings.verbose)
     before = previous_ids(client, plan) if settings.sbom else {}
     built = build_step(client, plan, selection, settings, loaded.record, progress,
