@@ -95,3 +95,23 @@ def test_plan_tags_ids_and_hashes_per_platform():
     [alone] = plan_from_variants(resolve('{torch: "2.13.0", cuda: cpu, os: debian12, python: "3.11", '
                                          'flavors: [base], base_image: bootstrap}', archs="[]"), BuildInputs()).images
     assert alone.inputs_hash == amd.inputs_hash  # the default platform's hash is as before platforms existed
+
+
+def test_arm64_te_wheel_targets_its_gpus_and_has_its_own_key():
+    from imagebuild.render.te_wheel import render_te_wheel
+
+    amd, arm = resolve('{torch: "2.13.0", cuda: "13.0", os: ubuntu24.04, python: "3.12", '
+                       'transformer_engine: "2.12", platforms: [amd64, arm64]}')
+    amd_te, arm_te = render_te_wheel(amd), render_te_wheel(arm)
+    assert "NVTE_CUDA_ARCHS" not in amd_te.dockerfile  # the amd64 Dockerfile as before
+    assert "ENV NVTE_CUDA_ARCHS=90;100;110;120" in arm_te.dockerfile
+    assert amd_te.labels != arm_te.labels  # the build key knows the platform
+
+
+def test_arm64_dev_image_takes_nvidia_repository_sbsa():
+    from imagebuild.render import render_image
+
+    amd, arm = resolve('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, python: "3.12", '
+                       'platforms: [amd64, arm64]}')
+    assert "/ubuntu2404/x86_64/" in render_image(amd, "dev", BuildInputs()).dockerfile
+    assert "/ubuntu2404/sbsa/" in render_image(arm, "dev", BuildInputs()).dockerfile
