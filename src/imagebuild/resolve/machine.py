@@ -99,5 +99,5 @@ def te_note(ctx: Ctx, platform: str) -> str | None:
     info = ctx.tables.platforms.get(platform)
     if info is None or not info.compile_native_only:
         return None
-    return (f"its wheel compiles only on a native {platform} builder (`--builder NAME`, a buildx builder with a "
-            f"{platform} node): under emulation the build refuses it")
+    return (f"transformer_engine's wheel compiles only on a native {platform} builder (`--builder NAME`, a buildx "
+            f"builder with a {platform} node): under emulation the build refuses it")
