@@ -115,3 +115,32 @@ def test_bootstrap_per_architecture(tmp_path):
     assert "--architectures=arm64" in cmd
     config = bootstrap.bootstrap_config(arm, arm.hash(), "sha256:" + "0" * 64, 0, "mmdebstrap", arm.architecture)
     assert b'"architecture":"arm64"' in config.replace(b" ", b"")
+
+
+def test_container_settings_carry_a_foreign_platform_only():
+    from imagebuild.engine import ContainerSettings
+
+    plain = ContainerSettings(image="i", name="n")
+    assert "platform" not in plain.kwargs() and "--platform" not in plain.docker_run_args()
+    arm = ContainerSettings(image="i", name="n", platform="linux/arm64")
+    assert arm.kwargs()["platform"] == "linux/arm64"
+    args = arm.docker_run_args()
+    assert args[args.index("--platform") + 1] == "linux/arm64"
+
+
+class _Info:
+    def __init__(self, machine):
+        self.machine = machine
+
+    def info(self):
+        return {"Architecture": self.machine} if self.machine else {}
+
+
+def test_the_smoke_runner_knows_an_emulated_image():
+    from imagebuild.smoke.runner import foreign_platform
+
+    arm_image = {"Os": "linux", "Architecture": "arm64"}
+    assert foreign_platform(_Info("x86_64"), arm_image) == "linux/arm64"
+    assert foreign_platform(_Info("aarch64"), arm_image) is None
+    assert foreign_platform(_Info("x86_64"), {"Os": "linux", "Architecture": "amd64"}) is None
+    assert foreign_platform(_Info(None), arm_image) is None  # an engine that does not say: as before
