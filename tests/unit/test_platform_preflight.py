@@ -8,8 +8,8 @@ import pytest
 from _support import DEBIAN12, image, variant
 
 from imagebuild.builder import bootstrap
-from imagebuild.builder.buildx_argv import BuildxCall, buildx_argv
-from imagebuild.builder.buildx_preflight import inspect_platforms
+from imagebuild.builder.backends.buildkit.argv import BuildxCall, buildx_argv
+from imagebuild.builder.backends.buildkit.checks import inspect_platforms
 from imagebuild.compat import load as load_tables
 from imagebuild.host.binfmt import missing_emulation
 from imagebuild.models import BaseSource
