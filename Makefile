@@ -7,7 +7,7 @@ WHEELHOUSE ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
 CA_CERT ?= $(or $(PIP_CERT),/etc/ssl/certs/ca-certificates.crt)
 MATRIX ?= images/cpu.yaml
 
-.PHONY: help install system-deps modern-engine cosign lint test test-unit test-integration build-cpu render-check bench e2e-cuda e2e-cuda13-dev e2e-h100 clean
+.PHONY: help install system-deps modern-engine cosign lint test test-unit test-integration build-cpu render-check bench e2e-cuda e2e-cuda13-dev e2e-h100 e2e-gh200 binfmt clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -74,6 +74,16 @@ e2e-cuda13-dev: install ## NOT in CI: torch 2.13.0+cu130 base/runtime/dev with n
 
 e2e-h100: install ## NOT in CI: images/h100.yaml as shipped (Ubuntu bootstrap, TE compiled once), smoke + table
 	eval "$$(scripts/docker-engine.sh)" && scripts/e2e-h100.sh
+
+binfmt: ## Register Debian's qemu-user-static aarch64 handler (F flag): linux/arm64 builds/tests here under QEMU
+	scripts/binfmt.sh
+
+e2e-gh200: install binfmt ## NOT in CI: images/gh200.yaml (no TE) amd64 + arm64 under QEMU on a BuildKit engine, smoke
+	eval "$$(IMAGEBUILD_TOOLS_DIR=$(CURDIR)/.tools scripts/modern-engine.sh --fresh /var/tmp/imagebuild-gh200)" \
+	  && $(BIN)/imagebuild build --matrix tests/e2e/gh200-emulated.yaml --ca-cert $(CA_CERT) --plain \
+	    --report-dir reports/e2e-gh200 --test \
+	  && $(BIN)/python bench/e2e_table.py --report reports/e2e-gh200/build-report.json; \
+	  rc=$$?; scripts/modern-engine.sh --stop /var/tmp/imagebuild-gh200; rm -rf /var/tmp/imagebuild-gh200; exit $$rc
 
 clean:
 	rm -rf $(VENV) .pytest_cache reports out

@@ -13,6 +13,9 @@ command -v gpg >/dev/null || need+=(gpg)  # bootstrap: exports the pinned archiv
 command -v gpgv >/dev/null || need+=(gpgv)  # scripts/modern-engine.sh: verifies trixie's InRelease
 command -v xz >/dev/null || need+=(xz-utils)
 command -v mksquashfs >/dev/null || need+=(squashfs-tools)  # imagebuild export: enroot/pyxis .sqsh, --check
+# scripts/binfmt.sh: QEMU user emulation (linux/arm64 builds and tests on an amd64 machine)
+[[ -e /usr/lib/binfmt.d/qemu-aarch64.conf ]] || need+=(qemu-user-static)
+command -v arch-test >/dev/null || need+=(arch-test)  # mmdebstrap: bootstraps a foreign architecture only with it
 if ((${#need[@]})); then
   echo "system-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

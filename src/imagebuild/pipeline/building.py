@@ -175,6 +175,24 @@ def backend_maker(name: str, own: dict[str, Any], store: Any) -> Callable[[], Bu
     return lambda: preflight(name, own)(store)
 
 
+def platform_preflight(client: Any, selected: list[ImagePlan], name: str, own: dict[str, Any]) -> None:
+    """Every selected image's platform is buildable here (pipeline/platforms.py), or one error line before anything
+    builds. A plan of the default platform asks nothing (nor runs the backend's preflight). A backend with
+    `features.other_platforms` says, after its preflight, what its builder's nodes list (`platforms`) and whether it
+    is the engine's own docker driver (`docker_driver`); `own` holds its run options (the builder's name)."""
+    from imagebuild.compat import load as load_tables
+    from imagebuild.engine.connect import engine_machine
+    from imagebuild.pipeline.platforms import check_platforms, engine_platform
+
+    tables = load_tables()
+    if all(i.variant.platform == tables.default_platform for i in selected):
+        return  # nothing to ask the engine: a plan of the default platform builds as before
+    cross = spec(name).features.other_platforms
+    backend = preflight(name, own)(as_store(client)) if cross else None
+    check_platforms(selected, tables, engine_platform(tables, engine_machine(client)), cross, own.get("builder"),
+                    tuple(getattr(backend, "platforms", ())), bool(getattr(backend, "docker_driver", True)))
+
+
 def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSettings, rec: Record | None,
                progress: Progress, log_dir: Any, say: Say,
                backend: tuple[str, Callable[[], BuildBackend]] | None = None) -> BuildRun:

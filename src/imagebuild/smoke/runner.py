@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagebuild.engine import ContainerSettings, connect, containers, host_has_gpus
+from imagebuild.engine.connect import engine_machine
 from imagebuild.engine.containers import Interrupted, signals_raise  # noqa: F401  (Interrupted: callers catch it here)
 from imagebuild.engine.store import as_store
 from imagebuild.files import open_fresh_text, write_text_atomic
@@ -181,6 +182,21 @@ class SuiteRun:
         return Path(self.junit_dir).resolve() / f"{safe_name(self.label)}.xml"
 
 
+# `docker info` Architecture (uname -m) -> the OCI architecture of images that run natively there
+_NATIVE = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+def foreign_platform(client: EngineClient, info: dict[str, Any]) -> str | None:
+    """`linux/arm64` when the image's architecture is not the engine's (its container runs under QEMU), else None."""
+    arch = info.get("Architecture")
+    if not arch:
+        return None
+    machine = engine_machine(client)
+    if machine is None or _NATIVE.get(machine, machine) == arch:
+        return None
+    return f"{info.get('Os') or 'linux'}/{arch}"
+
+
 def run_smoke(
     image_ref: str,
     flavor: str | None = None,
@@ -223,8 +239,13 @@ def run_smoke(
         flavor = flavor or labels.get("io.imagebuild.flavor")
         use_gpus = host_has_gpus(client) if gpus is None else gpus
         extra.update(flavor=flavor, gpus_requested=use_gpus)
+        platform = foreign_platform(client, info)
+        if platform:  # the suite runs in the image's own platform, its binaries through QEMU: say so in the results
+            extra.setdefault("notes", []).append(f"{platform} under emulation (QEMU) on this engine: timings are not "
+                                                 "the platform's")
+            extra["emulated"] = platform
         settings = ContainerSettings(image=image_ref, name=name, gpus=use_gpus, ipc_host=ipc_host,
-                                     labels={SMOKE_LABEL: "1"})
+                                     labels={SMOKE_LABEL: "1"}, platform=platform)
         run = SuiteRun(label or image_ref, flavor, dict(expectations or {}), require_gpu, perf,
                        Path(junit_dir) if junit_dir else None, Path(result_dir) if result_dir else None,
                        timeout, list(pytest_args), echo, uid_user)
