@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.smoke.sides import HOSTILE_ENV, HPC_HOME, HPC_UID, hpc_kwargs, hpc_settings
 from imagebuild.smoke.probe import hpcruntime
 from imagebuild.smoke.probe.common import Probe
+from imagebuild.smoke.sides import HOSTILE_ENV, HPC_HOME, HPC_UID, hpc_kwargs, hpc_settings
 
 SMOKE_DIR = Path(__file__).resolve().parents[2] / "src" / "imagebuild" / "smoke"
 

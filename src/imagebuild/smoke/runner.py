@@ -320,6 +320,7 @@ def _collect(raw: dict[str, Any], run: SuiteRun, extra: dict[str, Any], exit_cod
         "flavor": host.get("flavor", run.flavor),
         "docker_exec": host.get("docker_exec"),
         "probe_seconds": (probe.get("probe") or {}).get("seconds"),
+        "probe_section_seconds": (probe.get("probe") or {}).get("section_seconds"),
         "probe_wall_seconds": host.get("probe_wall_seconds"),
         "gpu": bool((probe.get("gpu") or {}).get("available")),
         "pytest_exit": exit_code,

@@ -93,8 +93,9 @@ SECTIONS = tuple(s.name for s in TABLE)
 # a probe run without --sections: what applies to every flavor below dev and needs no opt-in
 DEFAULT_SECTIONS = tuple(s.name for s in TABLE if s.flavor != "dev" and not s.opt_in)
 
-# Every check a probe reports (system and versions report facts the suite compares, no checks of their own).
+# Every check a probe reports (versions reports facts the suite compares, no checks of its own).
 CHECKS = (
+    Check("system.ca_bundle"),
     Check("hygiene.ssh_host_keys"),
     Check("hygiene.tmp"),
     Check("hygiene.pip_cache"),
