@@ -163,39 +163,36 @@ def child_argv(args) -> list:
     return [sys.executable, "-c", _BOOT, _ROOT] + list(args)
 
 
-def start_child(args):
-    """Start a child probe (`child_argv(args)`) in a session of its own (the watchdog kills it on overrun); its
-    output goes to unnamed temporary files. -> the handle finish_child takes."""
+def start_process(argv, env=None, cwd=None):
+    """Start `argv` in a session of its own (the watchdog kills it and what it started on overrun), its output in
+    unnamed temporary files. -> the handle finish_process takes; OSError when it cannot start."""
     import tempfile
 
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-    proc = subprocess.Popen(child_argv(args), stdout=out, stderr=err, start_new_session=True)
+    proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
     CHILDREN.append(proc)
     return proc, out, err
 
 
-def finish_child(handle, timeout):
-    """The JSON document a started child probe printed, or {"error": why not} (it is killed after `timeout`)."""
+def finish_process(handle, timeout):
+    """(exit status, or None when it was killed after `timeout`; stdout; stderr) of a started process."""
     proc, out, err = handle
     try:
         proc.wait(timeout=timeout)
+        rc = proc.returncode
     except subprocess.TimeoutExpired:
-        stop_child(handle)
-        return {"error": f"child probe timed out after {timeout:.0f} s"}
+        stop_process(handle)
+        rc = None
     out.seek(0)
     err.seek(0)
     stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     out.close()
     err.close()
-    try:
-        return json.loads(stdout)
-    except ValueError:
-        tail = (stderr or stdout).strip().splitlines()[-3:]
-        return {"error": f"child probe exited {proc.returncode}: {' | '.join(tail)}"[:1500]}
+    return rc, stdout, stderr
 
 
-def stop_child(handle):
-    """Kill a started child probe (and what it started) and reap it."""
+def stop_process(handle):
+    """Kill a started process (and what it started) and reap it."""
     proc = handle[0]
     if proc.poll() is None:
         try:
@@ -203,6 +200,26 @@ def stop_child(handle):
         except OSError:
             pass
     proc.wait()
+
+
+def start_child(args):
+    """Start a child probe (`child_argv(args)`): the handle finish_child takes."""
+    return start_process(child_argv(args))
+
+
+def finish_child(handle, timeout):
+    """The JSON document a started child probe printed, or {"error": why not} (it is killed after `timeout`)."""
+    rc, stdout, stderr = finish_process(handle, timeout)
+    if rc is None:
+        return {"error": f"child probe timed out after {timeout:.0f} s"}
+    try:
+        return json.loads(stdout)
+    except ValueError:
+        tail = (stderr or stdout).strip().splitlines()[-3:]
+        return {"error": f"child probe exited {rc}: {' | '.join(tail)}"[:1500]}
+
+
+stop_child = stop_process
 
 
 def run_child(args, timeout):

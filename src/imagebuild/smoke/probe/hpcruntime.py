@@ -22,7 +22,17 @@ import sys
 import tempfile
 import time
 
-from probe.common import NO_CUDA_TORCH, NO_GPU, NO_TORCH, Probe, free_port, which
+from probe.common import (
+    NO_CUDA_TORCH,
+    NO_GPU,
+    NO_TORCH,
+    Probe,
+    finish_process,
+    free_port,
+    start_process,
+    which,
+)
+from probe.hpccode import CACHES, COMPILE, CUDA, TE_IMPORT, TORCH_IMPORT
 from probe.te import classify_import_error, driver_present
 
 SECTION = "hpc"
@@ -31,42 +41,6 @@ HOSTILE_NAMES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", 
                  "CUDA_HOME", "CUDA_PATH", "CPATH", "LIBRARY_PATH", "CONDA_PREFIX", "VIRTUAL_ENV")
 CHILD_TIMEOUT = 600
 
-TORCH_IMPORT = "import torch; x = torch.ones(2) + 1; assert float(x.sum()) == 4.0; print(torch.__version__)"
-# Inductor's vector-ISA checks (a dry compile and a dlopen per ISA the CPU has: half a cold compile's time) are
-# skipped here: a failing one only turns vectorisation off, never fails a compile, so they cannot change this
-# check's outcome; they run (and are judged, release.cpu_isa) in the main container
-COMPILE = ("import os\nos.environ.setdefault('TORCHINDUCTOR_VEC_ISA_OK', '0')\n"
-           "import torch\nf = lambda x: torch.sin(x) * 2 + x.cos()\nx = torch.randn(64)\n"
-           "assert torch.allclose(torch.compile(f)(x), f(x), atol=1e-5), 'compiled result differs from eager'\n"
-           "print('ok')\n")
-CACHES = """
-import json, os
-out = {}
-try:
-    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_dir
-    out["inductor"] = inductor_dir()
-except Exception as exc:
-    try:
-        from torch._inductor.utils import cache_dir as inductor_dir
-        out["inductor"] = inductor_dir()
-    except Exception as exc2:
-        out["inductor_error"] = f"{type(exc2).__name__}: {exc2}"
-try:
-    from triton.runtime.cache import default_cache_dir
-    out["triton"] = os.environ.get("TRITON_CACHE_DIR") or default_cache_dir()
-except Exception as exc:
-    out["triton_error"] = f"{type(exc).__name__}: {exc}"
-print(json.dumps(out))
-"""
-CUDA = """
-import sys, torch
-if not torch.version.cuda or not torch.cuda.is_available():
-    print("NOCUDA" if not torch.version.cuda else "NOGPU"); sys.exit(0)
-x = torch.ones(4, device="cuda")
-assert float((x * 2).sum()) == 8.0
-print("ok", torch.cuda.get_device_name(0))
-"""
-TE_IMPORT = "import transformer_engine, transformer_engine.pytorch as te; print(transformer_engine.__version__)"
 
 
 def hostile_variables(env=None) -> list:
@@ -76,36 +50,23 @@ def hostile_variables(env=None) -> list:
 
 
 def _start(code: str, env=None):
-    """Start `python -c code` (its output in unnamed temporary files): the handle _finish takes, or (None, why)."""
-    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    """Start `python -c code`: the handle _finish takes, or (None, why it did not start)."""
     try:
-        proc = subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=err,
-                                env=dict(os.environ if env is None else env), cwd=tempfile.gettempdir())
+        return start_process([sys.executable, "-c", code], env=dict(os.environ if env is None else env),
+                             cwd=tempfile.gettempdir())
     except OSError as exc:
         return None, f"{sys.executable}: {exc}"
-    return proc, (out, err)
 
 
 def _finish(handle, timeout: float = CHILD_TIMEOUT):
     """(ok, last lines of output) of a started child; killed after `timeout`."""
-    proc, files = handle
-    if proc is None:
-        return False, files
-    out, err = files
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    if handle[0] is None:
+        return False, handle[1]
+    rc, stdout, stderr = finish_process(handle, timeout)
+    if rc is None:
         return False, f"timed out after {timeout:.0f} s"
-    finally:
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
-        out.close()
-        err.close()
-    text = (stdout if proc.returncode == 0 else (stderr or stdout)).strip()
-    return proc.returncode == 0, " | ".join(text.splitlines()[-3:])[:800]
+    text = (stdout if rc == 0 else (stderr or stdout)).strip()
+    return rc == 0, " | ".join(text.splitlines()[-3:])[:800]
 
 
 def _child(code: str, env=None, timeout: float = CHILD_TIMEOUT):
@@ -300,13 +261,11 @@ def run(p):
         compiling = None
     else:
         compiling = _start(COMPILE)  # the longest child, alongside the others (dropped if torch does not import)
-    if compiling is None:
-        pass
-    elif _run_named(p, "hpc.torch_import", TORCH_IMPORT, "import torch"):
+    if compiling is not None and _run_named(p, "hpc.torch_import", TORCH_IMPORT, "import torch"):
         compile_caches(p)
         _run_named(p, "hpc.compile", COMPILE, "torch.compile", started=compiling)
         _run_named(p, "hpc.cuda", CUDA, "a CUDA tensor")
-    else:
+    elif compiling is not None:
         _finish(compiling, timeout=0.01)
         for name in ("hpc.compile_caches", "hpc.compile", "hpc.cuda"):
             p.check(name, "skipped", "torch does not import")
