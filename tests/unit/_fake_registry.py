@@ -1,5 +1,5 @@
 """The one fake registry of the unit tests: what `imagebuild.oci.RegistryClient` answers (check_auth,
-manifest_digest, manifest, manifest_raw, blob, open_blob) over dicts of manifests and blobs (no tests here; imported
+manifest_digest, manifest, manifest_raw, blob, open_blob, put_manifest, delete_manifest) over dicts of manifests and blobs (no tests here; imported
 as `from _fake_registry import FakeRegistry`). The HTTP behaviour of the real client is tested against a real HTTP
 server in test_oci_registry.py.
 
@@ -32,13 +32,17 @@ class FakeRegistry:
         self.serve_override: str | None = None  # manifest_digest answers this whatever was pushed
         self.fail_on: str | None = None  # manifest() of this reference fails with a 5xx
         self.calls: list[str] = []
+        self.refuse_delete = False  # delete_manifest answers as a registry with deletes turned off (405)
 
     # -- filling it ----------------------------------------------------------------------------------------------
     def put_blob(self, data: bytes) -> str:
         self.blobs[sha(data)] = data
         return sha(data)
 
-    def put_manifest(self, repository: str, tag: str | None, body: bytes) -> str:
+    def put_manifest(self, repository: str, tag: str | None, body: bytes, media_type: str | None = None) -> str:
+        """Store `body` (under `tag`): also RegistryClient.put_manifest, push's rollback to the previous digest."""
+        if media_type is not None:
+            self.calls.append(f"put {tag}")
         digest = sha(body)
         self.manifests[digest] = body
         if tag is not None:
@@ -80,14 +84,30 @@ class FakeRegistry:
         body = self.manifests.get(digest or "")
         if digest is None or body is None:
             return None
-        return digest, json.loads(body)
+        try:
+            doc = json.loads(body)
+        except ValueError:  # as the real client: a body that is not JSON is a RegistryError
+            raise RegistryError(f"{self.name}: manifest of {repository}:{reference} is not JSON") from None
+        return digest, doc
 
     def manifest_raw(self, repository: str, reference: str) -> tuple[bytes, str, str]:
         digest = self._digest_of(repository, reference)
         body = self.manifests.get(digest or "")
         if digest is None or body is None:
             raise RegistryError("manifest unknown", status=404)
-        return body, json.loads(body)["mediaType"], digest
+        try:  # what the server says it is: a manifest's media type, or (a proxy's login page) text/html
+            media = str(json.loads(body).get("mediaType", ""))
+        except (ValueError, AttributeError):
+            media = "text/html"
+        return body, media, digest
+
+    def delete_manifest(self, repository: str, digest: str) -> None:
+        self.calls.append(f"delete {digest}")
+        if self.refuse_delete:
+            raise RegistryError(f"{self.name}: DELETE manifest: HTTP 405: The operation is unsupported.", status=405)
+        self.manifests.pop(digest, None)
+        for key in [k for k, v in self.tags.items() if k[0] == repository and v == digest]:
+            del self.tags[key]
 
     def blob(self, repository: str, digest: str, max_bytes: int = 16 << 20) -> bytes:
         body = self.blobs[digest]

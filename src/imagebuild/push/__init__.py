@@ -14,6 +14,7 @@ from imagebuild.push.pusher import (
     PushAuthError,
     Pusher,
     PushError,
+    SignPushed,
     classify,
     gate,
     parse_push_stream,
@@ -22,6 +23,6 @@ from imagebuild.push.pusher import (
 )
 
 __all__ = [
-    "DEFAULT_RETRIES", "PushAuthError", "PushError", "Pusher", "classify", "gate", "parse_push_stream", "push_plan",
+    "DEFAULT_RETRIES", "PushAuthError", "PushError", "Pusher", "SignPushed", "classify", "gate", "parse_push_stream", "push_plan",
     "result_for",
 ]

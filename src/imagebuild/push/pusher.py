@@ -16,6 +16,13 @@ with `imagebuild.oci.RegistryClient`.
 Per reference: skip when the registry's manifest digest for the tag is one of the local image's RepoDigests for that
 repository (already there); otherwise push, take the digest from the stream (`aux.Digest`, or the
 `<tag>: digest: sha256:… size: N` line), then verify that the registry serves exactly that digest for the tag.
+
+Signing (`sign_pushed`, the seam the pipeline fills when a signing key is given): called once per image with
+`REPO@DIGEST` after the first reference's digest is verified and BEFORE any alias points at it. The engine's push
+cannot upload without setting that first tag, so when signing fails the tag is rolled back: put back on the digest
+it named before, or, when it is new, the unsigned manifest is deleted; the error says which (or that the registry
+refused and the tag still names the unsigned digest). A push by digest (tags set last) needs no rollback: call
+`sign_pushed` between the upload and the first tag.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ if TYPE_CHECKING:
     from imagebuild.engine.store import EngineClient
 
 DEFAULT_RETRIES = ENGINE_PUSH.retries
+# (image, "REPO@sha256:…") -> what the record keeps of the signature; raises an ImagebuildError to refuse the push
+SignPushed = Callable[[ImagePlan, str], dict[str, Any]]
 
 _DIGEST_LINE = re.compile(r"digest: (sha256:[0-9a-f]{64}) size: (\d+)")
 _AUTH = re.compile(r"unauthorized|authentication required|\bdenied\b|forbidden|\b40[13]\b|insufficient_scope",
@@ -141,8 +150,10 @@ class Pusher:
         sleep: Callable[[float], None] = time.sleep,
         log: Callable[[str], None] = lambda _m: None,
         ca_file: str | None = None,
+        sign_pushed: SignPushed | None = None,
     ):
         self.store: ImageStore = as_store(engine)
+        self.sign_pushed = sign_pushed
         self.auth = auth
         self.policy = RetryPolicy(retries, backoff, max_backoff)
         self.sleep = sleep
@@ -162,8 +173,10 @@ class Pusher:
         try:
             inspect = self._inspect(image.tag)
             local_digests = self._local_digests(inspect, image.repository)
-            for ref in refs:
-                self._push_ref(ref, inspect["Id"], local_digests, rec)
+            for n, ref in enumerate(refs):
+                before = self._push_ref(ref, inspect["Id"], local_digests, rec)
+                if n == 0 and self.sign_pushed is not None:  # before any alias names the digest
+                    self._sign(image, ref, before, rec)
             rec["status"] = "pushed" if rec["pushed"] else "unchanged"
         except PushAuthError:
             raise
@@ -199,7 +212,36 @@ class Pusher:
             raise PushAuthError(str(exc)) from exc
         self._auth_checked.add(repo_path)
 
-    def _push_ref(self, ref: str, image_id: str, local_digests: set[str], rec: dict[str, Any]) -> None:
+    def _sign(self, image: ImagePlan, ref: str, before: str | None, rec: dict[str, Any]) -> None:
+        """sign_pushed for the digest the first reference now names; on refusal, the tag is rolled back."""
+        assert self.sign_pushed is not None
+        parsed = Reference.parse(ref)
+        digest = str(rec["digest"])
+        try:
+            rec["signed"] = self.sign_pushed(image, f"{parsed.name}@{digest}")
+        except PushAuthError:
+            raise
+        except ImagebuildError as exc:
+            raise PushError(f"{redact(str(exc))}; {self._roll_back(parsed, before, digest)}") from None
+        self.log(f"{ref}: signed {digest[:19]} (+ SBOM and provenance attestations)")
+
+    def _roll_back(self, ref: Reference, before: str | None, digest: str) -> str:
+        """Leave no tag on an unsigned digest this push set; says what was done."""
+        repo_path, tag = ref.repository, ref.tag or "latest"
+        if before == digest:
+            return f"{ref} named {digest} before this push (left as it was)"
+        try:
+            if before:
+                body, media, _ = self.registry.manifest_raw(repo_path, before)
+                self.registry.put_manifest(repo_path, tag, body, media)
+                return f"{ref} points at its previous {before} again"
+            self.registry.delete_manifest(repo_path, digest)
+            return f"the unsigned {digest} is deleted from {ref.name} (the new tag {tag} with it)"
+        except RegistryError as exc:
+            return f"{ref} STILL names the unsigned {digest} (rollback refused: {exc}); delete it by hand"
+
+    def _push_ref(self, ref: str, image_id: str, local_digests: set[str], rec: dict[str, Any]) -> str | None:
+        """Push one reference; returns the digest the tag named before (None: a new tag)."""
         try:
             parsed = Reference.parse(ref)
         except ReferenceSyntaxError as exc:
@@ -218,7 +260,7 @@ class Pusher:
             self.log(f"{ref}: unchanged ({remote[:19]}), skipped")
             rec["unchanged"].append(ref)
             rec["digest"] = rec["digest"] or remote
-            return
+            return remote
         if self._local_id(ref) != image_id:  # missing, or a moving alias still on the previous build
             self.store.tag(image_id, repo, tag, force=True)
         result = self._push_with_retries(repo, tag, repo_path, rec)
@@ -238,6 +280,7 @@ class Pusher:
         rec["layers_existing"] += result.layers_existing
         if rec["digest"] != result.digest:
             raise PushError(f"{ref}: digest {result.digest} differs from {rec['digest']} pushed for the same image")
+        return remote
 
     def _local_id(self, ref: str) -> str | None:
         return self.store.image_id(ref)
@@ -320,6 +363,7 @@ def push_plan(
     log: Callable[[str], None] = lambda _m: None,
     ca_file: str | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    sign_pushed: SignPushed | None = None,
 ) -> list[ImageResult]:
     """Push the selected images of `plan` (default: all) that were built (and tested, unless require_tests=False).
 
@@ -351,7 +395,7 @@ def push_plan(
             continue
         if registry not in pushers:
             pushers[registry] = Pusher(client, auth_for(registry), retries=retries, log=log, ca_file=ca_file,
-                                       sleep=sleep)
+                                       sleep=sleep, sign_pushed=sign_pushed)
         res.push = pushers[registry].push_image(image, refs)
         if res.push["status"] == "failed":
             log(f"{image.tag}: push failed: {res.push.get('error')}")
