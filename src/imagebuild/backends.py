@@ -36,10 +36,14 @@ class Features:
 
 @dataclass(frozen=True)
 class RunOption:
-    """A run option that only one backend understands: the setting's name (BuildSettings) and its flag."""
+    """A run option that only one backend understands. `imagebuild build` gets a flag per row option
+    (commands/build.py builds them from this table), the value reaches the row's plug-in as `settings[setting]`
+    (BuildSettings.backend_options), and any other backend refuses it in one line (pipeline/building.py)."""
 
-    setting: str
-    flag: str
+    setting: str  # the key in the plug-in's settings
+    flag: str  # the CLI flag
+    metavar: str
+    help: str
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,13 @@ BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (
     BackendSpec(BUILDKIT, "BuildKit", "BuildKit through `docker buildx build` (engine >= 23 or a buildx builder)",
                 Features(cache_mounts=True, build_secrets=True, named_contexts=True),
                 "imagebuild.builder.backends.buildkit",
-                options=(RunOption("builder", "--builder"), RunOption("buildkit_cache", "--buildkit-cache"))),
+                options=(RunOption("builder", "--builder", "NAME",
+                                   "The buildx builder (BuildKit's option: chooses BuildKit under the default auto, "
+                                   "refused with --backend classic; default: buildx's current one, the engine's)."),
+                         RunOption("buildkit_cache", "--buildkit-cache", "REPOSITORY",
+                                   "BuildKit's option (as --builder): import and export a registry cache of every "
+                                   "stage, one tag per image (needs the engine's containerd image store or a "
+                                   "non-docker builder)."))),
 )}
 
 AUTO_ORDER = (BUILDKIT, CLASSIC)  # auto: BuildKit where it answers, else the classic builder (which always can)

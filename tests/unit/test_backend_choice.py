@@ -71,7 +71,7 @@ def test_a_named_backend_is_not_probed(matrix, probed):
 
 def test_under_auto_an_option_of_one_backend_chooses_it(matrix, probed):
     said: list[str] = []
-    inputs = building.concrete_backend(matrix(), BuildInputs(), BuildSettings(builder="farm"), said.append)
+    inputs = building.concrete_backend(matrix(), BuildInputs(), BuildSettings(backend_options={"builder": "farm"}), said.append)
     assert inputs.backend == "buildkit" and not probed
     assert said == ["backend auto: --builder given; building with BuildKit"]
 
@@ -80,9 +80,9 @@ def test_an_option_of_another_backend_is_refused_in_one_line(monkeypatch):
     seen: list[dict] = []
     monkeypatch.setattr(building, "preflight", lambda name, settings: seen.append({name: settings}) or object)
     plan = Plan("m.yaml", [image("a", "base", None)])  # its variant names the classic builder
-    for settings, flags in ((BuildSettings(builder="farm"), "--builder"),
-                            (BuildSettings(buildkit_cache="reg/cache"), "--buildkit-cache"),
-                            (BuildSettings(builder="farm", buildkit_cache="r/c"), "--builder and --buildkit-cache")):
+    for settings, flags in ((BuildSettings(backend_options={"builder": "farm"}), "--builder"),
+                            (BuildSettings(backend_options={"buildkit_cache": "reg/cache"}), "--buildkit-cache"),
+                            (BuildSettings(backend_options={"builder": "farm", "buildkit_cache": "r/c"}), "--builder and --buildkit-cache")):
         with pytest.raises(UsageError) as err:
             building.run_backend(plan, BuildInputs(), settings)
         assert str(err.value) == (f"{flags}: only the buildkit backend understands "
@@ -90,7 +90,7 @@ def test_an_option_of_another_backend_is_refused_in_one_line(monkeypatch):
                                   f"with classic; choose --backend buildkit or drop {flags}")
         assert "\n" not in str(err.value)
     assert not seen  # refused before any preflight
-    name, _ = building.run_backend(plan, BuildInputs(backend="buildkit"), BuildSettings(builder="farm"))
+    name, _ = building.run_backend(plan, BuildInputs(backend="buildkit"), BuildSettings(backend_options={"builder": "farm"}))
     assert name == "buildkit" and seen == [{"buildkit": {"builder": "farm", "buildkit_cache": None}}]
     name, _ = building.run_backend(plan, BuildInputs(), BuildSettings())
     assert name == "classic" and seen[-1] == {"classic": {}}
@@ -124,3 +124,28 @@ def test_plan_and_test_read_the_backend_the_record_names(matrix, tmp_path):
     loaded = load(str(path), None, None, None, said.append)
     assert plan_backend(loaded.plan, loaded.inputs) == "buildkit"
     assert said == [f"inputs from {loaded.record.path}: --backend buildkit"]
+
+
+def test_plan_says_which_backend_auto_was_planned_as_when_nothing_names_one(matrix):
+    """The backend renders its own Dockerfiles: the hashes `plan` shows are one backend's, and the line says whose."""
+    from click.testing import CliRunner
+
+    from imagebuild.commands import plan as cmd
+    from imagebuild.record import updating
+
+    path = matrix()
+
+    def planned(*args: str) -> str:
+        result = CliRunner().invoke(cmd.command, ["--matrix", str(path), "--json", *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    line = ("backend auto: no record or flag names it; the hashes shown are for the classic builder (planning asks "
+            "no engine; a build on Docker Engine >= 23 with buildx uses BuildKit: --backend buildkit shows its hashes)")
+    assert line in planned() and line in planned("--backend", "auto")
+    assert "backend auto" not in planned("--backend", "buildkit")
+    with updating(path, BuildInputs(backend="buildkit"), None, replace_inputs=True):
+        pass
+    assert "backend auto" not in planned()  # the record names it
+    path.write_text(MATRIX.format(backend=", backend: classic"))
+    assert "backend auto" not in planned("--backend", "classic")

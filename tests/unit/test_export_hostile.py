@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from imagebuild.export.squashfs import check, sidecar
@@ -130,6 +130,7 @@ def _members(draw: st.DrawFn) -> list[tuple[str, bytes, str, bytes]]:
 @settings(max_examples=int(os.environ.get("IMAGEBUILD_FUZZ_EXAMPLES", "150")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(_members())
+@example([("a", b"5", "", b""), ("a", b"2", "a", b"")])  # found by hypothesis: RecursionError in tarfile
 def test_property_no_hostile_tar_writes_outside_its_tree(members):
     """Whatever the members, the unpack either refuses (UnpackError, one line) or writes only inside its tree:
     the folder beside it (a victim file, a folder) keeps every name, byte, mode, owner and link count."""
@@ -147,6 +148,15 @@ def test_property_no_hostile_tar_writes_outside_its_tree(members):
             unpack([data], root)
         assert _snapshot(outside) == before
         assert sorted(p.name for p in scratch.iterdir()) == sorted([*siblings, "root"])
+
+
+def test_a_link_over_a_folder_is_refused_in_one_line(tmp_path):
+    """A folder `a`, then a link `a -> a`: tarfile could not make the link over the folder and recursed into the link's
+    target without end (RecursionError, a traceback); now one UnpackError naming the member."""
+    root = tmp_path / "root"
+    root.mkdir()
+    with pytest.raises(UnpackError, match="'a': a file or link over a folder"):
+        unpack([_tar([("a", b"5", "", b""), ("a", b"2", "a", b"")])], root)
 
 
 # -- export --check ----------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ TESTS = ROOT / "tests"
 
 FOUNDATION_MODULES = {"imagebuild", "imagebuild.models", "imagebuild.errors", "imagebuild.secrets",
                       "imagebuild.inputs", "imagebuild.units", "imagebuild.files", "imagebuild.retry",
-                      "imagebuild.dates", "imagebuild.backends"}
+                      "imagebuild.dates", "imagebuild.backends", "imagebuild.pasteable", "imagebuild.values"}
 PURE = {"foundation", "compat", "oci", "lock", "matrix", "resolve", "render", "plan"}
 # layer -> the other layers it may import (its own layer is always allowed)
 ALLOWED: dict[str, set[str]] = {
@@ -159,6 +159,39 @@ def engine_api_uses_of(path: Path) -> list[tuple[int, str]]:
             if isinstance(node, ast.Attribute) and node.attr == "api"]
 
 
+PROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput", "system",
+                 "execv", "execvp", "execvpe", "spawnv", "spawnvp", "create_subprocess_exec", "create_subprocess_shell"}
+DOCKER_CLI_OWNERS = {"engine", "suite"}  # suite: a separate pytest run that inspects the container it tests
+
+
+def _names_docker(node: ast.AST) -> bool:
+    """A command naming the docker CLI: "docker ..." as a string, or a list/tuple whose first item is "docker"
+    (or a path ending in /docker)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        first = node.value.strip().split(" ", 1)[0]
+        return first == "docker" or first.endswith("/docker")
+    if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+        return _names_docker(node.elts[0])
+    return False
+
+
+def docker_processes_of(path: Path) -> list[tuple[int, str]]:
+    """Places that start the docker CLI themselves: a process call (subprocess.run/Popen/..., os.system, asyncio's
+    create_subprocess_*) whose command names docker, and any reading of IMAGEBUILD_DOCKER_CLI (the binary is chosen
+    in engine/cli.py only)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            command = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "args"), None)
+            if name in PROCESS_CALLS and command is not None and _names_docker(command):
+                found.append((node.lineno, f"{ast.unparse(func)}({ast.unparse(command)[:40]}...)"))
+        elif isinstance(node, ast.Constant) and node.value == "IMAGEBUILD_DOCKER_CLI":
+            found.append((node.lineno, "IMAGEBUILD_DOCKER_CLI"))
+    return found
+
+
 def rel(path: Path) -> str:
     try:
         return str(path.relative_to(ROOT))
@@ -230,6 +263,9 @@ def check_source(src: Path = SRC) -> list[str]:
         if layer not in ENGINE_API_OWNERS:
             problems += [f"{rel(path)}:{line}: {what} in {layer}: rule: only engine/ talks to the engine API "
                          "(use imagebuild.engine.store: ImageStore, as_store)" for line, what in engine_api_uses_of(path)]
+        if layer not in DOCKER_CLI_OWNERS:
+            problems += [f"{rel(path)}:{line}: {what} in {layer}: rule: only engine/ runs the docker CLI "
+                         "(use imagebuild.engine.cli: run, start)" for line, what in docker_processes_of(path)]
         if layer not in ENGINE_CLIENT_OWNERS:
             problems += [f"{rel(path)}:{line}: {what} in {layer}: rule: only engine/ creates engine clients "
                          "(use imagebuild.engine.connect(purpose))" for line, what in engine_clients_of(path)]
@@ -337,6 +373,15 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
      "imagebuild/builder/x.py:1: builder imports imagebuild.commands.build: rule: commands/ is the top layer"),
     ({"imagebuild/builder/backend.py": "from imagebuild.engine import connect\n"},
      "imagebuild/builder/backend.py:1: builder/backend.py imports imagebuild.engine: rule: the backend seam"),
+    ({"imagebuild/builder/backends/buildkit/x.py": "import subprocess\nsubprocess.run(['docker', 'image', 'load'])\n"},
+     "imagebuild/builder/backends/buildkit/x.py:2: subprocess.run(['docker', 'image', 'load']...) in builder: rule: "
+     "only engine/ runs the docker CLI"),
+    ({"imagebuild/push/x.py": "from subprocess import Popen\nPopen(('/usr/bin/docker', 'push', 'x'))\n"},
+     "imagebuild/push/x.py:2: Popen(('/usr/bin/docker', 'push', 'x')...) in push: rule: only engine/ runs the docker"),
+    ({"imagebuild/smoke/x.py": "import os\nos.system('docker rm -f x')\n"},
+     "imagebuild/smoke/x.py:2: os.system('docker rm -f x'...) in smoke: rule: only engine/ runs the docker CLI"),
+    ({"imagebuild/builder/x.py": "import os\nDOCKER = os.environ.get('IMAGEBUILD_DOCKER_CLI', 'docker')\n"},
+     "imagebuild/builder/x.py:2: IMAGEBUILD_DOCKER_CLI in builder: rule: only engine/ runs the docker CLI"),
     ({"imagebuild/newstage/x.py": ""}, "imagebuild/newstage/x.py:1: module imagebuild.newstage.x belongs to no layer"),
     ({"imagebuild/builder/x.py": "from imagebuild.builder.backends.classic import build\n",
       "imagebuild/builder/backends/classic/build.py": ""},
@@ -360,6 +405,8 @@ def test_checker_accepts_allowed_imports(tmp_path):
         "imagebuild/render/image.py": "", "imagebuild/models.py": "",
         "imagebuild/builder/x.py": "def f():\n    from imagebuild.engine import connect\n",
         "imagebuild/engine/connect.py": "import docker\nc = docker.from_env()\nc.api.ping()\n",
+        "imagebuild/engine/cli.py": "import subprocess\nsubprocess.run(['docker', 'version'])\n",
+        "imagebuild/builder/y.py": "import subprocess\nsubprocess.run(['git', 'rev-parse', 'HEAD'])\n",
         "imagebuild/oci/auth.py": "import docker.auth\n",
         "imagebuild/smoke/probe/x.py": "import json\nfrom probe.common import Probe\n\ndef f():\n    import torch\n",
         "imagebuild/pipeline/flow.py": "from imagebuild.builder import x\nfrom imagebuild.smoke import runner\n",

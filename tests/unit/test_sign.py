@@ -5,6 +5,7 @@ aliases; a refusal rolls the tag back), how cosign's refusals are told, and the 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from _push_fakes import D1, D2, REG, add, fake_engine, fake_registry, make_image, ok_stream
@@ -329,7 +330,8 @@ def test_slurm_refuses_a_bare_sqsh_when_a_verify_key_is_set(tmp_path, monkeypatc
     from imagebuild.commands.slurm import command as slurm
 
     (tmp_path / "cosign.pub").write_text(PUB)
-    monkeypatch.setenv("IMAGEBUILD_HOST_ROOT", str(tmp_path))
+    # a recorded host tree (an empty folder is refused as a host root: it would read as a node without GPUs)
+    monkeypatch.setenv("IMAGEBUILD_HOST_ROOT", str(Path(__file__).parent / "fixtures" / "hosts" / "h100-2s8g"))
     r = _invoke(slurm, ["--verify-key", str(tmp_path / "cosign.pub"), "--srun", "/lustre/x.sqsh"])
     assert r.exception is not None and "a .sqsh file carries no signature" in str(r.exception)
     assert "x.sqsh" in str(r.exception)

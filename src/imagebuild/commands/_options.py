@@ -4,6 +4,7 @@ what they mean is imagebuild.pipeline.settings."""
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,8 +12,10 @@ from typing import Any, TypeVar
 import click
 
 from imagebuild.backends import BACKENDS, choices
+from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
 from imagebuild.pipeline.settings import resolve_matrix_path
+from imagebuild.secrets import redact_url, register_url_credentials
 
 # resolve_matrix_path is pipeline.settings'; lock.py and render.py import it from here
 __all__ = ["build_input_options", "matrix_option", "only_option", "registry_option", "resolve_matrix_path",
@@ -48,9 +51,32 @@ def state_dir_option(func: F) -> F:
                         )(func)
 
 
+def backend_run_options(func: F) -> F:
+    """A flag for every option only one backend understands, from imagebuild/backends.py's rows (RunOption): the
+    value goes to the command as a keyword named by its setting, collected into BuildSettings.backend_options, so a
+    backend with options of its own is its folder and its row, not a new flag here."""
+    for row in reversed(list(BACKENDS.values())):
+        for option in reversed(row.options):
+            func = click.option(option.flag, option.setting, metavar=option.metavar, default=None,
+                                help=option.help)(func)
+    return func
+
+
 def registry_option(func: F) -> F:
     return click.option("--registry", default=None, metavar="HOST[:PORT]/PATH",
                         help="Override the matrix's `registry` (use '' for local-only tags).")(func)
+
+
+def index_url(option: str, url: str | None) -> None:
+    """An index URL given on the command line: one URL pip can be handed (no whitespace, quote, backslash or control
+    character: percent-encode them), its credentials registered so no later message, log or report shows them; a
+    refusal shows it masked (secrets.redact_url)."""
+    if url is None or url == "none":
+        return
+    register_url_credentials(url)
+    if not re.fullmatch(r"[^\s\"'`\\\x00-\x1f\x7f]+", url):
+        raise UsageError(f"{option} {redact_url(url)!r}: not one URL (a space, quote, backslash or control character "
+                         "in it: percent-encode it, e.g. %20 %22 %5C)")
 
 
 def build_input_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -72,6 +98,9 @@ def build_input_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, ca_certs: tuple[Path, ...], pip_index_url: str | None, pip_extra: tuple[str, ...],
                 torch_index_url: str | None, wheelhouse: Path | None, backend: str | None, **kwargs: Any) -> Any:
+        for option, url in (("--pip-index-url", pip_index_url), *(("--pip-extra-index-url", u) for u in pip_extra),
+                            ("--torch-index-url", torch_index_url)):
+            index_url(option, url)
         kwargs["inputs"] = BuildInputs(
             ca_certs=tuple(ca_certs),
             pip_index_url=pip_index_url,

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from imagebuild.backends import AUTO
 from imagebuild.commands._options import (
+    backend_run_options,
     build_input_options,
     matrix_option,
     only_option,
@@ -69,12 +71,7 @@ def _say(msg: str) -> None:
 @click.option("--sbom/--no-sbom", "sbom", default=True, show_default=True,
               help="Write a CycloneDX SBOM per image beside the report (reports/<matrix>/sbom/), its digest in the "
                    "report; a rebuild's report also shows the diff against the image the tag pointed at before.")
-@click.option("--builder", "buildx_builder", metavar="NAME", default=None,
-              help="The buildx builder (BuildKit's option: chooses BuildKit under the default auto, refused with "
-                   "--backend classic; default: buildx's current one, the engine's).")
-@click.option("--buildkit-cache", "buildkit_cache", metavar="REPOSITORY", default=None,
-              help="BuildKit's option (as --builder): import and export a registry cache of every stage, one tag per image "
-                   "(needs the engine's containerd image store or a non-docker builder).")
+@backend_run_options
 @click.option("--locked", is_flag=True,
               help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
                    "Without it an existing lock is used too; a missing one means an unlocked build.")
@@ -82,9 +79,8 @@ def _say(msg: str) -> None:
 def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[str, ...], force: bool,
             jobs: int | None, keep_going: bool, plain: bool, verbose: bool, log_dir: Path | None,
             report_dir: Path | None, state_dir: str | None, run_tests: bool, retest: bool, run_push: bool,
-            registry_cache: bool, require_registry: bool, sbom: bool, buildx_builder: str | None,
-            buildkit_cache: str | None, locked: bool, created: str | None, sign_key: str | None,
-            sign_password_stdin: bool) -> int:
+            registry_cache: bool, require_registry: bool, sbom: bool, locked: bool, created: str | None,
+            sign_key: str | None, sign_password_stdin: bool, **backend_options: str | None) -> int:
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -93,6 +89,10 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[
       imagebuild build --matrix h100.yaml --only '*2.9.1*runtime' --jobs 2 --plain
       imagebuild build --matrix images/cpu.yaml --ca-cert corp-ca.pem --pip-index-url https://u:p@pypi.corp/simple
     """
+    if inputs.backend in (None, AUTO):  # auto asks the engine's and buildx's versions: while the stages import
+        from imagebuild.engine.cli import prefetch_versions
+
+        prefetch_versions()
     from imagebuild.pipeline.flow import build_run  # the engine SDK and the stages: not for --help
 
     source = click.get_current_context().get_parameter_source("sign_key")
@@ -104,8 +104,8 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[
         report_dir=report_dir,
         build=BuildSettings(force=force, jobs=jobs, keep_going=keep_going, plain=plain, verbose=verbose,
                             log_dir=log_dir, registry_cache=registry_cache, require_registry=require_registry,
-                            sbom=sbom, locked=locked, created=created, builder=buildx_builder,
-                            buildkit_cache=buildkit_cache),
+                            sbom=sbom, locked=locked, created=created,
+                            backend_options={k: v for k, v in backend_options.items() if v}),
         test=TestSettings(retest=retest) if run_tests else None,
         push=PushSettings(require_tests=run_tests, sign_key=sign_key, sign_password=key_password) if run_push else None,
     )

@@ -199,8 +199,13 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
         if result.image_size else ""
     click.echo(f"wrote {result.path} ({format_size(result.size)}{ratio}) in {result.seconds:.1f} s; "
                f"{result.sha256}")
+    from imagebuild.oci.pyxis import container_image_flag
+    from imagebuild.pasteable import file_argument, shell_join
+
+    written = file_argument(str(result.path), "--output")  # absolute: pyxis reads a relative name as a Hub image
     if fmt == "squashfs":
-        echo(f"pyxis: srun --container-image={result.path} ...   (enroot: enroot create {result.path})")
+        echo(f"pyxis: srun {shell_join([container_image_flag(written)])} ...   "
+             f"(enroot: {shell_join(['enroot', 'create', written])})")
     else:
-        echo(f"apptainer: apptainer build image.sif docker-archive:{result.path}")
+        echo(f"apptainer: {shell_join(['apptainer', 'build', 'image.sif', 'docker-archive:' + written])}")
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -14,6 +13,7 @@ import click
 
 from imagebuild.commands._options import verify_key_option
 from imagebuild.errors import UsageError
+from imagebuild.pasteable import shell_join
 
 if TYPE_CHECKING:
     from imagebuild.host import Topology
@@ -161,7 +161,9 @@ def command(args: Sequence[str], matrix: str | None, flavor: str | None, only: s
     client = connect("smoke")
     info = _image(client, ref, matrix, flavor, only, registry, echo)
     _verify_first(client, info, verify_key, echo)
-    topo, mem = _host_facts(Path(os.environ.get(ROOT_ENV) or "/"))
+    from imagebuild.host import host_root
+
+    topo, mem = _host_facts(host_root(Path(os.environ.get(ROOT_ENV) or "/"), f"${ROOT_ENV}"))
     launch = make_launch(req, info, topo, engine_has_gpus=bool(topo.gpus) or host_has_gpus(client), mem_bytes=mem)
     for note in launch.notes:
         echo(note)
@@ -169,7 +171,7 @@ def command(args: Sequence[str], matrix: str | None, flavor: str | None, only: s
         settings = launch.settings
         if info.ref != info.id and settings.image == info.id:  # print the name the user gave, not the ID
             settings = replace(settings, image=info.ref)
-        click.echo(shlex.join(settings.docker_run_args()))
+        click.echo(shell_join(settings.docker_run_args()))
         if launch.access is not None:
             echo(f"then: {launch.access.message}")
         return 0

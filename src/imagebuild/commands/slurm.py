@@ -114,6 +114,7 @@ def command(args: Sequence[str], matrix: str | None, only: str | None, flavor: s
     With --verify-key (or IMAGEBUILD_VERIFY_KEY) the image must be signed with that key and carry its SBOM and
     provenance attestations; the script then names the verified digest (REPO@sha256:...), not the tag.
     """
+    from imagebuild.host import host_root as check_root
     from imagebuild.host import nvidia_smi_outputs, read_fabric, read_topology
     from imagebuild.launch.slurm import SlurmRequest, make_slurm
 
@@ -137,8 +138,11 @@ def command(args: Sequence[str], matrix: str | None, only: str | None, flavor: s
         args.pop(0)
     if no_workspace and workspace:
         raise UsageError("--workspace and --no-workspace: pick one")
+    if host_root is not None:  # bad input is said before anything is asked of a registry or cosign
+        root = check_root(host_root, "--host-root")
+    else:
+        root = check_root(Path(os.environ.get(ROOT_ENV) or "/"), f"${ROOT_ENV}")
     image = _verified(image, chosen, verify_key, echo)
-    root = host_root or Path(os.environ.get(ROOT_ENV) or "/")
     topo = read_topology(root, **nvidia_smi_outputs(root))
     from imagebuild.oci import ReferenceSyntaxError
 

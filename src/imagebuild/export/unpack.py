@@ -107,15 +107,18 @@ def _inside(root: Path, name: str, member: tarfile.TarInfo) -> None:
             raise UnpackError(f"{name!r}: would be written outside the image's tree (through a symbolic link)")
 
 
-def _clear(target: Path) -> None:
-    """Remove what an earlier member left at `target` (not a folder): a new member is a new file, so a symbolic
-    link there is replaced rather than written through, and a hard link's shared inode is never written into."""
+def _clear(target: Path, name: str) -> None:
+    """Remove what an earlier member left at `target`: a new member is a new file, so a symbolic link there is
+    replaced rather than written through, and a hard link's shared inode is never written into. A folder there is
+    refused: an engine's export names each path once, and tarfile, failing to make a link over a folder, would fall
+    back to extracting the link's target in its place (a link to itself recursed without end)."""
     try:
         st = os.lstat(target)
     except FileNotFoundError:
         return
-    if not stat.S_ISDIR(st.st_mode):
-        os.unlink(target)
+    if stat.S_ISDIR(st.st_mode):
+        raise UnpackError(f"{name!r}: a file or link over a folder the image's files already hold")
+    os.unlink(target)
 
 
 def _hard_link(root: Path, member: tarfile.TarInfo) -> None:
@@ -161,7 +164,7 @@ def unpack(chunks: Iterable[bytes], root: Path, on_bytes: Callable[[int], None] 
                 continue
             _inside(root, name, member)
             if not member.isdir():
-                _clear(root / name)
+                _clear(root / name, name)
             if member.islnk():
                 _hard_link(root, member)
             else:

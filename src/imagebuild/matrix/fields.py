@@ -18,7 +18,7 @@ from imagebuild.backends import choices
 from imagebuild.compat import Tables
 from imagebuild.models import FLAVORS, PARENT_FLAVOR
 from imagebuild.oci.reference import ReferenceSyntaxError, parse_reference
-from imagebuild.secrets import has_credentials, redact
+from imagebuild.secrets import has_credentials, redact, redact_url
 
 TORCH_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 CUDA_RE = re.compile(r"^\d+\.\d+$")
@@ -60,7 +60,7 @@ def describe(value: Any) -> str:
     if isinstance(value, (int, float)):
         return f"the number {value}"
     if isinstance(value, str):
-        return f"{value!r}"
+        return f"{redact(value)!r}"  # a URL's credentials never reach a message (secrets: the one rule)
     if isinstance(value, list):
         return "a list"
     if isinstance(value, dict):
@@ -162,13 +162,13 @@ def _pip_req(item: str) -> str | None:
     if not item.strip():
         return "empty requirement"
     if item.lstrip().startswith("-"):
-        return f"{item!r} looks like a pip option; give requirements only"
+        return f"{redact(item)!r} looks like a pip option; give requirements only"
     if set(item) & _PIP_FORBIDDEN:
-        return f"{item!r} contains a quote, backslash, '$' or newline, which cannot be passed safely to pip"
+        return f"{redact(item)!r} contains a quote, backslash, '$' or newline, which cannot be passed safely to pip"
     try:
         req = Requirement(item)
     except InvalidRequirement as exc:
-        return f"{item!r} is not a pip requirement (PEP 508: {str(exc).splitlines()[0]})"
+        return f"{redact(item)!r} is not a pip requirement (PEP 508: {redact(str(exc).splitlines()[0])})"
     if req.url and has_credentials(req.url):
         return (f"{redact(item)!r} carries credentials in its URL, which would stay in the image; give the index "
                 "with --pip-index-url/--pip-extra-index-url instead")
@@ -207,7 +207,10 @@ def _base_image(value: Any, raw: str | None, tables: Tables) -> str:
 
 def _url(value: Any, raw: str | None, tables: Tables) -> str:
     if not isinstance(value, str) or not URL_RE.match(value):
-        raise Bad(f"expected an http(s):// or file:// URL, got {describe(value)}")
+        shown = repr(redact_url(value)) if isinstance(value, str) else describe(value)
+        hint = "percent-encode a space, quote, backslash or '$' in it (%20 %22 %5C %24)" \
+            if isinstance(value, str) and re.match(r"(https?|file)://", value) else ""
+        raise Bad(f"expected an http(s):// or file:// URL, got {shown}", hint)
     return value.rstrip("/")
 
 

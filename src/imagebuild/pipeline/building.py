@@ -4,6 +4,7 @@ plan order, with the images the next steps may use (built or up to date in this 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
@@ -13,7 +14,7 @@ from imagebuild import builder
 from imagebuild.backends import AUTO, BACKENDS, plan_backend, spec
 from imagebuild.builder import BuildOptions
 from imagebuild.builder.backend import BuildBackend
-from imagebuild.builder.backends import BackendFactory, choose_auto, preflight
+from imagebuild.builder.backends import BackendFactory, DeferredBackend, choose_auto, preflight
 from imagebuild.builder.progress import Progress
 from imagebuild.builder.remote import RegistryUnavailable, RemoteImage, find_in_registry
 from imagebuild.builder.sources import blocked_tags, unreachable
@@ -136,7 +137,7 @@ def concrete_backend(matrix_path: Path, inputs: BuildInputs, settings: BuildSett
         named = {v.values.get("backend", AUTO) for v in load_matrix(matrix_path).variants}
         if named and AUTO not in named:  # every row names its backend
             return inputs
-    wanted = [(s.name, o.flag) for s in BACKENDS.values() for o in s.options if getattr(settings, o.setting)]
+    wanted = [(s.name, o.flag) for s in BACKENDS.values() for o in s.options if settings.backend_options.get(o.setting)]
     if len({n for n, _ in wanted}) == 1:
         name = wanted[0][0]
         line = f"backend auto: {' and '.join(f for _, f in wanted)} given; building with {spec(name).title}"
@@ -147,26 +148,47 @@ def concrete_backend(matrix_path: Path, inputs: BuildInputs, settings: BuildSett
 
 
 def run_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -> tuple[str, BackendFactory]:
-    """The run's backend (the one the plan is rendered for, a row of imagebuild/backends.py) after its preflight,
-    before anything builds: what it lacks here is one line (for BuildKit: no buildx, a builder that does not exist or
-    answer, an engine whose BuildKit lacks named contexts). Its own run options (the row's `options`) go to it; an
-    option only another backend understands is refused (one line): it would not change what this one builds."""
+    """The run's backend (the one the plan is rendered for, a row of imagebuild/backends.py) after its preflight:
+    what it lacks here is one line (for BuildKit: no buildx, a builder that does not exist or answer, an engine whose
+    BuildKit lacks named contexts)."""
+    name, own = chosen_backend(plan, inputs, settings)
+    return name, preflight(name, own)
+
+
+def chosen_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -> tuple[str, dict[str, Any]]:
+    """The run's backend and its own run options (the row's `options`), before its preflight and before the engine is
+    asked anything; an option only another backend understands is refused (one line): it would not change what this
+    one builds."""
     name = plan_backend(plan, inputs)
     for other in BACKENDS.values():
-        given = [o.flag for o in other.options if getattr(settings, o.setting)]
+        given = [o.flag for o in other.options if settings.backend_options.get(o.setting)]
         if other.name != name and given:
             raise UsageError(f"{' and '.join(given)}: only the {other.name} backend understands "
                              f"{'it' if len(given) == 1 else 'them'}, and this build renders for and builds with "
                              f"{name}; choose --backend {other.name} or drop {' and '.join(given)}")
-    own = {o.setting: getattr(settings, o.setting) for o in spec(name).options}
-    return name, preflight(name, own)
+    return name, {o.setting: settings.backend_options.get(o.setting) for o in spec(name).options}
+
+
+def backend_maker(name: str, own: dict[str, Any], store: Any) -> Callable[[], BuildBackend]:
+    """How to make the run's backend on `store`: its preflight (one line when it cannot build here), then the
+    backend; called by build_step once it knows whether anything may need building."""
+    return lambda: preflight(name, own)(store)
 
 
 def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSettings, rec: Record | None,
-               progress: Progress, log_dir: Any, say: Say, backend: tuple[str, BuildBackend] | None = None) -> BuildRun:
-    """Build (or find up to date) the selected images and their parents; rows for the whole plan."""
+               progress: Progress, log_dir: Any, say: Say,
+               backend: tuple[str, Callable[[], BuildBackend]] | None = None) -> BuildRun:
+    """Build (or find up to date) the selected images and their parents; rows for the whole plan.
+
+    `backend`: its name and how to make it after its preflight. The engine is asked first which images are here
+    (`here`); when every one is, the preflight waits for a first build (DeferredBackend: a no-op asks the builder
+    nothing), otherwise it runs now, before any source is asked or anything builds."""
     remote: dict[str, RemoteImage] = {}
     here = None if settings.force else locate_all(client, selection, rec)
+    chosen: BuildBackend | None = None
+    if backend is not None:
+        everything_here = here is not None and all(here.values())
+        chosen = DeferredBackend(backend[1]) if everything_here else backend[1]()
     if here is not None and settings.registry_cache:
         remote = registry_lookup(selection, here, settings.require_registry, say)
     buildable, blocked = preflight_sources(client, plan, selection, settings.keep_going, here, remote, say)
@@ -174,9 +196,8 @@ def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSet
                            log_dir=log_dir, remote=remote, created=settings.created)
     if settings.jobs:
         options.jobs = settings.jobs
-    chosen: BuildBackend | None = None
     if backend is not None:
-        options.backend, chosen = backend
+        options.backend = backend[0]
     results = (builder.build_plan(client, buildable, options, progress, backend=chosen)
                if buildable.images else []) + blocked
     order = {img.tag: n for n, img in enumerate(plan.images)}

@@ -20,7 +20,7 @@ from imagebuild.errors import UsageError
 from imagebuild.files import check_output_dir
 from imagebuild.models import ImagePlan, ImageResult
 from imagebuild.oci import Reference, ReferenceSyntaxError
-from imagebuild.pipeline.building import build_step, concrete_backend, finish, run_backend
+from imagebuild.pipeline.building import backend_maker, build_step, chosen_backend, concrete_backend, finish
 from imagebuild.pipeline.loaded import Loaded, Say, load
 from imagebuild.pipeline.located import Located, locate, plan_registry
 from imagebuild.pipeline.pushing import PushRun, gate_reason, gate_rows, push_step
@@ -97,12 +97,13 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     report_dir = _check_outputs(options, loaded, settings.log_dir)
     if options.push is not None:
         open_signing_key(options.push, selection.named)  # a key that cannot sign: said before an hour of building
-    backend, make_backend = run_backend(plan, loaded.inputs, settings)  # its preflight: before anything builds
+    backend, own = chosen_backend(plan, loaded.inputs, settings)  # another backend's options: refused here
     client = engine.connect("build")  # its timeout also fits --push of multi-GB layers
     progress = make_progress(plain=settings.plain, verbose=settings.verbose)
     before = previous_ids(client, plan) if settings.sbom else {}
     built = build_step(client, plan, selection, settings, loaded.record, progress,
-                       settings.log_dir or (report_dir / "logs"), say, (backend, make_backend(as_store(client))))
+                       settings.log_dir or (report_dir / "logs"), say,
+                       (backend, backend_maker(backend, own, as_store(client))))  # preflight unless all up to date
     if settings.sbom:
         rec = loaded.record
         recorded = {k: v.sbom for k, v in (rec.images if rec else {}).items() if v.sbom}

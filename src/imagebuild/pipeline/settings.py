@@ -8,6 +8,7 @@ matrix's files go. Importing this module loads neither the engine SDK nor a stag
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -38,8 +39,9 @@ class BuildSettings:
     sbom: bool = True
     locked: bool = False
     created: str | None = None
-    builder: str | None = None  # --builder: a buildx builder (the BuildKit backend); None: buildx's current one
-    buildkit_cache: str | None = None  # --buildkit-cache: registry repository of the per-image stage caches
+    # the options only one backend understands (a row's RunOption.setting -> the value given; --builder NAME,
+    # --buildkit-cache REPOSITORY): imagebuild/backends.py's table names them, commands/build.py makes their flags
+    backend_options: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

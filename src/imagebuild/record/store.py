@@ -22,12 +22,12 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imagebuild import __version__
+from imagebuild import __version__, values
 from imagebuild.files import FileProblem, open_lock_file, read_bounded_text, write_text_atomic
 from imagebuild.inputs import BuildInputs
 from imagebuild.secrets import redact
@@ -204,6 +204,40 @@ def shape_problem(doc: object) -> str | None:
     return None
 
 
+def _value_at(check: Callable[[str], str], value: object, where: str) -> str | None:
+    if value is None:
+        return None
+    try:
+        check(value)  # type: ignore[arg-type]  # a non-string is ValueProblem too
+    except values.ValueProblem as problem:
+        return f"{where}: {problem}"
+    return None
+
+
+def value_problem(doc: dict[str, Any]) -> str | None:
+    """Why a record of the right shape holds a value that is not what its key says (an image ID that is not a digest,
+    a date that is not RFC 3339, a path with a newline), or None. Commands pull, compare and print these: a hand-edited
+    record is said and replaced like a damaged one. Call after shape_problem."""
+    found = [_value_at(values.digest, doc.get("matrix_digest"), "matrix_digest"),
+             _value_at(values.rfc3339, doc.get("updated"), "updated")]
+    for plan_id, entry in (doc.get("images") or {}).items():
+        at = f"images.{plan_id}"
+        found += [_value_at(values.plain_text, plan_id, "images"),
+                  _value_at(values.plain_text, entry.get("inputs_hash"), f"{at}.inputs_hash"),
+                  _value_at(values.image_id, entry.get("image_id"), f"{at}.image_id"),
+                  _value_at(values.rfc3339, entry.get("built_at"), f"{at}.built_at")]
+        found += [_value_at(values.plain_text, tag, f"{at}.tags.{reg}") for reg, tags in entry.get("tags", {}).items()
+                  for tag in tags]
+        for reg, push in entry.get("pushes", {}).items():
+            found += [_value_at(values.digest, push.get("digest"), f"{at}.pushes.{reg}.digest"),
+                      _value_at(values.rfc3339, push.get("at"), f"{at}.pushes.{reg}.at")]
+        for fmt, export in (entry.get("exports") or {}).items():
+            if isinstance(export, dict):
+                found += [_value_at(values.image_id, export.get("image_id"), f"{at}.exports.{fmt}.image_id"),
+                          _value_at(values.plain_text, export.get("path"), f"{at}.exports.{fmt}.path")]
+    return next((f for f in found if f), None)
+
+
 def new_record(matrix_path: str | Path, inputs: BuildInputs, registry: str | None) -> Record:
     return Record(matrix=str(matrix_path), matrix_digest=file_sha256(matrix_path), inputs=inputs.public(),
                   registry=registry)
@@ -217,7 +251,7 @@ def load_record(matrix_path: str | Path, directory: str | Path | None = None) ->
         return None
     try:
         doc = json.loads(read_bounded_text(path, "record"))
-        why = shape_problem(doc)
+        why = shape_problem(doc) or value_problem(doc)
     except FileProblem as exc:
         why = str(exc).removeprefix(f"{path}: ")
     except (ValueError, RecursionError) as exc:

@@ -11,13 +11,14 @@ imports a plug-in, so a third backend is its folder plus its table row.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, cast
 
 from imagebuild.backends import AUTO_ORDER, spec
-from imagebuild.builder.backend import BuildBackend
+from imagebuild.builder.backend import BuildBackend, BuildEvent, BuildOutcome, BuildRequest, RunningBuild
 from imagebuild.engine.store import ImageStore
-from imagebuild.errors import UsageError
+from imagebuild.errors import ImagebuildError, UsageError
 
 BackendFactory = Callable[[ImageStore], BuildBackend]
 
@@ -58,3 +59,50 @@ def preflight(name: str, settings: Mapping[str, Any] | None = None) -> BackendFa
 def make_backend(name: str, store: ImageStore, settings: Mapping[str, Any] | None = None) -> BuildBackend:
     """The backend `name` building into `store`, after its preflight."""
     return preflight(name, settings)(store)
+
+
+class DeferredBackend:
+    """A backend whose preflight runs when its first build starts, for a run that expects to build nothing (every
+    image found up to date before the executor starts): a no-op then asks the builder nothing (BuildKit's preflight is
+    six docker CLI calls, ~1.2 s). Should the executor build after all, the preflight runs then, once; what it lacks
+    here fails that build with the preflight's one line."""
+
+    def __init__(self, make: Callable[[], BuildBackend]) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._backend: BuildBackend | None = None
+        self._refused: str | None = None
+
+    @property
+    def started(self) -> bool:
+        """Whether the preflight ran (a build needed the backend)."""
+        return self._backend is not None or self._refused is not None
+
+    def start(self, request: BuildRequest) -> RunningBuild:
+        with self._lock:
+            if self._backend is None and self._refused is None:
+                try:
+                    self._backend = self._make()
+                except ImagebuildError as exc:
+                    self._refused = str(exc)
+            backend, refused = self._backend, self._refused
+        return backend.start(request) if backend is not None else _Refused(refused or "no backend")
+
+    def cleanup(self, warn: Callable[[str], None]) -> list[str]:
+        return self._backend.cleanup(warn) if self._backend is not None else []
+
+
+class _Refused:
+    """A build its backend's preflight refused: one error, no image."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+    def events(self) -> Iterator[BuildEvent]:
+        yield BuildEvent("error", self.error)
+
+    def cancel(self) -> None:
+        pass
+
+    def outcome(self) -> BuildOutcome:
+        return BuildOutcome(image_id=None, error=self.error)

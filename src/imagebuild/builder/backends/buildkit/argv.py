@@ -52,8 +52,9 @@ class BuildxCall:
     extra_flags: tuple[str, ...] = field(default_factory=tuple)  # cache import/export (--cache-from/--cache-to)
 
 
-def buildx_argv(call: BuildxCall, docker: str = "docker") -> list[str]:
-    argv = [docker, "buildx", "build"]
+def buildx_argv(call: BuildxCall) -> list[str]:
+    """The arguments to the docker CLI (engine/cli.py adds the binary): `buildx build ... CONTEXT`."""
+    argv = ["buildx", "build"]
     if call.builder:
         argv += ["--builder", call.builder]
     argv += ["--progress", "rawjson", "--network", "host", "--provenance=false", "--sbom=false",

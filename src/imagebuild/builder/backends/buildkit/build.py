@@ -1,7 +1,7 @@
 """The BuildKit backend: one `docker buildx build` process per image, driven through the CLI.
 
 The docker SDK cannot drive BuildKit (it needs buildx's gRPC session: secrets, named contexts, cache export), so this
-backend runs buildx as a subprocess against the engine DOCKER_HOST names (the docker driver: the image lands in that
+backend runs buildx (through engine/cli.py, the engine's CLI door) against the engine DOCKER_HOST names (the docker driver: the image lands in that
 engine's store) or any buildx builder the user names (`--builder`: docker-container, remote, kubernetes; the image is
 loaded into the engine). It honours the seam's contract (backend.py): `events()` never raises, `cancel()` stops the
 process from any thread, and the outcome is the engine's image ID or the failing step with its tail.
@@ -15,7 +15,6 @@ from __future__ import annotations
 import codecs
 import os
 import selectors
-import subprocess
 import tarfile
 import tempfile
 import threading
@@ -27,25 +26,11 @@ from imagebuild.builder.backend import BuildEvent, BuildOutcome, BuildRequest
 from imagebuild.builder.backends.buildkit.argv import BuildxCall, buildx_argv, secret_env
 from imagebuild.builder.backends.buildkit.progress import RawJsonProgress
 from imagebuild.builder.context import tar_context
+from imagebuild.engine import cli
 
 # build arguments that carry credentials: sent as build secrets; the buildkit templates read /run/secrets/<id>
 SECRET_BUILD_ARGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
 PIN_REPOSITORY = "imagebuild-pin"  # a parent's named context: imagebuild-pin:<hex of its image ID>
-
-
-def docker_cli() -> str:
-    """The docker CLI that runs buildx: $IMAGEBUILD_DOCKER_CLI, else `docker` on PATH."""
-    return os.environ.get("IMAGEBUILD_DOCKER_CLI", "docker")
-
-
-def run_cli(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """A short CLI call (inspect, tag, version); never raises for a failing command, only returns its status."""
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except OSError as exc:  # no such file, not executable
-        return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: {exc.strerror or exc}")
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", f"{' '.join(argv[:3])} did not answer within {timeout:.0f} s")
 
 
 class BuildxBackend:
@@ -56,7 +41,6 @@ class BuildxBackend:
         self.builder, self.docker_driver, self.cache_repository = builder, docker_driver, cache_repository
         # the docker driver on the containerd image store: export an archive with rewritten dates, then load it
         self.via_archive = docker_driver and containerd_store
-        self.docker = docker_cli()
 
     def cache_flags(self, tag: str) -> tuple[str, ...]:
         """A registry cache per image (`<cache repository>:<the image's tag>`, every stage: mode=max), imported and
@@ -86,16 +70,15 @@ class BuildxBackend:
         `docker import`ed image locally but looks a `docker load`ed one (our bootstrap bases) up on Docker Hub; a
         plain tag is always found locally. A tag spelled from the ID itself is as exact as the digest."""
         pin = f"{PIN_REPOSITORY}:{image_id.removeprefix('sha256:')}"
-        tagged = run_cli([self.docker, "image", "tag", image_id, pin])
-        if tagged.returncode != 0:
-            raise LookupError(f"the parent image {image_id[:19]} is not in the engine: {tagged.stderr.strip()}")
+        tagged = cli.tag(image_id, pin)
+        if not tagged.ok:
+            raise LookupError(f"the parent image {image_id[:19]} is not in the engine: {tagged.reason}")
         return pin
 
     def image_id(self, tag: str) -> str | None:
         """The engine's own ID of the built image (what the SDK and the record use; with the containerd image store
         the manifest digest, not the config digest buildx's --iidfile gives)."""
-        out = run_cli([self.docker, "image", "inspect", "--format", "{{.Id}}", tag])
-        return out.stdout.strip() if out.returncode == 0 and out.stdout.strip().startswith("sha256:") else None
+        return cli.image_id(tag)
 
 
 class BuildxBuild:
@@ -105,7 +88,7 @@ class BuildxBuild:
         self.backend, self.request = backend, request
         self.progress = RawJsonProgress(log=request.log)
         self._lock = threading.Lock()
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: cli.Process | None = None
         self._cancelled = False
         self._image_id: str | None = None
 
@@ -150,14 +133,11 @@ class BuildxBuild:
             builder=self.backend.builder, docker_driver=self.backend.docker_driver,
             archive=tmp / "image.tar" if self.backend.via_archive else None,
             extra_flags=self.backend.cache_flags(req.tag))
-        env = {**os.environ, **secret_env(args, SECRET_BUILD_ARGS)}
         with self._lock:
             if self._cancelled:
                 self.progress.fail("interrupted")
                 return
-            self._process = subprocess.Popen(buildx_argv(call, self.backend.docker), stdin=subprocess.DEVNULL,
-                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                                             start_new_session=True)
+            self._process = cli.start(buildx_argv(call), env=secret_env(args, SECRET_BUILD_ARGS))
         process = self._process
         try:
             yield from self._stream(process)
@@ -180,14 +160,12 @@ class BuildxBuild:
     def _load(self, archive: Path) -> Iterator[BuildEvent]:
         """The exported docker archive into the engine's store (its image ID is the archive's manifest digest); the
         archive goes with the build's temporary folder."""
-        yield BuildEvent("step", "load the exported image into the engine")
-        loaded = run_cli([self.backend.docker, "image", "load", "--quiet", "--input", str(archive)],
-                         timeout=self.request.timeout)
-        if loaded.returncode != 0:
-            self.progress.fail(f"docker image load of the exported image failed: "
-                               f"{(loaded.stderr.strip().splitlines() or ['no output'])[-1]}")
+        yield BuildEvent("step", "loading into the engine")  # a phase: no step number (progress.py)
+        loaded = cli.load(str(archive), timeout=self.request.timeout)
+        if not loaded.ok:
+            self.progress.fail(f"docker image load of the exported image failed: {loaded.reason}")
 
-    def _stream(self, process: subprocess.Popen[bytes]) -> Iterator[BuildEvent]:
+    def _stream(self, process: cli.Process) -> Iterator[BuildEvent]:
         """Read stderr until EOF; `request.timeout` seconds without a byte count as a lost build."""
         assert process.stderr is not None
         fd = process.stderr.fileno()

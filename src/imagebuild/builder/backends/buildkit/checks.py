@@ -15,7 +15,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from imagebuild.builder.backends.buildkit.build import BuildxBackend, docker_cli, run_cli
+from imagebuild.builder.backends.buildkit.build import BuildxBackend
+from imagebuild.engine import cli
 from imagebuild.errors import UsageError
 
 MIN_ENGINE = (23, 0)  # Docker Engine with named contexts in its embedded BuildKit
@@ -90,17 +91,16 @@ def check_cache_export(builder: Builder, driver_status: str) -> None:
 
 def preflight(builder_name: str | None = None, cache_repository: str | None = None) -> BuildxBackend:
     """The BuildKit backend for `builder_name` (None: buildx's current builder), or one BuilderUnavailable line."""
-    docker = docker_cli()
-    version = run_cli([docker, "buildx", "version"])
-    if version.returncode != 0:
+    version = cli.buildx_version()
+    if not version.ok:
         raise BuilderUnavailable(
             "the BuildKit backend needs the docker buildx plugin and `docker buildx` does not run: `make install` "
             "puts buildx 0.13.1 under .tools/docker-config/cli-plugins (then export DOCKER_CONFIG=.tools/docker-config)"
             ", or use --backend classic")
-    listed = run_cli([docker, "buildx", "ls", "--format", "json"])
-    builders = parse_ls(listed.stdout) if listed.returncode == 0 else []
+    listed = cli.run(["buildx", "ls", "--format", "json"])
+    builders = parse_ls(listed.stdout) if listed.ok else []
     if builder_name is None:
-        current = run_cli([docker, "buildx", "inspect"])
+        current = cli.run(["buildx", "inspect"])
         name = next((ln.split(":", 1)[1].strip() for ln in current.stdout.splitlines()
                      if ln.startswith("Name:")), "default")
     else:
@@ -109,14 +109,12 @@ def preflight(builder_name: str | None = None, cache_repository: str | None = No
     if chosen is None:
         raise BuilderUnavailable(f"there is no buildx builder {name!r}; `docker buildx ls` shows: "
                                  f"{_ls_summary(builders)}")
-    answer = run_cli([docker, "buildx", "inspect", "--bootstrap", name], timeout=120)
-    if answer.returncode != 0:
-        reason = (answer.stderr.strip().splitlines() or ["no answer"])[-1]
-        raise BuilderUnavailable(f"buildx builder {name!r} does not answer ({reason}); `docker buildx ls` shows: "
+    answer = cli.run(["buildx", "inspect", "--bootstrap", name], purpose="bootstrap")
+    if not answer.ok:
+        raise BuilderUnavailable(f"buildx builder {name!r} does not answer ({answer.reason}); `docker buildx ls` shows: "
                                  f"{_ls_summary(builders)}")
-    engine = run_cli([docker, "version", "--format", "{{.Server.Version}}"])
-    check_named_contexts(chosen, engine.stdout.strip())
-    driver_status = run_cli([docker, "info", "--format", "{{json .DriverStatus}}"]).stdout
+    check_named_contexts(chosen, cli.engine_version().out)
+    driver_status = cli.driver_status()
     if cache_repository:
         check_cache_export(chosen, driver_status)
     return BuildxBackend(builder=builder_name, docker_driver=chosen.driver == "docker",
@@ -126,18 +124,16 @@ def preflight(builder_name: str | None = None, cache_repository: str | None = No
 def answers() -> tuple[bool, str]:
     """For `--backend auto`: whether BuildKit builds here without options (the engine's docker driver), and one
     phrase saying why: an engine >= 23 (named contexts) and a buildx plugin that runs."""
-    docker = docker_cli()
-    engine = run_cli([docker, "version", "--format", "{{.Server.Version}}"])
-    version = engine.stdout.strip()
-    if engine.returncode != 0 or not version:
-        reason = (engine.stderr.strip().splitlines() or ["no answer"])[-1]
-        return False, f"`docker version` names no engine ({reason})"
+    engine = cli.engine_version()
+    version = engine.out
+    if not engine.ok or not version:
+        return False, f"`docker version` names no engine ({engine.reason})"
     number = version_tuple(version)
     if number is not None and number < MIN_ENGINE:
         return False, (f"dockerd {version}: its BuildKit lacks named contexts (Docker Engine >= "
                        f"{MIN_ENGINE[0]}.{MIN_ENGINE[1]})")
-    buildx = run_cli([docker, "buildx", "version"])
-    if buildx.returncode != 0:
+    buildx = cli.buildx_version()
+    if not buildx.ok:
         return False, (f"dockerd {version} without the buildx plugin (`make install` puts buildx under "
                        ".tools/docker-config; export DOCKER_CONFIG=.tools/docker-config)")
     words = buildx.stdout.split()

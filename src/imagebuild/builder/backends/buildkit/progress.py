@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from imagebuild.builder.backend import BuildEvent
+from imagebuild.builder.diagnose import Diagnosis
 from imagebuild.builder.logs import write_log
 from imagebuild.secrets import redact
 
@@ -30,6 +31,20 @@ TAIL_LINES = 40
 # "[stage-0 2/4] RUN ..." / "[pip 3/7] COPY ..." / "[internal] load build definition" / "[context base] ..."
 _STEP_NAME = re.compile(r"^\[(?P<stage>[^\]]*?)\s*(?P<k>\d+)/(?P<n>\d+)\]\s*(?P<instr>.*)$")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# After the last Dockerfile step BuildKit may work for minutes (the CPU runtime: 2.5 min) with no step to show: it
+# exports and re-timestamps the layers, writes the archive, imports/exports a registry cache. Its status ids (buildx
+# 0.13.1, BuildKit 0.13) -> the phase a progress row shows; each phase once, in the order they start.
+PHASES: tuple[tuple[str, str], ...] = (
+    ("importing cache manifest", "importing the registry cache"),
+    ("exporting layers", "exporting layers"),
+    ("rewriting layers with source-date-epoch", "re-timestamping layers (SOURCE_DATE_EPOCH)"),
+    ("exporting manifest", "exporting the image manifest"),
+    ("sending tarball", "writing archive"),
+    ("writing image", "writing the image"),
+    ("unpacking to", "unpacking into the engine's store"),
+    ("preparing build cache for export", "exporting the registry cache"),
+    ("writing cache", "exporting the registry cache"),
+)
 
 
 @dataclass
@@ -38,6 +53,7 @@ class _Vertex:
     started: bool = False
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     partial: str = ""  # output not yet ended by a newline
+    diagnosis: Diagnosis = field(default_factory=Diagnosis)  # what its output says went wrong (diagnose.py)
 
 
 @dataclass
@@ -51,6 +67,7 @@ class RawJsonProgress:
     failed_vertex: str | None = None
     vertex_error: tuple[str, str] | None = None  # the first vertex error (message, digest): the cause if buildx fails
     plain: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))  # non-JSON lines (buildx's own)
+    phases: list[str] = field(default_factory=list)  # the phases after/beside the steps, as they started (PHASES)
     _buffer: str = ""
 
     @property
@@ -109,11 +126,17 @@ class RawJsonProgress:
 
     # -- reporting -------------------------------------------------------------------------------------------------
     def failure_summary(self) -> str:
-        """One paragraph: the failing step, then BuildKit's reason."""
+        """One paragraph: what the failing step's output says went wrong (diagnose.py: a pip hash refusal, an apt
+        version gone) and where, else the failing step, then BuildKit's reason."""
         if self.error is None:
             return ""
         vertex = self.vertexes.get(self.failed_vertex or "")
         where = vertex.name if vertex else (self._last_step() or "before the first Dockerfile step")
+        if vertex is not None:
+            step = where.split("]", 1)[0] + "]" if where.startswith("[") else where  # "[pip 3/7]": finding first
+            found = vertex.diagnosis.summary(step)
+            if found:
+                return found
         return f"{where}: {self.error}"
 
     def tail_text(self) -> str:
@@ -134,10 +157,22 @@ class RawJsonProgress:
         for v in obj.get("vertexes") or []:
             if isinstance(v, dict):
                 events += self._vertex(v)
+        for status in obj.get("statuses") or []:
+            if isinstance(status, dict):
+                events += self._phase(str(status.get("id", "")))
         for entry in obj.get("logs") or []:
             if isinstance(entry, dict):
                 events += self._log(entry)
         return events
+
+    def _phase(self, status_id: str) -> list[BuildEvent]:
+        """A status that starts a phase with no Dockerfile step of its own: a `step` event without a number."""
+        phase = next((name for prefix, name in PHASES if status_id.startswith(prefix)), None)
+        if phase is None or phase in self.phases:
+            return []
+        self.phases.append(phase)
+        self._write(f"#{len(self.order)} {phase}\n")
+        return [BuildEvent("step", phase)]
 
     def _vertex(self, v: dict[str, Any]) -> list[BuildEvent]:
         digest, name = str(v.get("digest", "")), redact(str(v.get("name", "")))
@@ -176,6 +211,7 @@ class RawJsonProgress:
             self._write(line + "\n")
             if line.strip():
                 vertex.tail.append(line)
+                vertex.diagnosis.feed(line)
                 events.append(BuildEvent("line", line))
         return events
 

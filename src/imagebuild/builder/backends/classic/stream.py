@@ -10,12 +10,12 @@ redacted, to a log file.
 from __future__ import annotations
 
 import re
-import urllib.parse
 from collections import deque
 from dataclasses import dataclass, field
 from typing import IO
 
 from imagebuild.builder.backend import BuildEvent
+from imagebuild.builder.diagnose import Diagnosis
 from imagebuild.builder.logs import write_log
 from imagebuild.engine.stream import error_code, error_text
 from imagebuild.secrets import redact
@@ -26,31 +26,6 @@ _RUNNING_IN = re.compile(r"^ ---> Running in (?P<cid>[0-9a-f]{12,64})\s*$")
 _STEP_IMAGE = re.compile(r"^ ---> (?P<iid>[0-9a-f]{12,64})\s*$")  # the image a step committed (or the cache gave)
 _SUCCESS = re.compile(r"^Successfully built (?P<id>[0-9a-f]{12,64})\s*$")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-# pip --require-hashes refusing a file (the lock's sha256 is not the downloaded file's):
-#   ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. ...
-#       six==1.17.0 from https://files.pythonhosted.org/.../six-1.17.0-py2.py3-none-any.whl#sha256=...:
-#           Expected sha256 0000...
-#                Got        4721...
-_HASH_HEAD = "THESE PACKAGES DO NOT MATCH THE HASHES"
-_HASH_FROM = re.compile(r"^\s+(?P<req>\S+) from (?P<url>\S+?)(?: \(from .*\))?:\s*$")  # pip 23: (from -r F (line N))
-_HASH_EXPECTED = re.compile(r"^\s*(?:Expected sha256|or)\s+(?P<h>[0-9a-f]{64})\s*$")
-_HASH_GOT = re.compile(r"^\s*Got\s+(?P<h>[0-9a-f]{64})\s*$")
-# apt-get install name=version for a version the mirror no longer has (a lock older than the mirror)
-_APT_VERSION = re.compile(r"^E: Version '(?P<v>[^']+)' for '(?P<p>[^']+)' was not found")
-
-
-@dataclass
-class HashMismatch:
-    requirement: str  # "six==1.17.0"
-    file: str  # the file name pip downloaded or read
-    expected: list[str] = field(default_factory=list)  # sha256 in the lock
-    got: str = ""  # sha256 of the file
-
-    def __str__(self) -> str:
-        return (f"{self.file} ({self.requirement}): the lock expects sha256 {' or '.join(self.expected) or '?'}, "
-                f"the file has sha256 {self.got or '?'}")
-
-
 @dataclass
 class BuildStream:
     """State of one build's output. Feed it every decoded chunk; read `.failed`, `.error`, `.image_id` at the end."""
@@ -66,10 +41,8 @@ class BuildStream:
     containers: list[str] = field(default_factory=list)  # intermediate containers announced by the engine
     step_images: list[str] = field(default_factory=list)  # the image of each step, in order (short IDs)
     tail: deque[str] = field(default_factory=deque)
-    hash_mismatches: list[HashMismatch] = field(default_factory=list)  # pip --require-hashes refusals
-    apt_missing: list[str] = field(default_factory=list)  # "pkg=version" apt could not find
+    diagnosis: Diagnosis = field(default_factory=Diagnosis)  # pip hash refusals, apt versions gone (diagnose.py)
     _partial: str = ""
-    _in_hashes: bool = False
 
     def __post_init__(self) -> None:
         self.tail = deque(maxlen=self.tail_lines)
@@ -134,13 +107,7 @@ class BuildStream:
             return ""
         where = self.step_text or "before the first Dockerfile step"
         step = where.split(" : ", 1)[0]  # "Step 15/39": the finding first, the long RUN line is in the log
-        if self.hash_mismatches:
-            return (f"pip refused {len(self.hash_mismatches)} file(s) whose sha256 is not the lock's: "
-                    + "; ".join(str(m) for m in self.hash_mismatches) + f" ({step}, pip install --require-hashes)")
-        if self.apt_missing:
-            return (f"apt has no {', '.join(self.apt_missing)}: the lock's version is gone from the mirror "
-                    f"(`imagebuild lock` refreshes it, a base snapshot keeps it) ({step}, apt-get install)")
-        return f"{where}: {self.error}"
+        return self.diagnosis.summary(step) or f"{where}: {self.error}"
 
     def tail_text(self) -> str:
         return "\n".join(self.tail)
@@ -166,7 +133,7 @@ class BuildStream:
                 self.step_text = line.strip()
                 events.append(BuildEvent("step", m["instr"], self.step, self.steps))
                 continue
-            self._pip_apt(line)
+            self.diagnosis.feed(line)
             m = _STEP_IMAGE.match(line)
             if m:
                 self.step_images.append(m["iid"])
@@ -179,27 +146,6 @@ class BuildStream:
                 self.image_id = m["id"]
             events.append(BuildEvent("line", line))
         return events
-
-    def _pip_apt(self, line: str) -> None:
-        """Collect pip's hash refusals and apt's missing pinned versions (named in the failure summary)."""
-        if _HASH_HEAD in line:
-            self._in_hashes = True
-            return
-        if m := _APT_VERSION.match(line.strip()):
-            self.apt_missing.append(f"{m['p']}={m['v']}")
-            return
-        if not self._in_hashes:
-            return
-        if m := _HASH_FROM.match(line):
-            url = m["url"].split("#", 1)[0]
-            name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1]) or url
-            self.hash_mismatches.append(HashMismatch(requirement=m["req"], file=name))
-        elif (m := _HASH_EXPECTED.match(line)) and self.hash_mismatches:
-            self.hash_mismatches[-1].expected.append(m["h"])
-        elif (m := _HASH_GOT.match(line)) and self.hash_mismatches:
-            self.hash_mismatches[-1].got = m["h"]
-        elif not line.startswith((" ", "\t")):
-            self._in_hashes = False  # the block ended
 
     def _write(self, text: str) -> None:
         write_log(self.log, text)
