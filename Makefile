@@ -60,7 +60,9 @@ bench: install ## Every benchmark for real (an hour: builds on fresh engines; ta
 	  && $(BIN)/python bench/bench_push.py && $(BIN)/python bench/bench_registry_cache.py \
 	  && $(BIN)/python bench/bench_repro.py --matrix $(MATRIX) --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) \
 	    --torch-index-url none \
-	  && $(BIN)/python bench/bench_export.py --matrix $(MATRIX) --only runtime
+	  && $(BIN)/python bench/bench_export.py --matrix $(MATRIX) --only runtime \
+	  && $(BIN)/python bench/bench_smoke.py --matrix $(MATRIX) --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) \
+	    --markdown bench/smoke-cpu.md
 	eval "$$(scripts/modern-engine.sh --fresh /var/tmp/imagebuild-bench-bk)" \
 	  && $(BIN)/python bench/bench_buildkit.py --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT); \
 	  rc=$$?; scripts/modern-engine.sh --stop /var/tmp/imagebuild-bench-bk; rm -rf /var/tmp/imagebuild-bench-bk; exit $$rc
