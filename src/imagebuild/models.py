@@ -111,6 +111,7 @@ class ResolvedVariant:
     chosen: dict[str, str] = field(default_factory=dict)  # what resolution picked and why ("torch": "2.9 -> 2.9.1")
     source: Location | None = None
     backend: str = "classic"  # matrix `backend`: "classic" | "buildkit" (render/backend.py)
+    compression: dict[str, str] = field(default_factory=dict)  # matrix `compression`: registry ("*": any) -> zstd|gzip
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ recorded: builds, pulls, pushes, tags, removed images and containers.
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import itertools
 import tarfile
 import threading
@@ -191,6 +193,32 @@ class FakeEngine:
         lines: list[str] = []
         read_stream(chunks, lambda c: lines.append(str(c.get("stream") or "").strip()))
         return [line for line in lines if line]
+
+    def save(self, image: str) -> Iterator[bytes]:
+        """A docker-archive of `image`: its config (labels) and one layer holding a file named after its ID."""
+        iid = self.tags.get(image, image)
+        info = self.images_by_id[iid]
+        layer_buf = io.BytesIO()
+        with tarfile.open(fileobj=layer_buf, mode="w") as tar:
+            data = iid.encode()
+            member = tarfile.TarInfo(f"image-{iid[7:19]}")
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+        layer = layer_buf.getvalue()
+        config = json.dumps({"architecture": "amd64", "os": "linux",
+                             "config": {"Labels": (info.get("Config") or {}).get("Labels") or {}},
+                             "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]}},
+                            sort_keys=True).encode()
+        files = {"config.json": config, "layer.tar": layer,
+                 "manifest.json": json.dumps([{"Config": "config.json", "RepoTags": None,
+                                               "Layers": ["layer.tar"]}]).encode()}
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w") as tar:
+            for name, data in files.items():
+                member = tarfile.TarInfo(name)
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+        yield out.getvalue()
 
     # -- containers made for reading images ----------------------------------------------------------------------
     def copy_out(self, image: str, path: str) -> bytes:

@@ -10,6 +10,7 @@ import click
 
 from imagebuild.commands._options import (
     build_input_options,
+    compression_option,
     matrix_option,
     only_option,
     registry_option,
@@ -75,11 +76,12 @@ def _say(msg: str) -> None:
 @click.option("--locked", is_flag=True,
               help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
                    "Without it an existing lock is used too; a missing one means an unlocked build.")
+@compression_option
 def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[str, ...], force: bool,
             jobs: int | None, keep_going: bool, plain: bool, verbose: bool, log_dir: Path | None,
             report_dir: Path | None, state_dir: str | None, run_tests: bool, retest: bool, run_push: bool,
             registry_cache: bool, require_registry: bool, sbom: bool, buildx_builder: str | None,
-            buildkit_cache: str | None, locked: bool, created: str | None) -> int:
+            buildkit_cache: str | None, locked: bool, created: str | None, compression: str | None) -> int:
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -98,7 +100,7 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[
                             sbom=sbom, locked=locked, created=created, builder=buildx_builder,
                             buildkit_cache=buildkit_cache),
         test=TestSettings(retest=retest) if run_tests else None,
-        push=PushSettings(require_tests=run_tests) if run_push else None,
+        push=PushSettings(require_tests=run_tests, compression=compression) if run_push else None,
     )
     result = build_run(options, _say, click.echo)
     _say(f"report: {result.report_md}")

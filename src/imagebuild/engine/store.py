@@ -73,6 +73,10 @@ class ImageStore(Protocol):
         """Load a docker-archive; the engine's "Loaded image ..." lines, EngineStreamError on an error chunk."""
         ...
 
+    def save(self, image: str) -> Iterator[bytes]:
+        """The image as a docker-archive stream (`docker save`); EngineReadError when the engine fails it."""
+        ...
+
     def copy_out(self, image: str, path: str) -> bytes:
         """A tar of `path` in `image` (through a container that is created, never started, and removed)."""
         ...
@@ -178,6 +182,11 @@ class DockerImageStore:
         except docker.errors.APIError as exc:
             raise _engine_error(exc) from None
         return lines
+
+    def save(self, image: str) -> Iterator[bytes]:
+        from imagebuild.engine.rootfs import saved_image
+
+        return saved_image(self.client, image)
 
     def copy_out(self, image: str, path: str) -> bytes:
         container = self._call(self._api.create_container, image, command=["/none"])  # a scratch image runs nothing

@@ -146,6 +146,12 @@ class RegistryClient:
             self._ssl.verify_mode = ssl.CERT_NONE
 
     # -- public --------------------------------------------------------------------------------------------------
+    @property
+    def scheme(self) -> str:
+        """"http" or "https": how this registry is reached (asked with a `GET /v2/` ping once)."""
+        self._discover()
+        return str(self._scheme)
+
     def check_auth(self, repository: str, actions: str = "pull,push") -> None:
         """Raise RegistryAuthError quoting the registry when the credentials are refused (or needed and absent)."""
         self._request("GET", "/v2/", scope=f"repository:{repository}:{actions}")
@@ -165,6 +171,21 @@ class RegistryClient:
         if r.status == 404:
             return None
         return "sha256:" + hashlib.sha256(r.body).hexdigest()
+
+    def blob_exists(self, repository: str, digest: str) -> bool:
+        """Does `repository` hold blob `digest`? (`HEAD`: what a push asks before sending a layer.)"""
+        r = self._request("HEAD", f"/v2/{repository}/blobs/{digest}", scope=f"repository:{repository}:pull",
+                          ok=(200, 404))
+        return r.status == 200
+
+    def put_manifest(self, repository: str, reference: str, body: bytes, media_type: str) -> str:
+        """PUT a manifest under `reference` (a tag: the tag moves to these bytes; a digest: stored by digest only)
+        and return the digest the registry answers. A refusal raises RegistryError with the registry's own words
+        and its status (400 `manifest invalid`, 415: a media type it does not take)."""
+        path = f"/v2/{repository}/manifests/{urllib.parse.quote(reference, safe=':@')}"
+        r = self._request("PUT", path, headers={"Content-Type": media_type}, scope=f"repository:{repository}:pull,push",
+                          ok=(200, 201), data=body)
+        return r.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
 
     def manifest(self, repository: str, reference: str) -> tuple[str, dict[str, object]] | None:
         """(digest, parsed manifest) for `repository:reference` (tag or digest), None when absent. The digest is the
@@ -247,9 +268,9 @@ class RegistryClient:
             body = exc.read() if exc.fp else b""
             return _Response(exc.code, exc.headers, body)
 
-    def _send(self, method: str, path: str, headers: dict[str, str]) -> _Response:
+    def _send(self, method: str, path: str, headers: dict[str, str], data: bytes | None = None) -> _Response:
         """One request with scheme discovery and transient-failure retries."""
-        return self.policy.call(lambda: self._send_once(method, path, headers),
+        return self.policy.call(lambda: self._send_once(method, path, headers, data),
                                 retryable=lambda exc: isinstance(exc, RegistryError) and exc.transient,
                                 sleep=self.sleep,
                                 on_retry=lambda exc, n, wait: self.log(f"{exc}; retry {n}/{self.policy.retries} in "
@@ -277,11 +298,11 @@ class RegistryClient:
             return
         raise RegistryError(f"{self.registry}: GET /v2/: {getattr(last, 'reason', last)}", transient=True)
 
-    def _send_once(self, method: str, path: str, headers: dict[str, str]) -> _Response:
+    def _send_once(self, method: str, path: str, headers: dict[str, str], data: bytes | None = None) -> _Response:
         self._discover()
         url = f"{self._scheme}://{self.host}{path}"
         try:
-            r = self._raw(method, url, headers)
+            r = self._raw(method, url, headers, data)
         except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:  # SSLError, timeouts: OSError
             reason = getattr(exc, "reason", exc)
             if isinstance(reason, ssl.SSLCertVerificationError):
@@ -296,17 +317,17 @@ class RegistryClient:
         return r
 
     def _request(self, method: str, path: str, headers: dict[str, str] | None = None, scope: str = "",
-                 ok: tuple[int, ...] = (200,)) -> _Response:
+                 ok: tuple[int, ...] = (200,), data: bytes | None = None) -> _Response:
         headers = dict(headers or {})
         cached = self._tokens.get(scope) or (self._basic_header() if self._basic_ok else None)
         if cached:
             headers["Authorization"] = cached
-        r = self._send(method, path, headers)
+        r = self._send(method, path, headers, data)
         if r.status == 401:
             challenge = r.headers.get("WWW-Authenticate", "")
             value = self._authorize(challenge, scope, r)
             headers["Authorization"] = value
-            r = self._send(method, path, headers)
+            r = self._send(method, path, headers, data)
             if r.status in (401, 403):
                 self._tokens.pop(scope, None)
                 raise RegistryAuthError(self._auth_text(r), status=r.status)

@@ -64,6 +64,7 @@ class PushSettings:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     dry_run: bool = False
+    compression: str | None = None  # --compression zstd|gzip; None: the matrix's `compression`, else zstd
 
 
 @dataclass(frozen=True)
