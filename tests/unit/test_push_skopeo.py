@@ -22,8 +22,9 @@ from imagebuild.push.skopeo import (
 )
 
 def test_compress_args_per_choice():
-    assert compress_args("zstd") == ["--format", "oci", "--dest-compress-format", "zstd", "--dest-compress-level", "3"]
-    assert compress_args("gzip") == ["--format", "v2s2", "--dest-compress-format", "gzip"]
+    assert compress_args("zstd") == ["--format", "oci", "--dest-compress", "--dest-compress-format", "zstd",
+                                     "--dest-compress-level", "3"]
+    assert compress_args("gzip") == ["--format", "v2s2", "--dest-compress", "--dest-compress-format", "gzip"]
     with pytest.raises(CopyError, match="choose one of zstd, gzip"):
         compress_args("lz4")
 

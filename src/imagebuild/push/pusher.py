@@ -233,8 +233,9 @@ class Pusher:
                                  ca_file=self.ca_file)
             except CopyError as exc:
                 message = str(exc)
-                if refused_format(message):
-                    raise PushError(refused_message(self.auth.registry, prepared.compression, message)) from None
+                if refused_format(message):  # the registry's own words, without skopeo's long prefix
+                    detail = ": ".join(message.split(": ")[-2:])
+                    raise PushError(refused_message(self.auth.registry, prepared.compression, detail)) from None
                 kind = classify(message)
                 if kind == "auth":
                     raise PushAuthError(message) from None
@@ -334,7 +335,7 @@ def push_plan(
                 try:
                     registry = _push_registry(image.tag)
                 except ReferenceSyntaxError as exc:
-                    log(f"{image.tag}: push failed: {exc}")
+                    log(f"error: {image.tag}: push failed: {exc}")
                     res.push = {"status": "failed", "error": f"{image.tag}: {exc}", "tags": refs}
                     results.append(res)
                     continue
@@ -352,7 +353,7 @@ def push_plan(
                                            copier=make_copier(store) if make_copier else None)
             res.push = pushers[registry].push_image(image, refs)
             if res.push["status"] == "failed":
-                log(f"{image.tag}: push failed: {res.push.get('error')}")
+                log(f"error: {image.tag}: push failed: {res.push.get('error')}")
             results.append(res)
     finally:
         for pusher in pushers.values():

@@ -7,7 +7,8 @@ seam a signer needs: sign the digest, then move the tags.
 
 Two steps, each one skopeo copy:
 1. `prepare`: the engine's `docker save` of the image (through the store, so both engines work) into a private
-   temporary folder, then `skopeo copy docker-archive:… oci:LAYOUT` with the chosen compression. Not skopeo's
+   temporary folder, then `skopeo copy docker-archive:… dir:FOLDER` with the chosen compression (`dir:`, not `oci:`:
+   skopeo's OCI layout reader finds no Docker schema 2 manifest by name, which gzip writes). Not skopeo's
    `docker-daemon:` transport: skopeo 1.9 talks to the engine with API 1.22, which dockerd 26.1 refuses ("client
    version 1.22 is too old. Minimum supported API version is 1.24"), and that transport buffers the same save
    stream into a temporary file anyway. zstd level 3 output is deterministic (same layer bytes, same digest; measured
@@ -16,7 +17,7 @@ Two steps, each one skopeo copy:
    The engine's own config bytes are put back (a Docker config is a valid OCI config: BuildKit pushes the same), so
    the pushed config digest stays the image's ID on the classic store, which the catalog, the record and the
    registry cache match images by. gzip writes a Docker schema 2 manifest, whose config skopeo keeps as it is.
-2. `send`: `skopeo copy --preserve-digests oci:LAYOUT docker://NAME@DIGEST`: blobs the registry lacks, then the
+2. `send`: `skopeo copy --preserve-digests dir:FOLDER docker://NAME@DIGEST`: blobs the registry lacks, then the
    manifest by digest. Credentials go in an auth file (mode 0600 in a 0700 folder, removed with it), never on a
    command line; skopeo's own retries are off (the caller retries with the one policy).
 """
@@ -64,7 +65,7 @@ class FormatRefused(CopyError):
 
 @dataclass(frozen=True)
 class Prepared:
-    """An image compressed into an OCI layout, ready to be sent by digest."""
+    """An image compressed into a skopeo `dir:` folder, ready to be sent by digest."""
 
     layout: Path
     digest: str  # the manifest's digest: what the registry will serve
@@ -93,9 +94,10 @@ def compress_args(compression: str) -> list[str]:
     """skopeo's destination flags for `compression` (zstd: OCI media types; gzip: Docker schema 2, what every
     runtime pulls)."""
     if compression == "zstd":
-        return ["--format", "oci", "--dest-compress-format", "zstd", "--dest-compress-level", str(ZSTD_LEVEL)]
+        return ["--format", "oci", "--dest-compress", "--dest-compress-format", "zstd", "--dest-compress-level",
+                str(ZSTD_LEVEL)]
     if compression == "gzip":
-        return ["--format", "v2s2", "--dest-compress-format", "gzip"]
+        return ["--format", "v2s2", "--dest-compress", "--dest-compress-format", "gzip"]
     raise CopyError(f"compression {compression!r}: choose one of {', '.join(COMPRESSIONS)}")
 
 
@@ -158,7 +160,7 @@ class Skopeo:
             raise CopyError(f"{what}: {message}")
 
     def prepare(self, image_id: str, compression: str) -> Prepared:
-        """Compress `image_id` (as the engine holds it) into a new OCI layout."""
+        """Compress `image_id` (as the engine holds it) into a new `dir:` folder."""
         flags = compress_args(compression)
         self._count += 1
         archive = self.work / f"image-{self._count}.tar"
@@ -166,7 +168,7 @@ class Skopeo:
         with archive.open("wb") as fh:
             for chunk in self.store.save(image_id):
                 fh.write(chunk)
-        self._skopeo(["copy", "--quiet", *flags, f"docker-archive:{archive}", f"oci:{layout}:image"],
+        self._skopeo(["copy", "--quiet", *flags, f"docker-archive:{archive}", f"dir:{layout}"],
                      f"{image_id[:19]}: compressing with {compression}")
         if compression == "zstd":
             _restore_config(layout, _archive_config(archive))
@@ -189,7 +191,7 @@ class Skopeo:
             shutil.copyfile(ca_file, certs / "ca.crt")
             args += ["--dest-cert-dir", str(certs)]
         try:
-            self._skopeo([*args, f"oci:{prepared.layout}:image", f"docker://{name}@{prepared.digest}"],
+            self._skopeo([*args, f"dir:{prepared.layout}", f"docker://{name}@{prepared.digest}"],
                          f"{name}@{prepared.digest}")
         finally:
             authfile.unlink(missing_ok=True)
@@ -210,8 +212,7 @@ def _member(tar: tarfile.TarFile, name: str) -> bytes:
 
 
 def _blob_path(layout: Path, digest: str) -> Path:
-    algo, _, hexa = digest.partition(":")
-    return layout / "blobs" / algo / hexa
+    return layout / digest.partition(":")[2]  # skopeo's dir: names blobs by their hex digest
 
 
 def _write_blob(layout: Path, data: bytes) -> str:
@@ -222,26 +223,21 @@ def _write_blob(layout: Path, data: bytes) -> str:
 
 def _restore_config(layout: Path, config: bytes) -> None:
     """Point the layout's manifest at the engine's own config bytes (see the module's docstring: why)."""
-    index = json.loads((layout / "index.json").read_bytes())
-    entry = index["manifests"][0]
-    manifest = json.loads(_blob_path(layout, entry["digest"]).read_bytes())
+    manifest = json.loads((layout / "manifest.json").read_bytes())
     old = manifest["config"]
     if json.loads(config).get("rootfs") != json.loads(_blob_path(layout, old["digest"]).read_bytes()).get("rootfs"):
         raise CopyError("skopeo changed the image's layers (rootfs diff_ids) while converting it")
     manifest["config"] = {"mediaType": OCI_CONFIG, "digest": _write_blob(layout, config), "size": len(config)}
-    body = json.dumps(manifest, separators=(",", ":")).encode()
-    entry["digest"], entry["size"] = _write_blob(layout, body), len(body)
-    (layout / "index.json").write_text(json.dumps(index, separators=(",", ":")))
+    _blob_path(layout, old["digest"]).unlink()
+    (layout / "manifest.json").write_bytes(json.dumps(manifest, separators=(",", ":")).encode())
 
 
 def _read_layout(layout: Path, compression: str) -> Prepared:
-    index = json.loads((layout / "index.json").read_bytes())
-    entry = index["manifests"][0]
-    body = _blob_path(layout, entry["digest"]).read_bytes()
+    body = (layout / "manifest.json").read_bytes()
     manifest = json.loads(body)
     return Prepared(
-        layout=layout, digest=str(entry["digest"]), manifest=body,
-        media_type=str(manifest.get("mediaType") or entry.get("mediaType") or OCI_MANIFEST),
+        layout=layout, digest="sha256:" + hashlib.sha256(body).hexdigest(), manifest=body,
+        media_type=str(manifest.get("mediaType") or OCI_MANIFEST),
         config=(str(manifest["config"]["digest"]), int(manifest["config"]["size"])),
         layers=tuple((str(x["digest"]), int(x["size"]), str(x.get("mediaType") or "")) for x in manifest["layers"]),
         compression=compression)
