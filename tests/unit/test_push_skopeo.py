@@ -120,3 +120,56 @@ def test_a_missing_skopeo_is_named(tmp_path, monkeypatch):
 ])
 def test_classify(message, kind):
     assert classify(message) == kind
+
+
+def test_catalog_states_what_a_tag_needs_from_its_layer_media_types():
+    from imagebuild.catalog.collect import GZIP_NEEDS, ZSTD_NEEDS, runtime_needs
+
+    assert runtime_needs(["application/vnd.oci.image.layer.v1.tar+zstd"]) == ZSTD_NEEDS
+    assert "Docker ≥ 23" in ZSTD_NEEDS and "containerd ≥ 1.5" in ZSTD_NEEDS
+    assert runtime_needs(["application/vnd.docker.image.rootfs.diff.tar.gzip"]) == GZIP_NEEDS
+    assert "foreign" in runtime_needs(["application/vnd.example.foreign"])
+
+
+def test_zstd_layer_read_like_a_gzip_one():
+    import io
+    import tarfile
+
+    import zstandard
+
+    from imagebuild.inventory import tarpick
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = b'ID=debian\nVERSION_ID="12"\n'
+        member = tarfile.TarInfo("etc/os-release")
+        member.size = len(data)
+        tar.addfile(member, io.BytesIO(data))
+    frames = zstandard.ZstdCompressor(level=3).compress(buf.getvalue()[:1024]) + \
+        zstandard.ZstdCompressor(level=3).compress(buf.getvalue()[1024:])  # two frames, as a compressor may write
+    collector = tarpick.Collector()
+    collector.add_layer(io.BytesIO(frames), "zst")
+    assert tarpick.os_release(collector.files).id == "debian"
+    with pytest.raises(zstandard.ZstdError):
+        tarpick.Collector().add_layer(io.BytesIO(b"not zstd at all" * 10), "zst")
+
+
+@pytest.mark.parametrize("value,problem", [
+    ("gzip", None), ("zstd", None), ({"old.example:5000": "gzip"}, None),
+    ("lz4", "expected zstd or gzip"), ({"old.example:5000": "brotli"}, "expected zstd or gzip"),
+])
+def test_matrix_compression_key(tmp_path, value, problem):
+    import yaml
+
+    from imagebuild.matrix import load_matrix
+
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "compression": value, "matrix": {"torch": ["2.9.1"],
+                                                                                   "cuda": ["cpu"]}}))
+    doc = load_matrix(path)
+    texts = [str(p) for p in doc.problems]
+    if problem is None:
+        assert not [t for t in texts if ": compression" in t], texts
+        assert doc.compression == (value if isinstance(value, dict) else {"*": value})
+    else:
+        assert any(problem in t and ": compression" in t for t in texts), texts
