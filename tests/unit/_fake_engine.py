@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import itertools
+import json
 import tarfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -89,6 +89,7 @@ class FakeEngine:
         self.remove_errors: dict[str, Exception | None] = {}  # container ID -> error (None: already gone)
         self.layers_of: Callable[[Mapping[str, str]], list[str]] | None = None  # RootFS layers of built images
         self.root: str | None = None
+        self.zstd = True  # pulls_zstd(): a modern engine (False: Docker 20.10)
         self.active = 0
         self.max_active = 0
 
@@ -237,6 +238,9 @@ class FakeEngine:
             raise error
         self.removed.append(container_id)
         return True
+
+    def pulls_zstd(self) -> bool:
+        return self.zstd
 
     def root_dir(self) -> str | None:
         return self.root

@@ -21,6 +21,7 @@ from imagebuild.push.skopeo import (
     skopeo_message,
 )
 
+
 def test_compress_args_per_choice():
     assert compress_args("zstd") == ["--format", "oci", "--dest-compress", "--dest-compress-format", "zstd",
                                      "--dest-compress-level", "3"]

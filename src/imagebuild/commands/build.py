@@ -16,7 +16,7 @@ from imagebuild.commands._options import (
     registry_option,
     state_dir_option,
 )
-from imagebuild.errors import EXIT_FAILED, EXIT_OK
+from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
 from imagebuild.pipeline.settings import (
     BuildSettings,
     PushSettings,
@@ -91,6 +91,9 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[
       imagebuild build --matrix images/cpu.yaml --ca-cert corp-ca.pem --pip-index-url https://u:p@pypi.corp/simple
     """
     from imagebuild.pipeline.flow import build_run  # the engine SDK and the stages: not for --help
+
+    if compression and not run_push:
+        raise UsageError("--compression is how --push writes layers: give --push too")
 
     options = RunOptions(
         command=Step.BUILD, matrix=matrix, registry=registry, inputs=inputs, only=tuple(only), state_dir=state_dir,

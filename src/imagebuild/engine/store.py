@@ -99,6 +99,10 @@ class ImageStore(Protocol):
         """The engine's data-root when it is on this machine, else None."""
         ...
 
+    def pulls_zstd(self) -> bool:
+        """Can this engine pull zstd layers? (Docker >= 23; 20.10 cannot.)"""
+        ...
+
 
 def _engine_error(exc: Exception) -> EngineError:
     explanation = getattr(exc, "explanation", None)
@@ -243,6 +247,13 @@ class DockerImageStore:
 
     def root_dir(self) -> str | None:
         return local_root_dir(self.client)
+
+    def pulls_zstd(self) -> bool:
+        version = str(self._call(self._api.version).get("Version") or "0")
+        try:
+            return int(version.split(".", 1)[0]) >= 23
+        except ValueError:
+            return False
 
     @staticmethod
     def _call(method: Callable[..., Any], *args: Any, **kw: Any) -> Any:

@@ -53,7 +53,8 @@ class Collector:
         if compression == "zst":
             import zstandard
 
-            stream = zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True, closefd=False)
+            stream = zstandard.ZstdDecompressor().stream_reader(cast(IO[bytes], stream), read_across_frames=True,
+                                                                closefd=False)
             compression = ""
         mode = f"r|{compression}" if compression else "r|"
         with tarfile.open(fileobj=cast(IO[bytes], stream), mode=mode) as tar:  # type: ignore[call-overload]

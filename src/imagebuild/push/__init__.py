@@ -10,7 +10,6 @@ under (its tag and the aliases it owns) is the plan's decision (`imagebuild.plan
     results = push_plan(plan, client=connect("push"), auth_for=lambda reg: resolve_auth(reg))
 """
 
-from imagebuild.push.skopeo import COMPRESSIONS, DEFAULT_COMPRESSION
 from imagebuild.push.pusher import (
     DEFAULT_RETRIES,
     PushAuthError,
@@ -21,6 +20,7 @@ from imagebuild.push.pusher import (
     push_plan,
     result_for,
 )
+from imagebuild.push.skopeo import COMPRESSIONS, DEFAULT_COMPRESSION
 
 __all__ = [
     "COMPRESSIONS", "DEFAULT_COMPRESSION",
