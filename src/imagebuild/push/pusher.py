@@ -36,7 +36,6 @@ from imagebuild.oci import (
     RegistryAuth,
     RegistryAuthError,
     RegistryClient,
-    RegistryError,
 )
 from imagebuild.plan.tags import references
 from imagebuild.push.skopeo import DEFAULT_COMPRESSION, CopyError, Prepared, Skopeo, refused_format
@@ -168,7 +167,7 @@ class Pusher:
             rec["status"] = "pushed" if rec["pushed"] else "unchanged"
         except PushAuthError:
             raise
-        except (PushError, RegistryError, CopyError) as exc:
+        except ImagebuildError as exc:  # PushError, RegistryError, CopyError, a signer's refusal
             rec["error"] = redact(str(exc))
         rec["seconds"] = round(time.monotonic() - started, 2)
         return rec
@@ -316,11 +315,14 @@ def push_plan(
     sleep: Callable[[float], None] = time.sleep,
     compression: Callable[[str], str] = lambda _registry: DEFAULT_COMPRESSION,
     make_copier: Callable[[ImageStore], Copier] | None = None,
+    before_tags: Callable[[str, str], None] | None = None,
 ) -> list[ImageResult]:
     """Push the selected images of `plan` (default: all) that were built (and tested, unless require_tests=False).
 
     Returns one ImageResult per selected image with `push` filled: status pushed | unchanged | failed | skipped
-    (+ "reason"). Raises PushAuthError (exit 1) when a registry refuses the credentials."""
+    (+ "reason"). Raises PushAuthError (exit 1) when a registry refuses the credentials. `before_tags(name, digest)`
+    runs once the digest is written and verified, before any tag of it moves (a signer: an exception fails that
+    image and leaves its tags where they were)."""
     selected = images if images is not None else plan.images
     rows = report_rows or {}
     results: list[ImageResult] = []
@@ -350,7 +352,8 @@ def push_plan(
                 store = as_store(client)
                 pushers[registry] = Pusher(store, auth_for(registry), retries=retries, log=log, ca_file=ca_file,
                                            sleep=sleep, compression=compression(registry),
-                                           copier=make_copier(store) if make_copier else None)
+                                           copier=make_copier(store) if make_copier else None,
+                                           before_tags=before_tags)
             res.push = pushers[registry].push_image(image, refs)
             if res.push["status"] == "failed":
                 log(f"error: {image.tag}: push failed: {res.push.get('error')}")
