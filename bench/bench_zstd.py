@@ -101,6 +101,14 @@ def image_size(ref: str, proxy_registry: str) -> int:
     return sum(int(layer["size"]) for layer in got[1]["layers"])  # type: ignore[union-attr,index]
 
 
+class Rows(list[tuple[str, str, str, str]]):
+    """The table's rows; each also printed to stderr as soon as it is measured (a stopped run keeps its figures)."""
+
+    def append(self, row: tuple[str, str, str, str]) -> None:
+        print("measured: " + " | ".join(row), file=sys.stderr, flush=True)
+        super().append(row)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="base image only (CI: the bench must run)")
@@ -112,7 +120,7 @@ def main() -> int:
     reg = shell_vars(run("bash", str(ROOT / "scripts" / "registry.sh"), "--quiet", "--dir", str(work / "registry")))
     host, port = reg["REGISTRY"].split(":")
     nodes: list[Node] = []
-    rows: list[tuple[str, str, str, str]] = []
+    rows = Rows()
     try:
         with FaultProxy((host, int(port))) as proxy:
             prefix = f"{proxy.address}/bench-{secrets.token_hex(3)}"
