@@ -7,7 +7,7 @@ WHEELHOUSE ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
 CA_CERT ?= $(or $(PIP_CERT),/etc/ssl/certs/ca-certificates.crt)
 MATRIX ?= images/cpu.yaml
 
-.PHONY: help install system-deps modern-engine lint test test-unit test-integration build-cpu render-check bench e2e-cuda e2e-cuda13-dev e2e-h100 clean
+.PHONY: help install system-deps modern-engine cosign lint test test-unit test-integration build-cpu render-check bench e2e-cuda e2e-cuda13-dev e2e-h100 clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -18,12 +18,15 @@ system-deps: ## Debian packages the engine, bootstrap and registry tests need (i
 modern-engine: ## dockerd 26.1 + buildx 0.13.1 from Debian trixie, verified, into .tools/ (the BuildKit backend)
 	scripts/modern-engine.sh install
 
+cosign: ## cosign 2.5 from Debian trixie, verified the same way, into .tools/bin/ (push --sign-key, imagebuild verify)
+	scripts/cosign.sh install
+
 $(BIN)/imagebuild: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-install: system-deps modern-engine $(BIN)/imagebuild ## Install system packages and the tool into .venv
+install: system-deps modern-engine cosign $(BIN)/imagebuild ## Install system packages and the tool into .venv
 
 lint: $(BIN)/imagebuild ## ruff, render --check of every shipped matrix, mypy (scripts/lint.sh; make test runs it too)
 	scripts/lint.sh
@@ -34,8 +37,11 @@ test-unit: $(BIN)/imagebuild ## Unit tests only (no engine)
 test: install ## Everything CI runs: starts a private Docker engine and registry, unit + integration tests
 	scripts/run-tests.sh
 
-build-cpu: install ## The main job on this machine: build the CPU matrix (bootstrap Debian 12, torch CPU wheel)
-	eval "$$(scripts/docker-engine.sh)" && $(BIN)/imagebuild build --matrix $(MATRIX) \
+# build-cpu's engine: the dockerd 26.1 `make install` provides, started once under ENGINE_DIR and reused after
+ENGINE_DIR ?= /var/tmp/imagebuild-engine
+
+build-cpu: install ## The main job on this machine: build the CPU matrix through BuildKit (the backend auto picks on dockerd 26.1)
+	eval "$$(scripts/modern-engine.sh --fresh $(ENGINE_DIR))" && $(BIN)/imagebuild build --matrix $(MATRIX) \
 	  --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) --torch-index-url none --test
 
 render-check: $(BIN)/imagebuild

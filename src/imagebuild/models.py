@@ -110,7 +110,7 @@ class ResolvedVariant:
     perf_min: dict[str, float] = field(default_factory=dict)
     chosen: dict[str, str] = field(default_factory=dict)  # what resolution picked and why ("torch": "2.9 -> 2.9.1")
     source: Location | None = None
-    backend: str = "classic"  # matrix `backend`: "classic" | "buildkit" (render/backend.py)
+    backend: str = "auto"  # matrix `backend`: "auto" or a row of imagebuild/backends.py
     compression: dict[str, str] = field(default_factory=dict)  # matrix `compression`: registry ("*": any) -> zstd|gzip
 
 
@@ -196,7 +196,7 @@ class ImageResult:
     sbom: dict[str, Any] | None = None  # {"path", "sha256", "image_id", "components", "spec"} (reports/<matrix>/sbom/)
     diff: dict[str, Any] | None = None  # a rebuild: {"against": previous image ID, "os"/"python": counts, "text"}
     reproduced_from: str | None = None  # rebuilt as this image ID, same content as image_id (kept): see reproduced.py
-    backend: str | None = None  # what built it in this run: "classic" | "buildkit" (None: not built in this run)
+    backend: str | None = None  # what built it in this run: a row of imagebuild/backends.py (None: not built in this run)
 
     @classmethod
     def of(cls, image: ImagePlan) -> ImageResult:

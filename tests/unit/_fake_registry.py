@@ -1,5 +1,5 @@
 """The one fake registry of the unit tests: what `imagebuild.oci.RegistryClient` answers (check_auth,
-manifest_digest, manifest, manifest_raw, blob, open_blob) over dicts of manifests and blobs (no tests here; imported
+manifest_digest, manifest, manifest_raw, blob, open_blob, put_manifest, delete_manifest) over dicts of manifests and blobs (no tests here; imported
 as `from _fake_registry import FakeRegistry`). The HTTP behaviour of the real client is tested against a real HTTP
 server in test_oci_registry.py.
 
@@ -32,10 +32,10 @@ class FakeRegistry:
         self.serve_override: str | None = None  # manifest_digest answers this whatever was pushed
         self.fail_on: str | None = None  # manifest() of this reference fails with a 5xx
         self.calls: list[str] = []
-        self.scheme = "http"
         self.refuse_zstd = False  # a registry that predates zstd / OCI media types: the manifest PUT is refused
         self.send_errors: list[Exception] = []  # what the next copies into this registry raise (CopyError)
         self.sends: list[tuple[str, str, str | None, str | None]] = []  # (name, digest, user, password) per copy
+        self.refuse_delete = False  # delete_manifest answers as a registry with deletes turned off (405)
 
     # -- filling it ----------------------------------------------------------------------------------------------
     def put_blob(self, data: bytes) -> str:
@@ -91,14 +91,30 @@ class FakeRegistry:
         body = self.manifests.get(digest or "")
         if digest is None or body is None:
             return None
-        return digest, json.loads(body)
+        try:
+            doc = json.loads(body)
+        except ValueError:  # as the real client: a body that is not JSON is a RegistryError
+            raise RegistryError(f"{self.name}: manifest of {repository}:{reference} is not JSON") from None
+        return digest, doc
 
     def manifest_raw(self, repository: str, reference: str) -> tuple[bytes, str, str]:
         digest = self._digest_of(repository, reference)
         body = self.manifests.get(digest or "")
         if digest is None or body is None:
             raise RegistryError("manifest unknown", status=404)
-        return body, json.loads(body)["mediaType"], digest
+        try:  # what the server says it is: a manifest's media type, or (a proxy's login page) text/html
+            media = str(json.loads(body).get("mediaType", ""))
+        except (ValueError, AttributeError):
+            media = "text/html"
+        return body, media, digest
+
+    def delete_manifest(self, repository: str, digest: str) -> None:
+        self.calls.append(f"delete {digest}")
+        if self.refuse_delete:
+            raise RegistryError(f"{self.name}: DELETE manifest: HTTP 405: The operation is unsupported.", status=405)
+        self.manifests.pop(digest, None)
+        for key in [k for k, v in self.tags.items() if k[0] == repository and v == digest]:
+            del self.tags[key]
 
     def blob(self, repository: str, digest: str, max_bytes: int = 16 << 20) -> bytes:
         body = self.blobs[digest]
@@ -108,6 +124,9 @@ class FakeRegistry:
 
     def open_blob(self, repository: str, digest: str) -> IO[bytes]:
         return io.BytesIO(self.blobs[digest])
+
+    def scheme(self) -> str:
+        return "http"
 
     def blob_exists(self, repository: str, digest: str) -> bool:
         return digest in self.blobs

@@ -15,9 +15,14 @@ from pathlib import Path
 import pytest
 
 from imagebuild.builder.backend import BuildRequest
-from imagebuild.builder.buildkit import BuildxBackend
-from imagebuild.builder.buildx_argv import BASE_CONTEXT, BuildxCall, buildx_argv, secret_env
-from imagebuild.builder.buildx_preflight import BuilderUnavailable, check_named_contexts, parse_ls, preflight
+from imagebuild.builder.backends.buildkit.argv import BASE_CONTEXT, BuildxCall, buildx_argv, secret_env
+from imagebuild.builder.backends.buildkit.build import BuildxBackend
+from imagebuild.builder.backends.buildkit.checks import (
+    BuilderUnavailable,
+    check_named_contexts,
+    parse_ls,
+    preflight,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "buildx"
 PARENT = "sha256:" + "ab" * 32
@@ -53,6 +58,8 @@ if args[:2] == ["image", "tag"]:
     open(os.path.join(state, "tagged"), "w").write(" ".join(args[2:]))
     sys.exit(0)
 if args[:2] == ["buildx", "version"]:
+    if not os.environ.get("FAKE_NO_BUILDX"):
+        out("github.com/docker/buildx 0.13.1 0.13.1+ds1-3\n")
     sys.exit(int(os.environ.get("FAKE_NO_BUILDX", "0")))
 if args[:2] == ["buildx", "ls"]:
     out(os.environ["FAKE_LS"])
@@ -235,10 +242,28 @@ def test_registry_cache_flags_one_tag_per_image():
 
 
 def test_cache_export_needs_the_containerd_store():
-    from imagebuild.builder.buildx_preflight import Builder, check_cache_export
+    from imagebuild.builder.backends.buildkit.checks import Builder, check_cache_export
 
     docker = Builder("default", "docker", "running", "")
     with pytest.raises(BuilderUnavailable, match="containerd image store"):
         check_cache_export(docker, '[["Backing Filesystem","extfs"]]')
     check_cache_export(docker, '[["driver-type","io.containerd.snapshotter.v1"]]')
     check_cache_export(Builder("farm", "remote", "running", "v0.13.2"), "")
+
+
+def test_auto_is_buildkit_where_the_engine_and_buildx_answer_else_classic_and_says_why(fake_docker, monkeypatch):
+    from imagebuild.builder.backends import choose_auto
+
+    assert choose_auto() == ("buildkit", "backend auto: dockerd 26.1.5+dfsg1 with buildx 0.13.1; building with "
+                                         "BuildKit")
+    monkeypatch.setenv("FAKE_NO_BUILDX", "1")
+    name, line = choose_auto()
+    assert name == "classic" and line.startswith("backend auto: dockerd 26.1.5+dfsg1 without the buildx plugin")
+    assert line.endswith("; building with the classic builder")
+    monkeypatch.delenv("FAKE_NO_BUILDX")
+    monkeypatch.setenv("FAKE_ENGINE", "20.10.24+dfsg1")
+    assert choose_auto() == ("classic", "backend auto: dockerd 20.10.24+dfsg1: its BuildKit lacks named contexts "
+                                        "(Docker Engine >= 23.0); building with the classic builder")
+    monkeypatch.setenv("IMAGEBUILD_DOCKER_CLI", os.devnull + "/docker")  # no docker CLI at all
+    name, line = choose_auto()
+    assert name == "classic" and line.startswith("backend auto: `docker version` names no engine (")

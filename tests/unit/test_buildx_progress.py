@@ -8,7 +8,7 @@ import io
 import json
 from pathlib import Path
 
-from imagebuild.builder.buildx_progress import RawJsonProgress
+from imagebuild.builder.backends.buildkit.progress import RawJsonProgress
 from imagebuild.secrets import register_secret
 
 FIXTURES = Path(__file__).parent / "fixtures" / "buildx"

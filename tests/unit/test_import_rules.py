@@ -23,7 +23,7 @@ TESTS = ROOT / "tests"
 
 FOUNDATION_MODULES = {"imagebuild", "imagebuild.models", "imagebuild.errors", "imagebuild.secrets",
                       "imagebuild.inputs", "imagebuild.units", "imagebuild.files", "imagebuild.retry",
-                      "imagebuild.dates"}
+                      "imagebuild.dates", "imagebuild.backends"}
 PURE = {"foundation", "compat", "oci", "lock", "matrix", "resolve", "render", "plan"}
 # layer -> the other layers it may import (its own layer is always allowed)
 ALLOWED: dict[str, set[str]] = {
@@ -45,18 +45,20 @@ ALLOWED: dict[str, set[str]] = {
     "smoke": PURE | {"engine", "probe", "record"},
     "catalog": PURE | {"record"},  # the registry through oci, smoke results/sizes from the record; no engine
     "launch": PURE | {"engine", "host", "record"},
+    "sign": PURE | {"record"},  # cosign + the registry through oci; provenance from the record; no engine
     # build -> SBOM -> test -> push -> report over one plan and record: the one layer that drives the stages
     "pipeline": PURE | {"engine", "host", "report", "record", "builder", "push", "smoke", "catalog", "launch",
-                         "inventory"},
+                         "inventory", "sign"},
     # flags -> pipeline.settings.RunOptions -> pipeline; never the builder (its steps are the pipeline's)
     "commands": PURE | {"pipeline", "engine", "host", "report", "record", "push", "smoke", "catalog", "launch",
-                         "inventory", "export"},
+                         "inventory", "export", "sign"},
     "export": PURE | {"engine", "record"},  # `imagebuild export`: engine calls only through engine/rootfs.py
     "cli": {"foundation", "commands"},
     "probe": set(),  # runs inside images: see probe_rule
     "suite": set(),  # a separate pytest run: never imports imagebuild
 }
-NO_DOCKER = {"foundation", "compat", "host", "lock", "matrix", "resolve", "render", "plan", "report", "record"}
+NO_DOCKER = {"foundation", "compat", "host", "lock", "matrix", "resolve", "render", "plan", "report", "record",
+             "sign"}
 ENGINE_CLIENT_OWNERS = {"engine", "suite"}  # suite: separate process, inspects through testinfra's docker backend
 # Only engine/ talks to the engine API: no docker import and no `.api` (the SDK's low-level client) elsewhere.
 ENGINE_API_OWNERS = {"engine", "suite"}
@@ -71,6 +73,16 @@ class Imp:
     line: int
     target: str  # absolute dotted module name (for `from M import n`: M.n when that is a module, else M)
     level: int = 0  # relative import level as written
+
+
+# a backend plug-in (builder/backends/<name>/) is loaded by the table's row; these modules still import one directly
+PLUGIN_IMPORTERS = {"imagebuild.builder.bake"}  # TODO issue 26: bake's secret ids, one more consumer of the plan
+
+
+def plugin_of(module: str) -> str | None:
+    """The backend plug-in folder a module belongs to (builder/backends/<name>/...), else None."""
+    parts = module.split(".")
+    return parts[3] if len(parts) > 3 and parts[:3] == ["imagebuild", "builder", "backends"] else None
 
 
 def layer_of(module: str) -> str | None:
@@ -204,9 +216,14 @@ def check_source(src: Path = SRC) -> list[str]:
                 problems.append(f"{where}: {layer} imports {imp.target} ({target_layer}): rule: {layer} may import "
                                 f"only {allowed}")
             if me == "imagebuild.builder.backend" and (
-                    target_layer == "engine" or imp.target.startswith("imagebuild.builder.classic")):
+                    target_layer == "engine" or imp.target.startswith("imagebuild.builder.backends")):
                 problems.append(f"{where}: builder/backend.py imports {imp.target}: rule: the backend seam imports "
                                 "neither the engine nor a backend")
+            plugin = plugin_of(imp.target)
+            if plugin is not None and plugin_of(me) != plugin and me not in PLUGIN_IMPORTERS:
+                problems.append(f"{where}: {me} imports {imp.target}: rule: a backend's folder "
+                                f"(builder/backends/{plugin}/) is imported only by itself; the run gets it "
+                                "through builder/backends/__init__.py and the table imagebuild/backends.py")
         if me == "imagebuild.builder.backend":
             problems += [f"{rel(path)}:{i.line}: builder/backend.py imports {i.target}: rule: the backend seam "
                          "never imports docker" for i in imports_of(path, src) if i.target.split(".")[0] == "docker"]
@@ -321,6 +338,10 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     ({"imagebuild/builder/backend.py": "from imagebuild.engine import connect\n"},
      "imagebuild/builder/backend.py:1: builder/backend.py imports imagebuild.engine: rule: the backend seam"),
     ({"imagebuild/newstage/x.py": ""}, "imagebuild/newstage/x.py:1: module imagebuild.newstage.x belongs to no layer"),
+    ({"imagebuild/builder/x.py": "from imagebuild.builder.backends.classic import build\n",
+      "imagebuild/builder/backends/classic/build.py": ""},
+     "imagebuild/builder/x.py:1: imagebuild.builder.x imports imagebuild.builder.backends.classic.build: rule: a "
+     "backend's folder"),
     ({"imagebuild/commands/x.py": "def f():\n    from imagebuild.builder import executor\n",
       "imagebuild/builder/executor.py": ""},
      "imagebuild/commands/x.py:2: commands imports imagebuild.builder.executor (builder): rule: commands may import"),

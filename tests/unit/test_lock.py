@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.builder.stream import BuildStream
+from imagebuild.builder.backends.classic.stream import BuildStream
 from imagebuild.errors import EXIT_BAD_INPUT
 from imagebuild.inputs import BuildInputs
 from imagebuild.lock import LockError, dump, load, lock_path, parse, problems, requirements_text

@@ -18,21 +18,21 @@ ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
 GZIP_LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 
 
-def make_pusher(bad_auth=False, retries=3, compression="zstd", before_tags=None):
+def make_pusher(bad_auth=False, retries=3, compression="zstd", sign_pushed=None):
     reg = fake_registry(bad_auth)
     api = fake_engine(reg)
     sleeps: list[float] = []
     logs: list[str] = []
     auth = RegistryAuth(REG, "alice", "pw-secret-1", source="options")
     pusher = Pusher(api, auth, registry_client=reg, retries=retries, backoff=1.0, sleep=sleeps.append,
-                    log=logs.append, compression=compression, copier=reg.copier(), before_tags=before_tags)
+                    log=logs.append, compression=compression, copier=reg.copier(), sign_pushed=sign_pushed)
     return pusher, api, reg, sleeps, logs
 
 
 def test_push_writes_the_digest_then_moves_every_tag_to_it():
     img = make_image(aliases=("2.9-cuda12.8-runtime",))
     order: list[str] = []
-    pusher, api, reg, sleeps, _ = make_pusher(before_tags=lambda name, digest: order.append(f"sign {digest}"))
+    pusher, api, reg, sleeps, _ = make_pusher(sign_pushed=lambda image, ref: order.append(f"sign {ref}") or {"by": "key"})
     add(api, img.tag)
     reg.calls.clear()
     rec = pusher.push_image(img, references(img))
@@ -41,7 +41,7 @@ def test_push_writes_the_digest_then_moves_every_tag_to_it():
     assert reg.sends == [(f"{REG}/pytorch", digest, "alice", "pw-secret-1")]  # one copy by digest, no tag in it
     assert rec["pushed"] == [img.tag, f"{REG}/pytorch:2.9-cuda12.8-runtime"]
     assert reg.tags[("pytorch", img.short_tag)] == digest == reg.tags[("pytorch", "2.9-cuda12.8-runtime")]
-    assert order == [f"sign {digest}"]
+    assert order == [f"sign {REG}/pytorch@{digest}"] and rec["signed"] == {"by": "key"}
     assert [c for c in reg.calls if c.startswith("put")] == [f"put {img.short_tag}", "put 2.9-cuda12.8-runtime"]
     assert rec["layer_media_types"] == [ZSTD_LAYER] and rec["compression"] == "zstd"
     assert rec["layers_pushed"] == 1 and rec["bytes"] > 0 and sleeps == []
@@ -72,7 +72,7 @@ def test_registry_refusing_zstd_moves_no_tag_and_names_the_gzip_option():
 def test_a_tag_moves_only_after_the_digest_is_served():
     img = make_image()
     signed: list[str] = []
-    pusher, api, reg, *_ = make_pusher(before_tags=lambda n, d: signed.append(d))
+    pusher, api, reg, *_ = make_pusher(sign_pushed=lambda image, ref: signed.append(ref) or {})
     add(api, img.tag)
     reg.serve_override = D2  # the registry serves another manifest for the digest written
     rec = pusher.push_image(img)
@@ -83,10 +83,10 @@ def test_a_tag_moves_only_after_the_digest_is_served():
 def test_a_failing_signer_leaves_every_tag_where_it_was():
     img = make_image()
 
-    def refuse(name, digest):
-        raise CopyError(f"signing {name}@{digest} failed")
+    def refuse(image, ref):
+        raise CopyError(f"signing {ref} failed")
 
-    pusher, api, reg, *_ = make_pusher(before_tags=refuse)
+    pusher, api, reg, *_ = make_pusher(sign_pushed=refuse)
     add(api, img.tag)
     rec = pusher.push_image(img)
     assert rec["status"] == "failed" and "signing" in rec["error"] and reg.tags == {}

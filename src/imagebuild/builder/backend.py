@@ -5,7 +5,8 @@ which order, on which parent image ID, and whether an image is already up to dat
 (the rendered Dockerfile, its context files, build args, labels, the parent's image ID, a tag) into one image
 in the image store (engine/store.py), streams what happens while
 it does, and stops when asked. A backend never reads the plan, the matrix or the run's options, so another builder
-(BuildKit, a remote cluster) is one new module beside `classic.py`, not an edit across the executor.
+(a remote cluster, podman) is one new folder under backends/ and one row of imagebuild/backends.py's table, not an
+edit across the executor.
 
 Contract:
 - `start(request)` does no I/O; the build begins when `events()` is iterated and ends when the iterator is exhausted.

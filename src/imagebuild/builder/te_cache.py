@@ -141,7 +141,9 @@ def _extract(run: RunState, image_id: str, key: str, started: float) -> tuple[st
     seconds = round(time.monotonic() - started, 1)
     meta = {"key": key, "wheel": wheel, "built": time.time(), "seconds": seconds}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-    if target.exists():
-        shutil.rmtree(target)
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        target.unlink()  # a link planted at the key's name goes, never what it points at
+    elif target.exists():
+        shutil.rmtree(target)  # an earlier entry of this key (rmtree never follows a link inside it)
     tmp.rename(target)
     return wheel, seconds

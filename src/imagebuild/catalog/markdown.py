@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +26,21 @@ class Header:
     record: str  # the matrix's record (.imagebuild/<matrix>.state.json) smoke results and unpacked sizes come from
 
 
+_MARKDOWN_PUNCT = re.compile(r"([\\`*_\[\]|#!~])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]+")
+
+
+def escape_text(value: object) -> str:
+    """Registry text (labels, platforms) as literal Markdown inline text: HTML's `&`, `<`, `>` as entities (no raw
+    HTML), Markdown's punctuation backslash-escaped (no code span, link, emphasis, or `|` that would split a table
+    cell), line breaks and other control characters as one space (no new row or line)."""
+    text = _CONTROL.sub(" ", str(value))
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MARKDOWN_PUNCT.sub(r"\\\1", text)
+
+
 def _cell(value: Any) -> str:
-    return "–" if value in (None, "") else str(value).replace("|", "\\|").replace("\n", " ")
+    return "–" if value in (None, "") else escape_text(value)
 
 
 def _smoke(entry: Entry) -> tuple[str, str]:
@@ -36,20 +50,20 @@ def _smoke(entry: Entry) -> tuple[str, str]:
         return ("not tested" if entry.recorded else "no record"), "–"
     s = entry.smoke
     mark = "❌" if s["failed"] else "✅"
-    return f"{mark} {s['passed']}/{s['failed']}/{s['skipped']}", s["ran_on"]
+    return f"{mark} {s['passed']}/{s['failed']}/{s['skipped']}", _cell(s["ran_on"])
 
 
 def _row(entry: Entry) -> list[str]:
     v = entry.versions
     tag = f"↳ `{entry.tag}`" if entry.alias_of else f"`{entry.tag}`"
     if entry.pushed:
-        digest = f"`{entry.digest}`" + (f" ({entry.platform})" if entry.platform else "")
+        digest = f"`{entry.digest}`" + (f" ({escape_text(entry.platform)})" if entry.platform else "")
         sizes = [format_size(entry.compressed), format_size(entry.uncompressed)]
     else:
         digest, sizes = "**not pushed**", ["–", "–"]
     smoke, where = _smoke(entry)
     built = (entry.created or "")[:10]
-    return [tag, "alias" if entry.alias_of else entry.flavor, *(_cell(v.get(k)) for k in
+    return [tag, "alias" if entry.alias_of else _cell(entry.flavor), *(_cell(v.get(k)) for k in
             ("torch", "cuda", "cudnn", "nccl", "python", "os", "transformer_engine")), *sizes, digest,
             _cell(entry.runs_on if entry.pushed else None), smoke, where,
             _cell(built), f"`{pyxis_image(entry.reference)}`"]
@@ -91,7 +105,7 @@ def render_markdown(entries: list[Entry], header: Header) -> str:
         "- pyxis: the tag as Slurm's pyxis plugin (enroot) takes it: `srun --container-image=<pyxis> …`; the registry "
         "is split off with `#`. For a cluster-wide copy: `imagebuild export … -o image.sqsh`.",
     ]
-    notes = [f"- `{e.tag}`: {note}" for e in entries for note in e.notes]
+    notes = [f"- `{e.tag}`: {escape_text(note)}" for e in entries for note in e.notes]
     if notes:
         lines += ["", "Notes:", "", *notes]
     return "\n".join(lines) + "\n"

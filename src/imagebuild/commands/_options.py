@@ -10,12 +10,13 @@ from typing import Any, TypeVar
 
 import click
 
+from imagebuild.backends import BACKENDS, choices
 from imagebuild.inputs import BuildInputs
 from imagebuild.pipeline.settings import resolve_matrix_path
 
 # resolve_matrix_path is pipeline.settings'; lock.py and render.py import it from here
 __all__ = ["build_input_options", "matrix_option", "only_option", "registry_option", "resolve_matrix_path",
-           "state_dir_option"]
+           "sign_options", "sign_password", "state_dir_option", "verify_key_option"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -72,9 +73,11 @@ def build_input_options(func: Callable[..., Any]) -> Callable[..., Any]:
                   help="Override the torch wheel index chosen by resolution ('none': PyPI/wheelhouse only).")
     @click.option("--wheelhouse", default=None, type=click.Path(file_okay=False, path_type=Path),
                   help="Local wheel folder for pip stages only (never copied into a final image).")
-    @click.option("--backend", type=click.Choice(["classic", "buildkit"]), default=None,
-                  help="How images are built (default: the matrix's `backend`, else classic). buildkit renders "
-                       "cache mounts and build secrets and builds through `docker buildx build` (engine >= 23).")
+    @click.option("--backend", type=click.Choice(choices()), default=None,
+                  help="How images are built (default: the matrix's `backend`, else auto: BuildKit where the engine "
+                       "(>= 23) and buildx answer, else classic; `build` says which and why; other commands plan with "
+                       "the backend the record names). " + "; ".join(f"{s.name}: {s.summary}" for s in BACKENDS.values())
+                       + ".")
     @functools.wraps(func)
     def wrapper(*args: Any, ca_certs: tuple[Path, ...], pip_index_url: str | None, pip_extra: tuple[str, ...],
                 torch_index_url: str | None, wheelhouse: Path | None, backend: str | None, **kwargs: Any) -> Any:
@@ -91,3 +94,43 @@ def build_input_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+
+
+def sign_options(func: F) -> F:
+    """--sign-key / --sign-password-stdin (push, build --push): what signs every pushed digest."""
+    func = click.option("--sign-password-stdin", is_flag=True,
+                        help="Read the signing key's password from standard input (default: COSIGN_PASSWORD).")(func)
+    return click.option(
+        "--sign-key", "sign_key", default=None, metavar="FILE|KMS-URI", envvar="IMAGEBUILD_SIGN_KEY",
+        help="Sign every pushed digest with this cosign key (a cosign.key file, its password from COSIGN_PASSWORD "
+             "or --sign-password-stdin; or a KMS URI such as awskms://..., hashivault://...) and attach its "
+             "CycloneDX SBOM and SLSA provenance as signed attestations (env IMAGEBUILD_SIGN_KEY).")(func)
+
+
+def sign_password(sign_key: str | None, from_stdin: bool, registry_password_stdin: bool = False) -> str | None:
+    """The key's password from stdin when asked (None: cosign's COSIGN_PASSWORD, read by sign.keys)."""
+    from imagebuild.errors import UsageError
+
+    if not from_stdin:
+        return None
+    if not sign_key:
+        raise UsageError("--sign-password-stdin needs --sign-key")
+    if registry_password_stdin:
+        raise UsageError("--password-stdin and --sign-password-stdin both read standard input: give the key's "
+                         "password in COSIGN_PASSWORD instead")
+    import sys
+
+    from imagebuild.oci import read_password_stdin
+
+    try:
+        return read_password_stdin(sys.stdin)
+    except UsageError:
+        raise UsageError("--sign-password-stdin: nothing on standard input") from None
+
+
+def verify_key_option(func: F) -> F:
+    """--verify-key (run, export, slurm): check the image's signature and attestations first."""
+    return click.option(
+        "--verify-key", "verify_key", default=None, metavar="FILE|KMS-URI",
+        help="Start/export only an image whose registry digest is signed with this cosign public key and carries "
+             "its SBOM and provenance attestations (default: $IMAGEBUILD_VERIFY_KEY; unset: no check).")(func)

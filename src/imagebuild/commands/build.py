@@ -14,6 +14,8 @@ from imagebuild.commands._options import (
     matrix_option,
     only_option,
     registry_option,
+    sign_options,
+    sign_password,
     state_dir_option,
 )
 from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
@@ -69,19 +71,22 @@ def _say(msg: str) -> None:
               help="Write a CycloneDX SBOM per image beside the report (reports/<matrix>/sbom/), its digest in the "
                    "report; a rebuild's report also shows the diff against the image the tag pointed at before.")
 @click.option("--builder", "buildx_builder", metavar="NAME", default=None,
-              help="With --backend buildkit: the buildx builder (default: buildx's current one, the engine's).")
+              help="The buildx builder (BuildKit's option: chooses BuildKit under the default auto, refused with "
+                   "--backend classic; default: buildx's current one, the engine's).")
 @click.option("--buildkit-cache", "buildkit_cache", metavar="REPOSITORY", default=None,
-              help="With the buildkit backend: import and export a registry cache of every stage, one tag per image "
+              help="BuildKit's option (as --builder): import and export a registry cache of every stage, one tag per image "
                    "(needs the engine's containerd image store or a non-docker builder).")
 @click.option("--locked", is_flag=True,
               help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
                    "Without it an existing lock is used too; a missing one means an unlocked build.")
+@sign_options
 @compression_option
 def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[str, ...], force: bool,
             jobs: int | None, keep_going: bool, plain: bool, verbose: bool, log_dir: Path | None,
             report_dir: Path | None, state_dir: str | None, run_tests: bool, retest: bool, run_push: bool,
             registry_cache: bool, require_registry: bool, sbom: bool, buildx_builder: str | None,
-            buildkit_cache: str | None, locked: bool, created: str | None, compression: str | None) -> int:
+            buildkit_cache: str | None, locked: bool, created: str | None, sign_key: str | None,
+            sign_password_stdin: bool, compression: str | None) -> int:
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -92,9 +97,12 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[
     """
     from imagebuild.pipeline.flow import build_run  # the engine SDK and the stages: not for --help
 
+    source = click.get_current_context().get_parameter_source("sign_key")
+    if sign_key and not run_push and source == click.core.ParameterSource.COMMANDLINE:
+        raise UsageError("--sign-key signs what is pushed: add --push (or sign later with `imagebuild push`)")
+    key_password = sign_password(sign_key, sign_password_stdin)
     if compression and not run_push:
         raise UsageError("--compression is how --push writes layers: give --push too")
-
     options = RunOptions(
         command=Step.BUILD, matrix=matrix, registry=registry, inputs=inputs, only=tuple(only), state_dir=state_dir,
         report_dir=report_dir,
@@ -103,7 +111,8 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[
                             sbom=sbom, locked=locked, created=created, builder=buildx_builder,
                             buildkit_cache=buildkit_cache),
         test=TestSettings(retest=retest) if run_tests else None,
-        push=PushSettings(require_tests=run_tests, compression=compression) if run_push else None,
+        push=PushSettings(require_tests=run_tests, sign_key=sign_key, sign_password=key_password,
+                          compression=compression) if run_push else None,
     )
     result = build_run(options, _say, click.echo)
     _say(f"report: {result.report_md}")

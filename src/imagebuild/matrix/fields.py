@@ -14,6 +14,7 @@ from typing import Any, TypeAlias, cast
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from imagebuild.backends import choices
 from imagebuild.compat import Tables
 from imagebuild.models import FLAVORS, PARENT_FLAVOR
 from imagebuild.oci.reference import ReferenceSyntaxError, parse_reference
@@ -227,9 +228,10 @@ def _bootstrap_packages(value: Any, raw: str | None, tables: Tables) -> tuple[st
 
 
 def _backend(value: Any, raw: str | None, tables: Tables) -> str:
-    if value not in ("classic", "buildkit"):
-        raise Bad(f"unknown backend {describe(value)}", "valid choices: classic, buildkit")
-    return cast(str, value)  # one of the two strings above (`in` does not narrow Any)
+    names = choices()  # auto + THE table of backends (imagebuild/backends.py)
+    if value not in names:
+        raise Bad(f"unknown backend {describe(value)}", f"valid choices: {', '.join(names)}")
+    return cast(str, value)  # one of the table's names (`in` does not narrow Any)
 
 
 # field -> checker(value, raw_text, tables) -> normalised value (raises Bad)
@@ -252,7 +254,7 @@ VARIANT_FIELDS: dict[str, Checker] = {
     "snapshot": _snapshot,
     "bootstrap_packages": _bootstrap_packages,
     "torch_index_url": _index_url,
-    "backend": _backend,  # how images are built: render/backend.py
+    "backend": _backend,  # how images are built: imagebuild/backends.py
 }
 
 REQUIRED_FIELDS = ("torch", "cuda", "os")  # python defaults to the OS's own python3

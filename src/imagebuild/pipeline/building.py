@@ -4,19 +4,23 @@ plan order, with the images the next steps may use (built or up to date in this 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from imagebuild import builder
+from imagebuild.backends import AUTO, BACKENDS, plan_backend, spec
 from imagebuild.builder import BuildOptions
 from imagebuild.builder.backend import BuildBackend
+from imagebuild.builder.backends import BackendFactory, choose_auto, preflight
 from imagebuild.builder.progress import Progress
 from imagebuild.builder.remote import RegistryUnavailable, RemoteImage, find_in_registry
 from imagebuild.builder.sources import blocked_tags, unreachable
 from imagebuild.engine.store import as_store
 from imagebuild.errors import EXIT_FAILED, UsageError
 from imagebuild.inputs import BuildInputs
+from imagebuild.matrix import load_matrix
 from imagebuild.models import ImagePlan, ImageResult, Plan
 from imagebuild.oci import resolve_auth
 from imagebuild.pipeline.loaded import Say
@@ -24,7 +28,6 @@ from imagebuild.pipeline.located import locate
 from imagebuild.pipeline.selection import Selection
 from imagebuild.pipeline.settings import BuildSettings
 from imagebuild.record import Record
-from imagebuild.render import plan_backend
 
 
 class BuildStatus(str, Enum):
@@ -122,19 +125,46 @@ def preflight_sources(client: Any, plan: Plan, selection: Selection, keep_going:
     return Plan(plan.matrix_file, [i for i in plan.images if i.tag not in blocked]), rows
 
 
-def buildkit_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -> BuildBackend | None:
-    """The BuildKit backend when the plan is rendered for it (or --builder/--buildkit-cache ask for buildx), checked
-    before anything builds: no buildx, a builder that does not exist or answer, an engine whose BuildKit lacks named
-    contexts are one line each (BuilderUnavailable). None: the classic backend."""
-    if plan_backend(plan, inputs) != "buildkit" and not settings.builder and not settings.buildkit_cache:
-        return None
-    from imagebuild.builder.buildx_preflight import preflight
+def concrete_backend(matrix_path: Path, inputs: BuildInputs, settings: BuildSettings, say: Say) -> BuildInputs:
+    """A build's backend resolved before anything renders: `--backend auto`, or no flag and a matrix whose rows
+    name no backend (or `auto`), become the first backend of the table's AUTO_ORDER that answers here (one line
+    says which and why); that concrete name is what the plan renders for and what the record keeps (auto never is).
+    Under auto, options that only one backend understands (`--builder`) choose that backend. A concrete
+    `--backend`, or a matrix that names its backend, is left as it is (as before: the record keeps the flag only)."""
+    if inputs.backend not in (None, AUTO):
+        return inputs
+    if inputs.backend is None:  # the matrix's rows (parsed, not resolved: nothing renders before this answer)
+        named = {v.values.get("backend", AUTO) for v in load_matrix(matrix_path).variants}
+        if named and AUTO not in named:  # every row names its backend
+            return inputs
+    wanted = [(s.name, o.flag) for s in BACKENDS.values() for o in s.options if getattr(settings, o.setting)]
+    if len({n for n, _ in wanted}) == 1:
+        name = wanted[0][0]
+        line = f"backend auto: {' and '.join(f for _, f in wanted)} given; building with {spec(name).title}"
+    else:  # none (or options of two backends: refused by run_backend once the plan names one)
+        name, line = choose_auto()
+    say(line)
+    return replace(inputs, backend=name)
 
-    return preflight(settings.builder, settings.buildkit_cache)
+
+def run_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -> tuple[str, BackendFactory]:
+    """The run's backend (the one the plan is rendered for, a row of imagebuild/backends.py) after its preflight,
+    before anything builds: what it lacks here is one line (for BuildKit: no buildx, a builder that does not exist or
+    answer, an engine whose BuildKit lacks named contexts). Its own run options (the row's `options`) go to it; an
+    option only another backend understands is refused (one line): it would not change what this one builds."""
+    name = plan_backend(plan, inputs)
+    for other in BACKENDS.values():
+        given = [o.flag for o in other.options if getattr(settings, o.setting)]
+        if other.name != name and given:
+            raise UsageError(f"{' and '.join(given)}: only the {other.name} backend understands "
+                             f"{'it' if len(given) == 1 else 'them'}, and this build renders for and builds with "
+                             f"{name}; choose --backend {other.name} or drop {' and '.join(given)}")
+    own = {o.setting: getattr(settings, o.setting) for o in spec(name).options}
+    return name, preflight(name, own)
 
 
 def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSettings, rec: Record | None,
-               progress: Progress, log_dir: Any, say: Say, backend: BuildBackend | None = None) -> BuildRun:
+               progress: Progress, log_dir: Any, say: Say, backend: tuple[str, BuildBackend] | None = None) -> BuildRun:
     """Build (or find up to date) the selected images and their parents; rows for the whole plan."""
     remote: dict[str, RemoteImage] = {}
     here = None if settings.force else locate_all(client, selection, rec)
@@ -146,9 +176,10 @@ def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSet
                            log_dir=log_dir, remote=remote, created=settings.created)
     if settings.jobs:
         options.jobs = settings.jobs
+    chosen: BuildBackend | None = None
     if backend is not None:
-        options.backend = "buildkit"
-    results = (builder.build_plan(client, buildable, options, progress, backend=backend)
+        options.backend, chosen = backend
+    results = (builder.build_plan(client, buildable, options, progress, backend=chosen)
                if buildable.images else []) + blocked
     order = {img.tag: n for n, img in enumerate(plan.images)}
     results.sort(key=lambda r: order[r.tag])

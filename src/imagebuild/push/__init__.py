@@ -15,6 +15,7 @@ from imagebuild.push.pusher import (
     PushAuthError,
     Pusher,
     PushError,
+    SignPushed,
     classify,
     gate,
     push_plan,
@@ -24,6 +25,6 @@ from imagebuild.push.skopeo import COMPRESSIONS, DEFAULT_COMPRESSION
 
 __all__ = [
     "COMPRESSIONS", "DEFAULT_COMPRESSION",
-    "DEFAULT_RETRIES", "PushAuthError", "PushError", "Pusher", "classify", "gate", "push_plan",
+    "DEFAULT_RETRIES", "PushAuthError", "PushError", "Pusher", "SignPushed", "classify", "gate", "push_plan",
     "result_for",
 ]

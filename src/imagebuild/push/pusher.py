@@ -5,7 +5,11 @@ Two steps per image and repository, so that something can happen between them (a
    gzip with Docker media types on request) and writes its blobs and manifest as `name@digest`; no tag moves. The
    registry is then asked for that digest and must serve exactly it.
 2. `point_tags`: each tag is a manifest PUT of the same bytes; then each tag must serve the digest.
-A failure in step 1 (a registry that refuses OCI or zstd, a lost connection) leaves every tag where it was.
+Signing (`sign_pushed`, the seam the pipeline fills when a signing key is given) runs between the two, once per
+image with `REPO@DIGEST`: a refusal fails the image with every tag where it was, so no tag ever names an unsigned
+digest and nothing needs rolling back. An image whose tags all name its digest already is signed again (the
+signature is what a re-push with a key promises). A failure in step 1 (a registry that refuses OCI or zstd, a lost
+connection) leaves every tag where it was.
 
 Per reference: skip when the registry's tag already serves the digest the image compresses to (zstd and gzip output
 are deterministic: the same image gives the same digest). Only blobs the registry lacks are sent (it is asked for each
@@ -46,6 +50,8 @@ if TYPE_CHECKING:
     from imagebuild.engine.store import EngineClient
 
 DEFAULT_RETRIES = ENGINE_PUSH.retries
+# (image, "REPO@sha256:…") -> what the record keeps of the signature; raises an ImagebuildError to refuse the push
+SignPushed = Callable[[ImagePlan, str], dict[str, Any]]
 
 _AUTH = re.compile(r"unauthorized|authentication required|\bdenied\b|forbidden|\b40[13]\b|insufficient_scope",
                    re.I)
@@ -111,7 +117,7 @@ class Pusher:
         ca_file: str | None = None,
         compression: str = DEFAULT_COMPRESSION,
         copier: Copier | None = None,
-        before_tags: Callable[[str, str], None] | None = None,
+        sign_pushed: SignPushed | None = None,
     ):
         self.store: ImageStore = as_store(engine)
         self.auth = auth
@@ -122,7 +128,7 @@ class Pusher:
         self.compression = compression
         self.registry = registry_client or RegistryClient(auth, ca_file=ca_file, sleep=sleep, log=log)
         self.copier: Copier = copier or Skopeo(self.store, log=log)
-        self.before_tags = before_tags  # (name, digest): runs after the digest is verified, before any tag moves
+        self.sign_pushed = sign_pushed  # after the digest is verified, before any tag moves
         self._auth_checked: set[str] = set()
 
     def close(self) -> None:
@@ -157,11 +163,12 @@ class Pusher:
                     if t not in todo:
                         self.log(f"{t}: unchanged ({prepared.digest[:19]}), skipped")
                         rec["unchanged"].append(str(t))
+                if todo:
+                    self.write_by_digest(prepared, name, repo_path, rec)
+                if self.sign_pushed is not None and "signed" not in rec:
+                    self._sign(image, name, prepared.digest, rec)
                 if not todo:
                     continue
-                self.write_by_digest(prepared, name, repo_path, rec)
-                if self.before_tags is not None:
-                    self.before_tags(name, prepared.digest)
                 self.point_tags(prepared, repo_path, todo)
                 rec["pushed"] += [str(t) for t in todo]
             rec["status"] = "pushed" if rec["pushed"] else "unchanged"
@@ -171,6 +178,17 @@ class Pusher:
             rec["error"] = redact(str(exc))
         rec["seconds"] = round(time.monotonic() - started, 2)
         return rec
+
+    def _sign(self, image: ImagePlan, name: str, digest: str, rec: dict[str, Any]) -> None:
+        """sign_pushed for the digest just written; a refusal moves no tag (no rollback needed)."""
+        assert self.sign_pushed is not None
+        try:
+            rec["signed"] = self.sign_pushed(image, f"{name}@{digest}")
+        except PushAuthError:
+            raise
+        except ImagebuildError as exc:
+            raise PushError(f"{redact(str(exc))}; no tag was moved to the unsigned {digest}") from None
+        self.log(f"{name}@{digest[:19]}: signed (+ SBOM and provenance attestations)")
 
     def _image_id(self, tag: str) -> str:
         try:
@@ -228,7 +246,7 @@ class Pusher:
             attempts[0] += 1
             rec["attempts"] += 1
             try:
-                self.copier.send(prepared, name, self.auth, plain_http=self.registry.scheme == "http",
+                self.copier.send(prepared, name, self.auth, plain_http=self.registry.scheme() == "http",
                                  ca_file=self.ca_file)
             except CopyError as exc:
                 message = str(exc)
@@ -315,13 +333,13 @@ def push_plan(
     sleep: Callable[[float], None] = time.sleep,
     compression: Callable[[str], str] = lambda _registry: DEFAULT_COMPRESSION,
     make_copier: Callable[[ImageStore], Copier] | None = None,
-    before_tags: Callable[[str, str], None] | None = None,
+    sign_pushed: SignPushed | None = None,
 ) -> list[ImageResult]:
     """Push the selected images of `plan` (default: all) that were built (and tested, unless require_tests=False).
 
     Returns one ImageResult per selected image with `push` filled: status pushed | unchanged | failed | skipped
-    (+ "reason"). Raises PushAuthError (exit 1) when a registry refuses the credentials. `before_tags(name, digest)`
-    runs once the digest is written and verified, before any tag of it moves (a signer: an exception fails that
+    (+ "reason"). Raises PushAuthError (exit 1) when a registry refuses the credentials. `sign_pushed(image,
+    "REPO@DIGEST")` runs once the digest is written and verified, before any tag of it moves (a refusal fails that
     image and leaves its tags where they were)."""
     selected = images if images is not None else plan.images
     rows = report_rows or {}
@@ -353,7 +371,7 @@ def push_plan(
                 pushers[registry] = Pusher(store, auth_for(registry), retries=retries, log=log, ca_file=ca_file,
                                            sleep=sleep, compression=compression(registry),
                                            copier=make_copier(store) if make_copier else None,
-                                           before_tags=before_tags)
+                                           sign_pushed=sign_pushed)
             res.push = pushers[registry].push_image(image, refs)
             if res.push["status"] == "failed":
                 log(f"error: {image.tag}: push failed: {res.push.get('error')}")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild import __version__
-from imagebuild.files import FileProblem, read_bounded_text, write_text_atomic
+from imagebuild.files import FileProblem, open_lock_file, read_bounded_text, write_text_atomic
 from imagebuild.inputs import BuildInputs
 from imagebuild.secrets import redact
 
@@ -145,7 +145,7 @@ _IMAGE_FIELDS: dict[str, tuple[type, ...]] = {
     "id": _STR, "flavor": _STR, "inputs_hash": _STR, "parent": _OPT_STR, "image_id": _OPT_STR, "status": _STR,
     "built_at": _OPT_STR, "build_seconds": _NUM, "size": (int, type(None)), "layers": (list,), "versions": (dict,),
     "tags": (dict,), "pushes": (dict,), "source": _OPT_STR, "error": _OPT_STR, "log_path": _OPT_STR,
-    "te_wheel": (dict, type(None)), "sbom": (dict, type(None)),
+    "te_wheel": (dict, type(None)), "sbom": (dict, type(None)), "exports": (dict,),
 }
 _TOP_FIELDS: dict[str, tuple[type, ...]] = {
     "schema": (int,), "tool_version": _STR, "updated": _OPT_STR, "matrix": _OPT_STR, "matrix_digest": _OPT_STR,
@@ -192,6 +192,12 @@ def shape_problem(doc: object) -> str | None:
         for reg, push in entry.get("pushes", {}).items():
             if not isinstance(push, dict):
                 return f"images.{plan_id}.pushes.{reg} must be an object"
+        for fmt, export in entry.get("exports", {}).items():
+            if not isinstance(export, dict):
+                return f"images.{plan_id}.exports.{fmt} must be an object"
+            for key in ("path", "sha256", "image_id", "format"):
+                if key in export and not isinstance(export[key], str):
+                    return f"images.{plan_id}.exports.{fmt}.{key} must be a string"
     for key, result in (doc.get("tests") or {}).items():
         if not isinstance(result, dict):
             return f"tests.{key} must be an object"
@@ -246,7 +252,7 @@ def updating(matrix_path: str | Path, inputs: BuildInputs | None = None, registr
     so they are never mistaken for the new ones)."""
     path = record_path(matrix_path, directory)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "w") as lock:
+    with open_lock_file(path.parent / f".{path.name}.lock") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             rec = load_record(matrix_path, directory)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import jinja2
 
+from imagebuild.backends import backend_of, spec
 from imagebuild.compat import accel
 from imagebuild.errors import UsageError
 from imagebuild.files import FileProblem, certificate_blocks
@@ -22,7 +23,6 @@ from imagebuild.inputs import BuildInputs
 from imagebuild.lock.model import LockedImage, requirements_text
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ResolvedVariant
 from imagebuild.render import data
-from imagebuild.render.backend import backend_of
 from imagebuild.render.te_key import KEY_LABEL, te_build_key
 from imagebuild.secrets import has_credentials, redact
 
@@ -445,7 +445,7 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
     common = Common.of(variant, flavor)
     labels = _labels(variant, flavor)
     parts = _FLAVOR_PARTS[flavor](common, inputs)
-    ctx = {**common.context(labels), **parts.ctx, "buildkit": backend_of(variant, inputs) == "buildkit"}
+    ctx = {**common.context(labels), **parts.ctx, "features": spec(backend_of(variant, inputs)).features}
     build_args: dict[str, str] = {}
     secret_args: dict[str, str] = {}
     dirs: dict[str, Path] = {}

@@ -9,9 +9,9 @@ are the same input. The runtime parts it shares with the runtime image come from
 
 from __future__ import annotations
 
+from imagebuild.backends import backend_of, spec
 from imagebuild.inputs import BuildInputs
 from imagebuild.models import ResolvedVariant
-from imagebuild.render.backend import backend_of
 from imagebuild.render.image import (
     WHEELHOUSE_DIR,
     Common,
@@ -40,7 +40,7 @@ def render_te_wheel(variant: ResolvedVariant, inputs: BuildInputs | None = None)
     build_args, secret_args, names, comment = pip_index(variant, inputs, with_torch=True)
     ctx = {**common.context({}), "te": te, "te_key": key, "torch_requirements": torch_requirements,
            "abi": cxx_abi(variant.versions.torch), "pip_arg_names": names, "pip_index_comment": comment,
-           "wheelhouse": inputs.wheelhouse is not None, "buildkit": backend_of(variant, inputs) == "buildkit"}
+           "wheelhouse": inputs.wheelhouse is not None, "features": spec(backend_of(variant, inputs)).features}
     dirs = {WHEELHOUSE_DIR: inputs.wheelhouse} if inputs.wheelhouse is not None else {}
     return RenderedImage(
         dockerfile=tidy(render_template("te-wheel.Dockerfile.j2", **ctx)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from imagebuild.backends import AUTO
 from imagebuild.compat import accel, cuda_tag
 from imagebuild.matrix import RawVariant
 from imagebuild.models import FLAVORS, ResolvedVariant, Versions
@@ -78,5 +79,5 @@ def resolve_variant(ctx: Ctx, rv: RawVariant) -> ResolvedVariant | None:
         compression=dict(doc.compression),
         chosen=chosen,
         source=doc.location(rv.row),
-        backend=v.get("backend", "classic"),
+        backend=v.get("backend", AUTO),
     )

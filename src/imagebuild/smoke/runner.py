@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from imagebuild.engine import ContainerSettings, connect, containers, host_has_gpus
 from imagebuild.engine.containers import Interrupted, signals_raise  # noqa: F401  (Interrupted: callers catch it here)
 from imagebuild.engine.store import as_store
+from imagebuild.files import open_fresh_text, write_text_atomic
 from imagebuild.smoke.probe import table as probe_table
 
 if TYPE_CHECKING:
@@ -338,7 +339,7 @@ def _run_suite(container_name: str, run: SuiteRun, extra: dict[str, Any], t0: fl
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
         if run.echo:
             run.echo(f"testing {run.label} in container {container_name}")
-        with open(log_path, "w") as log:
+        with open_fresh_text(log_path) as log:
             proc = subprocess.Popen(run.command(container_name, raw_path), stdout=log, stderr=subprocess.STDOUT,
                                     env=env, start_new_session=True, cwd=str(SUITE_DIR))
             try:
@@ -357,7 +358,7 @@ def _run_suite(container_name: str, run: SuiteRun, extra: dict[str, Any], t0: fl
         tests["seconds"] = round(time.time() - t0, 2)
         if run.result_dir:
             json_path = out_dir / f"{base}.json"
-            json_path.write_text(json.dumps(dict(tests, probe=probe), indent=2, default=str))
+            write_text_atomic(json_path, json.dumps(dict(tests, probe=probe), indent=2, default=str))
             tests["result_json"] = str(json_path)
         return tests
     finally:

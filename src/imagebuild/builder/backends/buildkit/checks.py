@@ -15,7 +15,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from imagebuild.builder.buildkit import BuildxBackend, docker_cli, run_cli
+from imagebuild.builder.backends.buildkit.build import BuildxBackend, docker_cli, run_cli
 from imagebuild.errors import UsageError
 
 MIN_ENGINE = (23, 0)  # Docker Engine with named contexts in its embedded BuildKit
@@ -121,6 +121,27 @@ def preflight(builder_name: str | None = None, cache_repository: str | None = No
         check_cache_export(chosen, driver_status)
     return BuildxBackend(builder=builder_name, docker_driver=chosen.driver == "docker",
                          cache_repository=cache_repository, containerd_store=containerd_store(driver_status))
+
+
+def answers() -> tuple[bool, str]:
+    """For `--backend auto`: whether BuildKit builds here without options (the engine's docker driver), and one
+    phrase saying why: an engine >= 23 (named contexts) and a buildx plugin that runs."""
+    docker = docker_cli()
+    engine = run_cli([docker, "version", "--format", "{{.Server.Version}}"])
+    version = engine.stdout.strip()
+    if engine.returncode != 0 or not version:
+        reason = (engine.stderr.strip().splitlines() or ["no answer"])[-1]
+        return False, f"`docker version` names no engine ({reason})"
+    number = version_tuple(version)
+    if number is not None and number < MIN_ENGINE:
+        return False, (f"dockerd {version}: its BuildKit lacks named contexts (Docker Engine >= "
+                       f"{MIN_ENGINE[0]}.{MIN_ENGINE[1]})")
+    buildx = run_cli([docker, "buildx", "version"])
+    if buildx.returncode != 0:
+        return False, (f"dockerd {version} without the buildx plugin (`make install` puts buildx under "
+                       ".tools/docker-config; export DOCKER_CONFIG=.tools/docker-config)")
+    words = buildx.stdout.split()
+    return True, f"dockerd {version} with buildx {words[1] if len(words) > 1 else '(version unknown)'}"
 
 
 def containerd_store(driver_status: str) -> bool:

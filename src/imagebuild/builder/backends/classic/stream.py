@@ -1,4 +1,4 @@
-"""Parse the decoded JSON stream of the classic builder (`ImageStore.build(...).chunks()`); used by classic.py.
+"""Parse the decoded JSON stream of the classic builder (`ImageStore.build(...).chunks()`); used by build.py.
 
 The engine answers HTTP 200 and reports a failed build as `{"error": ..., "errorDetail": {...}}` chunks in the
 stream (recognised by `engine.stream.error_text`, the one reader of such chunks): a tool that only looks at the HTTP

@@ -18,8 +18,8 @@ import threading
 from collections.abc import Callable, Iterator
 
 from imagebuild.builder.backend import BuildEvent, BuildOutcome, BuildRequest
+from imagebuild.builder.backends.classic.stream import BuildStream
 from imagebuild.builder.context import tar_context
-from imagebuild.builder.stream import BuildStream
 from imagebuild.engine.build import BuildCall
 from imagebuild.engine.store import ImageStore
 from imagebuild.engine.stream import EngineError

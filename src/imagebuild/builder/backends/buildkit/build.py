@@ -6,8 +6,8 @@ engine's store) or any buildx builder the user names (`--builder`: docker-contai
 loaded into the engine). It honours the seam's contract (backend.py): `events()` never raises, `cancel()` stops the
 process from any thread, and the outcome is the engine's image ID or the failing step with its tail.
 
-The argv is built in buildx_argv.py, the rawjson progress is parsed in buildx_progress.py; what the builder can do is
-checked once before anything builds (buildx_preflight.py).
+The argv is built in argv.py, the rawjson progress is parsed in progress.py; what the builder can do is checked once
+before anything builds (checks.py).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from imagebuild.builder.backend import BuildEvent, BuildOutcome, BuildRequest
-from imagebuild.builder.buildx_argv import BuildxCall, buildx_argv, secret_env
-from imagebuild.builder.buildx_progress import RawJsonProgress
+from imagebuild.builder.backends.buildkit.argv import BuildxCall, buildx_argv, secret_env
+from imagebuild.builder.backends.buildkit.progress import RawJsonProgress
 from imagebuild.builder.context import tar_context
 
 # build arguments that carry credentials: sent as build secrets; the buildkit templates read /run/secrets/<id>

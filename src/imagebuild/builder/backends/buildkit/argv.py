@@ -1,21 +1,21 @@
 """The `docker buildx build` command line for one BuildRequest (pure: no I/O, so every flag is unit-tested).
 
 What the BuildKit backend asks of buildx, and why:
-- `--progress rawjson`: BuildKit's machine-readable solve status (buildx_progress.py), never the human output.
+- `--progress rawjson`: BuildKit's machine-readable solve status (progress.py), never the human output.
 - `--network host`: the engines this project starts have no bridge (`--bridge=none`); BuildKit's default network
   fails every RUN there ("network bridge not found").
 - `--provenance=false --sbom=false`: one image manifest per image, as the classic builder writes; attestations would
   wrap it in an index and change the image ID the record keeps (the pipeline writes its own SBOM).
 - the parent as a named context: BuildKit resolves `FROM sha256:<id>` on Docker Hub, so the Dockerfile's
   `FROM ${BASE_IMAGE}` gets BASE_IMAGE=<context name> and `--build-context <name>=docker-image://<pin tag>`, a tag
-  the backend spells from the parent's image ID (buildkit.py: BuildxBackend.parent_ref).
+  the backend spells from the parent's image ID (build.py: BuildxBackend.parent_ref).
 - credentials as build secrets read from the buildx process's environment (`--secret id=..,env=..`): never in the
   argv (visible in `ps`), never in a build argument (kept in the image history of BuildKit's cache).
 - `rewrite-timestamp`: every file a step adds is dated SOURCE_DATE_EPOCH at most in the exported layers, so the same
   inputs give the same layers, hence the same image ID, on any engine. The docker driver's own exporter (the image
   straight into the engine's store) refuses that option (dockerd 26.1: its unpack is always on), so with the
   containerd image store the image is exported as a docker archive (`type=docker,dest=<tar>`) that the backend loads
-  into the engine (buildkit.py); any other driver (docker-container, remote, kubernetes) loads its `type=docker`
+  into the engine (build.py); any other driver (docker-container, remote, kubernetes) loads its `type=docker`
   output into the engine itself. Only the docker driver without the containerd image store keeps build-time dates
   (its image exporter is the only one it has).
 """
