@@ -279,8 +279,8 @@ class RegistryClient:
         opener = urllib.request.build_opener(_NoRedirectAuthStrip(), urllib.request.HTTPSHandler(context=self._ssl))
         try:
             with opener.open(req, timeout=self.timeout) as resp:
-                declared = resp.headers.get("Content-Length") or ""
-                if declared.isdigit() and int(declared) > limit:
+                declared = resp.headers.get("Content-Length") or ""  # a HEAD's: the size of what it asks about
+                if method != "HEAD" and declared.isdigit() and int(declared) > limit:
                     raise _TooLarge(int(declared), limit)
                 body = resp.read(limit + 1)
                 if len(body) > limit:
