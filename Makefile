@@ -64,7 +64,8 @@ bench: install ## Every benchmark for real (an hour: builds on fresh engines; ta
 	  && $(BIN)/python bench/bench_smoke.py --matrix $(MATRIX) --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) \
 	    --markdown bench/smoke-cpu.md
 	eval "$$(scripts/modern-engine.sh --fresh /var/tmp/imagebuild-bench-bk)" \
-	  && $(BIN)/python bench/bench_buildkit.py --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT); \
+	  && $(BIN)/python bench/bench_buildkit.py --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) \
+	  && $(BIN)/python bench/bench_zstd.py --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT); \
 	  rc=$$?; scripts/modern-engine.sh --stop /var/tmp/imagebuild-bench-bk; rm -rf /var/tmp/imagebuild-bench-bk; exit $$rc
 
 e2e-cuda: install ## NOT in CI: real torch 2.9.1+cu128 runtime image from PyPI wheels (~4 GB download)

@@ -128,6 +128,7 @@ class ResolvedVariant:
     source: Location | None = None
     backend: str = "auto"  # matrix `backend`: "auto" or a row of imagebuild/backends.py
     platform: str = DEFAULT_PLATFORM  # one of the row's `platforms:`; resolve makes one variant per platform
+    compression: dict[str, str] = field(default_factory=dict)  # matrix `compression`: registry ("*": any) -> zstd|gzip
 
 
 @dataclass(frozen=True)

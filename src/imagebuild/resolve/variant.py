@@ -124,6 +124,7 @@ def resolve_variant(ctx: Ctx, rv: RawVariant) -> ResolvedVariant | None:
         ca_certs=tuple(str(p) for p in doc.ca_certs),  # the matrix's; render adds --ca-cert files (BuildInputs)
         size_budget=dict(doc.size_budget),
         perf_min=dict(doc.perf_min),
+        compression=dict(doc.compression),
         chosen=chosen,
         source=doc.location(rv.row),
         backend=v.get("backend", AUTO),
