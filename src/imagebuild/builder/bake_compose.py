@@ -19,8 +19,11 @@ def compose_esc(value: str) -> str:
     return str(value).replace("$", "$$")
 
 
-def compose_var(name: str) -> str:
-    """A variable reference as bake_document writes it for compose_document (expanded there with its default)."""
+def compose_var(name: str, default: str | None = None) -> str:
+    """A variable reference as bake_document writes it for compose_document (expanded there with the variable's
+    default); with `default` (escaped already), this use's own: `${NAME:-default}`."""
+    if default is not None:
+        return "${" + name + ":-" + default + "}"
     return f"\x00{name}\x00"
 
 
