@@ -27,11 +27,14 @@ class Features:
 
     cache_mounts: `RUN --mount=type=cache` (pip's download cache, which never reaches a layer);
     build_secrets: `RUN --mount=type=secret` (index URLs with credentials, never a build argument);
-    named_contexts: a parent given as an exact image (a child builds on its parent's image ID)."""
+    named_contexts: a parent given as an exact image (a child builds on its parent's image ID);
+    other_platforms: builds images of another platform than the engine's (`--platform`, natively on a builder's node
+    of that platform or through QEMU); without it a plan of another platform is refused before anything builds."""
 
     cache_mounts: bool = False
     build_secrets: bool = False
     named_contexts: bool = False
+    other_platforms: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (
     BackendSpec(CLASSIC, "the classic builder", "the engine's classic builder through the SDK (any engine; deprecated by Docker)",
                 Features(), "imagebuild.builder.backends.classic"),
     BackendSpec(BUILDKIT, "BuildKit", "BuildKit through `docker buildx build` (engine >= 23 or a buildx builder)",
-                Features(cache_mounts=True, build_secrets=True, named_contexts=True),
+                Features(cache_mounts=True, build_secrets=True, named_contexts=True, other_platforms=True),
                 "imagebuild.builder.backends.buildkit",
                 options=(RunOption("builder", "--builder", "NAME",
                                    "The buildx builder (BuildKit's option: chooses BuildKit under the default auto, "

@@ -125,7 +125,7 @@ def test_registry_cache_is_not_asked_when_the_engine_holds_every_selected_image(
     engine = FakeEngine()
     asked: list[list[str]] = []
 
-    def find(imgs, auth, log, local_id=None):
+    def find(imgs, auth, log, local_id=None, pulls_zstd=True):
         asked.append([i.tag for i in imgs])
         return {}
 

@@ -1,6 +1,6 @@
 """Signing without cosign or a registry: the SLSA provenance made from the record (values, no secrets), the key
-checks made before anything is pushed, push's sign seam (called once per image between the first tag and its
-aliases; a refusal rolls the tag back), how cosign's refusals are told, and the signing/verify options."""
+checks made before anything is pushed, push's sign seam (called once per image between the write by digest and
+the tags; a refusal moves no tag), how cosign's refusals are told, and the signing/verify options."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from _push_fakes import D1, D2, REG, add, fake_engine, fake_registry, make_image, ok_stream
+from _push_fakes import D2, REG, add, fake_engine, fake_registry, make_image
 from _support import chain, plan_of
 from click.testing import CliRunner
 
@@ -206,33 +206,33 @@ def test_statements_are_read_from_cosigns_envelopes():
 
 # -- push's sign seam --------------------------------------------------------------------------------------------
 
-def _pusher(sign_pushed, scripts=None):
+def _pusher(sign_pushed):
     reg = fake_registry()
-    api = fake_engine(reg, scripts)
+    api = fake_engine(reg)
     auth = RegistryAuth(REG, "alice", "pw-secret-1", source="options")
     logs: list[str] = []
-    return Pusher(api, auth, registry_client=reg, sleep=lambda s: None, log=logs.append,
+    return Pusher(api, auth, registry_client=reg, sleep=lambda s: None, log=logs.append, copier=reg.copier(),
                   sign_pushed=sign_pushed), api, reg, logs
 
 
-def test_each_image_is_signed_by_digest_before_any_alias_names_it():
+def test_each_image_is_signed_by_digest_before_any_tag_names_it():
     img = make_image(aliases=("2.9-cuda12.8-runtime",))
-    seen: list[tuple[str, list[str]]] = []
+    seen: list[tuple[str, dict]] = []
 
     def sign(image, digest_ref):
-        seen.append((digest_ref, [c[1] for c in api.push_calls]))
+        seen.append((digest_ref, dict(reg.tags)))
         return {"key": "/k/cosign.key", "attestations": ["cyclonedx", "slsaprovenance1"]}
 
-    pusher, api, _reg, logs = _pusher(sign)
+    pusher, api, reg, logs = _pusher(sign)
     add(api, img.tag)
     rec = pusher.push_image(img, references(img))
     assert rec["status"] == "pushed" and rec["signed"]["key"] == "/k/cosign.key"
-    assert seen == [(f"{REG}/pytorch@{D1}", [img.short_tag])]  # after the first tag, before the alias
-    assert [c[1] for c in api.push_calls] == [img.short_tag, "2.9-cuda12.8-runtime"]
-    assert any("signed sha256:1111" in m for m in logs)
+    assert seen == [(f"{REG}/pytorch@{rec['digest']}", {})]  # written by digest, no tag yet
+    assert reg.tags[("pytorch", img.short_tag)] == rec["digest"] == reg.tags[("pytorch", "2.9-cuda12.8-runtime")]
+    assert any("signed" in m for m in logs)
 
 
-def test_a_refused_signature_deletes_a_new_tag_and_pushes_no_alias():
+def test_a_refused_signature_moves_no_tag():
     img = make_image(aliases=("2.9-cuda12.8-runtime",))
 
     def refuse(image, digest_ref):
@@ -240,41 +240,22 @@ def test_a_refused_signature_deletes_a_new_tag_and_pushes_no_alias():
 
     pusher, api, reg, _ = _pusher(refuse)
     add(api, img.tag)
-    reg.manifests[D1] = b'{"mediaType": "application/vnd.oci.image.manifest.v1+json"}'
+    reg.tags[("pytorch", img.short_tag)] = D2  # the tag's previous image stays named
     rec = pusher.push_image(img, references(img))
     assert rec["status"] == "failed"
-    assert f"{REG}/pytorch@{D1}: not signed" in rec["error"] and "is deleted" in rec["error"]
-    assert reg.calls[-1] == f"delete {D1}" and ("pytorch", img.short_tag) not in reg.tags
-    assert [c[1] for c in api.push_calls] == [img.short_tag]  # no alias
+    assert "not signed" in rec["error"] and "no tag was moved" in rec["error"]
+    assert reg.tags == {("pytorch", img.short_tag): D2}
 
 
-def test_a_refused_signature_puts_a_moved_tag_back_on_its_previous_digest():
+def test_an_unchanged_image_is_signed_again_and_keeps_its_tags():
     img = make_image()
-    body = b'{"mediaType": "application/vnd.docker.distribution.manifest.v2+json", "n": 1}'
-
-    def refuse(image, digest_ref):
-        raise UsageError("not signed")
-
-    pusher, api, reg, _ = _pusher(refuse, [ok_stream(img.short_tag, D2)])
+    signed: list[str] = []
+    pusher, api, reg, _ = _pusher(lambda image, ref: signed.append(ref) or {"key": "k"})
     add(api, img.tag)
-    old = reg.put_manifest("pytorch", img.short_tag, body)
-    rec = pusher.push_image(img)
-    assert rec["status"] == "failed" and f"points at its previous {old} again" in rec["error"]
-    assert reg.tags[("pytorch", img.short_tag)] == old
-
-
-def test_a_registry_that_refuses_the_rollback_is_said_plainly():
-    img = make_image()
-
-    def refuse(image, digest_ref):
-        raise UsageError("not signed")
-
-    pusher, api, reg, _ = _pusher(refuse)
-    reg.refuse_delete = True
-    add(api, img.tag)
-    rec = pusher.push_image(img)
-    assert rec["status"] == "failed"
-    assert f"STILL names the unsigned {D1}" in rec["error"] and "HTTP 405" in rec["error"]
+    assert pusher.push_image(img)["status"] == "pushed"
+    again = pusher.push_image(img)
+    assert again["status"] == "unchanged" and again["signed"] == {"key": "k"} and len(signed) == 2
+    assert len(reg.sends) == 1  # nothing written the second time
 
 
 def test_no_key_no_signing():

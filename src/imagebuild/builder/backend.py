@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal, Protocol
 
+from imagebuild.models import DEFAULT_PLATFORM
+
 EventKind = Literal["step", "line", "container", "image", "error"]
 
 
@@ -59,6 +61,9 @@ class BuildRequest:
     context_dirs: Mapping[str, Path] = field(default_factory=dict)  # context path -> host folder
     network: str = "host"  # "host" or "none": never a bridge network
     log: IO[str] | None = None  # the image's log: the backend appends the whole output, redacted
+    # the image's OS/architecture. The classic backend builds only the engine's own (the pipeline refuses a plan of
+    # another before anything builds); BuildKit builds any its builder has, natively or through QEMU.
+    platform: str = DEFAULT_PLATFORM
 
     def all_build_args(self) -> dict[str, str]:
         return {**self.build_args, **self.parents, **self.secret_build_args}

@@ -104,7 +104,7 @@ def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str,
         request = BuildRequest(tag=tag, dockerfile=plan.dockerfile, build_args=build_args,
                                labels={KEY_LABEL: plan.key}, timeout=run.options.build_timeout,
                                parents={"BASE_IMAGE": base_id}, secret_build_args=dict(plan.secret_build_args),
-                               context_dirs=dict(plan.context_dirs), log=log)
+                               context_dirs=dict(plan.context_dirs), log=log, platform=img.variant.platform)
         outcome = run_build(run, request, img.tag, key=f"{img.tag} (TE wheel)", step_prefix="TE wheel: ")
     if outcome.failed or not outcome.image_id:
         run.tails[img.tag] = outcome.tail

@@ -112,6 +112,8 @@ class Entry:
     smoke: dict[str, Any] | None = None  # the latest smoke run in the local record: passed/failed/skipped/ran_on/...
     smoke_runs: list[dict[str, Any]] = field(default_factory=list)  # every recorded run of this image, oldest first
     recorded: bool = False  # the local record knows this image (matched on its config digest)
+    layer_media_types: list[str] = field(default_factory=list)  # as the manifest names them
+    runs_on: str | None = None  # what a runtime needs to pull it, from those media types (runtime_needs)
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -168,10 +170,26 @@ def _image_manifest(reader: RegistryReader, ref: Reference, entry: Entry) -> Man
     return manifest
 
 
+ZSTD_NEEDS = "zstd layers: Docker ≥ 23, containerd ≥ 1.5, enroot ≥ 3.5"
+GZIP_NEEDS = "gzip layers: any runtime"
+
+
+def runtime_needs(media_types: list[str]) -> str:
+    """What a node's runtime must be to pull layers of these media types (zstd came late to the runtimes: Docker 23,
+    containerd 1.5, enroot 3.5; Docker 20.10 and older enroot fail on it)."""
+    if any(m.endswith("+zstd") for m in media_types):
+        return ZSTD_NEEDS
+    if all(m.endswith(("gzip", ".tar")) for m in media_types):
+        return GZIP_NEEDS
+    return "layers of media type " + ", ".join(m for m in media_types if not m.endswith(("gzip", ".tar")))
+
+
 def _fill_from_registry(entry: Entry, manifest: Manifest, config: ImageConfig, planned: dict[str, str | None],
                         planned_flavor: str) -> None:
     labels = config.labels
     entry.compressed = manifest.layers_size
+    entry.layer_media_types = sorted({layer.media_type for layer in manifest.image.layers} if manifest.image else ())
+    entry.runs_on = runtime_needs(entry.layer_media_types)
     entry.config_digest = manifest.config_digest
     entry.created = labels.get(CREATED_LABEL) or config.created
     if not any(key in labels for key in (*VERSION_LABELS.values(), FLAVOR_LABEL)):

@@ -13,7 +13,7 @@ from imagebuild.oci.pyxis import pyxis_image
 from imagebuild.units import format_size
 
 COLUMNS = ("tag", "flavor", "torch", "CUDA", "cuDNN", "NCCL", "Python", "OS", "TE", "compressed", "uncompressed",
-           "digest", "smoke p/f/s", "tested on", "created", "pyxis")
+           "digest", "runs on", "smoke p/f/s", "tested on", "created", "pyxis")
 _ALIGN = {"compressed": "---:", "uncompressed": "---:"}
 
 
@@ -64,7 +64,8 @@ def _row(entry: Entry) -> list[str]:
     smoke, where = _smoke(entry)
     built = (entry.created or "")[:10]
     return [tag, "alias" if entry.alias_of else _cell(entry.flavor), *(_cell(v.get(k)) for k in
-            ("torch", "cuda", "cudnn", "nccl", "python", "os", "transformer_engine")), *sizes, digest, smoke, where,
+            ("torch", "cuda", "cudnn", "nccl", "python", "os", "transformer_engine")), *sizes, digest,
+            _cell(entry.runs_on if entry.pushed else None), smoke, where,
             _cell(built), f"`{pyxis_image(entry.reference)}`"]
 
 
@@ -93,6 +94,9 @@ def render_markdown(entries: list[Entry], header: Header) -> str:
         "- created: the image's `org.opencontainers.image.created` label: its source date (the OS archive's date, so "
         "rebuilds of the same inputs reproduce the same image), or the build time when built with `--created now`.",
         "- compressed: the sum of the manifest's layer sizes (what a pull downloads).",
+        "- runs on: what a node's runtime needs to pull the tag, from its layers' media types: zstd layers (what "
+        "`imagebuild push` writes by default) need Docker ≥ 23, containerd ≥ 1.5 or enroot ≥ 3.5; for older "
+        "runtimes push with `--compression gzip`.",
         f"- uncompressed, smoke and tested on: from the matrix's record `{header.record}`, matched on the image's "
         "config digest (its image ID), so a record of another build under the same tag never counts; the size is the "
         "engine's size of that image. – / no record: that record does not know the image (a registry cannot tell "

@@ -62,6 +62,15 @@ def backend_run_options(func: F) -> F:
     return func
 
 
+def compression_option(func: F) -> F:
+    """--compression: how push writes layers (the choices are push/skopeo.py's; spelled here so --help loads no
+    stage)."""
+    return click.option("--compression", type=click.Choice(["zstd", "gzip"]), default=None,
+                        help="Layer compression of the push: zstd with OCI media types (default; Docker >= 23, "
+                             "containerd >= 1.5, enroot >= 3.5), or gzip with Docker media types for older "
+                             "runtimes. Default: the matrix's `compression`, else zstd.")(func)
+
+
 def registry_option(func: F) -> F:
     return click.option("--registry", default=None, metavar="HOST[:PORT]/PATH",
                         help="Override the matrix's `registry` (use '' for local-only tags).")(func)

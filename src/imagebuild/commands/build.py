@@ -12,6 +12,7 @@ from imagebuild.backends import AUTO
 from imagebuild.commands._options import (
     backend_run_options,
     build_input_options,
+    compression_option,
     matrix_option,
     only_option,
     registry_option,
@@ -76,11 +77,13 @@ def _say(msg: str) -> None:
               help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
                    "Without it an existing lock is used too; a missing one means an unlocked build.")
 @sign_options
+@compression_option
 def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[str, ...], force: bool,
             jobs: int | None, keep_going: bool, plain: bool, verbose: bool, log_dir: Path | None,
             report_dir: Path | None, state_dir: str | None, run_tests: bool, retest: bool, run_push: bool,
             registry_cache: bool, require_registry: bool, sbom: bool, locked: bool, created: str | None,
-            sign_key: str | None, sign_password_stdin: bool, **backend_options: str | None) -> int:
+            sign_key: str | None, sign_password_stdin: bool, compression: str | None,
+            **backend_options: str | None) -> int:
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -99,6 +102,8 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[
     if sign_key and not run_push and source == click.core.ParameterSource.COMMANDLINE:
         raise UsageError("--sign-key signs what is pushed: add --push (or sign later with `imagebuild push`)")
     key_password = sign_password(sign_key, sign_password_stdin)
+    if compression and not run_push:
+        raise UsageError("--compression is how --push writes layers: give --push too")
     options = RunOptions(
         command=Step.BUILD, matrix=matrix, registry=registry, inputs=inputs, only=tuple(only), state_dir=state_dir,
         report_dir=report_dir,
@@ -107,7 +112,8 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[
                             sbom=sbom, locked=locked, created=created,
                             backend_options={k: v for k, v in backend_options.items() if v}),
         test=TestSettings(retest=retest) if run_tests else None,
-        push=PushSettings(require_tests=run_tests, sign_key=sign_key, sign_password=key_password) if run_push else None,
+        push=PushSettings(require_tests=run_tests, sign_key=sign_key, sign_password=key_password,
+                          compression=compression) if run_push else None,
     )
     result = build_run(options, _say, click.echo)
     _say(f"report: {result.report_md}")

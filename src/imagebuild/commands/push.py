@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from imagebuild.commands._options import (
+    compression_option,
     matrix_option,
     only_option,
     registry_option,
@@ -38,11 +39,16 @@ from imagebuild.pipeline.settings import PushSettings, RunOptions, Step
 @click.option("--ca-file", default=None, type=click.Path(dir_okay=False, exists=True),
               help="CA certificate of a TLS registry (default: /etc/docker/certs.d/<registry>/ca.crt).")
 @sign_options
+@compression_option
 def command(matrix: str, registry: str | None, username: str | None, password_stdin: bool, dry_run: bool,
             only: tuple[str, ...], state_dir: str | None, retries: int, report_dir: str | None, untested: bool,
-            ca_file: str | None, sign_key: str | None, sign_password_stdin: bool) -> int:
+            ca_file: str | None, sign_key: str | None, sign_password_stdin: bool, compression: str | None) -> int:
     """Push every built and tested image of a matrix: the full tag plus its aliases (moving aliases such as
     2.9-cuda12.8-runtime point at the newest patch), then verify the digest the registry serves.
+
+    Layers are written zstd-compressed with OCI media types (Docker >= 23, containerd >= 1.5, enroot >= 3.5 pull
+    them); --compression gzip (or the matrix's `compression`) writes gzip with Docker media types for older runtimes.
+    Each image is written by digest first and verified; only then do its tags move.
 
     Images whose tag already points at the same digest are skipped. Transient registry failures are retried with
     exponential backoff; refused credentials fail at once (exit 1) with the registry's message.
@@ -73,6 +79,7 @@ def command(matrix: str, registry: str | None, username: str | None, password_st
         command=Step.PUSH, matrix=matrix, registry=registry, only=tuple(only), state_dir=state_dir,
         report_dir=Path(report_dir) if report_dir else None,
         push=PushSettings(require_tests=not untested, retries=retries, ca_file=ca_file, username=username,
-                          password=password, dry_run=dry_run, sign_key=sign_key, sign_password=key_password))
+                          password=password, dry_run=dry_run, sign_key=sign_key, sign_password=key_password,
+                          compression=compression))
     result = push_run(options, lambda m: click.echo(m, err=True), click.echo)
     return EXIT_OK if result.ok else EXIT_FAILED

@@ -12,6 +12,8 @@ import tarfile
 import zlib
 from typing import IO
 
+import zstandard
+
 from imagebuild.errors import ImagebuildError
 from imagebuild.inventory import dpkg, pydist, tarpick
 from imagebuild.inventory.model import Inventory, Layer
@@ -29,6 +31,8 @@ from imagebuild.oci.answers import (
 _GZIP = ("application/vnd.docker.image.rootfs.diff.tar.gzip", "application/vnd.oci.image.layer.v1.tar+gzip",
          "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
          "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip")
+_ZSTD = ("application/vnd.oci.image.layer.v1.tar+zstd",
+         "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd")
 _PLAIN = ("application/vnd.oci.image.layer.v1.tar", "application/vnd.oci.image.layer.nondistributable.v1.tar")
 _MACHINE_TO_GOARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64le",
                       "s390x": "s390x"}
@@ -89,7 +93,7 @@ def read_registry(client: RegistryClient, ref: Reference, platform: str | None =
         stream, compression = _open_layer(client, repo, ref, blob)
         try:
             collector.add_layer(stream, compression)
-        except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        except (tarfile.TarError, EOFError, zlib.error, zstandard.ZstdError, OSError) as exc:
             raise ImagebuildError(f"{ref}: layer {blob.digest}: not a readable tar stream ({exc})") from None
     found = collector.files
     history = [h for h in config.history if not h.get("empty_layer")]
@@ -116,11 +120,13 @@ def _open_layer(client: RegistryClient, repo: str, ref: Reference, blob: Descrip
     media = blob.media_type
     if media in _GZIP:
         compression = "gz"
+    elif media in _ZSTD:
+        compression = "zst"
     elif media in _PLAIN:
         compression = ""
     else:
         raise ImagebuildError(f"{ref}: layer {blob.digest} has media type {media!r}, which this reader cannot"
-                              " unpack (gzip or plain tar only)")
+                              " unpack (gzip, zstd or plain tar only)")
     digest = blob.digest
     return _Checked(client.open_blob(repo, digest), digest, f"{ref.name}@{digest}"), compression
 

@@ -230,6 +230,26 @@ def _bootstrap_packages(value: Any, raw: str | None, tables: Tables) -> tuple[st
     return _string_list(value, _apt_name, "Debian package names")
 
 
+def _platforms(value: Any, raw: str | None, tables: Tables) -> tuple[str, ...]:
+    """A list of OS/architecture pairs; a row of several platforms builds each (one tag, several platforms)."""
+    known = list(tables.platforms) or [tables.default_platform]
+    if isinstance(value, str):
+        value = [value]  # `platforms: linux/arm64` means the one-element list
+    if not isinstance(value, list) or not value:
+        raise Bad(f"expected a non-empty list of platforms, got {describe(value)}", "valid choices: " + ", ".join(known))
+    out: list[str] = []
+    for i, item in enumerate(value):
+        name = item.strip().lower() if isinstance(item, str) else item
+        if isinstance(name, str) and "/" not in name and f"linux/{name}" in known:
+            name = f"linux/{name}"  # `arm64` is linux/arm64, as docker --platform reads it
+        if name not in known:
+            raise Bad(f"unknown platform {describe(item)}", suggest(str(item), known), sub=(i,))
+        if name in out:
+            raise Bad(f"platform {name} is listed twice", sub=(i,))
+        out.append(name)
+    return tuple(out)
+
+
 def _backend(value: Any, raw: str | None, tables: Tables) -> str:
     names = choices()  # auto + THE table of backends (imagebuild/backends.py)
     if value not in names:
@@ -258,6 +278,7 @@ VARIANT_FIELDS: dict[str, Checker] = {
     "bootstrap_packages": _bootstrap_packages,
     "torch_index_url": _index_url,
     "backend": _backend,  # how images are built: imagebuild/backends.py
+    "platforms": _platforms,  # OS/architecture pairs, default linux/amd64 (compat/data/platforms.yaml)
 }
 
 REQUIRED_FIELDS = ("torch", "cuda", "os")  # python defaults to the OS's own python3

@@ -179,6 +179,12 @@ class RegistryClient:
             return None
         return "sha256:" + hashlib.sha256(r.body).hexdigest()
 
+    def blob_exists(self, repository: str, digest: str) -> bool:
+        """Does `repository` hold blob `digest`? (`HEAD`: what a push asks before sending a layer.)"""
+        r = self._request("HEAD", f"/v2/{repository}/blobs/{digest}", scope=f"repository:{repository}:pull",
+                          ok=(200, 404))
+        return r.status == 200
+
     def manifest(self, repository: str, reference: str) -> tuple[str, dict[str, object]] | None:
         """(digest, parsed manifest) for `repository:reference` (tag or digest), None when absent. The digest is the
         sha256 of the bytes served (checked against the one asked for, when a digest was asked for)."""
@@ -242,7 +248,7 @@ class RegistryClient:
 
     def put_manifest(self, repository: str, reference: str, body: bytes, media_type: str) -> None:
         """Point `repository:reference` at the manifest `body` (its blobs must be in the repository already): how a
-        tag is moved back to the digest it named before an unsigned push (push's rollback)."""
+        tag is pointed at the digest push wrote (and signed) by digest."""
         path = f"/v2/{repository}/manifests/{urllib.parse.quote(reference, safe=':@')}"
         self._request("PUT", path, headers={"Content-Type": media_type}, scope=f"repository:{repository}:pull,push",
                       ok=(200, 201, 202), data=body)
@@ -273,8 +279,8 @@ class RegistryClient:
         opener = urllib.request.build_opener(_NoRedirectAuthStrip(), urllib.request.HTTPSHandler(context=self._ssl))
         try:
             with opener.open(req, timeout=self.timeout) as resp:
-                declared = resp.headers.get("Content-Length") or ""
-                if declared.isdigit() and int(declared) > limit:
+                declared = resp.headers.get("Content-Length") or ""  # a HEAD's: the size of what it asks about
+                if method != "HEAD" and declared.isdigit() and int(declared) > limit:
                     raise _TooLarge(int(declared), limit)
                 body = resp.read(limit + 1)
                 if len(body) > limit:

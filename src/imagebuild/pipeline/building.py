@@ -66,7 +66,7 @@ def locate_all(client: Any, selection: Selection, rec: Record | None) -> dict[st
 
 
 def registry_lookup(selection: Selection, here: dict[str, str | None], require: bool,
-                    say: Say) -> dict[str, RemoteImage]:
+                    say: Say, pulls_zstd: bool = True) -> dict[str, RemoteImage]:
     """--registry-cache: which selected images the registry already holds with exactly the planned inputs.
 
     Asked only when this engine lacks one of them (`here`, locate_all): a no-op makes no network request (a
@@ -74,7 +74,8 @@ def registry_lookup(selection: Selection, here: dict[str, str | None], require: 
     if all(here.values()):
         return {}
     try:
-        return find_in_registry(selection.with_parents, resolve_auth, log=say, local_id=lambda img: here.get(img.tag))
+        return find_in_registry(selection.with_parents, resolve_auth, log=say, local_id=lambda img: here.get(img.tag),
+                                pulls_zstd=pulls_zstd)
     except RegistryUnavailable as exc:
         if require:
             raise SourcesUnreachable(f"{exc} (--require-registry)") from None
@@ -175,6 +176,24 @@ def backend_maker(name: str, own: dict[str, Any], store: Any) -> Callable[[], Bu
     return lambda: preflight(name, own)(store)
 
 
+def platform_preflight(client: Any, selected: list[ImagePlan], name: str, own: dict[str, Any]) -> None:
+    """Every selected image's platform is buildable here (pipeline/platforms.py), or one error line before anything
+    builds. A plan of the default platform asks nothing (nor runs the backend's preflight). A backend with
+    `features.other_platforms` says, after its preflight, what its builder's nodes list (`platforms`) and whether it
+    is the engine's own docker driver (`docker_driver`); `own` holds its run options (the builder's name)."""
+    from imagebuild.compat import load as load_tables
+    from imagebuild.engine.connect import engine_machine
+    from imagebuild.pipeline.platforms import check_platforms, engine_platform
+
+    tables = load_tables()
+    if all(i.variant.platform == tables.default_platform for i in selected):
+        return  # nothing to ask the engine: a plan of the default platform builds as before
+    cross = spec(name).features.other_platforms
+    backend = preflight(name, own)(as_store(client)) if cross else None
+    check_platforms(selected, tables, engine_platform(tables, engine_machine(client)), cross, own.get("builder"),
+                    tuple(getattr(backend, "platforms", ())), bool(getattr(backend, "docker_driver", True)))
+
+
 def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSettings, rec: Record | None,
                progress: Progress, log_dir: Any, say: Say,
                backend: tuple[str, Callable[[], BuildBackend]] | None = None) -> BuildRun:
@@ -190,7 +209,8 @@ def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSet
         everything_here = here is not None and all(here.values())
         chosen = DeferredBackend(backend[1]) if everything_here else backend[1]()
     if here is not None and settings.registry_cache:
-        remote = registry_lookup(selection, here, settings.require_registry, say)
+        remote = registry_lookup(selection, here, settings.require_registry, say,
+                                 pulls_zstd=as_store(client).pulls_zstd())
     buildable, blocked = preflight_sources(client, plan, selection, settings.keep_going, here, remote, say)
     options = BuildOptions(force=settings.force, only=selection.only, keep_going=settings.keep_going,
                            log_dir=log_dir, remote=remote, created=settings.created)

@@ -20,7 +20,14 @@ from imagebuild.errors import UsageError
 from imagebuild.files import check_output_dir
 from imagebuild.models import ImagePlan, ImageResult
 from imagebuild.oci import Reference, ReferenceSyntaxError
-from imagebuild.pipeline.building import backend_maker, build_step, chosen_backend, concrete_backend, finish
+from imagebuild.pipeline.building import (
+    backend_maker,
+    build_step,
+    chosen_backend,
+    concrete_backend,
+    finish,
+    platform_preflight,
+)
 from imagebuild.pipeline.loaded import Loaded, Say, load
 from imagebuild.pipeline.located import Located, locate, plan_registry
 from imagebuild.pipeline.pushing import PushRun, gate_reason, gate_rows, push_step
@@ -99,6 +106,7 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
         open_signing_key(options.push, selection.named)  # a key that cannot sign: said before an hour of building
     backend, own = chosen_backend(plan, loaded.inputs, settings)  # another backend's options: refused here
     client = engine.connect("build")  # its timeout also fits --push of multi-GB layers
+    platform_preflight(client, selection.with_parents, backend, own)  # before anything builds
     progress = make_progress(plain=settings.plain, verbose=settings.verbose)
     before = previous_ids(client, plan) if settings.sbom else {}
     built = build_step(client, plan, selection, settings, loaded.record, progress,

@@ -18,7 +18,7 @@ from imagebuild.pipeline.loaded import RecordBook, Say
 from imagebuild.pipeline.located import Located
 from imagebuild.pipeline.settings import PushSettings
 from imagebuild.pipeline.signing import open_signing_key, signer
-from imagebuild.push import DEFAULT_RETRIES, gate, push_plan
+from imagebuild.push import DEFAULT_COMPRESSION, DEFAULT_RETRIES, gate, push_plan
 from imagebuild.record import Record
 from imagebuild.record.testkeys import failed_result, tested_ok
 from imagebuild.record.update import record_push
@@ -97,6 +97,15 @@ def auth_cache(settings: PushSettings, say: Say, describe: bool) -> Callable[[st
     return auth_for
 
 
+def compression_for(registry: str, settings: PushSettings, plan: Plan) -> str:
+    """zstd | gzip for pushes to `registry`: --compression, else the matrix's `compression` for that registry (or
+    for every registry), else zstd."""
+    if settings.compression:
+        return settings.compression
+    chosen = plan.images[0].variant.compression if plan.images else {}
+    return chosen.get(registry) or chosen.get("*") or DEFAULT_COMPRESSION
+
+
 def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], book: RecordBook,
               settings: PushSettings, log: Say, *, describe_credentials: bool = False) -> PushRun:
     rows = gate_rows(images, book.record)
@@ -115,6 +124,7 @@ def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], 
         sign_pushed = signer(client, plan, book, settings, key, public_pem,
                              {t: i for t, i in located.items() if i}, auth_for, log)
     pushed = push_plan(plan, client=client, auth_for=auth_for, images=[img for img, _ in images],
+                       compression=lambda registry: compression_for(registry, settings, plan),
                        report_rows={tag: row.for_push() for tag, row in rows.items()},
                        require_tests=settings.require_tests, log=lambda m: log(redact(m)), ca_file=settings.ca_file,
                        retries=DEFAULT_RETRIES if settings.retries is None else settings.retries,

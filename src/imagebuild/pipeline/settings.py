@@ -68,6 +68,7 @@ class PushSettings:
     dry_run: bool = False
     sign_key: str | None = None  # a cosign key file or KMS URI: every pushed digest signed + SBOM/provenance attested
     sign_password: str | None = field(default=None, repr=False)  # the key file's; None: COSIGN_PASSWORD
+    compression: str | None = None  # --compression zstd|gzip; None: the matrix's `compression`, else zstd
 
 
 @dataclass(frozen=True)

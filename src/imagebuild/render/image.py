@@ -417,7 +417,7 @@ def _cuda_compiler(c: Common) -> _CudaCompiler:
             pip=cuda_pip_toolchain(v.cuda),
         )
     distro = c.variant.os.family + c.variant.os.version.replace(".", "")
-    url = data.CUDA_REPO_URL.format(distro=distro, arch=data.CUDA_REPO_ARCH)
+    url = data.CUDA_REPO_URL.format(distro=distro, arch=data.cuda_repo_arch(c.variant.platform))
     dashed = v.cuda.replace(".", "-")
     home = f"/usr/local/cuda-{v.cuda}"
     return _CudaCompiler(

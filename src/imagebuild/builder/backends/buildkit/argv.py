@@ -50,6 +50,7 @@ class BuildxCall:
     docker_driver: bool = True
     archive: Path | None = None  # the docker driver with the containerd image store: export here, then load
     extra_flags: tuple[str, ...] = field(default_factory=tuple)  # cache import/export (--cache-from/--cache-to)
+    platform: str | None = None  # --platform: the image's OS/architecture (None: the builder's own)
 
 
 def buildx_argv(call: BuildxCall) -> list[str]:
@@ -57,6 +58,8 @@ def buildx_argv(call: BuildxCall) -> list[str]:
     argv = ["buildx", "build"]
     if call.builder:
         argv += ["--builder", call.builder]
+    if call.platform:  # the parent's named context resolves to that platform's image too
+        argv += ["--platform", call.platform]
     argv += ["--progress", "rawjson", "--network", "host", "--provenance=false", "--sbom=false",
              "--file", str(call.context_dir / call.dockerfile), "--tag", call.tag]
     args = dict(call.build_args)

@@ -27,6 +27,7 @@ from imagebuild.builder.backends.buildkit.argv import BuildxCall, buildx_argv, s
 from imagebuild.builder.backends.buildkit.progress import RawJsonProgress
 from imagebuild.builder.context import tar_context
 from imagebuild.engine import cli
+from imagebuild.models import DEFAULT_PLATFORM
 
 # build arguments that carry credentials: sent as build secrets; the buildkit templates read /run/secrets/<id>
 SECRET_BUILD_ARGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
@@ -37,8 +38,10 @@ class BuildxBackend:
     """Builds through `docker buildx build`; `builder` None is the current builder (the engine's docker driver)."""
 
     def __init__(self, builder: str | None = None, docker_driver: bool = True, cache_repository: str | None = None,
-                 containerd_store: bool = False) -> None:
+                 containerd_store: bool = False, platforms: tuple[str, ...] = ()) -> None:
         self.builder, self.docker_driver, self.cache_repository = builder, docker_driver, cache_repository
+        # what `docker buildx inspect` lists for the builder's nodes (the docker driver's include what QEMU runs)
+        self.platforms = platforms
         # the docker driver on the containerd image store: export an archive with rewritten dates, then load it
         self.via_archive = docker_driver and containerd_store
 
@@ -132,7 +135,9 @@ class BuildxBuild:
             base_ref=self.backend.parent_ref(base) if base.startswith("sha256:") else None,
             builder=self.backend.builder, docker_driver=self.backend.docker_driver,
             archive=tmp / "image.tar" if self.backend.via_archive else None,
-            extra_flags=self.backend.cache_flags(req.tag))
+            extra_flags=self.backend.cache_flags(req.tag),
+            # the default platform's argv stays as before (the engine's own)
+            platform=None if req.platform == DEFAULT_PLATFORM else req.platform)
         with self._lock:
             if self._cancelled:
                 self.progress.fail("interrupted")

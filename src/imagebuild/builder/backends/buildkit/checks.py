@@ -118,7 +118,21 @@ def preflight(builder_name: str | None = None, cache_repository: str | None = No
     if cache_repository:
         check_cache_export(chosen, driver_status)
     return BuildxBackend(builder=builder_name, docker_driver=chosen.driver == "docker",
-                         cache_repository=cache_repository, containerd_store=containerd_store(driver_status))
+                         cache_repository=cache_repository, containerd_store=containerd_store(driver_status),
+                         platforms=inspect_platforms(answer.stdout))
+
+
+def inspect_platforms(text: str) -> tuple[str, ...]:
+    """The platforms of every node `docker buildx inspect` lists (`Platforms: linux/amd64, linux/arm64*`; a `*`
+    marks one the node was created with)."""
+    found: list[str] = []
+    for line in text.splitlines():
+        if line.strip().startswith("Platforms:"):
+            for item in line.split(":", 1)[1].split(","):
+                name = item.strip().rstrip("*")
+                if name and name not in found:
+                    found.append(name)
+    return tuple(found)
 
 
 def answers() -> tuple[bool, str]:
