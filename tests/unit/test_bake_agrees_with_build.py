@@ -143,3 +143,23 @@ def test_a_baked_child_on_another_parent_is_rebuilt(tmp_path):
     results = build_plan(fake, plan, opts, Progress())
     assert [r.status for r in results] == ["up-to-date", "up-to-date", "built"] + ["up-to-date"] * 3
     assert [c["tag"] for c in fake.builds] == [dev.tag] and results[2].image_id != ids[dev.tag]
+
+
+def test_a_target_of_another_platform_names_it_as_build_does(tmp_path):
+    """build asks BuildKit for --platform only off the default platform; the bake target then says `platforms`
+    (both forms), and a default-platform target says nothing (the builder's own, as before)."""
+    import dataclasses
+    import json
+
+    plan = make_plan()
+    arm = dataclasses.replace(plan.images[0].variant, platform="linux/arm64")
+    for img in plan.images[:3]:
+        img.variant = arm
+    compose = write_bake(plan, tmp_path / "c" / "docker-bake.yml")
+    bake_json = write_bake(plan, tmp_path / "j" / "docker-bake.json")
+    for img in plan.images:
+        name = img.id.replace(".", "_")
+        want = ["linux/arm64"] if img.variant is arm else None
+        assert compose["services"][name]["build"].get("platforms") == want, name
+        assert bake_json["target"][name].get("platforms") == want, name
+    assert json.loads((tmp_path / "j" / "docker-bake.json").read_text()) == bake_json

@@ -55,7 +55,7 @@ from imagebuild.dates import SOURCE_DATE_LABEL
 from imagebuild.engine.store import ImageStore
 from imagebuild.errors import UsageError
 from imagebuild.files import FileProblem, make_dirs_inside, refuse_overlap, write_inside, write_text_atomic
-from imagebuild.models import FLAVORS, ImagePlan, Plan
+from imagebuild.models import FLAVORS, ImagePlan, Plan, platform_to_ask
 from imagebuild.plan.tags import references
 from imagebuild.secrets import strip_credentials
 
@@ -157,6 +157,8 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
             "tags": [esc(t) for t in references(image)],
             "labels": labels,
         }
+        if platform_to_ask(image.variant.platform):  # what build asks BuildKit for (an arm64 image on amd64: QEMU)
+            targets[name]["platforms"] = [image.variant.platform]
         if image.secret_build_args and secrets:  # buildkit templates read them from /run/secrets/<id>
             targets[name]["secret"] = [f"id={secret_id(k)},env={k}" for k in sorted(image.secret_build_args)]
         groups["default"]["targets"].append(name)

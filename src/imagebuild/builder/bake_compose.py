@@ -46,6 +46,8 @@ def compose_document(doc: dict[str, Any]) -> dict[str, Any]:
             "labels": {k: expand(v) for k, v in target["labels"].items()},
             "tags": target["tags"],
         }
+        if "platforms" in target:
+            build["platforms"] = target["platforms"]
         ids = []
         for spec in target.get("secret", []):
             fields = dict(part.split("=", 1) for part in spec.split(","))
