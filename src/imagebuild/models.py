@@ -27,6 +27,12 @@ def platform_suffix(platform: str) -> str:
     return "" if platform == DEFAULT_PLATFORM else f"-{platform_arch(platform)}"
 
 
+def platform_to_ask(platform: str) -> str | None:
+    """The platform a build names explicitly: None for the default one (the builder's own, so a build of it stays as
+    it was before platforms existed), else `platform`. BuildKit's --platform and the bake export's `platforms` both."""
+    return None if platform == DEFAULT_PLATFORM else platform
+
+
 @dataclass(frozen=True)
 class Location:
     """Where a value came from, for error messages (`FILE:LINE: key.path: ...`)."""

@@ -120,7 +120,9 @@ def test_the_20_10_engine_is_refused_before_anything_builds(cpu_build, tmp_path)
 
 def test_a_real_bake_of_the_exported_compose_file(bk_build, cpu_build, tmp_path):
     """`imagebuild bake` -> `docker buildx bake` on the modern engine (no bridge): the base image builds with
-    host networking (--no-cache: every RUN really runs), carries its own labels, and no credential is in the file."""
+    host networking (--no-cache: every RUN really runs), carries its own labels, and no credential is in the file.
+    Then `imagebuild build` of the same inputs finds that image up to date (its source date, CREATED and REVISION are
+    build's; its layers stand on the OS image build uses) and reports the bake's image ID."""
     import subprocess
 
     import yaml
@@ -129,11 +131,10 @@ def test_a_real_bake_of_the_exported_compose_file(bk_build, cpu_build, tmp_path)
     assert result.returncode == 0
     out = tmp_path / "docker-bake.yml"
     secret = "https://bakeuser:bake-Pa55@127.0.0.1:9/simple"
-    exported = imagebuild("bake", *cpu_build.args(
-        "--wheelhouse", os.environ.get("IMAGEBUILD_WHEELHOUSE", "/opt/wheels"),
-        "--ca-cert", os.environ.get("IMAGEBUILD_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
-        "--torch-index-url", "none", "--pip-extra-index-url", secret, "--only", "*-base", "-o", str(out)),
-        env=_bk_env(tmp_path / "state"))
+    inputs = ("--wheelhouse", os.environ.get("IMAGEBUILD_WHEELHOUSE", "/opt/wheels"),
+              "--ca-cert", os.environ.get("IMAGEBUILD_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
+              "--torch-index-url", "none", "--pip-extra-index-url", secret, "--only", "*-base")
+    exported = imagebuild("bake", *cpu_build.args(*inputs, "-o", str(out)), env=_bk_env(tmp_path / "state"))
     assert exported.returncode == 0, exported.stderr
     text = out.read_text()
     assert "bake-Pa55" not in text
@@ -151,6 +152,18 @@ def test_a_real_bake_of_the_exported_compose_file(bk_build, cpu_build, tmp_path)
     labels = client.api.inspect_image(service["build"]["tags"][0])["Config"]["Labels"]
     assert labels["io.imagebuild.inputs-hash"] == service["build"]["labels"]["io.imagebuild.inputs-hash"]
     assert labels["io.imagebuild.source-date-epoch"].isdigit()
+    # the source date build uses: the OS image's (a bootstrap image's `created` is its rootfs's SOURCE_DATE_EPOCH)
+    os_created = client.api.inspect_image(os_id)["Created"]
+    assert labels["org.opencontainers.image.created"] == os_created[:19] + "Z" and labels["io.imagebuild.base-id"] == ""
+    baked_id = client.api.inspect_image(service["build"]["tags"][0])["Id"]
+    build = imagebuild("build", *cpu_build.args(*inputs, "--backend", "buildkit", "--plain", "--no-sbom",
+                                                "--no-registry-cache", "--log-dir", str(tmp_path / "logs"),
+                                                "--report-dir", str(tmp_path / "report")),
+                       env=_bk_env(tmp_path / "state"), timeout=600)
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    [row] = [r for r in json.loads((tmp_path / "report" / "build-report.json").read_text())["images"]
+             if r["flavor"] == "base"]
+    assert (row["status"], row["image_id"]) == ("up-to-date", baked_id)
 
 
 def _pin(client, image_id: str) -> str:

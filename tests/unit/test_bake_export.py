@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import re
 
+from _bake_cases import make_plan
+
 from imagebuild.builder.bake import OS_CONTEXT, PARENT_CONTEXT, bake_document, target_name, write_bake
-from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions
 
 # attributes of a bake target (https://docs.docker.com/build/bake/reference/#target)
 TARGET_ATTRS = {"args", "annotations", "attest", "cache-from", "cache-to", "call", "context", "contexts",
@@ -14,44 +15,6 @@ TARGET_ATTRS = {"args", "annotations", "attest", "cache-from", "cache-to", "call
                 "labels", "matrix", "name", "network", "no-cache", "no-cache-filter", "output", "platforms",
                 "pull", "secret", "shm-size", "ssh", "tags", "target", "ulimits"}
 NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
-
-
-def variant(torch="2.9.1", base=None, os_id="debian12"):
-    osinfo = OSInfo(os_id, "debian", "12", "bookworm", "3.11", (), "http://deb.debian.org/debian", "2.36")
-    return ResolvedVariant(
-        key=f"{torch}-cpu-py3.11-{os_id}", name="pytorch", registry="127.0.0.1:5000/ml",
-        versions=Versions(torch, "cpu", "3.11", os_id), cuda_tag="cpu", os=osinfo,
-        base=base or BaseSource("bootstrap"), torch_index_url=None, flavors=("base", "runtime", "dev"), tf32=True,
-        gpu_archs=(), arch_list=(), min_driver=None)
-
-
-def chain(v, with_aliases=True):
-    images, parent = [], None
-    for flavor in ("base", "runtime", "dev"):
-        tag = f"127.0.0.1:5000/ml/pytorch:{v.key}-{flavor}"
-        img = ImagePlan(
-            id=f"{v.key}-{flavor}", tag=tag, flavor=flavor, parent=parent.tag if parent else None, variant=v,
-            dockerfile=f"ARG BASE_IMAGE\nFROM ${{BASE_IMAGE}}\nRUN echo {flavor}\n",
-            build_args={"PYTHON": "3.11", "PIP_FLAGS": "--no-cache-dir ${NOT_A_VAR}"},
-            context_files={"files/imagebuild_tf32.pth": b"import x\n"},
-            labels={"io.imagebuild.flavor": flavor, "io.imagebuild.torch": v.versions.torch},
-            inputs_hash=f"h-{flavor}",
-            secret_build_args={"PIP_INDEX_URL": "https://u:p@idx/simple"} if flavor == "runtime" else {},
-            aliases=(f"127.0.0.1:5000/ml/pytorch:2.9-cpu-{flavor}",) if with_aliases else (),
-        )
-        img.build_args["PIP_INDEX_URL"] = "https://u:p@idx/simple" if flavor == "runtime" else "x"
-        if flavor != "runtime":
-            img.build_args.pop("PIP_INDEX_URL")
-        images.append(img)
-        parent = img
-    return images
-
-
-def make_plan():
-    a = chain(variant("2.9.1"))
-    b = chain(variant("2.8.0", base=BaseSource("registry", ref="debian:12@sha256:" + "e" * 64), os_id="debian12b"),
-              with_aliases=False)
-    return Plan("images/cpu.yaml", a + b)
 
 
 def check_bake_shape(doc):
@@ -83,9 +46,11 @@ def test_shape_targets_and_tags_equal_plan():
         t = doc["target"][target_name(img.id)]
         assert t["tags"] == [img.tag, *img.aliases]
         # each target's own up-to-date labels, so a child never shows its parent's (LABEL is inherited)
+        # a default per target: the date `build` gives it (0: none given here), SOURCE_DATE_EPOCH at bake time wins
+        sde = '${SOURCE_DATE_EPOCH != "" ? SOURCE_DATE_EPOCH : "0"}'
         assert t["labels"] == {**img.labels, "io.imagebuild.inputs-hash": img.inputs_hash, "io.imagebuild.base-id": "",
-                               "io.imagebuild.source-date-epoch": "${SOURCE_DATE_EPOCH}"}
-        assert t["args"]["SOURCE_DATE_EPOCH"] == "${SOURCE_DATE_EPOCH}"
+                               "io.imagebuild.source-date-epoch": sde}
+        assert t["args"]["SOURCE_DATE_EPOCH"] == sde
         assert t["context"] == f"ctx/{img.id}" and t["dockerfile"] == "Dockerfile"
     assert set(doc["group"]) >= {"default", "base", "runtime", "dev", "2_9_1-cpu-py3_11-debian12"}
 
@@ -115,7 +80,8 @@ def test_secrets_never_written_and_literals_escaped():
     assert "u:p@idx" not in text and "u:" not in text
     t = doc["target"]["2_9_1-cpu-py3_11-debian12-runtime"]
     assert t["args"]["PIP_FLAGS"] == "--no-cache-dir $${NOT_A_VAR}"
-    assert t["args"]["CREATED"] == "${CREATED}" and doc["variable"]["CREATED"] == {"default": ""}
+    assert t["args"]["CREATED"] == '${CREATED != "" ? CREATED : "1970-01-01T00:00:00Z"}'
+    assert doc["variable"]["CREATED"] == {"default": ""}
 
 
 def test_write_bake_materializes_contexts(tmp_path):

@@ -3,18 +3,24 @@
 Two forms of the same targets: a bake JSON file (`*.json`) and a compose file (`*.yml`/`*.yaml`, bake_compose.py).
 Only the compose form carries `network: host`, which every RUN needs on an engine started without a bridge
 (`--bridge=none`, as this project's engines are): buildx 0.13.1 drops `network` from a JSON bake file silently.
-Each target carries its own up-to-date labels (inputs hash; base ID empty, as bake alone knows the parent it built;
-the source date), so a child never shows its parent's; SOURCE_DATE_EPOCH is a variable with the export's default.
+Each target carries the build args and labels `imagebuild build` passes for the same image (one home each:
+buildargs.dated_build_args, uptodate.planned_labels), so a bake followed by a build is up to date: SOURCE_DATE_EPOCH
+is the date of the OS image the target's chain starts from, read from the engine as build reads it
+(sourcedate.source_date_epoch; a child's is its parent's), CREATED that date unless asked otherwise, REVISION the
+checkout's HEAD. Each is a bake variable whose per-target default is that value (set it in the environment to
+override). The base-id label alone stays empty: bake alone knows the ID of the parent it built (uptodate.py says how
+build still finds such an image up to date, and why the label is not guessed).
 Credentialed index URLs are build secrets by id, read from the environment at bake time (never in the file).
 
 Shape (https://docs.docker.com/build/bake/reference/):
 
-    {"variable": {"CREATED": {"default": ""}, "REVISION": {"default": ""},
+    {"variable": {"CREATED": {"default": ""}, "REVISION": {"default": ""}, "SOURCE_DATE_EPOCH": {"default": ""},
                   "OS_IMAGE_debian12": {"default": "imagebuild-os/debian12:<hash>"}},
      "group":  {"default": {"targets": [every target]}, "base"|"runtime"|"dev": {...}, "<variant>": {...}},
      "target": {"<id>": {"context": "bake-context/<id>", "dockerfile": "Dockerfile",
                          "contexts": {"imagebuild-parent": "target:<parent id>"},
-                         "args": {..., "BASE_IMAGE": "imagebuild-parent", "CREATED": "${CREATED}", ...},
+                         "args": {..., "BASE_IMAGE": "imagebuild-parent",
+                                  "CREATED": "${CREATED != \"\" ? CREATED : \"<the target's default>\"}", ...},
                          "tags": [tag, aliases...], "labels": {...}}}}
 
 Chaining: the Dockerfiles start `ARG BASE_IMAGE` / `FROM ${BASE_IMAGE}`. Bake sets `args.BASE_IMAGE` to the name of a
@@ -37,17 +43,19 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from imagebuild.builder.backends.buildkit.argv import secret_id
-from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
+from imagebuild.builder.buildargs import dated_build_args
+from imagebuild.builder.uptodate import UNKNOWN_BASE, planned_labels
 from imagebuild.dates import SOURCE_DATE_LABEL
+from imagebuild.engine.store import ImageStore
 from imagebuild.errors import UsageError
 from imagebuild.files import FileProblem, make_dirs_inside, refuse_overlap, write_inside, write_text_atomic
-from imagebuild.models import FLAVORS, ImagePlan, Plan
+from imagebuild.models import FLAVORS, ImagePlan, Plan, platform_to_ask
 from imagebuild.plan.tags import references
 from imagebuild.secrets import strip_credentials
 
@@ -78,30 +86,39 @@ def _default_os_ref(image: ImagePlan) -> str:
         return f"imagebuild-os/{image.variant.os.id}:latest"
 
 
-def _var(name: str) -> str:
-    return "${" + name + "}"
+def _var(name: str, default: str | None = None) -> str:
+    """A reference to the bake variable `name`; with `default`, this use's own default when the variable is empty
+    (one variable, a default per target: the targets of two OSes can have two source dates)."""
+    if default is None:
+        return "${" + name + "}"
+    literal = default.replace("\\", "\\\\").replace('"', '\\"')
+    return "${" + f'{name} != "" ? {name} : "{literal}"' + "}"
 
 
 def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, str] | None = None,
-                  os_images: dict[str, str] | None = None, source_date: int = 0,
+                  os_images: dict[str, str] | None = None, source_dates: Mapping[str, int] | None = None,
+                  created: str | None = None, revision: str = "unknown",
                   secrets: bool = False, esc: Callable[[str], str] = _esc,
-                  var: Callable[[str], str] = _var) -> dict[str, Any]:
+                  var: Callable[[str, str | None], str] = _var) -> dict[str, Any]:
     """The bake JSON for `plan`. `contexts`: image id -> context path as it should appear in the file;
     `dockerfiles`: image id -> dockerfile path (relative to the context), default "Dockerfile";
-    `os_images`: os id -> default reference for bootstrapped bases; `source_date`: SOURCE_DATE_EPOCH's default;
+    `os_images`: os id -> default reference for bootstrapped bases; `source_dates`: image id -> its source date
+    (`planned_source_dates`; 0 when absent); `created`/`revision`: the run's (buildargs.created_arg/revision_arg);
     `secrets`: the credentialed build args as build secrets read from the same-named environment variables (a plan
     rendered for BuildKit reads them so; a classic one needs `--set '*.args.NAME=...'`).
     `esc`/`var`: how a literal value and a variable reference are written (bake_compose.py writes compose's)."""
     dockerfiles = dockerfiles or {}
     os_images = os_images or {}
+    source_dates = source_dates or {}
     names: dict[str, str] = {}
     for image in plan.images:
         name = target_name(image.id)
         if name in names.values():
             raise ValueError(f"two plan ids map to the bake target {name!r}")
         names[image.tag] = name
+    # empty: each target's use of them carries its own default (the value `build` passes that image)
     variables: dict[str, dict[str, Any]] = {"CREATED": {"default": ""}, "REVISION": {"default": ""},
-                                  "SOURCE_DATE_EPOCH": {"default": str(source_date)}}
+                                            "SOURCE_DATE_EPOCH": {"default": ""}}
     targets: dict[str, dict[str, Any]] = {}
     groups: dict[str, dict[str, Any]] = {"default": {"targets": []}}
     for image in plan.images:
@@ -111,7 +128,7 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
         # value without its credentials, which the environment may override at bake time
         for k, v in (() if secrets else sorted(image.secret_build_args.items())):
             variables.setdefault(k, {"default": esc(strip_credentials(v))})
-            args[k] = var(k)
+            args[k] = var(k, None)
         if image.parent:
             if image.parent not in names:
                 raise ValueError(f"{image.tag}: parent {image.parent} is not in the plan")
@@ -125,20 +142,23 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
                 os_var = os_variable(image.variant.os.id)
                 variables.setdefault(os_var, {"default": esc(os_images.get(image.variant.os.id)
                                                               or _default_os_ref(image))})
-                ctx = {OS_CONTEXT: "docker-image://" + var(os_var)}
+                ctx = {OS_CONTEXT: "docker-image://" + var(os_var, None)}
             args["BASE_IMAGE"] = OS_CONTEXT
-        args.setdefault("CREATED", var("CREATED"))
-        args.setdefault("REVISION", var("REVISION"))
-        args["SOURCE_DATE_EPOCH"] = var("SOURCE_DATE_EPOCH")
-        own = {INPUTS_LABEL: image.inputs_hash, BASE_LABEL: "", SOURCE_DATE_LABEL: var("SOURCE_DATE_EPOCH")}
+        epoch = source_dates.get(image.id, 0)
+        for k, v in dated_build_args(epoch, created, revision).items():  # what build passes, after the plan's
+            args[k] = var(k, esc(v))
+        labels = {k: esc(v) for k, v in planned_labels(image, UNKNOWN_BASE, str(epoch)).items()}
+        labels[SOURCE_DATE_LABEL] = var("SOURCE_DATE_EPOCH", str(epoch))
         targets[name] = {
             "context": contexts[image.id],
             "dockerfile": dockerfiles.get(image.id, "Dockerfile"),
             "contexts": ctx,
             "args": args,
             "tags": [esc(t) for t in references(image)],
-            "labels": {**{k: esc(v) for k, v in sorted(image.labels.items())}, **own},
+            "labels": labels,
         }
+        if platform_to_ask(image.variant.platform):  # what build asks BuildKit for (an arm64 image on amd64: QEMU)
+            targets[name]["platforms"] = [image.variant.platform]
         if image.secret_build_args and secrets:  # buildkit templates read them from /run/secrets/<id>
             targets[name]["secret"] = [f"id={secret_id(k)},env={k}" for k in sorted(image.secret_build_args)]
         groups["default"]["targets"].append(name)
@@ -159,14 +179,51 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def default_source_date(plan: Plan) -> int:
-    """SOURCE_DATE_EPOCH's default in the file: the exporter's SOURCE_DATE_EPOCH, else the newest bootstrap snapshot
-    of the plan, else the time of the export (a bake has no engine to read the OS image's date from)."""
+def planned_source_dates(plan: Plan, store: ImageStore | None, os_images: Mapping[str, str] | None = None,
+                         ) -> tuple[dict[str, int], list[str]]:
+    """image id -> the SOURCE_DATE_EPOCH `build` gives it, and the OS images whose date nothing here could read.
+
+    Build reads it with sourcedate.source_date_epoch from the image it builds on: the caller's SOURCE_DATE_EPOCH,
+    else a parent's own date (its label, the date it was built with: so a whole chain has its OS image's date), else
+    the OS image's `created`. So the export reads the same function on the OS image each chain starts from (the
+    --os-image reference, the bootstrap image build found or made, the registry base) in the engine `store`. Where
+    there is no engine or no such image there, a bake has no date `build` would agree with: the newest bootstrap
+    snapshot of the plan, else the time of the export, and the OS is named in the second value."""
+    from imagebuild.builder.bootstrap import find_existing, spec_for
+    from imagebuild.builder.sourcedate import source_date_epoch
     from imagebuild.dates import from_environment
 
-    env = from_environment()
-    if env is not None:
-        return env
+    by_tag = plan.by_tag()
+    roots: dict[str, int] = {}
+    unread: list[str] = []
+    out: dict[str, int] = {}
+    for image in plan.images:
+        root = image
+        while root.parent is not None and root.parent in by_tag:
+            root = by_tag[root.parent]
+        if root.tag not in roots:
+            base = root.variant.base
+            if base.kind == "registry":
+                ref: str | None = base.ref
+            else:
+                ref = (os_images or {}).get(root.variant.os.id)
+                if ref is None and store is not None:
+                    try:
+                        ref = find_existing(store, spec_for(root.variant))
+                    except Exception:  # an incomplete variant: no bootstrap image to read
+                        ref = None
+            env = from_environment()
+            epoch = env if env is not None else (source_date_epoch(store, ref) if store is not None and ref else 0)
+            if not epoch:
+                unread.append(root.variant.os.id)
+                epoch = _fallback_source_date(plan)
+            roots[root.tag] = epoch
+        out[image.id] = roots[root.tag]
+    return out, sorted(set(unread))
+
+
+def _fallback_source_date(plan: Plan) -> int:
+    """The newest bootstrap snapshot of the plan, else the time of the export (no OS image date to read)."""
     snapshots = [img.variant.base.snapshot for img in plan.images if img.variant.base.snapshot]
     if snapshots:
         return int(datetime.strptime(max(snapshots), "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc).timestamp())
@@ -174,7 +231,9 @@ def default_source_date(plan: Plan) -> int:
 
 
 def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = None,
-               os_images: dict[str, str] | None = None, secrets: bool = False) -> dict[str, Any]:
+               os_images: dict[str, str] | None = None, secrets: bool = False,
+               source_dates: Mapping[str, int] | None = None, created: str | None = None,
+               revision: str = "unknown") -> dict[str, Any]:
     """Write each image's build context (Dockerfile, rendered context files, hard links to big context folders such as
     the wheelhouse) under `context_dir` (default: <output folder>/bake-context) and the bake file to `output`: a
     compose file when it ends in .yml/.yaml (bake_compose.py), else bake JSON.
@@ -182,7 +241,8 @@ def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = 
     Nothing outside the contexts and the bake file is touched: every folder below the context root is made without
     following a symbolic link (a planted `bake-context/<id>` link is refused), files are replaced by rename (a hard
     link into the wheelhouse is never written through), and an input folder that overlaps a context (a wheelhouse
-    inside its own bake context, which refreshing the context would delete) is refused before anything is written."""
+    inside its own bake context, which refreshing the context would delete) is refused before anything is written.
+    `source_dates`, `created`, `revision`: as bake_document takes them."""
     output = Path(output)
     base_dir = output.parent if str(output.parent) else Path(".")
     # the default context root is made below the bake file's folder, so a link planted as bake-context is refused
@@ -211,18 +271,19 @@ def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = 
             shutil.copytree(src, target, copy_function=_link_or_copy, symlinks=False)
         rel_path = os.path.relpath(folder, base_dir.resolve() if folder.is_absolute() else base_dir)
         contexts[image.id] = Path(rel_path).as_posix()
-    source_date = default_source_date(plan)
     output.parent.mkdir(parents=True, exist_ok=True)
     if output.suffix in (".yml", ".yaml"):
         import yaml
 
         from imagebuild.builder.bake_compose import compose_document, compose_esc, compose_var
 
-        doc = compose_document(bake_document(plan, contexts, os_images=os_images, source_date=source_date,
-                                             secrets=secrets, esc=compose_esc, var=compose_var))
+        doc = compose_document(bake_document(plan, contexts, os_images=os_images, source_dates=source_dates,
+                                             created=created, revision=revision, secrets=secrets,
+                                             esc=compose_esc, var=compose_var))
         _write_output(output, yaml.safe_dump(doc, sort_keys=False, width=120))
         return doc
-    doc = bake_document(plan, contexts, os_images=os_images, source_date=source_date, secrets=secrets)
+    doc = bake_document(plan, contexts, os_images=os_images, source_dates=source_dates, created=created,
+                        revision=revision, secrets=secrets)
     _write_output(output, json.dumps(doc, indent=2) + "\n")
     return doc
 

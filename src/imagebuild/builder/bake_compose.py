@@ -19,8 +19,11 @@ def compose_esc(value: str) -> str:
     return str(value).replace("$", "$$")
 
 
-def compose_var(name: str) -> str:
-    """A variable reference as bake_document writes it for compose_document (expanded there with its default)."""
+def compose_var(name: str, default: str | None = None) -> str:
+    """A variable reference as bake_document writes it for compose_document (expanded there with the variable's
+    default); with `default` (escaped already), this use's own: `${NAME:-default}`."""
+    if default is not None:
+        return "${" + name + ":-" + default + "}"
     return f"\x00{name}\x00"
 
 
@@ -43,6 +46,8 @@ def compose_document(doc: dict[str, Any]) -> dict[str, Any]:
             "labels": {k: expand(v) for k, v in target["labels"].items()},
             "tags": target["tags"],
         }
+        if "platforms" in target:
+            build["platforms"] = target["platforms"]
         ids = []
         for spec in target.get("secret", []):
             fields = dict(part.split("=", 1) for part in spec.split(","))

@@ -1,4 +1,5 @@
-"""Build args that are the same for every image of a run: proxies, CREATED (when asked for), REVISION.
+"""Build args that are the same for every image of a run: proxies, CREATED (when asked for), REVISION; and the
+dated args of one image (`dated_build_args`), which `build` and the bake export both take from here.
 
 None of them is part of the inputs hash (they would make every run "changed"); proxies are passed as Docker's
 predefined proxy ARGs only, so they never land in ENV or history. Any password or token in a URL is registered with
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 
 from imagebuild.builder.options import BuildOptions
+from imagebuild.dates import rfc3339
 from imagebuild.secrets import register_url_credentials
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")
@@ -52,3 +54,11 @@ def revision_arg(options: BuildOptions) -> str:
     except (OSError, subprocess.SubprocessError):
         pass
     return "unknown"
+
+
+def dated_build_args(epoch: int, created: str | None, revision: str) -> dict[str, str]:
+    """SOURCE_DATE_EPOCH, CREATED and REVISION of one image built with source date `epoch` (sourcedate.py), the run's
+    `created_arg` and `revision_arg`: CREATED is the source date unless the run asked for another. One home, because
+    `build` (one_image.build_request) and the bake export (bake.py) must pass the same values, or a bake's image is
+    not the image `build` makes from the same inputs and the next `build` rebuilds it."""
+    return {"SOURCE_DATE_EPOCH": str(epoch), "CREATED": created or rfc3339(epoch), "REVISION": revision}

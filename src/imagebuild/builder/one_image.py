@@ -18,14 +18,14 @@ from typing import IO, TYPE_CHECKING
 from imagebuild.builder.backend import BuildRequest
 from imagebuild.builder.backend_run import run_build
 from imagebuild.builder.bases import base_image_id
+from imagebuild.builder.buildargs import dated_build_args
 from imagebuild.builder.describe import describe
 from imagebuild.builder.logs import open_log
 from imagebuild.builder.remote import use_remote
 from imagebuild.builder.reproduced import same_content
 from imagebuild.builder.sourcedate import source_date_epoch
 from imagebuild.builder.te_cache import TE_WHEEL_DIR, ensure_te_wheel
-from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL, find_up_to_date
-from imagebuild.dates import SOURCE_DATE_LABEL, rfc3339
+from imagebuild.builder.uptodate import find_up_to_date, planned_labels
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan, ImageResult
 from imagebuild.oci import Reference
@@ -138,14 +138,8 @@ def build_request(run: RunState, img: ImagePlan, base_id: str, log: IO[str],
         register_secret(v)
         register_url_credentials(v)
     epoch = source_date_epoch(run.store, base_id)
-    build_args = {
-        **run.proxies,
-        **img.build_args,
-        "SOURCE_DATE_EPOCH": str(epoch),
-        "CREATED": run.created or rfc3339(epoch),  # the source date unless the run asked for another
-        "REVISION": run.revision,
-    }
-    labels = {**img.labels, INPUTS_LABEL: img.inputs_hash, BASE_LABEL: base_id, SOURCE_DATE_LABEL: str(epoch)}
+    build_args = {**run.proxies, **img.build_args, **dated_build_args(epoch, run.created, run.revision)}
+    labels = planned_labels(img, base_id, str(epoch))
     return BuildRequest(tag=img.tag, dockerfile=img.dockerfile, build_args=build_args, labels=labels,
                         timeout=run.options.build_timeout, parents={"BASE_IMAGE": base_id},
                         secret_build_args=dict(img.secret_build_args), context_files=dict(img.context_files),

@@ -1,5 +1,6 @@
 """`bake`: the run's plan (its record's inputs unless flags are given), narrowed by the run's --only selection (with
-the parents the images need), written as a buildx bake file by builder.bake."""
+the parents the images need), written as a buildx bake file by builder.bake with the source dates, CREATED and
+REVISION `build` would use (read from the engine, when one answers, as build reads them)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from dataclasses import replace
 from typing import Any
 
 from imagebuild.backends import AUTO, BUILDKIT, spec
-from imagebuild.builder.bake import write_bake
+from imagebuild.builder.bake import planned_source_dates, write_bake
+from imagebuild.builder.buildargs import created_arg, revision_arg
+from imagebuild.builder.options import BuildOptions
+from imagebuild.engine.store import ImageStore
 from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
 from imagebuild.models import Plan
@@ -26,7 +30,28 @@ def bake_file(options: RunOptions, output: str, context_dir: str | None, os_imag
     _check_os_images(os_images, plan)  # the matrix's OSes: a key of an image --only leaves out is not a typo
     if options.only:
         plan = Plan(matrix_file=plan.matrix_file, images=select_images(plan, options.only, loaded.path).with_parents)
-    return write_bake(plan, output, context_dir, os_images, secrets=spec(backend).features.build_secrets)
+    source_dates, unread = planned_source_dates(plan, _engine_store(say), os_images)
+    if unread:
+        say(f"bake: no image of {', '.join(unread)} in the engine to read its source date from: SOURCE_DATE_EPOCH "
+            "defaults to the snapshot or export time, so `imagebuild build` will not find the baked images up to "
+            "date (bootstrap or pull the OS image first, or set SOURCE_DATE_EPOCH)")
+    defaults = BuildOptions()  # `build` without --created: CREATED is each image's source date
+    return write_bake(plan, output, context_dir, os_images, secrets=spec(backend).features.build_secrets,
+                      source_dates=source_dates, created=created_arg(defaults), revision=revision_arg(defaults))
+
+
+def _engine_store(say: Say) -> ImageStore | None:
+    """The engine `build` would read dates from, when one answers; None (and a line saying so) otherwise: a bake
+    export is also for machines with no engine of their own."""
+    from imagebuild.engine.connect import connect
+    from imagebuild.engine.store import as_store
+    from imagebuild.errors import EngineUnavailable
+
+    try:
+        return as_store(connect("inspect", timeout=30))
+    except EngineUnavailable as exc:
+        say(f"bake: {exc}")
+        return None
 
 
 def _check_os_images(os_images: dict[str, str], plan: Plan) -> None:

@@ -27,7 +27,7 @@ from imagebuild.builder.backends.buildkit.argv import BuildxCall, buildx_argv, s
 from imagebuild.builder.backends.buildkit.progress import RawJsonProgress
 from imagebuild.builder.context import tar_context
 from imagebuild.engine import cli
-from imagebuild.models import DEFAULT_PLATFORM
+from imagebuild.models import platform_to_ask
 
 # build arguments that carry credentials: sent as build secrets; the buildkit templates read /run/secrets/<id>
 SECRET_BUILD_ARGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
@@ -136,8 +136,7 @@ class BuildxBuild:
             builder=self.backend.builder, docker_driver=self.backend.docker_driver,
             archive=tmp / "image.tar" if self.backend.via_archive else None,
             extra_flags=self.backend.cache_flags(req.tag),
-            # the default platform's argv stays as before (the engine's own)
-            platform=None if req.platform == DEFAULT_PLATFORM else req.platform)
+            platform=platform_to_ask(req.platform))
         with self._lock:
             if self._cancelled:
                 self.progress.fail("interrupted")
