@@ -148,6 +148,7 @@ class ImagePlan:
     pip_requirements: tuple[str, ...] = ()  # what the flavor's pip stage asks for (render), before any lock
     apt_packages: tuple[str, ...] = ()  # apt packages its final stage installs from the OS archive (render)
     locked: bool = False  # installs from the matrix's lock (pip --require-hashes, apt name=version)
+    env_layers: tuple[tuple[str, str], ...] = ()  # runtime: its environment's layers in order, (tier, what it holds)
 
     @property
     def repository(self) -> str:
@@ -196,6 +197,8 @@ class ImageResult:
     diff: dict[str, Any] | None = None  # a rebuild: {"against": previous image ID, "os"/"python": counts, "text"}
     reproduced_from: str | None = None  # rebuilt as this image ID, same content as image_id (kept): see reproduced.py
     backend: str | None = None  # what built it in this run: "classic" | "buildkit" (None: not built in this run)
+    # the environment's layers as built (report/layers.py): [{"tier", "holds", "size"}], [] when not known
+    env_layers: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def of(cls, image: ImagePlan) -> ImageResult:

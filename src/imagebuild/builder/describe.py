@@ -1,4 +1,5 @@
-"""After an image is built or found up to date: fill its result row (size, 5 largest layers) and tag its aliases.
+"""After an image is built or found up to date: fill its result row (size, 5 largest layers, the environment's
+layers) and tag its aliases.
 
 Best effort: a failure here is a warning, never a failed image; the image itself is fine.
 """
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 from imagebuild.models import ImageResult
 from imagebuild.oci import Reference
 from imagebuild.plan.tags import references
+from imagebuild.report.layers import env_layers
 from imagebuild.secrets import redact
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ def describe(run: RunState, res: ImageResult) -> None:
         # CreatedBy can carry build-arg values (the `|N ARG=...` prefix): redact before it reaches a report
         res.layers = [{"size": int(h["Size"]), "created_by": redact(h.get("CreatedBy") or "")[:300]}
                       for h in layers]
+        res.env_layers = env_layers(hist, img.env_layers)
     except Exception as exc:
         run.warn(f"{res.tag}: could not read size/history: {exc}")
     if run.options.tag_aliases:
