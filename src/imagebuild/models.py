@@ -111,6 +111,7 @@ class ResolvedVariant:
     chosen: dict[str, str] = field(default_factory=dict)  # what resolution picked and why ("torch": "2.9 -> 2.9.1")
     source: Location | None = None
     backend: str = "classic"  # matrix `backend`: "classic" | "buildkit" (render/backend.py)
+    layer_limit: int | None = None  # matrix `layer_limit` in bytes (None: report.layers.DEFAULT_LAYER_LIMIT)
 
 
 @dataclass(frozen=True)

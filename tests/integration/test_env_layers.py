@@ -20,13 +20,15 @@ import time
 from pathlib import Path
 
 import pytest
-from _helpers import CA, ROOT, WHEELHOUSE, imagebuild
+from _helpers import ROOT, imagebuild
 
 from imagebuild.report.layers import tier_steps
 
 BK_HOST = os.environ.get("IMAGEBUILD_BUILDKIT_HOST", "")
 BK_CONFIG = os.environ.get("IMAGEBUILD_BUILDKIT_DOCKER_CONFIG") or str(ROOT / ".tools" / "docker-config")
 PREFIX = "127.0.0.1:5999/ibtest-layers"
+WHEELHOUSE = Path(os.environ.get("IMAGEBUILD_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS") or "/opt/wheels")
+CA = os.environ.get("IMAGEBUILD_CA_CERT") or os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
 TIERS = ("torch", "matrix")  # the CPU runtime's tiers, in layer order (no nvidia wheels, no torch family, no TE)
 
 

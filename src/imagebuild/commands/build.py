@@ -10,6 +10,7 @@ import click
 
 from imagebuild.commands._options import (
     build_input_options,
+    layer_limit_option,
     matrix_option,
     only_option,
     registry_option,
@@ -59,6 +60,7 @@ def _say(msg: str) -> None:
                    "rebuild gives the same image. A rebuild whose content equals the image its tag named before "
                    "keeps that image, and its date.")
 @click.option("--push", "run_push", is_flag=True, help="Push the built (and tested) images afterwards.")
+@layer_limit_option
 @click.option("--registry-cache/--no-registry-cache", "registry_cache", default=True, show_default=True,
               help="Ask the registry first: an image it holds with the planned inputs hash is up to date there "
                    "(not built; pulled by digest only when a child must be built on it).")
@@ -78,6 +80,7 @@ def _say(msg: str) -> None:
 def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[str, ...], force: bool,
             jobs: int | None, keep_going: bool, plain: bool, verbose: bool, log_dir: Path | None,
             report_dir: Path | None, state_dir: str | None, run_tests: bool, retest: bool, run_push: bool,
+            layer_limit: int | None,
             registry_cache: bool, require_registry: bool, sbom: bool, buildx_builder: str | None,
             buildkit_cache: str | None, locked: bool, created: str | None) -> int:
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
@@ -98,7 +101,7 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[
                             sbom=sbom, locked=locked, created=created, builder=buildx_builder,
                             buildkit_cache=buildkit_cache),
         test=TestSettings(retest=retest) if run_tests else None,
-        push=PushSettings(require_tests=run_tests) if run_push else None,
+        push=PushSettings(require_tests=run_tests, layer_limit=layer_limit) if run_push else None,
     )
     result = build_run(options, _say, click.echo)
     _say(f"report: {result.report_md}")

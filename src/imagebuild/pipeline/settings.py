@@ -64,6 +64,7 @@ class PushSettings:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     dry_run: bool = False
+    layer_limit: int | None = None  # --layer-limit bytes (None: the matrix's layer_limit, else 8 GiB)
 
 
 @dataclass(frozen=True)

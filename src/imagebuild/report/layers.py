@@ -48,7 +48,7 @@ def planned_layers(tiers: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     return [{"tier": name, "holds": holds, "size": None} for name, holds in tiers]
 
 
-def over_limit(layers: Sequence[Mapping[str, Any]], limit: int | None) -> list[Mapping[str, Any]]:
+def over_limit(layers: Sequence[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
     """The layers larger than `limit` bytes (none without a limit or a size)."""
     if not limit:
         return []
@@ -69,6 +69,7 @@ def format_layers(layers: Sequence[Mapping[str, Any]], limit: int | None = None)
     for n, row in enumerate(layers, 1):
         size = row.get("size")
         shown = "not built" if size is None else format_size(size)
-        flag = "  OVER LIMIT" if limit and size is not None and int(size) > limit else ""
+        over = row.get("over_limit") or (limit and size is not None and int(size) > limit)
+        flag = "  OVER LIMIT" if over else ""
         lines.append(f"  {n}. {row['tier']:<19} {shown:>10}  {row['holds']}{flag}")
     return lines

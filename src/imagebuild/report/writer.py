@@ -233,8 +233,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if layered:
         lines += ["<details><summary>Environment layers (least changing first)</summary>", ""]
         for r in layered:
-            lines += [f"`{_short_tag(r['tag'])}`:", "", "```text", *format_layers(r["env_layers"],
-                                                                        r.get("layer_limit")), "```", ""]
+            lines += [f"`{_short_tag(r['tag'])}`:", "", "```text", *format_layers(r["env_layers"]), "```", ""]
         lines += ["</details>", ""]
     for r in rows:
         d = r.get("diff")
