@@ -175,7 +175,7 @@ def main(argv: Sequence[str]) -> int:
     os.makedirs(out_dir, exist_ok=True)
     if constraints:
         os.remove(constraints)
-    for tier, held in zip(tiers, names):
+    for tier, held in zip(tiers, names, strict=True):
         with open(os.path.join(out_dir, f"{tier['name']}.txt"), "w", encoding="utf-8") as f:
             f.write(tier_text(held, final, hashes))
         print(f"tier {tier['name']}: {' '.join(f'{n}=={final[n]}' for n in held) or '(nothing)'}")
