@@ -245,3 +245,23 @@ def test_the_build_report_lists_the_layers_and_flags_one_over_the_limit(tmp_path
     (tmp_path / "build-report.json").write_text(json.dumps(doc))
     with pytest.raises(Exception, match="env_layers"):
         load_report(tmp_path / "build-report.json", {})
+
+
+def test_a_pip_without_dry_run_resolves_with_a_newer_pip_in_a_scratch_folder(monkeypatch, tmp_path):
+    import subprocess
+
+    calls: list[list[str]] = []
+
+    def fake_run(argv, **kw):
+        calls.append(list(argv))
+        return subprocess.CompletedProcess(argv, 0, stdout=answer, stderr="")
+
+    monkeypatch.setattr(tiering.subprocess, "run", fake_run)
+    answer = "23.0.1\n"  # Debian 12's venv: its own pip resolves
+    env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
+    assert "PYTHONPATH" not in env and len(calls) == 1
+    answer = "22.0.2\n"  # Ubuntu 22.04's venv: no --dry-run; a newer pip in the scratch folder, never the image
+    env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
+    assert env["PYTHONPATH"] == str(tmp_path) and env["PYTHONHASHSEED"] == "0"
+    assert calls[-1][:4] == ["/opt/venv/bin/python", "-m", "pip", "install"]
+    assert "--target" in calls[-1] and calls[-1][-1] == "pip>=23.1" and "/w" in calls[-1]
