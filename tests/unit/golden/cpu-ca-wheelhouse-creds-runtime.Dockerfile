@@ -19,9 +19,8 @@ ARG SOURCE_DATE_EPOCH=0
 COPY wheelhouse/ /tmp/wheelhouse/
 COPY files/imagebuild-tiers.py files/imagebuild-tiers.json /tmp/
 RUN set -eux; \
-    PYTHONHASHSEED=0 env -u PIP_NO_CACHE_DIR PIP_CACHE_DIR=/tmp/imagebuild-pip-cache /opt/venv/bin/python /tmp/imagebuild-tiers.py /tmp/imagebuild-tiers.json /opt/tiers \
-        -- --find-links /tmp/wheelhouse; \
-    rm -rf /tmp/imagebuild-pip-cache
+    PYTHONHASHSEED=0 /opt/venv/bin/python /tmp/imagebuild-tiers.py /tmp/imagebuild-tiers.json /opt/tiers \
+        -- --find-links /tmp/wheelhouse
 
 # layer 1 of the environment: torch with triton and the packages they need
 # asks for: torch==2.13.0+cpu

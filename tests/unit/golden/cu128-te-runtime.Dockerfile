@@ -19,9 +19,8 @@ ARG SOURCE_DATE_EPOCH=0
 COPY te-wheels/ /tmp/te-wheels/
 COPY files/imagebuild-tiers.py files/imagebuild-tiers.json /tmp/
 RUN set -eux; \
-    PYTHONHASHSEED=0 env -u PIP_NO_CACHE_DIR PIP_CACHE_DIR=/tmp/imagebuild-pip-cache /opt/venv/bin/python /tmp/imagebuild-tiers.py /tmp/imagebuild-tiers.json /opt/tiers \
-        -- --find-links /tmp/te-wheels --only-binary transformer_engine_torch; \
-    rm -rf /tmp/imagebuild-pip-cache
+    PYTHONHASHSEED=0 /opt/venv/bin/python /tmp/imagebuild-tiers.py /tmp/imagebuild-tiers.json /opt/tiers \
+        -- --find-links /tmp/te-wheels --only-binary transformer_engine_torch
 
 # layer 1 of the environment: the NVIDIA CUDA wheels (nvidia-*)
 FROM ${BASE_IMAGE} AS tier-nvidia

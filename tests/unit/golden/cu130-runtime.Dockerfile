@@ -18,9 +18,8 @@ ARG PIP_EXTRA_INDEX_URL
 ARG SOURCE_DATE_EPOCH=0
 COPY files/imagebuild-tiers.py files/imagebuild-tiers.json /tmp/
 RUN set -eux; \
-    PYTHONHASHSEED=0 env -u PIP_NO_CACHE_DIR PIP_CACHE_DIR=/tmp/imagebuild-pip-cache /opt/venv/bin/python /tmp/imagebuild-tiers.py /tmp/imagebuild-tiers.json /opt/tiers \
-        --; \
-    rm -rf /tmp/imagebuild-pip-cache
+    PYTHONHASHSEED=0 /opt/venv/bin/python /tmp/imagebuild-tiers.py /tmp/imagebuild-tiers.json /opt/tiers \
+        --
 
 # layer 1 of the environment: the NVIDIA CUDA wheels (nvidia-*)
 FROM ${BASE_IMAGE} AS tier-nvidia
