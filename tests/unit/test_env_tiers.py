@@ -258,10 +258,12 @@ def test_a_pip_without_dry_run_resolves_with_a_newer_pip_in_a_scratch_folder(mon
 
     monkeypatch.setattr(tiering.subprocess, "run", fake_run)
     answer = "23.0.1\n"  # Debian 12's venv: its own pip resolves
+    monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")  # the base image's: pip's cache kept in the scratch folder instead
     env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
     assert "PYTHONPATH" not in env and len(calls) == 1
+    assert "PIP_NO_CACHE_DIR" not in env and env["PIP_CACHE_DIR"] == str(tmp_path / "cache")
     answer = "22.0.2\n"  # Ubuntu 22.04's venv: no --dry-run; a newer pip in the scratch folder, never the image
     env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
-    assert env["PYTHONPATH"] == str(tmp_path) and env["PYTHONHASHSEED"] == "0"
+    assert env["PYTHONPATH"] == str(tmp_path / "pip") and env["PYTHONHASHSEED"] == "0"
     assert calls[-1][:4] == ["/opt/venv/bin/python", "-m", "pip", "install"]
     assert "--target" in calls[-1] and calls[-1][-1] == "pip>=23.1" and "/w" in calls[-1]

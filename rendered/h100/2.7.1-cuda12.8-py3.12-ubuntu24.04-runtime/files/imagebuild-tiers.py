@@ -114,16 +114,23 @@ DRY_RUN_PIP = (22, 2)  # the first pip with install --dry-run and --report
 
 
 def pip_environment(python: str, pip_options: Sequence[str], scratch: str) -> dict[str, str]:
-    """The environment pip runs in: this venv's own pip when it can --dry-run, else a newer pip in `scratch`."""
+    """The environment pip runs in: this venv's own pip when it can --dry-run, else a newer pip in `scratch`. pip's
+    HTTP cache lives in `scratch` for this run (the image's PIP_NO_CACHE_DIR would make each resolution download the
+    metadata, or a whole wheel from an index without PEP 658 files, again); BuildKit's cache mount is used instead
+    where the stage has it (PIP_NO_CACHE_DIR already unset there)."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
+    if "PIP_NO_CACHE_DIR" in env:  # keep pip's HTTP cache across this stage's resolutions (the base image sets it)
+        del env["PIP_NO_CACHE_DIR"]
+        env["PIP_CACHE_DIR"] = os.path.join(scratch, "cache")
     out = subprocess.run([python, "-c", "import pip; print(pip.__version__)"], check=True, capture_output=True,
                          text=True).stdout
     version = tuple(int(p) for p in re.findall(r"\d+", out)[:2])
     if version >= DRY_RUN_PIP:
         return env
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", scratch,
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target",
+                    os.path.join(scratch, "pip"),
                     *pip_options, "pip>=23.1"], check=True, env=env)
-    return {**env, "PYTHONPATH": scratch}
+    return {**env, "PYTHONPATH": os.path.join(scratch, "pip")}
 
 
 def pip_resolver(python: str, pip_options: Sequence[str], constraints: str | None,
