@@ -7,7 +7,7 @@ WHEELHOUSE ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
 CA_CERT ?= $(or $(PIP_CERT),/etc/ssl/certs/ca-certificates.crt)
 MATRIX ?= images/cpu.yaml
 
-.PHONY: help install system-deps modern-engine lint test test-unit test-integration build-cpu render-check bench e2e-cuda e2e-cuda13-dev e2e-h100 clean
+.PHONY: help install system-deps modern-engine cosign lint test test-unit test-integration build-cpu render-check bench e2e-cuda e2e-cuda13-dev e2e-h100 e2e-gh200 binfmt clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -18,12 +18,15 @@ system-deps: ## Debian packages the engine, bootstrap and registry tests need (i
 modern-engine: ## dockerd 26.1 + buildx 0.13.1 from Debian trixie, verified, into .tools/ (the BuildKit backend)
 	scripts/modern-engine.sh install
 
+cosign: ## cosign 2.5 from Debian trixie, verified the same way, into .tools/bin/ (push --sign-key, imagebuild verify)
+	scripts/cosign.sh install
+
 $(BIN)/imagebuild: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-install: system-deps modern-engine $(BIN)/imagebuild ## Install system packages and the tool into .venv
+install: system-deps modern-engine cosign $(BIN)/imagebuild ## Install system packages and the tool into .venv
 
 lint: $(BIN)/imagebuild ## ruff, render --check of every shipped matrix, mypy (scripts/lint.sh; make test runs it too)
 	scripts/lint.sh
@@ -34,8 +37,11 @@ test-unit: $(BIN)/imagebuild ## Unit tests only (no engine)
 test: install ## Everything CI runs: starts a private Docker engine and registry, unit + integration tests
 	scripts/run-tests.sh
 
-build-cpu: install ## The main job on this machine: build the CPU matrix (bootstrap Debian 12, torch CPU wheel)
-	eval "$$(scripts/docker-engine.sh)" && $(BIN)/imagebuild build --matrix $(MATRIX) \
+# build-cpu's engine: the dockerd 26.1 `make install` provides, started once under ENGINE_DIR and reused after
+ENGINE_DIR ?= /var/tmp/imagebuild-engine
+
+build-cpu: install ## The main job on this machine: build the CPU matrix through BuildKit (the backend auto picks on dockerd 26.1)
+	eval "$$(scripts/modern-engine.sh --fresh $(ENGINE_DIR))" && $(BIN)/imagebuild build --matrix $(MATRIX) \
 	  --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) --torch-index-url none --test
 
 render-check: $(BIN)/imagebuild
@@ -54,9 +60,12 @@ bench: install ## Every benchmark for real (an hour: builds on fresh engines; ta
 	  && $(BIN)/python bench/bench_push.py && $(BIN)/python bench/bench_registry_cache.py \
 	  && $(BIN)/python bench/bench_repro.py --matrix $(MATRIX) --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) \
 	    --torch-index-url none \
-	  && $(BIN)/python bench/bench_export.py --matrix $(MATRIX) --only runtime
+	  && $(BIN)/python bench/bench_export.py --matrix $(MATRIX) --only runtime \
+	  && $(BIN)/python bench/bench_smoke.py --matrix $(MATRIX) --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) \
+	    --markdown bench/smoke-cpu.md
 	eval "$$(scripts/modern-engine.sh --fresh /var/tmp/imagebuild-bench-bk)" \
-	  && $(BIN)/python bench/bench_buildkit.py --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT); \
+	  && $(BIN)/python bench/bench_buildkit.py --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) \
+	  && $(BIN)/python bench/bench_zstd.py --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT); \
 	  rc=$$?; scripts/modern-engine.sh --stop /var/tmp/imagebuild-bench-bk; rm -rf /var/tmp/imagebuild-bench-bk; exit $$rc
 
 e2e-cuda: install ## NOT in CI: real torch 2.9.1+cu128 runtime image from PyPI wheels (~4 GB download)
@@ -68,6 +77,16 @@ e2e-cuda13-dev: install ## NOT in CI: torch 2.13.0+cu130 base/runtime/dev with n
 
 e2e-h100: install ## NOT in CI: images/h100.yaml as shipped (Ubuntu bootstrap, TE compiled once), smoke + table
 	eval "$$(scripts/docker-engine.sh)" && scripts/e2e-h100.sh
+
+binfmt: ## Register Debian's qemu-user-static aarch64 handler (F flag): linux/arm64 builds/tests here under QEMU
+	scripts/binfmt.sh
+
+e2e-gh200: install binfmt ## NOT in CI: images/gh200.yaml (no TE) amd64 + arm64 under QEMU on a BuildKit engine, smoke
+	eval "$$(IMAGEBUILD_TOOLS_DIR=$(CURDIR)/.tools scripts/modern-engine.sh --fresh /var/tmp/imagebuild-gh200)" \
+	  && $(BIN)/imagebuild build --matrix tests/e2e/gh200-emulated.yaml --ca-cert $(CA_CERT) --plain \
+	    --report-dir reports/e2e-gh200 --test \
+	  && $(BIN)/python bench/e2e_table.py --report reports/e2e-gh200/build-report.json; \
+	  rc=$$?; scripts/modern-engine.sh --stop /var/tmp/imagebuild-gh200; rm -rf /var/tmp/imagebuild-gh200; exit $$rc
 
 clean:
 	rm -rf $(VENV) .pytest_cache reports out

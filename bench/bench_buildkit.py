@@ -17,6 +17,12 @@ dockerd 26.1; export its DOCKER_HOST and DOCKER_CONFIG). Every measure is one `i
 --quick (CI: scripts/bench-quick.sh, on the BuildKit engine): the CPU matrix's base image only, BuildKit cold and its
 no-op; nothing compared, so that the bench cannot rot without an hour of builds in every CI run.
 
+--noop-side-by-side [--only PATTERN] [--runs N]: measure 3 alone, in turn (A B, A B, ...): a whole-process no-op
+`imagebuild build` of the matrix as `make build-cpu` builds it (no input flags, the default backend auto) vs a
+`docker buildx bake` no-op of the exported compose file's targets for the same images; both are built once first,
+not timed. The bake's tags are set aside (`--set *.tags=benchbake/...`) so neither run retags the other's image.
+Medians, the ratio pair by pair; CPU seconds are the commands' own processes (not dockerd's).
+
 Usage:
   eval "$(scripts/modern-engine.sh --fresh /var/tmp/ib-bench)"
   python bench/bench_buildkit.py --wheelhouse /opt/wheels --ca-cert $PIP_CERT [--quick]
@@ -139,14 +145,83 @@ def bake_noop(args: argparse.Namespace, work: Path) -> float:
     return seconds
 
 
+def noop_side_by_side(args: argparse.Namespace) -> int:
+    import shutil
+
+    work = Path(tempfile.mkdtemp(prefix="bench-noop-bake-"))
+    try:
+        return _noop_side_by_side(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _noop_side_by_side(args: argparse.Namespace, work: Path) -> int:
+    import resource
+    import statistics
+
+    only = ["--only", args.only] if args.only else []
+    env = {"PYTHONPATH": str(ROOT / "src"), "IMAGEBUILD_STATE_DIR": str(work / "state")}
+    build = [sys.executable, "-m", "imagebuild", "build", "--matrix", str(MATRIX), "--plain", *only,
+             "--report-dir", str(work / "report")]
+    sys.path.insert(0, str(ROOT / "src"))
+    from imagebuild.builder.bake import target_name
+    from imagebuild.plan import make_plan
+
+    _, code, tail = run(build, env=env)  # once, not timed: a real build where the engine lacks the images
+    if code != 0:
+        raise SystemExit(f"imagebuild build failed:\n{tail}")
+    out = work / "bake" / "docker-bake.yml"  # exported after the build: the record names the backend auto chose
+    _, code, tail = run([sys.executable, "-m", "imagebuild", "bake", "--matrix", str(MATRIX), "-o", str(out)], env=env)
+    if code != 0:
+        raise SystemExit(f"imagebuild bake failed:\n{tail}")
+
+    def statuses() -> dict[str, str]:
+        doc = json.loads((work / "report" / "build-report.json").read_text())
+        return {row["tag"]: row["status"] for row in doc["images"] if row["status"] != "skipped"}
+
+    images = [i for i in make_plan(MATRIX).images if i.tag in statuses()]
+    bake = ["docker", "buildx", "bake", "-f", str(out), *(target_name(i.id) for i in images), "--progress", "plain",
+            "--provenance=false", *(a for i in images for a in ("--set", f"{target_name(i.id)}.tags=benchbake/"
+                                                                         f"{target_name(i.id).lower()}:noop"))]
+    _, code, tail = run(bake, env=env, cwd=out.parent)  # once, not timed: fills bake's own cache
+    if code != 0:
+        raise SystemExit(f"docker buildx bake failed:\n{tail}")
+    commands = {"imagebuild build (no-op)": (build, None), "docker buildx bake (no-op)": (bake, out.parent)}
+    wall: dict[str, list[float]] = {k: [] for k in commands}
+    cpu: dict[str, list[float]] = {k: [] for k in commands}
+    for _ in range(args.runs):
+        for name, (argv, cwd) in commands.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            seconds, code, tail = run(argv, env=env, cwd=cwd)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if code != 0 or (name.startswith("imagebuild") and set(statuses().values()) != {"up-to-date"}):
+                raise SystemExit(f"{name} was not a no-op ({code}):\n{tail}")
+            wall[name].append(seconds)
+            cpu[name].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    ib, bk = commands
+    ratios = [a / b for a, b in zip(wall[ib], wall[bk], strict=True)]
+    print(f"{args.runs} runs in turn, {len(images)} image(s), load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    for name in commands:
+        print(f"{name}: wall median {statistics.median(wall[name]):.2f} s (min {min(wall[name]):.2f}), "
+              f"CPU median {statistics.median(cpu[name]):.2f} s")
+    print(f"ratio (pair by pair, median): {statistics.median(ratios):.2f}x (min {min(ratios):.2f}) (goal <= 1.0x)")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wheelhouse", default=os.environ.get("PIP_FIND_LINKS", "/opt/wheels"))
     parser.add_argument("--ca-cert", default=os.environ.get("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt"))
     parser.add_argument("--quick", action="store_true", help="the base image through BuildKit only: cold + no-op")
+    parser.add_argument("--noop-side-by-side", action="store_true",
+                        help="measure 3 alone: imagebuild's whole-process no-op vs bake's, in turn")
+    parser.add_argument("--only", default=None, help="with --noop-side-by-side: the images (a build --only pattern)")
+    parser.add_argument("--runs", type=int, default=7, help="with --noop-side-by-side: rounds (default 7)")
     args = parser.parse_args()
     if args.quick:
         return quick(args)
+    if args.noop_side_by_side:
+        return noop_side_by_side(args)  # its work folder (bake contexts, record) is removed after
     rows: list[tuple[str, str, str, str]] = []  # measure, classic, buildkit, ratio / note
 
     def add(row: tuple[str, str, str, str]) -> None:  # each row as soon as it is measured: a later failure keeps it

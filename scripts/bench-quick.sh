@@ -47,10 +47,14 @@ bench bench_repro python bench/bench_repro.py --quick
 bench bench_push python bench/bench_push.py --quick
 bench bench_registry_cache python bench/bench_registry_cache.py --quick
 bench bench_export python bench/bench_export.py --quick  # a generated 24 MB image to .sqsh
+bench bench_smoke python bench/bench_smoke.py --quick --wheelhouse "$wheelhouse" --ca-cert "$ca_cert"  # base image
 # the BuildKit backend's bench on the modern engine run-tests.sh started (scripts/modern-engine.sh)
 if [[ -n "${IMAGEBUILD_BUILDKIT_HOST:-}" ]]; then
   bench bench_buildkit env DOCKER_HOST="$IMAGEBUILD_BUILDKIT_HOST" DOCKER_CONFIG="${IMAGEBUILD_BUILDKIT_DOCKER_CONFIG:-}" \
     python bench/bench_buildkit.py --quick --wheelhouse "$wheelhouse" --ca-cert "$ca_cert"
+  # zstd vs gzip delivery: the nodes are fresh 26.1 engines (zstd needs Docker >= 23)
+  bench bench_zstd env DOCKER_HOST="$IMAGEBUILD_BUILDKIT_HOST" DOCKER_CONFIG="${IMAGEBUILD_BUILDKIT_DOCKER_CONFIG:-}" \
+    python bench/bench_zstd.py --quick --wheelhouse "$wheelhouse" --ca-cert "$ca_cert"
 else
   echo "bench-quick: error: no BuildKit engine (IMAGEBUILD_BUILDKIT_HOST): bench/bench_buildkit.py --quick not run" >&2
   exit 1

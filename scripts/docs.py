@@ -70,8 +70,10 @@ def render_commands() -> str:
         if help_text:
             kept = [line for line in help_text.splitlines() if line.strip() != "\b"]
             lines += ["```text", *kept, "```", ""]
-        rows = [_option_row(p, ctx) for p in cmd.get_params(ctx)]
-        rows = [r for r in rows if r[0] and r[0] != "-h, --help"]
+        # the help option is every command's and says nothing; click caches it per command with the names of the
+        # context it was first made in ("--help", or "-h, --help" after a CLI run), so it is left out by identity
+        rows = [_option_row(p, ctx) for p in cmd.get_params(ctx) if p is not cmd.get_help_option(ctx)]
+        rows = [r for r in rows if r[0]]
         if rows:
             lines += ["| option | meaning |", "|---|---|"]
             lines += [f"| `{_md_cell(names_)}` | {_md_cell(text)} |" for names_, text in rows]

@@ -36,6 +36,8 @@ if [[ -z "${IMAGEBUILD_BUILDKIT_HOST:-}" ]]; then
 fi
 export IMAGEBUILD_BUILDKIT_HOST
 export IMAGEBUILD_BUILDKIT_DOCKER_CONFIG="${IMAGEBUILD_BUILDKIT_DOCKER_CONFIG:-$(scripts/modern-engine.sh --env | sed 's/^export DOCKER_CONFIG=//')}"
+# linux/arm64 under QEMU (tests/integration/test_arm64_emulated.py): Debian's qemu-user-static handler, F flag
+scripts/binfmt.sh aarch64
 export IMAGEBUILD_REQUIRE_ENGINE=1  # a missing engine/tool fails the run instead of skipping tests
 echo "run-tests: engine at ${DOCKER_HOST:-default socket}; BuildKit engine at $IMAGEBUILD_BUILDKIT_HOST" >&2
 # every bench in --quick mode on this engine: a bench that crashes fails the run (its base build is reused below)

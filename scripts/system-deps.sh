@@ -6,6 +6,7 @@ command -v dockerd >/dev/null || need+=(docker.io)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v docker-registry >/dev/null || need+=(docker-registry)
+command -v skopeo >/dev/null || need+=(skopeo)  # push: zstd/gzip layers written by digest (push/skopeo.py)
 command -v htpasswd >/dev/null || need+=(apache2-utils)
 command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl)
@@ -13,6 +14,9 @@ command -v gpg >/dev/null || need+=(gpg)  # bootstrap: exports the pinned archiv
 command -v gpgv >/dev/null || need+=(gpgv)  # scripts/modern-engine.sh: verifies trixie's InRelease
 command -v xz >/dev/null || need+=(xz-utils)
 command -v mksquashfs >/dev/null || need+=(squashfs-tools)  # imagebuild export: enroot/pyxis .sqsh, --check
+# scripts/binfmt.sh: QEMU user emulation (linux/arm64 builds and tests on an amd64 machine)
+[[ -e /usr/lib/binfmt.d/qemu-aarch64.conf ]] || need+=(qemu-user-static)
+command -v arch-test >/dev/null || need+=(arch-test)  # mmdebstrap: bootstraps a foreign architecture only with it
 if ((${#need[@]})); then
   echo "system-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

@@ -10,16 +10,26 @@
   laughs", nested aliases or merge keys) or a recursive alias is one error line, not gigabytes.
 - `check_output_dir`: an output folder (--report-dir, --state-dir, render --out) is made and proved writable before
   anything builds, not discovered read-only after an hour of building.
+- Writes never follow a symbolic link and never change a file in place: `write_bytes_atomic` creates its temporary
+  file exclusively (O_CREAT|O_EXCL|O_NOFOLLOW) beside the target and renames it over the target, so a planted
+  `X.tmp` link or a target that is a hard link to someone else's file is replaced, never written through;
+  `write_inside(OUT, rel)` also refuses a symbolic link on any folder between OUT and the file, so nothing lands
+  outside the output folder; `regular_file_inside` is the one test of "may the tool delete this earlier output"
+  (render's manifest); `refuse_overlap` keeps an input (a wheelhouse) out of the folder an output is written to;
+  `open_lock_file` opens a lock file without following a planted link (which "w" would truncate).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
+import secrets
+import stat
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -35,17 +45,137 @@ class FileProblem(UsageError):
     """A file that cannot be used, said in one line that names it (exit 2, bad input)."""
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """`path` holds `data` in one step: a temporary file created exclusively beside it (never an existing file or a
+    link someone planted), then renamed over it (a link at `path` is replaced, not followed). OSError as raised."""
+    path = Path(path)
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(tmp, _NEW_FILE, 0o600)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - 100 collisions of 48 random bits
+        raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def _symlink_below(root: Path, rel: Path) -> Path | None:
+    """The first existing path between `root` (excluded) and `root/rel` (included) that is a symbolic link."""
+    here = root
+    for part in rel.parts:
+        here = here / part
+        try:
+            if stat.S_ISLNK(os.lstat(here).st_mode):
+                return here
+        except FileNotFoundError:
+            return None
+    return None
+
+
+def _relative(rel: Path | str, what: str) -> Path:
+    rel = Path(rel)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        raise FileProblem(f"{what}: {rel}: not a plain path inside the output folder")
+    return rel
+
+
+def make_dirs_inside(root: Path, rel: Path | str, what: str) -> Path:
+    """`root/rel` as a folder, each missing part made; FileProblem when a part is a symbolic link or not a folder
+    (writing through it could land outside `root`)."""
+    rel = _relative(rel, what)
+    here = Path(root)
+    for part in rel.parts:
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            try:
+                os.mkdir(here)
+            except OSError as exc:
+                raise FileProblem(f"{what}: cannot make {here} ({exc.strerror or exc})") from None
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            raise FileProblem(f"{what}: {here} is a symbolic link; not writing through it (remove it)")
+        if not stat.S_ISDIR(st.st_mode):
+            raise FileProblem(f"{what}: {here} exists and is not a folder")
+    return here
+
+
+def write_inside(root: Path, rel: Path | str, data: bytes, what: str, mode: int = 0o644) -> Path:
+    """Write `root/rel` atomically (write_bytes_atomic), its folders made without following a symbolic link out of
+    `root`; an existing file there is replaced, never written into. FileProblem naming `what` when it cannot be."""
+    rel = _relative(rel, what)
+    parent = make_dirs_inside(root, rel.parent, what) if rel.parent != Path(".") else Path(root)
+    target = parent / rel.name
+    try:
+        if stat.S_ISDIR(os.lstat(target).st_mode):
+            raise FileProblem(f"{what}: {target} is a folder; not replacing it")
+    except FileNotFoundError:
+        pass
+    try:
+        write_bytes_atomic(target, data, mode)
+    except OSError as exc:
+        raise FileProblem(f"{what}: cannot write {target} ({exc.strerror or exc})") from None
+    return target
+
+
+def regular_file_inside(root: Path, rel: Path | str) -> bool:
+    """Is `root/rel` a regular file reached without a symbolic link (so removing it removes nothing elsewhere)?"""
+    rel = Path(rel)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts or _symlink_below(Path(root), rel.parent):
+        return False
+    try:
+        return stat.S_ISREG(os.lstat(Path(root) / rel).st_mode)
+    except OSError:
+        return False
+
+
+def refuse_overlap(source: Path | str, source_what: str, output: Path | str, output_what: str) -> None:
+    """FileProblem when an input folder and an output folder are one inside the other (after links are resolved):
+    writing the output would delete or overwrite the input (bake's wheelhouse inside its own context)."""
+    src, out = os.path.realpath(source), os.path.realpath(output)
+    if src == out or src.startswith(out.rstrip("/") + "/") or out.startswith(src.rstrip("/") + "/"):
+        raise FileProblem(f"{source_what} {source} and {output_what} {output} overlap (one is inside the other, "
+                          "after symbolic links): writing the output would change the input; use separate folders")
+
+
+def open_fresh_text(path: Path) -> IO[str]:
+    """A new text file at `path` for streaming (a build or test log): an earlier file or a link at the name is
+    removed first (the link, never what it points at), then the file is created exclusively (O_EXCL|O_NOFOLLOW), so
+    the log never truncates or appends to someone else's file. OSError as raised."""
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            os.unlink(path)
+    fd = os.open(path, _NEW_FILE, 0o644)
+    return os.fdopen(fd, "w", encoding="utf-8", errors="replace")
+
+
+def open_lock_file(path: Path) -> IO[str]:
+    """A lock file opened for flock without following a link planted at its name (which "w" would truncate)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+                     0o644)
+    except OSError as exc:
+        why = "a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+        raise FileProblem(f"{path}: cannot open the lock file ({why})") from None
+    return os.fdopen(fd, "r+", encoding="utf-8")
 
 
 def read_bounded(path: Path, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
@@ -157,3 +287,21 @@ def check_output_dir(path: Path | str, what: str) -> Path:
     except OSError as exc:
         raise FileProblem(f"{what} {folder}: cannot write there ({exc.strerror or exc})") from None
     return folder
+
+
+def check_output_file(path: Path | str, what: str) -> Path:
+    """Before any work (an image read, registry requests): `path` can be written as a file, i.e. it is not a folder
+    and a file can be created in its folder (a read-only or missing folder is one line now, not after the work)."""
+    target = Path(path)
+    if target.is_dir() and not target.is_symlink():
+        raise FileProblem(f"{what} {target}: is a folder; give a file name")
+    folder = target.parent
+    if not folder.is_dir():
+        raise FileProblem(f"{what} {target}: folder {folder} does not exist")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".imagebuild-write-check.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise FileProblem(f"{what} {target}: cannot write in {folder} ({exc.strerror or exc})") from None
+    return target

@@ -16,7 +16,7 @@ class BuildInputs:
     pip_extra_index_urls: tuple[str, ...] = ()
     torch_index_url: str | None = None  # overrides the resolved torch index; "none" disables it
     wheelhouse: Path | None = None  # local wheel folder, visible to pip stages only
-    backend: str | None = None  # "classic" | "buildkit"; None: the matrix's `backend` (default classic)
+    backend: str | None = None  # a row of imagebuild/backends.py, or "auto" until a build resolves it; None: the matrix's
 
     def public(self) -> dict[str, Any]:
         """A loggable, hashable view: credentials replaced."""

@@ -11,6 +11,20 @@ from typing import Any
 
 FLAVORS: tuple[str, ...] = ("base", "runtime", "dev")
 PARENT_FLAVOR: dict[str, str | None] = {"base": None, "runtime": "base", "dev": "runtime"}
+# The platform of every image unless the matrix says otherwise (`platforms:`); a matrix, plan, record or report
+# written before platforms existed reads as this one, and its images keep their IDs, tags and inputs hashes.
+DEFAULT_PLATFORM = "linux/amd64"
+
+
+def platform_arch(platform: str) -> str:
+    """'linux/arm64' -> 'arm64' (the OCI architecture; also the suffix of its tags, keys and folders)."""
+    return platform.split("/")[1] if "/" in platform else platform
+
+
+def platform_suffix(platform: str) -> str:
+    """'' for the default platform (names stay as before), '-arm64' for another: one tag per platform locally, the
+    plain tag naming the default platform's image (a pushed index holds them all under it)."""
+    return "" if platform == DEFAULT_PLATFORM else f"-{platform_arch(platform)}"
 
 
 @dataclass(frozen=True)
@@ -42,6 +56,8 @@ class OSInfo:
     # updates/security pockets, and the packaged key file (compat/data/keys/) they are exported from
     archive_keys: tuple[str, ...] = ()
     keyring: str | None = None
+    # the mirror of the architectures `mirror` lacks (Ubuntu: ports.ubuntu.com/ubuntu-ports serves arm64)
+    ports_mirror: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,8 +126,10 @@ class ResolvedVariant:
     perf_min: dict[str, float] = field(default_factory=dict)
     chosen: dict[str, str] = field(default_factory=dict)  # what resolution picked and why ("torch": "2.9 -> 2.9.1")
     source: Location | None = None
-    backend: str = "classic"  # matrix `backend`: "classic" | "buildkit" (render/backend.py)
+    backend: str = "auto"  # matrix `backend`: "auto" or a row of imagebuild/backends.py
     layer_limit: int | None = None  # matrix `layer_limit` in bytes (None: report.layers.DEFAULT_LAYER_LIMIT)
+    platform: str = DEFAULT_PLATFORM  # one of the row's `platforms:`; resolve makes one variant per platform
+    compression: dict[str, str] = field(default_factory=dict)  # matrix `compression`: registry ("*": any) -> zstd|gzip
 
 
 @dataclass(frozen=True)
@@ -197,7 +215,8 @@ class ImageResult:
     sbom: dict[str, Any] | None = None  # {"path", "sha256", "image_id", "components", "spec"} (reports/<matrix>/sbom/)
     diff: dict[str, Any] | None = None  # a rebuild: {"against": previous image ID, "os"/"python": counts, "text"}
     reproduced_from: str | None = None  # rebuilt as this image ID, same content as image_id (kept): see reproduced.py
-    backend: str | None = None  # what built it in this run: "classic" | "buildkit" (None: not built in this run)
+    backend: str | None = None  # what built it in this run: a row of imagebuild/backends.py (None: not built in this run)
+    platform: str = DEFAULT_PLATFORM  # the image's OS/architecture (a report written before platforms: amd64)
     # the environment's layers as built (report/layers.py): [{"tier", "holds", "size"}], [] when not known
     env_layers: list[dict[str, Any]] = field(default_factory=list)
 
@@ -205,4 +224,5 @@ class ImageResult:
     def of(cls, image: ImagePlan) -> ImageResult:
         """The planned row of `image` (every stage starts from this)."""
         return cls(tag=image.tag, flavor=image.flavor, inputs_hash=image.inputs_hash,
-                   versions=image.variant.versions.as_dict(), parent=image.parent)
+                   versions=image.variant.versions.as_dict(), parent=image.parent,
+                   platform=image.variant.platform)

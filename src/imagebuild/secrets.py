@@ -17,10 +17,21 @@ from __future__ import annotations
 import re
 import urllib.parse
 
-# scheme://USERINFO@ : userinfo is everything up to the last "@" before the host part ends (/ ? # or space); an
-# "@sha256:<hex>" is a digest (docker-image://debian:12@sha256:...), not a host
+# scheme://USERINFO@HOST : people write passwords raw, so a userinfo may hold what RFC 3986 wants percent-encoded
+# (`/`, `#`, `?`, `@`, `$`, `%`): `https://u:pa/s#w@host/simple`. The rule does not stop at the first `/`, then:
+# - `user:password` form: a name without `/ ? # @ :`, a `:`, then anything but whitespace and `"`, up to the LAST `@`
+#   (of that word) that is followed by a host ([name or IPv6][:port]) and the end of the host part. So
+#   `https://host:8443/pypi@remote/simple` (a port, and an `@` in the path) reads as user `host`, password
+#   `8443/pypi`: the same text as `https://user:1234/x@host/` with a password `1234/x`, and a leak is the worse error;
+# - token form (`TOKEN@host`): no `/ ? # :` in it, `@` allowed (the last one before the host counts).
+# An "@sha256:<hex>" is a digest (docker-image://debian:12@sha256:...), not a host. Masking more than the password
+# when a credentialed URL also has an `@` in its path is the safe direction (messages only; nothing is built from a
+# redacted URL).
+_HOST_AHEAD = (r"(?![a-z0-9]+:[0-9a-f]{32})"
+               r"(?=(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(?::[0-9]*)?"
+               r"(?:[/?#\s\"'`,;)\]}>]|$))")
 _USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)"
-                       r"(?P<userinfo>[^/?#\s@]*(?:@[^/?#\s@]*)*)@(?![a-z0-9]+:[0-9a-f]{32})")
+                       r"(?P<userinfo>[^/?#\s@:\"]*:[^\s\"]*|[^/?#\s@:\"]*(?:@[^/?#\s@:\"]*)*)@" + _HOST_AHEAD)
 _SECRET_PARAMS = (
     "token", "access_token", "auth", "auth_token", "password", "passwd", "pwd", "secret", "client_secret", "api_key",
     "apikey", "key", "sig", "signature", "x-amz-signature", "x-amz-security-token", "x-goog-signature", "private_token",
@@ -58,12 +69,20 @@ def redact(text: str | None) -> str:
 def redact_host(text: str) -> str:
     """A `[user[:pw]@]host[:port][/path]` value written without a scheme (a registry, a mirror host) with its userinfo
     masked like a URL's: the same rule, for the form `redact` cannot tell from `name@sha256:...`."""
-    if "://" in text:
+    if "://" in text or "@" not in text:
         return redact(text)
-    host_part, slash, rest = text.partition("/")
-    if "@" not in host_part:
-        return text
-    return _USERINFO.sub(_mask_userinfo, "x://" + host_part)[len("x://"):] + slash + rest
+    return redact("x://" + text)[len("x://"):]
+
+
+def redact_url(url: str) -> str:
+    """`url`, a value known to be ONE URL (an option's, a matrix field's), with its userinfo masked even when it is not
+    a well-formed URL (a raw `"` or space in the password, which the rule above does not cross): then everything
+    between `://` and its last `@` is masked. For messages about a value that is being refused."""
+    out = redact(url)
+    scheme, sep, rest = out.partition("://")
+    if out != url or not sep or "@" not in rest:
+        return out
+    return f"{scheme}://{MASK}@{rest.rpartition('@')[2]}"
 
 
 def register_url_credentials(text: str) -> None:

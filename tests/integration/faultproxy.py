@@ -8,6 +8,8 @@ Faults are consumed in order; each waits for the first request it matches:
   Fault("reset-upload")   a blob upload (PATCH/PUT with a body under /blobs/uploads/): forward the head and half of
                           the first body bytes, then reset both connections (RST, SO_LINGER 0)
   Fault("reset")          reset the client connection right after reading the request head
+  Fault("refuse-oci")     a manifest PUT with an OCI media type: answer 400 MANIFEST_INVALID without asking upstream
+                          (a registry that predates OCI manifests / zstd layers)
 
 A TLS ClientHello (the engine tries https first) gets a plain `400` at once, as a plain-HTTP registry answers, so
 the engine falls back to http without waiting for its 10 s TLS handshake timeout.
@@ -51,7 +53,15 @@ class Fault:
             return False
         if self.kind == "reset-upload":
             return req.method in ("PATCH", "PUT") and "/blobs/uploads/" in req.path and req.has_body
+        if self.kind == "refuse-oci":
+            return req.method == "PUT" and "/manifests/" in req.path and "vnd.oci." in req.headers.get(
+                "content-type", "")
         return True
+
+
+def from_copier(req: Request) -> bool:
+    """Requests made by what writes the image (skopeo, for `imagebuild push`), not by imagebuild's own client."""
+    return not req.user_agent.lower().startswith("imagebuild/")
 
 
 def from_docker(req: Request) -> bool:
@@ -63,12 +73,14 @@ def from_docker(req: Request) -> bool:
 class LogEntry:
     method: str
     path: str
-    action: str  # "pass" | "503" | "reset-upload" | "reset"
+    action: str  # "pass" | "503" | "reset-upload" | "reset" | "refuse-oci"
     user_agent: str
     up: int = 0
     down: int = 0
 
 
+_ERROR_OCI = (b'{"errors":[{"code":"MANIFEST_INVALID","message":"manifest invalid","detail":"unsupported media type '
+              b'(injected by faultproxy)"}]}\n')
 _ERROR_503 = b'{"errors":[{"code":"UNAVAILABLE","message":"service unavailable (injected by faultproxy)"}]}\n'
 
 
@@ -162,6 +174,9 @@ class FaultProxy:
                 self.log.append(entry)
             if action == "503":
                 _send_503(client)
+                return
+            if action == "refuse-oci":
+                _send_503(client, b"400 Bad Request", _ERROR_OCI)
                 return
             if action == "reset":
                 _reset(client)
@@ -265,13 +280,13 @@ def _rewrite_head(head: bytes) -> bytes:
     return ("\r\n".join(kept) + "\r\n\r\n").encode("latin-1")
 
 
-def _send_503(client: socket.socket) -> None:
+def _send_503(client: socket.socket, status: bytes = b"503 Service Unavailable", body: bytes = _ERROR_503) -> None:
     client.sendall(
-        b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\n"
+        b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json; charset=utf-8\r\n"
         b"Docker-Distribution-Api-Version: registry/2.0\r\n"
-        + f"Content-Length: {len(_ERROR_503)}\r\n".encode()
+        + f"Content-Length: {len(body)}\r\n".encode()
         + b"Connection: close\r\n\r\n"
-        + _ERROR_503
+        + body
     )
     try:
         client.shutdown(socket.SHUT_WR)

@@ -225,6 +225,10 @@ def test_keep_going_builds_independent_images(client, tiny_os, tmp_path):
     assert "its parent" in results[bad[2].tag].error
     rc, out = run_cli(plan, tmp_path, "--keep-going")
     assert rc == 1 and "4 up-to-date, 1 failed, 1 not-built" in out, out
+    # the default backend is auto: one line says which and why (20.10: classic; 26.1 with buildx: BuildKit)
+    [line] = [ln for ln in out.splitlines() if ln.startswith("backend auto: ")]
+    assert line.endswith(("building with the classic builder", "building with BuildKit")), line
+    print(f"\n{line}")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -295,7 +299,7 @@ def test_classic_build_leaves_index_credentials_in_no_image(client, tiny_os):
     import json
 
     from imagebuild.builder.backend import BuildRequest
-    from imagebuild.builder.classic import ClassicBackend
+    from imagebuild.builder.backends.classic.build import ClassicBackend
     from imagebuild.engine.store import as_store
 
     token = uuid.uuid4().hex

@@ -24,12 +24,12 @@ from _helpers import cpu_image, imagebuild  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_cli")]
 
-# the suite's check names (suite file/test[param]) of the checks under test
+# the checks under test, named as the probe and its table name them (section.check)
 # (libraries/one_copy[*] skip on the CPU images, which carry no CUDA library: only its broken image names it)
-CHECKS = ("pip/pip_check", "shared_libraries/ldd_resolves", "locale/utf8_locale", "locale/python_encoding",
-          "hygiene/hygiene[ssh_host_keys]", "hygiene/hygiene[tmp]", "hygiene/hygiene[pip_cache]",
-          "hygiene/hygiene[apt_cache]", "arbitrary_uid/arbitrary_uid[home_writable]",
-          "arbitrary_uid/arbitrary_uid[tmp_writable]", "arbitrary_uid/arbitrary_uid[torch_import]")
+CHECKS = ("pip.check", "ldd.resolve", "locale.utf8", "locale.python",
+          "hygiene.ssh_host_keys", "hygiene.tmp", "hygiene.pip_cache",
+          "hygiene.apt_cache", "uid.home_writable",
+          "uid.tmp_writable", "uid.torch_import")
 
 SITE = """$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"""
 
@@ -58,29 +58,29 @@ RUN set -eux; d="{site}/ibbroken_native"; mkdir -p "$d" /tmp/ibdep; \\
     gcc -shared -fPIC -o "$d/libibbroken.so" /tmp/ibdep/lib.c -L/tmp/ibdep -libdep; \\
     rm -rf /tmp/ibdep
 USER 1000
-""", "shared_libraries/ldd_resolves", "ibbroken_native/libibbroken.so: libibdep.so not found"),
+""", "ldd.resolve", "ibbroken_native/libibbroken.so: libibdep.so not found"),
     "pip": ("runtime", """\
 USER 0
 RUN set -eux; d="{site}/ibbroken-1.0.dist-info"; mkdir "$d"; \\
     printf 'Metadata-Version: 2.1\\nName: ibbroken\\nVersion: 1.0\\nRequires-Dist: numpy<1\\n' > "$d/METADATA"; \\
     printf 'pip\\n' > "$d/INSTALLER"; : > "$d/RECORD"
 USER 1000
-""", "pip/pip_check", "ibbroken 1.0 requires numpy<1, found numpy"),
+""", "pip.check", "ibbroken 1.0 requires numpy<1, found numpy"),
     "tmp": ("runtime", """\
 RUN echo leftover > /tmp/x
-""", "hygiene/hygiene[tmp]", "files left in /tmp or /var/tmp in the image: /tmp/x"),
+""", "hygiene.tmp", "files left in /tmp or /var/tmp in the image: /tmp/x"),
     "sshkey": ("dev", """\
 USER root
 RUN ssh-keygen -A
-""", "hygiene/hygiene[ssh_host_keys]", "/etc/ssh/ssh_host_ed25519_key"),
+""", "hygiene.ssh_host_keys", "/etc/ssh/ssh_host_ed25519_key"),
     "pipcache": ("runtime", """\
 RUN mkdir -p /home/ml/.cache/pip/http && echo x > /home/ml/.cache/pip/http/entry
-""", "hygiene/hygiene[pip_cache]", "pip/user caches in the image: /home/ml/.cache/pip"),
+""", "hygiene.pip_cache", "pip/user caches in the image: /home/ml/.cache/pip"),
     "aptcache": ("runtime", """\
 USER root
 RUN touch /var/cache/apt/archives/ib-leftover.deb /var/cache/apt/pkgcache.bin
 USER 1000
-""", "hygiene/hygiene[apt_cache]", "apt caches in the image: /var/cache/apt/archives/ib-leftover.deb"),
+""", "hygiene.apt_cache", "apt caches in the image: /var/cache/apt/archives/ib-leftover.deb"),
     "libcopy": ("runtime", """\
 USER root
 RUN set -eux; s="{site}"; mkdir -p "$s/ibcuda/lib" "$s/ibvendored.libs" "$s/ibcuda-1.0.dist-info"; \\
@@ -91,22 +91,22 @@ USER 1000
 """, "libraries/one_copy[cudart]", "ibcuda/lib/libcudart.so.12 from ibcuda, "),
     "locale": ("runtime", """\
 ENV LANG=C LC_ALL=
-""", "locale/utf8_locale", "LANG=C is not a UTF-8 locale"),
+""", "locale.utf8", "LANG=C is not a UTF-8 locale"),
     "tmpgroup": ("runtime", """\
 USER 0
 RUN chgrp 1000 /tmp && chmod 1770 /tmp
 USER 1000
-""", "arbitrary_uid/arbitrary_uid[tmp_writable]", "temp dir /tmp not writable by uid 12345 gid 0"),
+""", "uid.tmp_writable", "temp dir /tmp not writable by uid 12345 gid 0"),
     "torchperm": ("runtime", """\
 USER 0
 RUN s="{site}"; chown -R 1000:1000 "$s/torch" && chmod -R go-rwx "$s/torch"
 USER 1000
-""", "arbitrary_uid/arbitrary_uid[torch_import]", "as uid 12345"),
+""", "uid.torch_import", "as uid 12345"),
     "home": ("runtime", """\
 USER 0
 RUN chgrp -R ml /home/ml && chmod -R g-w /home/ml
 USER 1000
-""", "arbitrary_uid/arbitrary_uid[home_writable]", "HOME /home/ml not writable by uid 12345 gid 0"),
+""", "uid.home_writable", "HOME /home/ml not writable by uid 12345 gid 0"),
 }
 
 
@@ -160,7 +160,7 @@ def test_unbroken_runtime_passes_every_image_check(runtime_image, tmp_path):
     assert not bad, bad
     assert rc == 0, {n: c["reason"] for n, c in checks.items() if c["status"] == "failed"}
     assert "HOME /home/ml writable by uid 12345 gid 0 (no passwd entry)" in \
-        checks["arbitrary_uid/arbitrary_uid[home_writable]"]["reason"]
+        checks["uid.home_writable"]["reason"]
 
 
 @pytest.mark.parametrize("kind", sorted(BROKEN))
@@ -183,6 +183,6 @@ def test_extension_loading_after_its_parent_passes(broken, tmp_path):
     rc, checks = _test(broken("parent-loaded"), tmp_path)
     bad = {n: checks[n]["reason"] for n in CHECKS if checks[n]["status"] != "passed"}
     assert not bad and rc == 0, bad
-    rescued = {(r["library"], r["soname"]): r["via"] for r in checks["shared_libraries/ldd_resolves"]["figures"]
+    rescued = {(r["library"], r["soname"]): r["via"] for r in checks["ldd.resolve"]["figures"]
                ["rescued"]}
     assert rescued[("ibchild/_ext.so", "libibparent.so")] == "loads after import ibchild", rescued

@@ -1,5 +1,6 @@
-"""scripts/modern-engine.sh: what it fetches is verified (a tampered index or package is refused, nothing installed),
-and a private dockerd 26.1 with buildx starts beside the classic engine and stops again.
+"""scripts/modern-engine.sh and scripts/cosign.sh (one fetch: scripts/trixie-debs.sh): what they fetch is verified (a
+tampered index or package is refused, nothing installed), cosign 2.5 installs and runs, and a private dockerd 26.1
+with buildx starts beside the classic engine and stops again.
 
 The verification tests serve a local mirror made from the files `make install` fetched (.tools/cache): the genuine
 signed InRelease and Packages.xz, with one byte changed where a test says so.
@@ -20,7 +21,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "modern-engine.sh"
-CACHE = ROOT / ".tools" / "cache"
+COSIGN_SCRIPT = ROOT / "scripts" / "cosign.sh"
+CACHE = Path(os.environ.get("IMAGEBUILD_TOOLS_DIR") or ROOT / ".tools") / "cache"  # what `make install` fetched
 
 
 def _needs_install():
@@ -85,6 +87,43 @@ def test_a_tampered_package_is_refused(mirror, tmp_path):
     res = _install(url, tmp_path / "tools")
     assert res.returncode == 1 and f"{deb.name} sha256" in res.stderr
     assert not (tmp_path / "tools" / "docker-config" / "cli-plugins" / "docker-buildx").exists()
+
+
+def _cosign_pool(root: Path) -> tuple[Path, Path]:
+    """(the genuine cosign .deb make install fetched, its place in the local mirror's pool)"""
+    debs = list(CACHE.glob("cosign_*.deb"))
+    if not debs:
+        pytest.skip("scripts/cosign.sh install has not run (make install)")
+    pool = root / "pool" / "main" / "c" / "cosign"
+    pool.mkdir(parents=True)
+    return debs[0], pool / debs[0].name
+
+
+def test_a_tampered_cosign_package_is_refused(mirror, tmp_path):
+    root, url = mirror
+    deb, served = _cosign_pool(root)
+    served.write_bytes(deb.read_bytes()[:-4] + b"evil")
+    res = subprocess.run([str(COSIGN_SCRIPT), "install"], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "IMAGEBUILD_DEBIAN_MIRROR": url, "IMAGEBUILD_TOOLS_DIR": str(tmp_path)})
+    assert res.returncode == 1 and f"{deb.name} sha256" in res.stderr and "trixie's index lists" in res.stderr
+    assert not (tmp_path / "bin" / "cosign").exists()
+
+
+def test_cosign_installs_from_the_verified_index_and_runs(mirror, tmp_path):
+    root, url = mirror
+    deb, served = _cosign_pool(root)
+    shutil.copy(deb, served)
+    env = {**os.environ, "IMAGEBUILD_DEBIAN_MIRROR": url, "IMAGEBUILD_TOOLS_DIR": str(tmp_path)}
+    res = subprocess.run([str(COSIGN_SCRIPT), "install"], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    assert "installed cosign 2.5.0" in res.stderr
+    binary = tmp_path / "bin" / "cosign"
+    path = subprocess.run([str(COSIGN_SCRIPT), "--path"], capture_output=True, text=True, timeout=30, env=env)
+    assert path.stdout.strip() == str(binary)
+    help_text = subprocess.run([str(binary), "sign", "--help"], capture_output=True, text=True, timeout=30)
+    assert "--tlog-upload" in help_text.stdout and "--key" in help_text.stdout
+    again = subprocess.run([str(COSIGN_SCRIPT), "install"], capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0 and "is in" in again.stderr  # idempotent: nothing fetched again
 
 
 def test_fresh_modern_engine_with_buildx_and_the_containerd_store():

@@ -11,7 +11,9 @@ recorded: builds, pulls, pushes, tags, removed images and containers.
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
+import json
 import tarfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -87,6 +89,7 @@ class FakeEngine:
         self.remove_errors: dict[str, Exception | None] = {}  # container ID -> error (None: already gone)
         self.layers_of: Callable[[Mapping[str, str]], list[str]] | None = None  # RootFS layers of built images
         self.root: str | None = None
+        self.zstd = True  # pulls_zstd(): a modern engine (False: Docker 20.10)
         self.active = 0
         self.max_active = 0
 
@@ -192,6 +195,32 @@ class FakeEngine:
         read_stream(chunks, lambda c: lines.append(str(c.get("stream") or "").strip()))
         return [line for line in lines if line]
 
+    def save(self, image: str) -> Iterator[bytes]:
+        """A docker-archive of `image`: its config (labels) and one layer holding a file named after its ID."""
+        iid = self.tags.get(image, image)
+        info = self.images_by_id[iid]
+        layer_buf = io.BytesIO()
+        with tarfile.open(fileobj=layer_buf, mode="w") as tar:
+            data = iid.encode()
+            member = tarfile.TarInfo(f"image-{iid[7:19]}")
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+        layer = layer_buf.getvalue()
+        config = json.dumps({"architecture": "amd64", "os": "linux",
+                             "config": {"Labels": (info.get("Config") or {}).get("Labels") or {}},
+                             "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]}},
+                            sort_keys=True).encode()
+        files = {"config.json": config, "layer.tar": layer,
+                 "manifest.json": json.dumps([{"Config": "config.json", "RepoTags": None,
+                                               "Layers": ["layer.tar"]}]).encode()}
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w") as tar:
+            for name, data in files.items():
+                member = tarfile.TarInfo(name)
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+        yield out.getvalue()
+
     # -- containers made for reading images ----------------------------------------------------------------------
     def copy_out(self, image: str, path: str) -> bytes:
         self.copies.append((image, path))
@@ -209,6 +238,9 @@ class FakeEngine:
             raise error
         self.removed.append(container_id)
         return True
+
+    def pulls_zstd(self) -> bool:
+        return self.zstd
 
     def root_dir(self) -> str | None:
         return self.root

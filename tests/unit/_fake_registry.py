@@ -1,5 +1,5 @@
 """The one fake registry of the unit tests: what `imagebuild.oci.RegistryClient` answers (check_auth,
-manifest_digest, manifest, manifest_raw, blob, open_blob) over dicts of manifests and blobs (no tests here; imported
+manifest_digest, manifest, manifest_raw, blob, open_blob, put_manifest, delete_manifest) over dicts of manifests and blobs (no tests here; imported
 as `from _fake_registry import FakeRegistry`). The HTTP behaviour of the real client is tested against a real HTTP
 server in test_oci_registry.py.
 
@@ -32,16 +32,23 @@ class FakeRegistry:
         self.serve_override: str | None = None  # manifest_digest answers this whatever was pushed
         self.fail_on: str | None = None  # manifest() of this reference fails with a 5xx
         self.calls: list[str] = []
+        self.refuse_zstd = False  # a registry that predates zstd / OCI media types: the manifest PUT is refused
+        self.send_errors: list[Exception] = []  # what the next copies into this registry raise (CopyError)
+        self.sends: list[tuple[str, str, str | None, str | None]] = []  # (name, digest, user, password) per copy
+        self.refuse_delete = False  # delete_manifest answers as a registry with deletes turned off (405)
 
     # -- filling it ----------------------------------------------------------------------------------------------
     def put_blob(self, data: bytes) -> str:
         self.blobs[sha(data)] = data
         return sha(data)
 
-    def put_manifest(self, repository: str, tag: str | None, body: bytes) -> str:
+    def put_manifest(self, repository: str, tag: str | None, body: bytes, media_type: str | None = None) -> str:
+        """Store a manifest; `tag` None or a digest: by digest only (also RegistryClient.put_manifest's call)."""
         digest = sha(body)
         self.manifests[digest] = body
-        if tag is not None:
+        if media_type is not None:
+            self.calls.append(f"put {tag}")
+        if tag is not None and not tag.startswith("sha256:"):
             self.tags[(repository, tag)] = digest
         return digest
 
@@ -66,7 +73,11 @@ class FakeRegistry:
 
     def manifest_digest(self, repository: str, reference: str) -> str | None:
         self._refuse()
-        return self.serve_override or self.tags.get((repository, reference))
+        if self.serve_override:
+            return self.serve_override
+        if reference.startswith("sha256:"):
+            return reference if reference in self.manifests else None
+        return self.tags.get((repository, reference))
 
     def _digest_of(self, repository: str, reference: str) -> str | None:
         return reference if reference.startswith("sha256:") else self.tags.get((repository, reference))
@@ -80,14 +91,30 @@ class FakeRegistry:
         body = self.manifests.get(digest or "")
         if digest is None or body is None:
             return None
-        return digest, json.loads(body)
+        try:
+            doc = json.loads(body)
+        except ValueError:  # as the real client: a body that is not JSON is a RegistryError
+            raise RegistryError(f"{self.name}: manifest of {repository}:{reference} is not JSON") from None
+        return digest, doc
 
     def manifest_raw(self, repository: str, reference: str) -> tuple[bytes, str, str]:
         digest = self._digest_of(repository, reference)
         body = self.manifests.get(digest or "")
         if digest is None or body is None:
             raise RegistryError("manifest unknown", status=404)
-        return body, json.loads(body)["mediaType"], digest
+        try:  # what the server says it is: a manifest's media type, or (a proxy's login page) text/html
+            media = str(json.loads(body).get("mediaType", ""))
+        except (ValueError, AttributeError):
+            media = "text/html"
+        return body, media, digest
+
+    def delete_manifest(self, repository: str, digest: str) -> None:
+        self.calls.append(f"delete {digest}")
+        if self.refuse_delete:
+            raise RegistryError(f"{self.name}: DELETE manifest: HTTP 405: The operation is unsupported.", status=405)
+        self.manifests.pop(digest, None)
+        for key in [k for k, v in self.tags.items() if k[0] == repository and v == digest]:
+            del self.tags[key]
 
     def blob(self, repository: str, digest: str, max_bytes: int = 16 << 20) -> bytes:
         body = self.blobs[digest]
@@ -97,3 +124,59 @@ class FakeRegistry:
 
     def open_blob(self, repository: str, digest: str) -> IO[bytes]:
         return io.BytesIO(self.blobs[digest])
+
+    def scheme(self) -> str:
+        return "http"
+
+    def blob_exists(self, repository: str, digest: str) -> bool:
+        return digest in self.blobs
+
+    # -- what a copy by digest (push/skopeo.py) writes into this registry ---------------------------------------------
+    def copier(self) -> FakeCopier:
+        return FakeCopier(self)
+
+
+class FakeCopier:
+    """push.Copier landing in a FakeRegistry: prepare makes a deterministic manifest of one config and one layer
+    per image ID (the same image, the same digest, as skopeo's deterministic zstd); send stores blobs + manifest by
+    digest, no tag, or raises the registry's next scripted error."""
+
+    def __init__(self, registry: FakeRegistry) -> None:
+        self.registry = registry
+        self.closed = False
+        self._bytes: dict[str, bytes] = {}
+
+    def prepare(self, image_id: str, compression: str) -> Any:
+        from imagebuild.push.skopeo import OCI_CONFIG, OCI_MANIFEST, Prepared
+
+        config = json.dumps({"image": image_id}).encode()
+        layer = f"{image_id}-{compression}".encode() * 10
+        zstd = compression == "zstd"
+        layer_type = ("application/vnd.oci.image.layer.v1.tar+zstd" if zstd
+                      else "application/vnd.docker.image.rootfs.diff.tar.gzip")
+        media = OCI_MANIFEST if zstd else "application/vnd.docker.distribution.manifest.v2+json"
+        manifest = {"schemaVersion": 2, "mediaType": media,
+                    "config": {"mediaType": OCI_CONFIG, "digest": sha(config), "size": len(config)},
+                    "layers": [{"mediaType": layer_type, "digest": sha(layer), "size": len(layer)}]}
+        body = json.dumps(manifest).encode()
+        self._bytes.update({sha(config): config, sha(layer): layer})
+        return Prepared(layout=None, digest=sha(body), manifest=body, media_type=media,  # type: ignore[arg-type]
+                        config=(sha(config), len(config)), layers=((sha(layer), len(layer), layer_type),),
+                        compression=compression)
+
+    def send(self, prepared: Any, name: str, auth: Any, *, plain_http: bool, ca_file: str | None = None) -> None:
+        from imagebuild.push.skopeo import CopyError
+
+        reg = self.registry
+        reg.sends.append((name, prepared.digest, auth.username, auth.password))
+        if reg.send_errors:
+            raise reg.send_errors.pop(0)
+        for digest, _ in prepared.blobs:
+            reg.blobs[digest] = self._bytes[digest]
+        if reg.refuse_zstd and prepared.compression == "zstd":
+            raise CopyError(f"{name}@{prepared.digest}: writing manifest: uploading manifest {prepared.digest} to "
+                            f"{name}: manifest invalid: manifest invalid")
+        reg.manifests[prepared.digest] = prepared.manifest
+
+    def close(self) -> None:
+        self.closed = True

@@ -1,4 +1,4 @@
-"""Push test helpers (no tests here): a plan row, engine push streams, the shared fake engine and registry set up
+"""Push test helpers (no tests here): a plan row, the shared fake engine and registry (with its copier) set up
 for a push. Imported as `from _push_fakes import ...` by tests/unit/test_push_*.py.
 """
 
@@ -26,17 +26,6 @@ def make_image(torch="2.9.1", flavor="runtime", aliases=(), parent=None, registr
     return ImagePlan(id=f"{key}-{flavor}", tag=f"{repo}:{key}-{flavor}", flavor=flavor, parent=parent,
                      variant=variant, dockerfile="FROM x\n", build_args={}, context_files={}, labels={},
                      inputs_hash="h-" + key + flavor, aliases=tuple(f"{repo}:{a}" for a in aliases))
-
-
-def ok_stream(tag, digest=D1, layers=(("aaa", 1000),)):
-    chunks = [{"status": f"The push refers to repository [{REG}/pytorch]"}]
-    for lid, size in layers:
-        chunks += [{"status": "Preparing", "id": lid},
-                   {"status": "Pushing", "id": lid, "progressDetail": {"current": size // 2, "total": size}},
-                   {"status": "Pushed", "id": lid}]
-    chunks += [{"status": f"{tag}: digest: {digest} size: 528"},
-               {"aux": {"Tag": tag, "Digest": digest, "Size": 528}, "progressDetail": {}}]
-    return chunks
 
 
 def fake_registry(bad_auth: bool = False) -> FakeRegistry:

@@ -30,6 +30,14 @@ def _private_state_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("IMAGEBUILD_STATE_DIR", str(tmp_path / "state"))
 
 
+@pytest.fixture(autouse=True)
+def _no_docker_cli(monkeypatch):
+    """No unit test asks a real engine through the docker CLI (`--backend auto`, buildx): a CLI that is not there,
+    so auto chooses the classic builder as on a machine without docker; tests/unit/test_buildx_build.py's fake
+    `docker` script replaces it where a test needs answers."""
+    monkeypatch.setenv("IMAGEBUILD_DOCKER_CLI", "/nonexistent/docker")
+
+
 @pytest.fixture(scope="session")
 def torch_python() -> str:
     """A python that imports the CPU torch wheel (made once per machine, see _torch_venv.py)."""

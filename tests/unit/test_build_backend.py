@@ -14,7 +14,7 @@ from _fake_engine import FakeEngine
 from imagebuild.builder import interrupt
 from imagebuild.builder.backend import BuildBackend, BuildEvent, BuildOutcome, BuildRequest, RunningBuild
 from imagebuild.builder.backends import make_backend
-from imagebuild.builder.classic import ClassicBackend, ClassicBuild
+from imagebuild.builder.backends.classic.build import ClassicBackend, ClassicBuild
 from imagebuild.builder.executor import build_plan
 from imagebuild.builder.options import BuildOptions
 from imagebuild.builder.progress import Progress

@@ -167,3 +167,31 @@ def test_use_remote_pulls_only_what_a_child_builds_on(monkeypatch):
     res2 = ImageResult.of(BASE)
     assert remote_mod.use_remote(run2, BASE, res2) and res2.source == "registry reg.example:5000/ml"
     assert len(pulls) == 1  # nothing builds on it: not pulled
+
+
+def put_zstd(reg: FakeRegistry, img: ImagePlan, labels: dict, base_id: str | None = None) -> str:
+    """`img` pushed as `imagebuild push` writes it: an OCI manifest with zstd layers."""
+    cfg = put(reg, img, labels, base_id=base_id)
+    ref = Reference.parse(img.tag)
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cfg, "size": 1},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+zstd", "digest": "sha256:l1",
+                            "size": 1000}]}
+    reg.put_manifest(ref.repository, ref.tag, json.dumps(manifest).encode())
+    return cfg
+
+
+def test_a_zstd_parent_a_20_10_engine_would_have_to_pull_is_rebuilt():
+    reg = FakeRegistry()
+    base_id = put_zstd(reg, BASE, full_labels(BASE))
+    logs: list[str] = []
+    found = find_in_registry([BASE, RUNTIME], lambda r: _Auth(), logs.append, make_client=lambda auth: reg,
+                             arch="amd64", pulls_zstd=False)
+    assert found == {} and any("zstd layers" in m and "cannot pull" in m for m in logs)
+    # a modern engine pulls it; and with its child up to date too, nothing is pulled at all on either engine
+    assert BASE.tag in find_in_registry([BASE, RUNTIME], lambda r: _Auth(), logs.append,
+                                        make_client=lambda auth: reg, arch="amd64", pulls_zstd=True)
+    put_zstd(reg, RUNTIME, full_labels(RUNTIME), base_id=base_id)
+    both = find_in_registry([BASE, RUNTIME], lambda r: _Auth(), logs.append, make_client=lambda auth: reg,
+                            arch="amd64", pulls_zstd=False)
+    assert set(both) == {BASE.tag, RUNTIME.tag}

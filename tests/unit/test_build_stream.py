@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from imagebuild.builder.stream import BuildStream
+from imagebuild.builder.backends.classic.stream import BuildStream
 from imagebuild.secrets import register_secret
 
 OK_STREAM = [

@@ -6,87 +6,30 @@ from __future__ import annotations
 import io
 import json
 import os
-import stat
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from _fake_docker_cli import LS, install_fake_docker
 
 from imagebuild.builder.backend import BuildRequest
-from imagebuild.builder.buildkit import BuildxBackend
-from imagebuild.builder.buildx_argv import BASE_CONTEXT, BuildxCall, buildx_argv, secret_env
-from imagebuild.builder.buildx_preflight import BuilderUnavailable, check_named_contexts, parse_ls, preflight
+from imagebuild.builder.backends.buildkit.argv import BASE_CONTEXT, BuildxCall, buildx_argv, secret_env
+from imagebuild.builder.backends.buildkit.build import BuildxBackend
+from imagebuild.builder.backends.buildkit.checks import (
+    BuilderUnavailable,
+    check_named_contexts,
+    parse_ls,
+    preflight,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "buildx"
 PARENT = "sha256:" + "ab" * 32
 BUILT = "sha256:" + "cd" * 32
 
-FAKE = r'''
-import json, os, sys, time
-args = sys.argv[1:]
-state = os.environ["FAKE_STATE"]
-def out(text): sys.stdout.write(text)
-if args[:2] == ["buildx", "build"]:
-    with open(os.path.join(state, "argv.json"), "w") as fh:
-        json.dump({"argv": args, "secrets": {k: v for k, v in os.environ.items() if k.startswith("IMAGEBUILD_SECRET_")},
-                   "dockerfile": open(args[args.index("--file") + 1]).read()}, fh)
-    if os.environ.get("FAKE_SLEEP"):
-        time.sleep(float(os.environ["FAKE_SLEEP"]))
-    sys.stderr.write(open(os.environ["FAKE_STREAM"]).read())
-    for a in args:  # the archive output: buildx writes the image there
-        if a.startswith("type=docker,dest="):
-            open(a.split("dest=", 1)[1].split(",", 1)[0], "w").write("an image archive")
-    sys.exit(int(os.environ.get("FAKE_RC", "0")))
-if args[:2] == ["image", "load"]:
-    archive = args[args.index("--input") + 1]
-    open(os.path.join(state, "loaded"), "w").write(open(archive).read())
-    sys.exit(int(os.environ.get("FAKE_LOAD_RC", "0")))
-if args[:1] == ["info"]:
-    out(os.environ.get("FAKE_DRIVER_STATUS", '[["Backing Filesystem","extfs"]]') + "\n")
-    sys.exit(0)
-if args[:2] == ["image", "inspect"]:
-    out(os.environ["FAKE_BUILT"] + "\n")
-    sys.exit(0)
-if args[:2] == ["image", "tag"]:
-    open(os.path.join(state, "tagged"), "w").write(" ".join(args[2:]))
-    sys.exit(0)
-if args[:2] == ["buildx", "version"]:
-    sys.exit(int(os.environ.get("FAKE_NO_BUILDX", "0")))
-if args[:2] == ["buildx", "ls"]:
-    out(os.environ["FAKE_LS"])
-    sys.exit(0)
-if args[:2] == ["buildx", "inspect"]:
-    if "--bootstrap" in args and os.environ.get("FAKE_DEAD") == args[-1]:
-        sys.stderr.write("ERROR: failed to connect to tcp://10.0.0.9:1234\n")
-        sys.exit(1)
-    out("Name:   default\nDriver: docker\n")
-    sys.exit(0)
-if args[:1] == ["version"]:
-    out(os.environ.get("FAKE_ENGINE", "26.1.5+dfsg1") + "\n")
-    sys.exit(0)
-sys.exit(2)
-'''
-
-LS = "\n".join(json.dumps(b) for b in [
-    {"Name": "default", "Driver": "docker", "Nodes": [{"Status": "running", "Version": "v0.0.0+unknown"}]},
-    {"Name": "farm", "Driver": "remote", "Nodes": [{"Status": "running", "Version": "v0.9.3"}]},
-    {"Name": "k8s", "Driver": "kubernetes", "Nodes": [{"Status": "inactive", "Version": "v0.13.2"}]},
-]) + "\n"
-
-
 @pytest.fixture()
 def fake_docker(tmp_path, monkeypatch):
-    script = tmp_path / "docker"
-    script.write_text(f"#!{sys.executable}\n{FAKE}")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("IMAGEBUILD_DOCKER_CLI", str(script))
-    monkeypatch.setenv("FAKE_STATE", str(tmp_path))
-    monkeypatch.setenv("FAKE_BUILT", BUILT)
-    monkeypatch.setenv("FAKE_LS", LS)
-    monkeypatch.setenv("FAKE_STREAM", str(FIXTURES / "built.rawjson"))
-    return tmp_path
+    return install_fake_docker(tmp_path, monkeypatch, built=BUILT)
 
 
 def _request(**args: str) -> BuildRequest:
@@ -104,7 +47,7 @@ def test_argv_pins_the_parent_as_a_named_context_and_keeps_credentials_out():
     argv = buildx_argv(call)
     joined = " ".join(argv)
     assert "pw" not in joined
-    assert argv[:3] == ["docker", "buildx", "build"] and argv[-1] == "/ctx"
+    assert argv[:2] == ["buildx", "build"] and argv[-1] == "/ctx"  # engine/cli.py adds the docker binary
     assert f"{BASE_CONTEXT}=docker-image://imagebuild-pin:{PARENT[7:]}" in argv
     assert f"BASE_IMAGE={BASE_CONTEXT}" in argv and "A=1" in argv
     assert "id=pip_extra_index_url,env=IMAGEBUILD_SECRET_PIP_EXTRA_INDEX_URL" in argv
@@ -118,7 +61,7 @@ def test_argv_for_another_driver_loads_the_image_with_rewritten_timestamps():
     call = BuildxCall(context_dir=Path("/ctx"), dockerfile="Dockerfile", tag="t:1", build_args={}, labels={},
                       builder="farm", docker_driver=False)
     argv = buildx_argv(call)
-    assert argv[3:5] == ["--builder", "farm"]
+    assert argv[2:4] == ["--builder", "farm"]
     assert "type=docker,rewrite-timestamp=true" in argv
 
 
@@ -138,7 +81,7 @@ def test_the_containerd_store_gets_the_archive_loaded_and_a_failed_load_fails_th
     events = list(build.events())
     assert build.outcome().image_id == BUILT
     assert (fake_docker / "loaded").read_text() == "an image archive"
-    assert "load the exported image into the engine" in [e.text for e in events if e.kind == "step"]
+    assert "loading into the engine" in [e.text for e in events if e.kind == "step"]
     monkeypatch.setenv("FAKE_LOAD_RC", "1")
     build = backend.start(_request())
     list(build.events())
@@ -235,10 +178,28 @@ def test_registry_cache_flags_one_tag_per_image():
 
 
 def test_cache_export_needs_the_containerd_store():
-    from imagebuild.builder.buildx_preflight import Builder, check_cache_export
+    from imagebuild.builder.backends.buildkit.checks import Builder, check_cache_export
 
     docker = Builder("default", "docker", "running", "")
     with pytest.raises(BuilderUnavailable, match="containerd image store"):
         check_cache_export(docker, '[["Backing Filesystem","extfs"]]')
     check_cache_export(docker, '[["driver-type","io.containerd.snapshotter.v1"]]')
     check_cache_export(Builder("farm", "remote", "running", "v0.13.2"), "")
+
+
+def test_auto_is_buildkit_where_the_engine_and_buildx_answer_else_classic_and_says_why(fake_docker, monkeypatch):
+    from imagebuild.builder.backends import choose_auto
+
+    assert choose_auto() == ("buildkit", "backend auto: dockerd 26.1.5+dfsg1 with buildx 0.13.1; building with "
+                                         "BuildKit")
+    monkeypatch.setenv("FAKE_NO_BUILDX", "1")
+    name, line = choose_auto()
+    assert name == "classic" and line.startswith("backend auto: dockerd 26.1.5+dfsg1 without the buildx plugin")
+    assert line.endswith("; building with the classic builder")
+    monkeypatch.delenv("FAKE_NO_BUILDX")
+    monkeypatch.setenv("FAKE_ENGINE", "20.10.24+dfsg1")
+    assert choose_auto() == ("classic", "backend auto: dockerd 20.10.24+dfsg1: its BuildKit lacks named contexts "
+                                        "(Docker Engine >= 23.0); building with the classic builder")
+    monkeypatch.setenv("IMAGEBUILD_DOCKER_CLI", os.devnull + "/docker")  # no docker CLI at all
+    name, line = choose_auto()
+    assert name == "classic" and line.startswith("backend auto: `docker version` names no engine (")

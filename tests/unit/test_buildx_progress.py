@@ -8,7 +8,7 @@ import io
 import json
 from pathlib import Path
 
-from imagebuild.builder.buildx_progress import RawJsonProgress
+from imagebuild.builder.backends.buildkit.progress import RawJsonProgress
 from imagebuild.secrets import register_secret
 
 FIXTURES = Path(__file__).parent / "fixtures" / "buildx"
@@ -41,8 +41,28 @@ def test_steps_and_lines_of_a_successful_build():
     events += progress.finish(0)
     assert not progress.failed
     steps = [(e.step, e.steps, e.text) for e in events if e.kind == "step"]
-    assert steps == [(1, 2, "RUN echo built ok")]
+    assert [s for s in steps if s[0] is not None] == [(1, 2, "RUN echo built ok")]
+    # after the last step: the phases of "exporting to image", each once, without a step number
+    assert [s for s in steps if s[0] is None] == [(None, None, "exporting layers"),
+                                                  (None, None, "exporting the image manifest"),
+                                                  (None, None, "unpacking into the engine's store")]
+    assert steps.index((1, 2, "RUN echo built ok")) < steps.index((None, None, "exporting layers"))
     assert [e.text for e in events if e.kind == "line"] == ["built ok"]
+
+
+def test_every_phase_of_an_archive_export_shows():
+    """The docker driver on the containerd store exports a re-timestamped archive (rewrite-timestamp=true) and a
+    registry cache: the minutes that takes show as phases, not as the last Dockerfile step."""
+    progress = RawJsonProgress(log=(log := io.StringIO()))
+    ids = ["exporting layers", "rewriting layers with source-date-epoch 1764547200 (2 layers)", "exporting layers",
+           "exporting manifest sha256:09c8", "exporting config sha256:c212", "sending tarball",
+           "preparing build cache for export", "writing cache manifest sha256:aa", "something new"]
+    events = progress.feed("".join(json.dumps({"statuses": [{"id": i, "vertex": "sha256:e"}]}) + "\n" for i in ids))
+    assert [(e.kind, e.step, e.text) for e in events] == [
+        ("step", None, "exporting layers"), ("step", None, "re-timestamping layers (SOURCE_DATE_EPOCH)"),
+        ("step", None, "exporting the image manifest"), ("step", None, "writing archive"),
+        ("step", None, "exporting the registry cache")]
+    assert "writing archive" in log.getvalue()
 
 
 def test_a_tolerated_vertex_error_with_exit_0_is_no_failure():
@@ -89,3 +109,19 @@ def test_log_lines_are_redacted_and_split_across_messages():
     assert [e.text for e in events] == ["url https://u:***@idx/simple"]
     assert "hunter2-token" not in log.getvalue()
     assert progress.vertexes["v"].partial == "next"
+
+
+def test_a_phase_replaces_the_last_step_on_the_image_s_row():
+    """The CPU runtime sat at "step 8/9: WORKDIR /workspace" for 2.5 minutes while BuildKit exported its layers."""
+    from rich.console import Console
+
+    from imagebuild.builder.progress import Progress
+
+    shown = io.StringIO()
+    progress = Progress(console=Console(file=shown, width=200))
+    progress.start([("ml/t:1-runtime", "runtime")])
+    progress.step("ml/t:1-runtime", 8, 9, "WORKDIR /workspace")
+    assert progress.rows["ml/t:1-runtime"].detail == "step 8/9: WORKDIR /workspace"
+    for phase in ("exporting layers", "writing archive", "loading into the engine"):
+        progress.step("ml/t:1-runtime", 0, 0, phase)
+        assert progress.rows["ml/t:1-runtime"].detail == phase

@@ -7,12 +7,12 @@ import hashlib
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from imagebuild.catalog import Header, collect, local_record, ran_on, render_json, render_markdown
-from imagebuild.catalog.collect import Manifest
 from imagebuild.plan import make_plan
 from imagebuild.plan.tags import references
 from imagebuild.record.store import SCHEMA
@@ -24,6 +24,18 @@ OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A stored manifest: its digest and the parsed document the registry serves."""
+
+    digest: str
+    doc: dict
+
+    @property
+    def config_digest(self) -> str:
+        return self.doc["config"]["digest"]
 
 
 class FakeReader:

@@ -65,7 +65,7 @@ def test_diff_matches_data():
 
 
 def _copy_data(tmp_path):
-    for name in ("torch.yaml", "cuda.yaml", "os.yaml", "transformer_engine.yaml"):
+    for name in ("torch.yaml", "cuda.yaml", "os.yaml", "transformer_engine.yaml", "platforms.yaml"):
         (tmp_path / name).write_text(data_path(name).read_text())
     return tmp_path / "torch.yaml"
 

@@ -90,7 +90,7 @@ def test_unconfirmed_facts_are_marked():
 
 
 def test_load_from_a_copy(tmp_path):
-    for name in ("torch.yaml", "cuda.yaml", "os.yaml", "transformer_engine.yaml"):
+    for name in ("torch.yaml", "cuda.yaml", "os.yaml", "transformer_engine.yaml", "platforms.yaml"):
         (tmp_path / name).write_text(data_path(name).read_text())
     assert load_from(Path(tmp_path)).torch.keys() == TABLES.torch.keys()
 
@@ -100,3 +100,17 @@ def test_accel_and_cuda_tag_name_cpu_and_cuda_once():
 
     assert [accel(c) for c in ("cpu", "12.8", "13.0")] == ["cpu", "cuda12.8", "cuda13.0"]
     assert [cuda_tag(c) for c in ("cpu", "12.8", "13.0")] == ["cpu", "cu128", "cu130"]
+
+
+def test_platform_facts_are_read_and_marked():
+    """arm64 is known (Debian arch, binfmt name, GPUs from sm_90); a release without an `arm64:` line has none."""
+    raw = yaml.safe_load(data_path("platforms.yaml").read_text())
+    assert all("confirmed" in row for row in raw["platforms"].values())
+    arm = TABLES.platforms["linux/arm64"]
+    assert (arm.deb_arch, arm.uname, arm.gpu_arch_min, arm.compile_native_only) == ("arm64", "aarch64", "sm_90", True)
+    assert TABLES.default_platform == "linux/amd64"
+    assert TABLES.torch["2.9.1"].platform_wheels["linux/arm64"].pypi == "cpu"
+    assert TABLES.torch["2.13.0"].platform_wheels["linux/arm64"].pypi == "13.0"
+    assert "linux/arm64" not in TABLES.torch["2.7.1"].platform_wheels
+    assert TABLES.os["ubuntu24.04"].ports_mirror == "http://ports.ubuntu.com/ubuntu-ports"
+    assert TABLES.os["debian12"].ports_mirror is None

@@ -23,7 +23,7 @@ TESTS = ROOT / "tests"
 
 FOUNDATION_MODULES = {"imagebuild", "imagebuild.models", "imagebuild.errors", "imagebuild.secrets",
                       "imagebuild.inputs", "imagebuild.units", "imagebuild.files", "imagebuild.retry",
-                      "imagebuild.dates"}
+                      "imagebuild.dates", "imagebuild.backends", "imagebuild.pasteable", "imagebuild.values"}
 PURE = {"foundation", "compat", "oci", "lock", "matrix", "resolve", "render", "plan"}
 # layer -> the other layers it may import (its own layer is always allowed)
 ALLOWED: dict[str, set[str]] = {
@@ -45,18 +45,20 @@ ALLOWED: dict[str, set[str]] = {
     "smoke": PURE | {"engine", "probe", "record"},
     "catalog": PURE | {"record"},  # the registry through oci, smoke results/sizes from the record; no engine
     "launch": PURE | {"engine", "host", "record"},
+    "sign": PURE | {"record"},  # cosign + the registry through oci; provenance from the record; no engine
     # build -> SBOM -> test -> push -> report over one plan and record: the one layer that drives the stages
     "pipeline": PURE | {"engine", "host", "report", "record", "builder", "push", "smoke", "catalog", "launch",
-                         "inventory"},
+                         "inventory", "sign"},
     # flags -> pipeline.settings.RunOptions -> pipeline; never the builder (its steps are the pipeline's)
     "commands": PURE | {"pipeline", "engine", "host", "report", "record", "push", "smoke", "catalog", "launch",
-                         "inventory", "export"},
+                         "inventory", "export", "sign"},
     "export": PURE | {"engine", "record"},  # `imagebuild export`: engine calls only through engine/rootfs.py
     "cli": {"foundation", "commands"},
     "probe": set(),  # runs inside images: see probe_rule
     "suite": set(),  # a separate pytest run: never imports imagebuild
 }
-NO_DOCKER = {"foundation", "compat", "host", "lock", "matrix", "resolve", "render", "plan", "report", "record"}
+NO_DOCKER = {"foundation", "compat", "host", "lock", "matrix", "resolve", "render", "plan", "report", "record",
+             "sign"}
 ENGINE_CLIENT_OWNERS = {"engine", "suite"}  # suite: separate process, inspects through testinfra's docker backend
 # Only engine/ talks to the engine API: no docker import and no `.api` (the SDK's low-level client) elsewhere.
 ENGINE_API_OWNERS = {"engine", "suite"}
@@ -71,6 +73,16 @@ class Imp:
     line: int
     target: str  # absolute dotted module name (for `from M import n`: M.n when that is a module, else M)
     level: int = 0  # relative import level as written
+
+
+# a backend plug-in (builder/backends/<name>/) is loaded by the table's row; these modules still import one directly
+PLUGIN_IMPORTERS = {"imagebuild.builder.bake"}  # TODO issue 26: bake's secret ids, one more consumer of the plan
+
+
+def plugin_of(module: str) -> str | None:
+    """The backend plug-in folder a module belongs to (builder/backends/<name>/...), else None."""
+    parts = module.split(".")
+    return parts[3] if len(parts) > 3 and parts[:3] == ["imagebuild", "builder", "backends"] else None
 
 
 def layer_of(module: str) -> str | None:
@@ -147,6 +159,39 @@ def engine_api_uses_of(path: Path) -> list[tuple[int, str]]:
             if isinstance(node, ast.Attribute) and node.attr == "api"]
 
 
+PROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput", "system",
+                 "execv", "execvp", "execvpe", "spawnv", "spawnvp", "create_subprocess_exec", "create_subprocess_shell"}
+DOCKER_CLI_OWNERS = {"engine", "suite"}  # suite: a separate pytest run that inspects the container it tests
+
+
+def _names_docker(node: ast.AST) -> bool:
+    """A command naming the docker CLI: "docker ..." as a string, or a list/tuple whose first item is "docker"
+    (or a path ending in /docker)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        first = node.value.strip().split(" ", 1)[0]
+        return first == "docker" or first.endswith("/docker")
+    if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+        return _names_docker(node.elts[0])
+    return False
+
+
+def docker_processes_of(path: Path) -> list[tuple[int, str]]:
+    """Places that start the docker CLI themselves: a process call (subprocess.run/Popen/..., os.system, asyncio's
+    create_subprocess_*) whose command names docker, and any reading of IMAGEBUILD_DOCKER_CLI (the binary is chosen
+    in engine/cli.py only)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            command = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "args"), None)
+            if name in PROCESS_CALLS and command is not None and _names_docker(command):
+                found.append((node.lineno, f"{ast.unparse(func)}({ast.unparse(command)[:40]}...)"))
+        elif isinstance(node, ast.Constant) and node.value == "IMAGEBUILD_DOCKER_CLI":
+            found.append((node.lineno, "IMAGEBUILD_DOCKER_CLI"))
+    return found
+
+
 def rel(path: Path) -> str:
     try:
         return str(path.relative_to(ROOT))
@@ -204,15 +249,23 @@ def check_source(src: Path = SRC) -> list[str]:
                 problems.append(f"{where}: {layer} imports {imp.target} ({target_layer}): rule: {layer} may import "
                                 f"only {allowed}")
             if me == "imagebuild.builder.backend" and (
-                    target_layer == "engine" or imp.target.startswith("imagebuild.builder.classic")):
+                    target_layer == "engine" or imp.target.startswith("imagebuild.builder.backends")):
                 problems.append(f"{where}: builder/backend.py imports {imp.target}: rule: the backend seam imports "
                                 "neither the engine nor a backend")
+            plugin = plugin_of(imp.target)
+            if plugin is not None and plugin_of(me) != plugin and me not in PLUGIN_IMPORTERS:
+                problems.append(f"{where}: {me} imports {imp.target}: rule: a backend's folder "
+                                f"(builder/backends/{plugin}/) is imported only by itself; the run gets it "
+                                "through builder/backends/__init__.py and the table imagebuild/backends.py")
         if me == "imagebuild.builder.backend":
             problems += [f"{rel(path)}:{i.line}: builder/backend.py imports {i.target}: rule: the backend seam "
                          "never imports docker" for i in imports_of(path, src) if i.target.split(".")[0] == "docker"]
         if layer not in ENGINE_API_OWNERS:
             problems += [f"{rel(path)}:{line}: {what} in {layer}: rule: only engine/ talks to the engine API "
                          "(use imagebuild.engine.store: ImageStore, as_store)" for line, what in engine_api_uses_of(path)]
+        if layer not in DOCKER_CLI_OWNERS:
+            problems += [f"{rel(path)}:{line}: {what} in {layer}: rule: only engine/ runs the docker CLI "
+                         "(use imagebuild.engine.cli: run, start)" for line, what in docker_processes_of(path)]
         if layer not in ENGINE_CLIENT_OWNERS:
             problems += [f"{rel(path)}:{line}: {what} in {layer}: rule: only engine/ creates engine clients "
                          "(use imagebuild.engine.connect(purpose))" for line, what in engine_clients_of(path)]
@@ -320,7 +373,20 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
      "imagebuild/builder/x.py:1: builder imports imagebuild.commands.build: rule: commands/ is the top layer"),
     ({"imagebuild/builder/backend.py": "from imagebuild.engine import connect\n"},
      "imagebuild/builder/backend.py:1: builder/backend.py imports imagebuild.engine: rule: the backend seam"),
+    ({"imagebuild/builder/backends/buildkit/x.py": "import subprocess\nsubprocess.run(['docker', 'image', 'load'])\n"},
+     "imagebuild/builder/backends/buildkit/x.py:2: subprocess.run(['docker', 'image', 'load']...) in builder: rule: "
+     "only engine/ runs the docker CLI"),
+    ({"imagebuild/push/x.py": "from subprocess import Popen\nPopen(('/usr/bin/docker', 'push', 'x'))\n"},
+     "imagebuild/push/x.py:2: Popen(('/usr/bin/docker', 'push', 'x')...) in push: rule: only engine/ runs the docker"),
+    ({"imagebuild/smoke/x.py": "import os\nos.system('docker rm -f x')\n"},
+     "imagebuild/smoke/x.py:2: os.system('docker rm -f x'...) in smoke: rule: only engine/ runs the docker CLI"),
+    ({"imagebuild/builder/x.py": "import os\nDOCKER = os.environ.get('IMAGEBUILD_DOCKER_CLI', 'docker')\n"},
+     "imagebuild/builder/x.py:2: IMAGEBUILD_DOCKER_CLI in builder: rule: only engine/ runs the docker CLI"),
     ({"imagebuild/newstage/x.py": ""}, "imagebuild/newstage/x.py:1: module imagebuild.newstage.x belongs to no layer"),
+    ({"imagebuild/builder/x.py": "from imagebuild.builder.backends.classic import build\n",
+      "imagebuild/builder/backends/classic/build.py": ""},
+     "imagebuild/builder/x.py:1: imagebuild.builder.x imports imagebuild.builder.backends.classic.build: rule: a "
+     "backend's folder"),
     ({"imagebuild/commands/x.py": "def f():\n    from imagebuild.builder import executor\n",
       "imagebuild/builder/executor.py": ""},
      "imagebuild/commands/x.py:2: commands imports imagebuild.builder.executor (builder): rule: commands may import"),
@@ -339,6 +405,8 @@ def test_checker_accepts_allowed_imports(tmp_path):
         "imagebuild/render/image.py": "", "imagebuild/models.py": "",
         "imagebuild/builder/x.py": "def f():\n    from imagebuild.engine import connect\n",
         "imagebuild/engine/connect.py": "import docker\nc = docker.from_env()\nc.api.ping()\n",
+        "imagebuild/engine/cli.py": "import subprocess\nsubprocess.run(['docker', 'version'])\n",
+        "imagebuild/builder/y.py": "import subprocess\nsubprocess.run(['git', 'rev-parse', 'HEAD'])\n",
         "imagebuild/oci/auth.py": "import docker.auth\n",
         "imagebuild/smoke/probe/x.py": "import json\nfrom probe.common import Probe\n\ndef f():\n    import torch\n",
         "imagebuild/pipeline/flow.py": "from imagebuild.builder import x\nfrom imagebuild.smoke import runner\n",

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from _lock_support import INPUTS, cpu_with_lock, fake_pin, sha_of
 
-from imagebuild.builder.stream import BuildStream
+from imagebuild.builder.backends.classic.stream import BuildStream
 from imagebuild.errors import EXIT_BAD_INPUT
-from imagebuild.inputs import BuildInputs
 from imagebuild.lock import LockError, dump, load, lock_path, parse, problems, requirements_text
 from imagebuild.lock.apt import AptIndex, compare_versions, parse_packages
 from imagebuild.lock.generate import Locker
@@ -20,56 +19,11 @@ from imagebuild.lock.model import BaseLock, Lock, LockedImage, PipPin, entry_dig
 from imagebuild.lock.pip import PipResolver, pins_from_report, platform_tags
 from imagebuild.plan import make_plan
 
-ROOT = Path(__file__).resolve().parents[2]
-INPUTS = BuildInputs(torch_index_url="none")
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _pin(name: str, version: str) -> PipPin:
-    return PipPin(name, version, _sha(name + version), f"{name}-{version}-py3-none-any.whl")
-
-
-class FakeResolver(PipResolver):
-    """pip stand-in: each requirement resolves to itself plus one dependency, honouring the parent's constraints."""
-
-    def _resolve(self, requirements, python, platforms, source, constraints, what):
-        self.calls += 1
-        self.seen = getattr(self, "seen", []) + [(tuple(requirements), tuple(constraints), source)]
-        pinned = dict(c.split("==") for c in constraints)
-        out = {}
-        for req in requirements:
-            name, _, version = req.partition("==")
-            out[name] = _pin(name, version or "1.0")
-            out["dep-of-" + name] = _pin("dep-of-" + name, "2.0")
-        out["filelock"] = _pin("filelock", pinned.get("filelock", "3.0"))  # shared by every flavor
-        return sorted(out.values(), key=lambda p: p.name)
-
-
-class FakeApt(AptIndex):
-    def versions(self, lines, packages, what=""):
-        return {p: "1.0-1" for p in sorted(packages)}
-
-    def mirror_state(self, lines):
-        return {f"{ln.split()[1]} {ln.split()[2]}": "2026-11-29T00:00:00Z" for ln in lines}
-
-
-def _locker() -> Locker:
-    return Locker(sources_for=lambda v: ([f"deb {v.os.mirror} {v.os.codename} main"], ("python3", "tini")),
-                  pip=FakeResolver(), apt=FakeApt())
-
 
 @pytest.fixture()
 def cpu(tmp_path):
     """images/cpu.yaml copied next to a lock of our own (made with the fake resolver)."""
-    matrix = tmp_path / "cpu.yaml"
-    shutil.copy(ROOT / "images" / "cpu.yaml", matrix)
-    plan = make_plan(matrix, INPUTS, use_lock=False, render_dir=tmp_path / "r")
-    lock = _locker().lock(plan, "cpu.yaml", made_with="--torch-index-url none")
-    lock_path(matrix).write_text(dump(lock))
-    return matrix, plan, lock
+    return cpu_with_lock(tmp_path)
 
 
 def test_dump_parse_round_trip_is_stable_and_sorted(cpu):
@@ -125,9 +79,9 @@ def test_a_fitting_lock_is_used_and_its_content_changes_the_inputs_hash(cpu, tmp
 
 
 def test_entry_digest_is_content_only():
-    a = LockedImage("x", "debian12", "3.11", "manylinux_2_36_x86_64", ("numpy",), (_pin("numpy", "2.0"),))
+    a = LockedImage("x", "debian12", "3.11", "manylinux_2_36_x86_64", ("numpy",), (fake_pin("numpy", "2.0"),))
     assert entry_digest(a) == entry_digest(replace(a))
-    assert entry_digest(a) != entry_digest(replace(a, pip=(_pin("numpy", "2.1"),)))
+    assert entry_digest(a) != entry_digest(replace(a, pip=(fake_pin("numpy", "2.1"),)))
     assert entry_digest(a) != entry_digest(replace(a, apt={"gcc": "12"}))
 
 
@@ -208,7 +162,7 @@ def test_lock_check_and_build_locked_cli(cpu, tmp_path, monkeypatch):
 def test_bad_lock_files_are_input_errors(tmp_path):
     with pytest.raises(LockError, match="lock_format None is not 1"):
         parse("images: {}\n", "a.lock")
-    with pytest.raises(LockError, match=r"a.lock: images.x.pip\[0\].sha256: 'abc' is not a sha256"):
+    with pytest.raises(LockError, match=r"a.lock:3: images.x.pip\[0\].sha256: 'abc' is not a sha256"):
         parse('lock_format: 1\nimages:\n  x: {os: d, python: "3.11", platform: p, pip_requires: [], '
               'pip: [{name: a, version: "1", sha256: abc, file: a.whl}]}\n', "a.lock")
     with pytest.raises(LockError, match="a.lock: images.x: missing `platform`"):
@@ -216,10 +170,10 @@ def test_bad_lock_files_are_input_errors(tmp_path):
 
 
 def test_requirements_file_pins_every_file_with_its_hash():
-    image = LockedImage("x", "debian12", "3.11", "p", (), (_pin("numpy", "2.0"), _pin("torch", "2.13.0+cpu")))
+    image = LockedImage("x", "debian12", "3.11", "p", (), (fake_pin("numpy", "2.0"), fake_pin("torch", "2.13.0+cpu")))
     text = requirements_text(image)
-    assert f"numpy==2.0 \\\n    --hash=sha256:{_sha('numpy2.0')}" in text
-    assert f"torch==2.13.0+cpu \\\n    --hash=sha256:{_sha('torch2.13.0+cpu')}" in text
+    assert f"numpy==2.0 \\\n    --hash=sha256:{sha_of('numpy2.0')}" in text
+    assert f"torch==2.13.0+cpu \\\n    --hash=sha256:{sha_of('torch2.13.0+cpu')}" in text
 
 
 def test_pins_from_a_pip_report(tmp_path):

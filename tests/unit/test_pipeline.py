@@ -125,7 +125,7 @@ def test_registry_cache_is_not_asked_when_the_engine_holds_every_selected_image(
     engine = FakeEngine()
     asked: list[list[str]] = []
 
-    def find(imgs, auth, log, local_id=None):
+    def find(imgs, auth, log, local_id=None, pulls_zstd=True):
         asked.append([i.tag for i in imgs])
         return {}
 
@@ -137,3 +137,64 @@ def test_registry_cache_is_not_asked_when_the_engine_holds_every_selected_image(
     engine.add_image(images[1].tag, {"io.imagebuild.inputs-hash": images[1].inputs_hash})
     assert building.registry_lookup(selection, building.locate_all(engine, selection, None), False, print) == {}
     assert len(asked) == 1  # everything here: not asked again
+
+
+def test_a_no_op_asks_the_backend_nothing_and_a_build_runs_its_preflight_first(monkeypatch, tmp_path):
+    """Every selected image here: the backend's preflight (BuildKit: six docker CLI calls) is not run at all; one
+    image missing: it runs once, before anything builds; a preflight that refuses stops the run before any build."""
+    from imagebuild.builder.backends.classic.build import ClassicBackend
+    from imagebuild.builder.progress import Progress
+    from imagebuild.pipeline import building
+    from imagebuild.pipeline.selection import Selection
+    from imagebuild.pipeline.settings import BuildSettings
+
+    images = chain("2.13.0-cpu-py3.11-debian12", flavors=("base", "runtime"))
+    engine = FakeEngine()
+    selection = Selection((), list(images), list(images))
+    monkeypatch.setattr(building, "unreachable", lambda *a, **k: {})  # the OS image's registry: not asked here
+    preflights: list[str] = []
+
+    def make():
+        preflights.append("preflight")
+        return ClassicBackend(engine)
+
+    def step(maker=make):
+        return building.build_step(engine, Plan("m.yaml", images), selection, BuildSettings(), None, Progress(),
+                                   tmp_path / "logs", print, ("classic", maker))
+
+    assert [r.status for r in step().results] == ["built", "built"] and preflights == ["preflight"]
+    assert len(engine.builds) == 2  # through the backend the preflight made
+    assert [r.status for r in step().results] == ["up-to-date", "up-to-date"]
+    assert preflights == ["preflight"]  # the no-op: not asked again
+    engine.remove(images[1].tag)
+    assert [r.status for r in step().results] == ["up-to-date", "built"] and len(preflights) == 2
+    engine.remove(images[1].tag)
+
+    def refused():
+        raise UsageError("the BuildKit backend needs the docker buildx plugin")
+
+    builds = len(engine.builds)
+    with pytest.raises(UsageError, match="needs the docker buildx plugin"):
+        step(refused)
+    assert len(engine.builds) == builds
+
+
+def test_a_deferred_preflight_runs_once_and_its_refusal_fails_the_build_in_its_one_line():
+    """Expected up to date, yet the executor builds (a parent rebuilt): the preflight runs at that first build."""
+    from imagebuild.builder.backend import BuildRequest
+    from imagebuild.builder.backends import DeferredBackend
+
+    calls: list[int] = []
+
+    def make():
+        calls.append(1)
+        raise UsageError("buildx builder 'farm' does not answer")
+
+    backend = DeferredBackend(make)
+    assert not backend.started and backend.cleanup(print) == []
+    request = BuildRequest(tag="t:1", dockerfile="FROM scratch\n", build_args={}, labels={}, timeout=5)
+    for _ in range(2):
+        build = backend.start(request)
+        assert [e.kind for e in build.events()] == ["error"]
+        assert build.outcome().error == "buildx builder 'farm' does not answer" and build.outcome().image_id is None
+    assert calls == [1] and backend.started

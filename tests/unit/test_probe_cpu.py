@@ -87,6 +87,9 @@ def test_probe_cpu_torch(torch_python):
         for name in ("gpu.available", "amp.cuda_fp16", "amp.cuda_bf16", "distributed.nccl", "tf32.speedup"):
             assert c[name]["status"] == "skipped" and c[name]["reason"].startswith(P.NO_GPU), name
     assert not [x for x in doc["checks"] if x["status"] == "failed"]
+    # what the probe reports is exactly the table's rows of the sections it ran (the suite's one test per row)
+    rows = {r.name for r in P.CHECKS if r.section in doc["probe"]["sections"]}
+    assert set(c) == rows, set(c) ^ rows
 
 
 def test_probe_watchdog_emits_partial_json(torch_python):

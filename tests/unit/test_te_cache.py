@@ -48,3 +48,18 @@ def test_extract_without_the_extension_wheel_leaves_no_entry(tmp_path, monkeypat
     with pytest.raises(te_cache.TEWheelError, match="no transformer_engine_torch wheel"):
         te_cache._extract(run, "sha256:img", "k" * 64, time.monotonic())
     assert te_cache.cached("k" * 64) is None and list((tmp_path / "te-wheels").iterdir()) == []
+
+
+def test_extract_replaces_a_planted_link_and_never_empties_its_target(tmp_path, monkeypatch):
+    """Failed before: rmtree of a linked cache entry raised OSError (a traceback), and the rename could not land."""
+    monkeypatch.setenv(te_cache.CACHE_ENV, str(tmp_path / "cache"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep").write_text("precious")
+    te_cache.wheel_dir("k" * 64).parent.mkdir(parents=True)
+    te_cache.wheel_dir("k" * 64).symlink_to(elsewhere)
+    whl = "transformer_engine_torch-2.10.0-cp312-cp312-linux_x86_64.whl"
+    wheel, _ = te_cache._extract(_run(_tar({f"te-wheels/{whl}": b"wheel"})), "sha256:img", "k" * 64, time.monotonic())
+    assert wheel == whl and (elsewhere / "keep").read_text() == "precious"
+    d = te_cache.wheel_dir("k" * 64)
+    assert not d.is_symlink() and sorted(p.name for p in d.iterdir()) == ["meta.json", whl]

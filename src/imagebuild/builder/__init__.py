@@ -1,6 +1,6 @@
 """Build stage: base images (bootstrap / pull), the dependency-ordered executor, progress, and the backend seam
-(backend.py: build one image, stream events, cancel) with the classic builder behind it (classic.py, stream.py;
-backends.py names the backends a run may choose).
+(backend.py: build one image, stream events, cancel) with the backends behind it as plug-ins, one folder each
+(backends/classic/, backends/buildkit/), named by THE table imagebuild/backends.py).
 `bake.py` exports the plan for `docker buildx bake` instead. The engine connection and the image store live in `imagebuild.engine`.
 
 Public entry points:

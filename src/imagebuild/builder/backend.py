@@ -5,7 +5,8 @@ which order, on which parent image ID, and whether an image is already up to dat
 (the rendered Dockerfile, its context files, build args, labels, the parent's image ID, a tag) into one image
 in the image store (engine/store.py), streams what happens while
 it does, and stops when asked. A backend never reads the plan, the matrix or the run's options, so another builder
-(BuildKit, a remote cluster) is one new module beside `classic.py`, not an edit across the executor.
+(a remote cluster, podman) is one new folder under backends/ and one row of imagebuild/backends.py's table, not an
+edit across the executor.
 
 Contract:
 - `start(request)` does no I/O; the build begins when `events()` is iterated and ends when the iterator is exhausted.
@@ -22,6 +23,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal, Protocol
+
+from imagebuild.models import DEFAULT_PLATFORM
 
 EventKind = Literal["step", "line", "container", "image", "error"]
 
@@ -58,6 +61,9 @@ class BuildRequest:
     context_dirs: Mapping[str, Path] = field(default_factory=dict)  # context path -> host folder
     network: str = "host"  # "host" or "none": never a bridge network
     log: IO[str] | None = None  # the image's log: the backend appends the whole output, redacted
+    # the image's OS/architecture. The classic backend builds only the engine's own (the pipeline refuses a plan of
+    # another before anything builds); BuildKit builds any its builder has, natively or through QEMU.
+    platform: str = DEFAULT_PLATFORM
 
     def all_build_args(self) -> dict[str, str]:
         return {**self.build_args, **self.parents, **self.secret_build_args}

@@ -42,10 +42,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from imagebuild.builder.buildx_argv import secret_id
+from imagebuild.builder.backends.buildkit.argv import secret_id
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
 from imagebuild.dates import SOURCE_DATE_LABEL
 from imagebuild.errors import UsageError
+from imagebuild.files import FileProblem, make_dirs_inside, refuse_overlap, write_inside, write_text_atomic
 from imagebuild.models import FLAVORS, ImagePlan, Plan
 from imagebuild.plan.tags import references
 from imagebuild.secrets import strip_credentials
@@ -176,24 +177,37 @@ def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = 
                os_images: dict[str, str] | None = None, secrets: bool = False) -> dict[str, Any]:
     """Write each image's build context (Dockerfile, rendered context files, hard links to big context folders such as
     the wheelhouse) under `context_dir` (default: <output folder>/bake-context) and the bake file to `output`: a
-    compose file when it ends in .yml/.yaml (bake_compose.py), else bake JSON."""
+    compose file when it ends in .yml/.yaml (bake_compose.py), else bake JSON.
+
+    Nothing outside the contexts and the bake file is touched: every folder below the context root is made without
+    following a symbolic link (a planted `bake-context/<id>` link is refused), files are replaced by rename (a hard
+    link into the wheelhouse is never written through), and an input folder that overlaps a context (a wheelhouse
+    inside its own bake context, which refreshing the context would delete) is refused before anything is written."""
     output = Path(output)
     base_dir = output.parent if str(output.parent) else Path(".")
-    ctx_root = Path(context_dir) if context_dir else base_dir / "bake-context"
-    contexts: dict[str, str] = {}
+    # the default context root is made below the bake file's folder, so a link planted as bake-context is refused
+    ctx_base, ctx_rel = (Path(context_dir), Path()) if context_dir else (base_dir, Path("bake-context"))
+    ctx_root = ctx_base / ctx_rel
     te_dirs = _te_wheel_dirs(plan)
     for image in plan.images:
-        folder = ctx_root / image.id
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "Dockerfile").write_text(image.dockerfile, encoding="utf-8")
+        for rel, src in {**image.context_dirs, **te_dirs.get(image.tag, {})}.items():
+            refuse_overlap(src, f"{image.id}: context folder {rel}", ctx_root, "the bake context")
+            refuse_overlap(src, f"{image.id}: context folder {rel}", output, "the bake file")
+    contexts: dict[str, str] = {}
+    ctx_base.mkdir(parents=True, exist_ok=True)  # the folder the user named (a link there is their choice)
+    for image in plan.images:
+        folder = make_dirs_inside(ctx_base, ctx_rel / image.id, "bake context")
+        write_inside(folder, "Dockerfile", image.dockerfile.encode(), "bake context")
         for rel, data in sorted(image.context_files.items()):
-            target = folder / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            write_inside(folder, rel, data, "bake context")
         for rel, src in sorted({**image.context_dirs, **te_dirs.get(image.tag, {})}.items()):
             target = folder / rel
+            if Path(rel).parent != Path("."):
+                make_dirs_inside(folder, Path(rel).parent, "bake context")
+            if target.is_symlink() or (target.exists() and not target.is_dir()):
+                raise FileProblem(f"bake context: {target} is not a folder an earlier bake made; remove it")
             if target.exists():
-                shutil.rmtree(target)
+                shutil.rmtree(target)  # an earlier bake's hard links (rmtree never follows a link inside)
             shutil.copytree(src, target, copy_function=_link_or_copy, symlinks=False)
         rel_path = os.path.relpath(folder, base_dir.resolve() if folder.is_absolute() else base_dir)
         contexts[image.id] = Path(rel_path).as_posix()
@@ -206,11 +220,21 @@ def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = 
 
         doc = compose_document(bake_document(plan, contexts, os_images=os_images, source_date=source_date,
                                              secrets=secrets, esc=compose_esc, var=compose_var))
-        output.write_text(yaml.safe_dump(doc, sort_keys=False, width=120), encoding="utf-8")
+        _write_output(output, yaml.safe_dump(doc, sort_keys=False, width=120))
         return doc
     doc = bake_document(plan, contexts, os_images=os_images, source_date=source_date, secrets=secrets)
-    output.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    _write_output(output, json.dumps(doc, indent=2) + "\n")
     return doc
+
+
+def _write_output(output: Path, text: str) -> None:
+    """The bake file, replaced by rename (a link at its name is replaced, never written through)."""
+    if output.is_dir() and not output.is_symlink():
+        raise FileProblem(f"-o {output}: is a folder; give a file name (e.g. {output / 'docker-bake.yml'})")
+    try:
+        write_text_atomic(output, text)
+    except OSError as exc:
+        raise FileProblem(f"-o {output}: cannot write the bake file ({exc.strerror or exc})") from None
 
 
 def _te_wheel_dirs(plan: Plan) -> dict[str, dict[str, Path]]:

@@ -35,7 +35,7 @@ from typing import IO, TYPE_CHECKING, Any
 from imagebuild.builder import ociarchive
 from imagebuild.engine.store import ImageStore, as_store
 from imagebuild.errors import ImagebuildError
-from imagebuild.models import ResolvedVariant
+from imagebuild.models import ResolvedVariant, platform_arch
 from imagebuild.oci import Reference
 from imagebuild.secrets import (
     has_credentials,
@@ -105,6 +105,9 @@ class BootstrapSpec:
     # not hashed (they decide trust, not content): pinned archive key fingerprints and the packaged key file
     archive_keys: tuple[str, ...] = ()
     keyring: str | None = None
+    # the Debian architecture of the rootfs: mmdebstrap --architectures, the image config's `architecture`. Another
+    # than the host's runs its maintainer scripts through QEMU (scripts/binfmt.sh registers it).
+    architecture: str = "amd64"
 
     @property
     def is_ubuntu(self) -> bool:
@@ -138,6 +141,8 @@ class BootstrapSpec:
             "variant": self.variant,
             "dpkg": list(DPKG_FILTERS),
         }
+        if self.architecture != "amd64":  # amd64 hashes (and so tags and image IDs) stay as they were
+            doc["architecture"] = self.architecture
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     @property
@@ -173,6 +178,7 @@ def spec_for(variant: ResolvedVariant) -> BootstrapSpec:
         snapshot=base.snapshot,
         archive_keys=osinfo.archive_keys,
         keyring=osinfo.keyring,
+        architecture=platform_arch(variant.platform),
     )
 
 
@@ -336,6 +342,7 @@ def _command(tool: str, spec: BootstrapSpec, out_tar: Path, tmp: Path) -> tuple[
             f"--variant={spec.variant}",
             f"--components={','.join(spec.components)}",
             f"--include={','.join(spec.packages)}",
+            f"--architectures={spec.architecture}",
             "--format=tar",
             *keyring,
             *[f"--dpkgopt={f}" for f in DPKG_FILTERS],
@@ -352,7 +359,7 @@ def _command(tool: str, spec: BootstrapSpec, out_tar: Path, tmp: Path) -> tuple[
         raise BootstrapError("debootstrap cannot use a mirror with credentials; install mmdebstrap")
     mirror = sources[0].split(" ")[1]
     cmd = [
-        "debootstrap", f"--variant={spec.variant}", f"--components={','.join(spec.components)}",
+        "debootstrap", f"--arch={spec.architecture}", f"--variant={spec.variant}", f"--components={','.join(spec.components)}",
         f"--include={','.join(spec.packages)}", *keyring, spec.codename, str(tmp / "rootfs"), mirror,
     ]
     return cmd, env
@@ -414,7 +421,7 @@ def bootstrap_config(spec: BootstrapSpec, h: str, diff_id: str, epoch: int, tool
 def _import(store: ImageStore, tar_path: Path, spec: BootstrapSpec, h: str, epoch: int, tool: str) -> str:
     """Load the rootfs tar as a one-layer image whose config we write (ociarchive): the same tar and inputs give the
     same image ID on any engine."""
-    config = bootstrap_config(spec, h, ociarchive.file_digest(tar_path), epoch, tool, ociarchive.host_architecture())
+    config = bootstrap_config(spec, h, ociarchive.file_digest(tar_path), epoch, tool, spec.architecture)
     archive = tar_path.with_name("image.tar")
     ociarchive.write_docker_archive(archive, tar_path, config, spec.tag)
     tar_path.unlink()  # the archive holds a copy: keep the peak disk use at one copy plus the archive

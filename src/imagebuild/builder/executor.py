@@ -1,5 +1,5 @@
 """Build a Plan in dependency order, each image through the run's build backend (`BuildOptions.backend`, default the
-classic builder; backends.py names them), every image look-up through the engine's image store (engine/store.py).
+classic builder; the table imagebuild/backends.py names them), every image look-up through the engine's image store (engine/store.py).
 
 - Each parent is built once; children get build arg `BASE_IMAGE=<parent image ID>` (never a moving tag); the base
   flavor gets the bootstrap image ID (or the pulled registry base's ID).
@@ -18,8 +18,8 @@ This module is the entry point (`build_plan`); import every other name from the 
     uptodate.py   labels, up-to-date look-up        describe.py   size, largest layers, alias tags
     buildargs.py  proxies, CREATED, REVISION        disk.py       free space vs the plan's estimate
     interrupt.py  SIGINT/SIGTERM, cancel, cleanup   backend.py    the seam: BuildBackend / RunningBuild protocols
-    backends.py   the backends by name              logs.py       the per-image log files
-    classic.py    the classic-builder backend (`ImageStore.build`); stream.py parses its JSON stream
+    backends/     the plug-ins, one folder each     logs.py       the per-image log files
+                  (classic/, buildkit/), loaded by the table's row (backends/__init__.py)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Interrupts (SIGINT/SIGTERM): stop the builds and leave no intermediate containers behind.
 
-Every running build is cancelled through the backend seam (backend.py; for the classic builder, classic.py shuts the
+Every running build is cancelled through the backend seam (backend.py; for the classic builder, backends/classic/ shuts the
 streaming connection and the engine cancels), bootstraps are stopped, and the backend's `cleanup()` removes what the
 builds left behind (intermediate containers) while the workers wind down. SIGTERM is turned into KeyboardInterrupt
 so both signals take the same path (exit 130); a rerun continues from the cache.

@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO
 
+from imagebuild.files import open_fresh_text
+
 
 def open_log(path: Path) -> IO[str]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    return open(path, "w", encoding="utf-8", errors="replace")
+    return open_fresh_text(path)  # never through a link planted in the log folder
 
 
 def write_log(log: IO[str] | None, text: str) -> None:

@@ -149,7 +149,8 @@ def build_request(run: RunState, img: ImagePlan, base_id: str, log: IO[str],
     return BuildRequest(tag=img.tag, dockerfile=img.dockerfile, build_args=build_args, labels=labels,
                         timeout=run.options.build_timeout, parents={"BASE_IMAGE": base_id},
                         secret_build_args=dict(img.secret_build_args), context_files=dict(img.context_files),
-                        context_dirs={**img.context_dirs, **(extra_dirs or {})}, log=log)
+                        context_dirs={**img.context_dirs, **(extra_dirs or {})}, log=log,
+                        platform=img.variant.platform)
 
 
 def check_budget(img: ImagePlan, res: ImageResult) -> None:

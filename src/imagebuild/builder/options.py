@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagebuild.backends import CLASSIC
+
 
 def default_jobs() -> int:
     return max(2, min(4, (os.cpu_count() or 2) // 2))
@@ -33,4 +35,4 @@ class BuildOptions:
     build_timeout: int = 6 * 3600  # seconds without a byte from the engine before a build counts as lost
     on_warning: Callable[[str], None] | None = None
     remote: dict[str, Any] = field(default_factory=dict[str, Any])  # planned tag -> remote.RemoteImage: up to date in the registry
-    backend: str = "classic"  # which build backend builds the images (builder/backends.py: BACKENDS)
+    backend: str = CLASSIC  # which build backend builds the images (a row of imagebuild/backends.py)

@@ -93,10 +93,12 @@ class Progress:
             self._event(row)
 
     def step(self, tag: str, k: int, n: int, instr: str) -> None:
+        """A Dockerfile step ("step 8/9: WORKDIR /workspace"), or with `n` 0 a phase that has no step (BuildKit's
+        "exporting layers", "writing archive", "loading into the engine"): the row shows what runs now."""
         instr = " ".join(instr.split())
         if len(instr) > 100:
             instr = instr[:97] + "..."
-        self.set(tag, "building", f"step {k}/{n}: {instr}")
+        self.set(tag, "building", f"step {k}/{n}: {instr}" if n else instr)
 
     def line(self, tag: str, text: str) -> None:
         if self.verbose:

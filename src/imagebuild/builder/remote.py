@@ -83,13 +83,16 @@ def check_config(img: ImagePlan, config: dict[str, Any], arch: str, parent_id: s
 def find_in_registry(images: list[ImagePlan], resolve_auth: Callable[..., Any], log: Callable[[str], None],
                      local_id: Callable[[ImagePlan], str | None] | None = None,
                      make_client: Callable[..., RegistryClient] | None = None,
-                     arch: str | None = None) -> dict[str, RemoteImage]:
-    """planned tag -> RemoteImage for every image (parents first) the registry holds exactly as planned."""
+                     arch: str | None = None, pulls_zstd: bool = True) -> dict[str, RemoteImage]:
+    """planned tag -> RemoteImage for every image (parents first) the registry holds exactly as planned.
+    `pulls_zstd` False (Docker 20.10): a parent with zstd layers is not counted: this engine could not pull it for
+    a child to build on (a leaf image up to date in the registry is never pulled, so it still counts)."""
     arch = arch or machine_arch()
     make_client = make_client or (lambda auth: RegistryClient(auth, retries=0, timeout=15.0))
     clients: dict[str, RegistryClient] = {}
     auths: dict[str, dict[str, Any] | None] = {}
     found: dict[str, RemoteImage] = {}
+    zstd: set[str] = set()  # found with zstd layers
     by_tag = {i.tag: i for i in images}
     for img in images:
         try:
@@ -138,9 +141,16 @@ def find_in_registry(images: list[ImagePlan], resolve_auth: Callable[..., Any], 
         if why:
             log(f"registry cache: {img.tag}: {prefix} holds another image ({why}): rebuilt")
             continue
+        if any(str(layer.get("mediaType") or "").endswith("+zstd") for layer in manifest.get("layers") or []):
+            zstd.add(img.tag)
         size = sum(int(layer.get("size") or 0) for layer in manifest.get("layers") or [])
         found[img.tag] = RemoteImage(img.tag, f"{ref.name}@{digest}", digest, cfg_digest, prefix, size,
                                     auths.get(registry))
+    for tag in [t for t in found if t in zstd and not pulls_zstd]:
+        if any(other.parent == tag and other.tag not in found for other in images):  # it would have to be pulled
+            log(f"registry cache: {tag}: {found[tag].registry} holds it with zstd layers, which this engine "
+                "(Docker < 23) cannot pull for its children to build on: rebuilt")
+            del found[tag]
     return found
 
 

@@ -55,7 +55,7 @@ def needed_sources(image: ImagePlan, present: Callable[[str], bool] | None = Non
         distro = v.os.family + v.os.version.replace(".", "")
         out.append(Source(
             "NVIDIA's CUDA apt repository (nvcc for a CUDA 12 dev image)",
-            data.CUDA_REPO_URL.format(distro=distro, arch=data.CUDA_REPO_ARCH),
+            data.CUDA_REPO_URL.format(distro=distro, arch=data.cuda_repo_arch(v.platform)),
             "a CUDA 13 variant (its dev image gets nvcc from PyPI), a dev-less variant (flavors: [base, runtime]), "
             "or a host that reaches NVIDIA's repository (or an internal mirror of it)"))
     return out

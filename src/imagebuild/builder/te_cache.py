@@ -104,7 +104,7 @@ def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str,
         request = BuildRequest(tag=tag, dockerfile=plan.dockerfile, build_args=build_args,
                                labels={KEY_LABEL: plan.key}, timeout=run.options.build_timeout,
                                parents={"BASE_IMAGE": base_id}, secret_build_args=dict(plan.secret_build_args),
-                               context_dirs=dict(plan.context_dirs), log=log)
+                               context_dirs=dict(plan.context_dirs), log=log, platform=img.variant.platform)
         outcome = run_build(run, request, img.tag, key=f"{img.tag} (TE wheel)", step_prefix="TE wheel: ")
     if outcome.failed or not outcome.image_id:
         run.tails[img.tag] = outcome.tail
@@ -141,7 +141,9 @@ def _extract(run: RunState, image_id: str, key: str, started: float) -> tuple[st
     seconds = round(time.monotonic() - started, 1)
     meta = {"key": key, "wheel": wheel, "built": time.time(), "seconds": seconds}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-    if target.exists():
-        shutil.rmtree(target)
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        target.unlink()  # a link planted at the key's name goes, never what it points at
+    elif target.exists():
+        shutil.rmtree(target)  # an earlier entry of this key (rmtree never follows a link inside it)
     tmp.rename(target)
     return wheel, seconds

@@ -8,7 +8,6 @@ tag; the plan only says which tags to look for (and fills the row of a tag that 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,16 @@ from typing import Any, Protocol
 from imagebuild.catalog.records import local_record
 from imagebuild.models import Plan
 from imagebuild.oci import Reference
+from imagebuild.oci.answers import (
+    Descriptor,
+    ImageConfig,
+    ImageManifest,
+    image_config,
+    image_manifest,
+    index_entries,
+    is_index,
+    parse_object,
+)
 from imagebuild.oci.registry import RegistryError
 from imagebuild.plan.tags import references
 
@@ -47,39 +56,40 @@ class RegistryReader(Protocol):
 
 @dataclass(frozen=True)
 class Manifest:
-    """A manifest or an index as the registry serves it: `digest` is the sha256 of exactly the bytes served."""
+    """A manifest or an index as the registry serves it, checked (oci.answers): `digest` is the sha256 of exactly
+    the bytes served; `entries` an index's, `image` an image manifest's config and layers."""
 
     digest: str
-    doc: dict[str, Any]
+    entries: tuple[Descriptor, ...] = ()
+    image: ImageManifest | None = None
 
     @property
     def is_index(self) -> bool:
-        return "manifests" in self.doc and "layers" not in self.doc
+        return self.image is None
 
     @property
     def config_digest(self) -> str | None:
-        config = self.doc.get("config")
-        return str(config["digest"]) if isinstance(config, dict) and config.get("digest") else None
+        return self.image.config.digest if self.image else None
 
     @property
     def layers_size(self) -> int:
         """Sum of the layer sizes the manifest declares: the compressed bytes a pull downloads."""
-        return sum(int(layer.get("size") or 0) for layer in self.doc.get("layers") or [])
+        return self.image.layers_size if self.image else 0
 
 
-def _manifest(reader: RegistryReader, repository: str, reference: str) -> Manifest | None:
+def _manifest(reader: RegistryReader, repository: str, reference: str, what: str) -> Manifest | None:
     got = reader.manifest(repository, reference)
-    return None if got is None else Manifest(got[0], dict(got[1]))
+    if got is None:
+        return None
+    digest, doc = got[0], dict(got[1])
+    if is_index(doc):
+        return Manifest(digest, entries=tuple(index_entries(doc, what)))
+    return Manifest(digest, image=image_manifest(doc, what))
 
 
-def _config(reader: RegistryReader, repository: str, digest: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(reader.blob(repository, digest, max_bytes=CONFIG_MAX_BYTES))
-    except ValueError as exc:
-        raise RegistryError(f"{repository}@{digest}: image config is not JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise RegistryError(f"{repository}@{digest}: image config is not a JSON object")
-    return doc
+def _config(reader: RegistryReader, repository: str, digest: str, what: str) -> ImageConfig:
+    return image_config(parse_object(reader.blob(repository, digest, max_bytes=CONFIG_MAX_BYTES),
+                                     f"{what}: image config {digest}"), what)
 
 
 @dataclass
@@ -102,6 +112,8 @@ class Entry:
     smoke: dict[str, Any] | None = None  # the latest smoke run in the local record: passed/failed/skipped/ran_on/...
     smoke_runs: list[dict[str, Any]] = field(default_factory=list)  # every recorded run of this image, oldest first
     recorded: bool = False  # the local record knows this image (matched on its config digest)
+    layer_media_types: list[str] = field(default_factory=list)  # as the manifest names them
+    runs_on: str | None = None  # what a runtime needs to pull it, from those media types (runtime_needs)
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -125,45 +137,61 @@ def smoke_summary(run: dict[str, Any]) -> dict[str, Any]:
             "skipped": int(run.get("skipped") or 0), "ran_on": ran_on(run.get("where")), "tested_at": run.get("at")}
 
 
-def _platform_child(index: Manifest) -> tuple[dict[str, Any] | None, list[str]]:
+def _platform_child(index: Manifest) -> tuple[Descriptor | None, list[str]]:
     """The index entry whose sizes the row shows (linux/amd64 when present, else the first real platform)."""
-    entries = [m for m in index.doc.get("manifests") or [] if isinstance(m, dict)]
-    real = [m for m in entries if (m.get("platform") or {}).get("os") not in (None, "unknown")]
-    names = [f"{m['platform'].get('os')}/{m['platform'].get('architecture')}" for m in real]
+    entries = list(index.entries)
+    real = [m for m in entries if m.platform.get("os") not in (None, "unknown")]
+    names = [m.platform_name for m in real]
     for m in real:
-        p = m["platform"]
-        if (p.get("os"), p.get("architecture")) == PREFERRED_PLATFORM:
+        if (m.platform.get("os"), m.platform.get("architecture")) == PREFERRED_PLATFORM:
             return m, names
     return (real[0] if real else (entries[0] if entries else None)), names
 
 
 def _image_manifest(reader: RegistryReader, ref: Reference, entry: Entry) -> Manifest | None:
-    manifest = _manifest(reader, ref.repository, ref.tag or "")
+    manifest = _manifest(reader, ref.repository, ref.tag or "", str(ref))
     if manifest is None:
         return None
     entry.digest = manifest.digest
     if not manifest.is_index:
         return manifest
     child, names = _platform_child(manifest)
-    if child is None or not child.get("digest"):
+    if child is None:
         entry.notes.append("the index lists no image manifest")
         return None
-    platform = child.get("platform") or {}
-    entry.platform = f"{platform.get('os')}/{platform.get('architecture')}" if platform else None
+    entry.platform = child.platform_name if child.platform else None
     if len(names) > 1:
         entry.notes.append(f"multi-platform ({', '.join(names)}); sizes and labels of {entry.platform}")
-    manifest = _manifest(reader, ref.repository, str(child["digest"]))
+    manifest = _manifest(reader, ref.repository, child.digest, f"{ref} ({child.digest})")
+    if manifest is not None and manifest.is_index:
+        raise RegistryError(f"{ref}: the index names {child.digest}, which is another index, not an image")
     if manifest is None:
-        entry.notes.append(f"the index names {child['digest']}, which the registry does not have")
+        entry.notes.append(f"the index names {child.digest}, which the registry does not have")
     return manifest
 
 
-def _fill_from_registry(entry: Entry, manifest: Manifest, config: dict[str, Any], planned: dict[str, str | None],
+ZSTD_NEEDS = "zstd layers: Docker ≥ 23, containerd ≥ 1.5, enroot ≥ 3.5"
+GZIP_NEEDS = "gzip layers: any runtime"
+
+
+def runtime_needs(media_types: list[str]) -> str:
+    """What a node's runtime must be to pull layers of these media types (zstd came late to the runtimes: Docker 23,
+    containerd 1.5, enroot 3.5; Docker 20.10 and older enroot fail on it)."""
+    if any(m.endswith("+zstd") for m in media_types):
+        return ZSTD_NEEDS
+    if all(m.endswith(("gzip", ".tar")) for m in media_types):
+        return GZIP_NEEDS
+    return "layers of media type " + ", ".join(m for m in media_types if not m.endswith(("gzip", ".tar")))
+
+
+def _fill_from_registry(entry: Entry, manifest: Manifest, config: ImageConfig, planned: dict[str, str | None],
                         planned_flavor: str) -> None:
-    labels = (config.get("config") or {}).get("Labels") or {}
+    labels = config.labels
     entry.compressed = manifest.layers_size
+    entry.layer_media_types = sorted({layer.media_type for layer in manifest.image.layers} if manifest.image else ())
+    entry.runs_on = runtime_needs(entry.layer_media_types)
     entry.config_digest = manifest.config_digest
-    entry.created = labels.get(CREATED_LABEL) or config.get("created")
+    entry.created = labels.get(CREATED_LABEL) or config.created
     if not any(key in labels for key in (*VERSION_LABELS.values(), FLAVOR_LABEL)):
         entry.notes.append("the image carries no io.imagebuild.* labels (not built by imagebuild?)")
     entry.versions = {col: (labels.get(label) or None) for col, label in VERSION_LABELS.items()}
@@ -196,7 +224,8 @@ def collect(plan: Plan, reader_for: Callable[[str], RegistryReader], record_path
             if manifest is not None:
                 entry.pushed, entry.versions_from = True, "registry"
                 config_digest = manifest.config_digest
-                config = _config(reader, ref.repository, config_digest) if config_digest else {}
+                config = _config(reader, ref.repository, config_digest, text) if config_digest else \
+                    image_config({}, text)
                 _fill_from_registry(entry, manifest, config, planned, image.flavor)
                 record = local_record(config_digest, record_path) if config_digest else None
                 if record is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +13,7 @@ from imagebuild.oci.pyxis import pyxis_image
 from imagebuild.units import format_size
 
 COLUMNS = ("tag", "flavor", "torch", "CUDA", "cuDNN", "NCCL", "Python", "OS", "TE", "compressed", "uncompressed",
-           "digest", "smoke p/f/s", "tested on", "created", "pyxis")
+           "digest", "runs on", "smoke p/f/s", "tested on", "created", "pyxis")
 _ALIGN = {"compressed": "---:", "uncompressed": "---:"}
 
 
@@ -25,8 +26,21 @@ class Header:
     record: str  # the matrix's record (.imagebuild/<matrix>.state.json) smoke results and unpacked sizes come from
 
 
+_MARKDOWN_PUNCT = re.compile(r"([\\`*_\[\]|#!~])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]+")
+
+
+def escape_text(value: object) -> str:
+    """Registry text (labels, platforms) as literal Markdown inline text: HTML's `&`, `<`, `>` as entities (no raw
+    HTML), Markdown's punctuation backslash-escaped (no code span, link, emphasis, or `|` that would split a table
+    cell), line breaks and other control characters as one space (no new row or line)."""
+    text = _CONTROL.sub(" ", str(value))
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MARKDOWN_PUNCT.sub(r"\\\1", text)
+
+
 def _cell(value: Any) -> str:
-    return "–" if value in (None, "") else str(value).replace("|", "\\|").replace("\n", " ")
+    return "–" if value in (None, "") else escape_text(value)
 
 
 def _smoke(entry: Entry) -> tuple[str, str]:
@@ -36,21 +50,22 @@ def _smoke(entry: Entry) -> tuple[str, str]:
         return ("not tested" if entry.recorded else "no record"), "–"
     s = entry.smoke
     mark = "❌" if s["failed"] else "✅"
-    return f"{mark} {s['passed']}/{s['failed']}/{s['skipped']}", s["ran_on"]
+    return f"{mark} {s['passed']}/{s['failed']}/{s['skipped']}", _cell(s["ran_on"])
 
 
 def _row(entry: Entry) -> list[str]:
     v = entry.versions
     tag = f"↳ `{entry.tag}`" if entry.alias_of else f"`{entry.tag}`"
     if entry.pushed:
-        digest = f"`{entry.digest}`" + (f" ({entry.platform})" if entry.platform else "")
+        digest = f"`{entry.digest}`" + (f" ({escape_text(entry.platform)})" if entry.platform else "")
         sizes = [format_size(entry.compressed), format_size(entry.uncompressed)]
     else:
         digest, sizes = "**not pushed**", ["–", "–"]
     smoke, where = _smoke(entry)
     built = (entry.created or "")[:10]
-    return [tag, "alias" if entry.alias_of else entry.flavor, *(_cell(v.get(k)) for k in
-            ("torch", "cuda", "cudnn", "nccl", "python", "os", "transformer_engine")), *sizes, digest, smoke, where,
+    return [tag, "alias" if entry.alias_of else _cell(entry.flavor), *(_cell(v.get(k)) for k in
+            ("torch", "cuda", "cudnn", "nccl", "python", "os", "transformer_engine")), *sizes, digest,
+            _cell(entry.runs_on if entry.pushed else None), smoke, where,
             _cell(built), f"`{pyxis_image(entry.reference)}`"]
 
 
@@ -79,6 +94,9 @@ def render_markdown(entries: list[Entry], header: Header) -> str:
         "- created: the image's `org.opencontainers.image.created` label: its source date (the OS archive's date, so "
         "rebuilds of the same inputs reproduce the same image), or the build time when built with `--created now`.",
         "- compressed: the sum of the manifest's layer sizes (what a pull downloads).",
+        "- runs on: what a node's runtime needs to pull the tag, from its layers' media types: zstd layers (what "
+        "`imagebuild push` writes by default) need Docker ≥ 23, containerd ≥ 1.5 or enroot ≥ 3.5; for older "
+        "runtimes push with `--compression gzip`.",
         f"- uncompressed, smoke and tested on: from the matrix's record `{header.record}`, matched on the image's "
         "config digest (its image ID), so a record of another build under the same tag never counts; the size is the "
         "engine's size of that image. – / no record: that record does not know the image (a registry cannot tell "
@@ -87,7 +105,7 @@ def render_markdown(entries: list[Entry], header: Header) -> str:
         "- pyxis: the tag as Slurm's pyxis plugin (enroot) takes it: `srun --container-image=<pyxis> …`; the registry "
         "is split off with `#`. For a cluster-wide copy: `imagebuild export … -o image.sqsh`.",
     ]
-    notes = [f"- `{e.tag}`: {note}" for e in entries for note in e.notes]
+    notes = [f"- `{e.tag}`: {escape_text(note)}" for e in entries for note in e.notes]
     if notes:
         lines += ["", "Notes:", "", *notes]
     return "\n".join(lines) + "\n"

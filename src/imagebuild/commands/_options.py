@@ -4,18 +4,22 @@ what they mean is imagebuild.pipeline.settings."""
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
+from imagebuild.backends import BACKENDS, choices
+from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
 from imagebuild.pipeline.settings import resolve_matrix_path
+from imagebuild.secrets import redact_url, register_url_credentials
 
 # resolve_matrix_path is pipeline.settings'; lock.py and render.py import it from here
 __all__ = ["build_input_options", "layer_limit_option", "matrix_option", "only_option", "registry_option",
-           "resolve_matrix_path", "state_dir_option"]
+           "resolve_matrix_path", "sign_options", "sign_password", "state_dir_option", "verify_key_option"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,6 +51,26 @@ def state_dir_option(func: F) -> F:
                         )(func)
 
 
+def backend_run_options(func: F) -> F:
+    """A flag for every option only one backend understands, from imagebuild/backends.py's rows (RunOption): the
+    value goes to the command as a keyword named by its setting, collected into BuildSettings.backend_options, so a
+    backend with options of its own is its folder and its row, not a new flag here."""
+    for row in reversed(list(BACKENDS.values())):
+        for option in reversed(row.options):
+            func = click.option(option.flag, option.setting, metavar=option.metavar, default=None,
+                                help=option.help)(func)
+    return func
+
+
+def compression_option(func: F) -> F:
+    """--compression: how push writes layers (the choices are push/skopeo.py's; spelled here so --help loads no
+    stage)."""
+    return click.option("--compression", type=click.Choice(["zstd", "gzip"]), default=None,
+                        help="Layer compression of the push: zstd with OCI media types (default; Docker >= 23, "
+                             "containerd >= 1.5, enroot >= 3.5), or gzip with Docker media types for older "
+                             "runtimes. Default: the matrix's `compression`, else zstd.")(func)
+
+
 def registry_option(func: F) -> F:
     return click.option("--registry", default=None, metavar="HOST[:PORT]/PATH",
                         help="Override the matrix's `registry` (use '' for local-only tags).")(func)
@@ -72,6 +96,16 @@ def layer_limit_option(func: F) -> F:
                         help="Refuse to push an image with a layer larger than this (e.g. 8GiB; default: the "
                              "matrix's layer_limit, else 8 GiB; registries such as GHCR refuse layers over 10 GB).",
                         )(func)
+def index_url(option: str, url: str | None) -> None:
+    """An index URL given on the command line: one URL pip can be handed (no whitespace, quote, backslash or control
+    character: percent-encode them), its credentials registered so no later message, log or report shows them; a
+    refusal shows it masked (secrets.redact_url)."""
+    if url is None or url == "none":
+        return
+    register_url_credentials(url)
+    if not re.fullmatch(r"[^\s\"'`\\\x00-\x1f\x7f]+", url):
+        raise UsageError(f"{option} {redact_url(url)!r}: not one URL (a space, quote, backslash or control character "
+                         "in it: percent-encode it, e.g. %20 %22 %5C)")
 
 
 def build_input_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -85,12 +119,17 @@ def build_input_options(func: Callable[..., Any]) -> Callable[..., Any]:
                   help="Override the torch wheel index chosen by resolution ('none': PyPI/wheelhouse only).")
     @click.option("--wheelhouse", default=None, type=click.Path(file_okay=False, path_type=Path),
                   help="Local wheel folder for pip stages only (never copied into a final image).")
-    @click.option("--backend", type=click.Choice(["classic", "buildkit"]), default=None,
-                  help="How images are built (default: the matrix's `backend`, else classic). buildkit renders "
-                       "cache mounts and build secrets and builds through `docker buildx build` (engine >= 23).")
+    @click.option("--backend", type=click.Choice(choices()), default=None,
+                  help="How images are built (default: the matrix's `backend`, else auto: BuildKit where the engine "
+                       "(>= 23) and buildx answer, else classic; `build` says which and why; other commands plan with "
+                       "the backend the record names). " + "; ".join(f"{s.name}: {s.summary}" for s in BACKENDS.values())
+                       + ".")
     @functools.wraps(func)
     def wrapper(*args: Any, ca_certs: tuple[Path, ...], pip_index_url: str | None, pip_extra: tuple[str, ...],
                 torch_index_url: str | None, wheelhouse: Path | None, backend: str | None, **kwargs: Any) -> Any:
+        for option, url in (("--pip-index-url", pip_index_url), *(("--pip-extra-index-url", u) for u in pip_extra),
+                            ("--torch-index-url", torch_index_url)):
+            index_url(option, url)
         kwargs["inputs"] = BuildInputs(
             ca_certs=tuple(ca_certs),
             pip_index_url=pip_index_url,
@@ -104,3 +143,43 @@ def build_input_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+
+
+def sign_options(func: F) -> F:
+    """--sign-key / --sign-password-stdin (push, build --push): what signs every pushed digest."""
+    func = click.option("--sign-password-stdin", is_flag=True,
+                        help="Read the signing key's password from standard input (default: COSIGN_PASSWORD).")(func)
+    return click.option(
+        "--sign-key", "sign_key", default=None, metavar="FILE|KMS-URI", envvar="IMAGEBUILD_SIGN_KEY",
+        help="Sign every pushed digest with this cosign key (a cosign.key file, its password from COSIGN_PASSWORD "
+             "or --sign-password-stdin; or a KMS URI such as awskms://..., hashivault://...) and attach its "
+             "CycloneDX SBOM and SLSA provenance as signed attestations (env IMAGEBUILD_SIGN_KEY).")(func)
+
+
+def sign_password(sign_key: str | None, from_stdin: bool, registry_password_stdin: bool = False) -> str | None:
+    """The key's password from stdin when asked (None: cosign's COSIGN_PASSWORD, read by sign.keys)."""
+    from imagebuild.errors import UsageError
+
+    if not from_stdin:
+        return None
+    if not sign_key:
+        raise UsageError("--sign-password-stdin needs --sign-key")
+    if registry_password_stdin:
+        raise UsageError("--password-stdin and --sign-password-stdin both read standard input: give the key's "
+                         "password in COSIGN_PASSWORD instead")
+    import sys
+
+    from imagebuild.oci import read_password_stdin
+
+    try:
+        return read_password_stdin(sys.stdin)
+    except UsageError:
+        raise UsageError("--sign-password-stdin: nothing on standard input") from None
+
+
+def verify_key_option(func: F) -> F:
+    """--verify-key (run, export, slurm): check the image's signature and attestations first."""
+    return click.option(
+        "--verify-key", "verify_key", default=None, metavar="FILE|KMS-URI",
+        help="Start/export only an image whose registry digest is signed with this cosign public key and carries "
+             "its SBOM and provenance attestations (default: $IMAGEBUILD_VERIFY_KEY; unset: no check).")(func)

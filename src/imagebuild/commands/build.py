@@ -8,15 +8,20 @@ from typing import TYPE_CHECKING
 
 import click
 
+from imagebuild.backends import AUTO
 from imagebuild.commands._options import (
+    backend_run_options,
     build_input_options,
+    compression_option,
     layer_limit_option,
     matrix_option,
     only_option,
     registry_option,
+    sign_options,
+    sign_password,
     state_dir_option,
 )
-from imagebuild.errors import EXIT_FAILED, EXIT_OK
+from imagebuild.errors import EXIT_FAILED, EXIT_OK, UsageError
 from imagebuild.pipeline.settings import (
     BuildSettings,
     PushSettings,
@@ -69,20 +74,18 @@ def _say(msg: str) -> None:
 @click.option("--sbom/--no-sbom", "sbom", default=True, show_default=True,
               help="Write a CycloneDX SBOM per image beside the report (reports/<matrix>/sbom/), its digest in the "
                    "report; a rebuild's report also shows the diff against the image the tag pointed at before.")
-@click.option("--builder", "buildx_builder", metavar="NAME", default=None,
-              help="With --backend buildkit: the buildx builder (default: buildx's current one, the engine's).")
-@click.option("--buildkit-cache", "buildkit_cache", metavar="REPOSITORY", default=None,
-              help="With the buildkit backend: import and export a registry cache of every stage, one tag per image "
-                   "(needs the engine's containerd image store or a non-docker builder).")
+@backend_run_options
 @click.option("--locked", is_flag=True,
               help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
                    "Without it an existing lock is used too; a missing one means an unlocked build.")
+@sign_options
+@compression_option
 def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[str, ...], force: bool,
             jobs: int | None, keep_going: bool, plain: bool, verbose: bool, log_dir: Path | None,
             report_dir: Path | None, state_dir: str | None, run_tests: bool, retest: bool, run_push: bool,
-            layer_limit: int | None,
-            registry_cache: bool, require_registry: bool, sbom: bool, buildx_builder: str | None,
-            buildkit_cache: str | None, locked: bool, created: str | None) -> int:
+            layer_limit: int | None, registry_cache: bool, require_registry: bool, sbom: bool, locked: bool,
+            created: str | None, sign_key: str | None, sign_password_stdin: bool, compression: str | None,
+            **backend_options: str | None) -> int:
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -91,17 +94,28 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[
       imagebuild build --matrix h100.yaml --only '*2.9.1*runtime' --jobs 2 --plain
       imagebuild build --matrix images/cpu.yaml --ca-cert corp-ca.pem --pip-index-url https://u:p@pypi.corp/simple
     """
+    if inputs.backend in (None, AUTO):  # auto asks the engine's and buildx's versions: while the stages import
+        from imagebuild.engine.cli import prefetch_versions
+
+        prefetch_versions()
     from imagebuild.pipeline.flow import build_run  # the engine SDK and the stages: not for --help
 
+    source = click.get_current_context().get_parameter_source("sign_key")
+    if sign_key and not run_push and source == click.core.ParameterSource.COMMANDLINE:
+        raise UsageError("--sign-key signs what is pushed: add --push (or sign later with `imagebuild push`)")
+    key_password = sign_password(sign_key, sign_password_stdin)
+    if compression and not run_push:
+        raise UsageError("--compression is how --push writes layers: give --push too")
     options = RunOptions(
         command=Step.BUILD, matrix=matrix, registry=registry, inputs=inputs, only=tuple(only), state_dir=state_dir,
         report_dir=report_dir,
         build=BuildSettings(force=force, jobs=jobs, keep_going=keep_going, plain=plain, verbose=verbose,
                             log_dir=log_dir, registry_cache=registry_cache, require_registry=require_registry,
-                            sbom=sbom, locked=locked, created=created, builder=buildx_builder,
-                            buildkit_cache=buildkit_cache),
+                            sbom=sbom, locked=locked, created=created,
+                            backend_options={k: v for k, v in backend_options.items() if v}),
         test=TestSettings(retest=retest) if run_tests else None,
-        push=PushSettings(require_tests=run_tests, layer_limit=layer_limit) if run_push else None,
+        push=PushSettings(require_tests=run_tests, sign_key=sign_key, sign_password=key_password,
+                          compression=compression, layer_limit=layer_limit) if run_push else None,
     )
     result = build_run(options, _say, click.echo)
     _say(f"report: {result.report_md}")

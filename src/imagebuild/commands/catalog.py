@@ -10,7 +10,7 @@ import click
 
 from imagebuild.commands._options import matrix_option, registry_option, state_dir_option
 from imagebuild.errors import EXIT_OK, UsageError
-from imagebuild.files import write_text_atomic
+from imagebuild.files import check_output_file, write_text_atomic
 from imagebuild.oci import Reference, RegistryClient, read_password_stdin, resolve_auth
 
 
@@ -54,6 +54,8 @@ def command(matrix: str, registry: str | None, username: str | None, password_st
         raise UsageError("--password-stdin needs --username")
     if output and not Path(output).resolve().parent.is_dir():
         raise UsageError(f"-o {output}: directory {Path(output).resolve().parent} does not exist")
+    if output:
+        check_output_file(output, "-o")  # before the registry is asked anything
     password = read_password_stdin(sys.stdin) if password_stdin else None
     # tags do not depend on the build inputs; the record only gives the registry its build used (and says when it
     # cannot be trusted)
@@ -86,7 +88,10 @@ def command(matrix: str, registry: str | None, username: str | None, password_st
                     record=str(record))
     text = render_json(entries, header) if as_json else render_markdown(entries, header)
     if output:
-        write_text_atomic(Path(output).resolve(), text)
+        try:  # by rename: a link at the name is replaced, never written through
+            write_text_atomic(Path(output), text)
+        except OSError as exc:
+            raise UsageError(f"-o {output}: cannot write the catalog ({exc.strerror or exc})") from None
         missing = sum(1 for e in entries if not e.pushed)
         click.echo(f"catalog: {len(entries)} tags and aliases ({missing} not pushed) -> {output}", err=True)
     else:

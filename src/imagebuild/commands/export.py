@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
+from imagebuild.commands._options import verify_key_option
 from imagebuild.errors import UsageError
 
 if TYPE_CHECKING:
@@ -55,18 +56,39 @@ def _now() -> str:
     return now()
 
 
+def _verify_key(flag: str | None) -> Any:
+    from imagebuild.sign import configured_public_key
+
+    return configured_public_key(flag)
+
+
 def _check(path: Path) -> int:
-    from imagebuild.export import check
+    from imagebuild.export.squashfs import sidecar, verify
     from imagebuild.export.writer import sha256_file
 
-    problems = check(path, sha256_of=sha256_file)
-    if problems:
-        for p in problems:
+    verdict = verify(path, sha256_of=sha256_file)
+    if verdict.problems:
+        for p in verdict.problems:
             click.echo(f"error: {p}", err=True)
         return 1
-    click.echo(f"{path}: squashfs whole (superblock, size, inode and directory tables"
-               + (", sha256" if path.with_name(path.name + ".sha256").exists() else "") + ")")
+    sha = f"sha256 matches {sidecar(path).name}" if verdict.sha256_verified else \
+        f"sha256 not verified: no {sidecar(path).name} beside it"
+    click.echo(f"{path}: squashfs whole (superblock, size, every block decompressed; {sha}); compressed with "
+               f"{verdict.compressor}: the nodes' kernel needs {verdict.kernel_option}"
+               + (" (every distribution kernel has it)" if verdict.compressor == "gzip" else ""))
     return 0
+
+
+_NAMES_OF = {"squashfs": (".sqsh", ".squashfs", ".sqfs"), "docker-archive": (".tar", ".tar.gz", ".tgz")}
+
+
+def _check_name(output: Path, fmt: str) -> None:
+    """A file named for the other format would be taken for it (pyxis mounts a .sqsh; apptainer reads a .tar)."""
+    for other, suffixes in _NAMES_OF.items():
+        if other != fmt and output.name.lower().endswith(suffixes):
+            want = _NAMES_OF[fmt][0]
+            raise UsageError(f"-o {output}: a {other} name for a {fmt} export; name it *{want} (or give --format "
+                             f"{other})")
 
 
 @click.command("export")
@@ -86,9 +108,10 @@ def _check(path: Path) -> int:
               help="where the image's files are unpacked for packing (default: $TMPDIR)")
 @click.option("--check", "check_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.sqsh",
               help="check a .sqsh for damage or truncation instead of exporting")
+@verify_key_option
 def command(image: str | None, output: Path | None, fmt: str, compression: str, matrix: str | None, only: str | None,
             flavor: str | None, registry: str | None, force: bool, tmp_dir: Path | None,
-            check_file: Path | None) -> int:
+            check_file: Path | None, verify_key: str | None) -> int:
     """Export a built IMAGE (tag or ID) or a matrix's image (--matrix M --only SEL) for Slurm clusters: an enroot
     `.sqsh` for `srun --container-image=FILE.sqsh` (pyxis), or a docker-archive for
     `apptainer build x.sif docker-archive:FILE.tar`. The image never runs; the same image gives the same .sqsh.
@@ -99,6 +122,9 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
       imagebuild export -m images/h100.yaml --only '*runtime' -o /lustre/images/pytorch-h100.sqsh
       imagebuild export -m images/cpu.yaml --only '*runtime' --format docker-archive -o pytorch-cpu.tar
       imagebuild export --check /shared/images/pytorch-cpu.sqsh
+
+    With --verify-key (or IMAGEBUILD_VERIFY_KEY) only an image whose registry digest is signed with that key (and
+    carries its SBOM and provenance attestations) is exported, and only when the engine's image is that digest's.
     """
     from imagebuild import export as ex
 
@@ -106,8 +132,14 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
         click.echo(msg, err=True)
 
     if check_file is not None:
-        if image or output or matrix:
-            raise UsageError("--check FILE takes no IMAGE, --output or --matrix")
+        ctx = click.get_current_context()
+        given = [f"--{name.replace('_', '-')}" for name in ("fmt", "compression", "only", "flavor", "registry",
+                                                            "force", "tmp_dir")
+                 if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)]
+        given = ["--format" if g == "--fmt" else g for g in given]
+        if image or output or matrix or given:
+            raise UsageError("--check FILE takes no IMAGE, --output, --matrix or "
+                             + (", ".join(given) if given else "other option") + " (it only checks the file)")
         return _check(check_file)
     if output is None:
         raise UsageError("give --output FILE (e.g. -o image.sqsh)")
@@ -117,9 +149,17 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
         raise UsageError("--only, --flavor and --registry go with --matrix")
     if not matrix and not image:
         raise UsageError("give an IMAGE (tag or ID) or --matrix FILE --only SEL")
-    if fmt == "docker-archive" and compression != "gzip":
+    if fmt == "docker-archive" and click.get_current_context().get_parameter_source("compression") not in (
+            None, click.core.ParameterSource.DEFAULT):
         raise UsageError("--compression is for --format squashfs")
+    _check_name(output, fmt)
     ex.writer.check_destination(output, force)  # before the engine is asked anything
+    _verify_key(verify_key)  # a bad key file: said before the engine is asked anything
+    if matrix:  # the record learns the export at the end: a state folder it cannot write is said now, not then
+        from imagebuild.files import check_output_dir
+        from imagebuild.record.store import state_dir
+
+        check_output_dir(state_dir(), "state folder (IMAGEBUILD_STATE_DIR)")
 
     from imagebuild.engine import connect, rootfs
 
@@ -134,6 +174,12 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
         if info is None:
             raise UsageError(f"image {image!r} is not in the engine: build it (imagebuild build) or pull it")
         name = cast(str, image)
+    public = _verify_key(verify_key)
+    if public is not None:
+        from imagebuild.sign.verify import check_image
+
+        verified = check_image(name, public, inspect=info)
+        echo(f"verified: {verified.digest_ref} (signature + SBOM + provenance, key {public.describe()})")
     progress = ex.Progress(sys.stderr.isatty())
     from imagebuild.engine.containers import signals_raise
 
@@ -153,8 +199,13 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
         if result.image_size else ""
     click.echo(f"wrote {result.path} ({format_size(result.size)}{ratio}) in {result.seconds:.1f} s; "
                f"{result.sha256}")
+    from imagebuild.oci.pyxis import container_image_flag
+    from imagebuild.pasteable import file_argument, shell_join
+
+    written = file_argument(str(result.path), "--output")  # absolute: pyxis reads a relative name as a Hub image
     if fmt == "squashfs":
-        echo(f"pyxis: srun --container-image={result.path} ...   (enroot: enroot create {result.path})")
+        echo(f"pyxis: srun {shell_join([container_image_flag(written)])} ...   "
+             f"(enroot: {shell_join(['enroot', 'create', written])})")
     else:
-        echo(f"apptainer: apptainer build image.sif docker-archive:{result.path}")
+        echo(f"apptainer: {shell_join(['apptainer', 'build', 'image.sif', 'docker-archive:' + written])}")
     return 0

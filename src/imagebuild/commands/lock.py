@@ -40,7 +40,7 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, check: bool,
       imagebuild lock --check --matrix images/cpu.yaml
     """
     from imagebuild.commands._options import resolve_matrix_path
-    from imagebuild.lock import dump, load, lock_path, problems
+    from imagebuild.lock import LockError, dump, load, lock_path, parse, problems
     from imagebuild.pipeline.locking import make_locker  # the bootstrap's apt sources: not for --help
     from imagebuild.pipeline.settings import check_inputs
     from imagebuild.plan import make_plan
@@ -69,6 +69,11 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, check: bool,
     start = time.monotonic()
     lock = locker.lock(plan, matrix_path.name, made_with=made_with(inputs))
     text = dump(lock)
+    try:  # what an index or a mirror answered is checked by the reader's own rules before it is written
+        parse(text, str(path))
+    except LockError as exc:
+        click.echo(f"error: an index or mirror answered a value the lock cannot hold, nothing written: {exc}", err=True)
+        return EXIT_FAILED
     _write(path, text)
     pins = sum(len(i.pip) for i in lock.images.values())
     apt = sum(len(i.apt) for i in lock.images.values())

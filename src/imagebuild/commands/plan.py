@@ -45,6 +45,9 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, state_dir: s
 
     planned = load(matrix, registry, inputs, state_dir, lambda m: click.echo(m, err=True))
     plan = planned.plan
+    assumed = offline_backend_note(planned.inputs.backend, [img.variant.backend for img in plan.images])
+    if assumed:
+        click.echo(assumed, err=True)
     recorded = record_states(planned.record, plan)
     states = None if recorded is None else {k: v.as_dict() for k, v in recorded.items()}
     if github_matrix:
@@ -61,3 +64,15 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, state_dir: s
                 for line in format_layers(layers[img.id]):
                     click.echo(line)
     return 0
+
+
+def offline_backend_note(given: str | None, rows: list[str]) -> str | None:
+    """The line that says which backend `auto` was planned as when neither a flag nor the record names one: the
+    backend renders its own Dockerfiles, so the hashes shown are that backend's (planning asks no engine)."""
+    from imagebuild.backends import AUTO, OFFLINE, spec
+
+    if given not in (None, AUTO) or not any(row == AUTO for row in rows):
+        return None
+    return (f"backend auto: no record or flag names it; the hashes shown are for {spec(OFFLINE).title} (planning "
+            "asks no engine; a build on Docker Engine >= 23 with buildx uses BuildKit: --backend buildkit shows "
+            "its hashes)")

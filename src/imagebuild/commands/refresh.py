@@ -11,6 +11,7 @@ import click
 from imagebuild.compat import refresh as rf
 from imagebuild.compat.tables import data_path, load_from
 from imagebuild.errors import ImagebuildError
+from imagebuild.files import write_text_atomic
 
 if TYPE_CHECKING:
     from imagebuild.compat.refresh import WheelPins
@@ -69,7 +70,7 @@ def command(matrix: str | None, torch_versions: tuple[str, ...], index_url: str 
             changes += len(lines)
             text = rf.update_text(text, cast("WheelPins", pins), default)
     if write and changes:
-        path.write_text(text, encoding="utf-8")
+        write_text_atomic(path, text)
     tail = "written to " + str(path) if write and changes else "run with --write to apply" if changes else "up to date"
     click.echo(f"{len(versions) - failed} release{'s' * (len(versions) - failed != 1)} read, "
                f"{changes} change{'s' * (changes != 1)} ({tail})")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -12,7 +11,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
+from imagebuild.commands._options import verify_key_option
 from imagebuild.errors import UsageError
+from imagebuild.pasteable import shell_join
 
 if TYPE_CHECKING:
     from imagebuild.host import Topology
@@ -58,6 +59,20 @@ def _image(client: Any, ref: str | None, matrix: str | None, flavor: str | None,
     return info
 
 
+def _verify_first(client: Any, info: ImageInfo, verify_key: str | None, echo: Callable[[str], None]) -> None:
+    """With a verify key configured: the image's reference verified, and the engine's image is that digest's."""
+    from imagebuild.sign import configured_public_key
+
+    public = configured_public_key(verify_key)
+    if public is None:
+        return
+    from imagebuild.engine.store import as_store
+    from imagebuild.sign.verify import check_image
+
+    verified = check_image(info.ref, public, inspect=as_store(client).inspect(info.id) or {"Id": info.id})
+    echo(f"verified: {verified.digest_ref} (signature + SBOM + provenance, key {public.describe()})")
+
+
 def _refuse_options_after_ref(args: list[str], ref: str | None) -> None:
     """Everything after REF goes to the container, so `run REF --jupyter` would start the image with `--jupyter` as
     its command. A container command never starts with a dash: such a word right after REF is a misplaced option."""
@@ -92,10 +107,11 @@ def _refuse_options_after_ref(args: list[str], ref: str | None) -> None:
 @click.option("--ssh-key", type=click.Path(dir_okay=False, path_type=Path),
               help="with --ssh: public key file (default: ~/.ssh/*.pub)")
 @click.option("--print", "print_only", is_flag=True, help="print the equivalent `docker run` line, start nothing")
+@verify_key_option
 def command(args: Sequence[str], matrix: str | None, flavor: str | None, only: str | None, registry: str | None,
             gpus: str, ipc_host: bool, shm_size: str | None, no_numa: bool, workspace: Path | None,
             no_workspace: bool, env: tuple[str, ...], name: str | None, jupyter: bool, ssh: bool, port: int | None,
-            ssh_key: Path | None, print_only: bool) -> int:
+            ssh_key: Path | None, print_only: bool, verify_key: str | None) -> int:
     """Start IMAGE (or the matrix's image of --flavor) with GPUs, a big /dev/shm, memlock/stack ulimits, NUMA
     pinning, the current directory at /workspace as your UID/GID; removed on exit.
 
@@ -105,6 +121,10 @@ def command(args: Sequence[str], matrix: str | None, flavor: str | None, only: s
       imagebuild run --matrix images/h100.yaml --flavor dev --gpus 0,1
       imagebuild run --matrix images/cpu.yaml --flavor dev --jupyter
       imagebuild run --print IMAGE -- torchrun --nproc-per-node 8 train.py
+      imagebuild run --verify-key cosign.pub registry/pytorch:2.9.1-...-runtime -- python train.py
+
+    With --verify-key (or IMAGEBUILD_VERIFY_KEY) the image's registry digest must be signed with that key and carry
+    its SBOM and provenance attestations, and the engine's image must be that digest's: else nothing starts.
     """
     from imagebuild.launch.spec import RunRequest, make_launch
 
@@ -140,7 +160,10 @@ def command(args: Sequence[str], matrix: str | None, flavor: str | None, only: s
 
     client = connect("smoke")
     info = _image(client, ref, matrix, flavor, only, registry, echo)
-    topo, mem = _host_facts(Path(os.environ.get(ROOT_ENV) or "/"))
+    _verify_first(client, info, verify_key, echo)
+    from imagebuild.host import host_root
+
+    topo, mem = _host_facts(host_root(Path(os.environ.get(ROOT_ENV) or "/"), f"${ROOT_ENV}"))
     launch = make_launch(req, info, topo, engine_has_gpus=bool(topo.gpus) or host_has_gpus(client), mem_bytes=mem)
     for note in launch.notes:
         echo(note)
@@ -148,7 +171,7 @@ def command(args: Sequence[str], matrix: str | None, flavor: str | None, only: s
         settings = launch.settings
         if info.ref != info.id and settings.image == info.id:  # print the name the user gave, not the ID
             settings = replace(settings, image=info.ref)
-        click.echo(shlex.join(settings.docker_run_args()))
+        click.echo(shell_join(settings.docker_run_args()))
         if launch.access is not None:
             echo(f"then: {launch.access.message}")
         return 0

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from imagebuild.errors import ImagebuildError
+from imagebuild.errors import ImagebuildError, UsageError
+from imagebuild.files import check_output_file, write_text_atomic
 
 
 @click.command("sbom")
@@ -32,21 +31,21 @@ def command(reference: str, output: str | None, platform: str | None, ca_file: s
     Example:
       imagebuild sbom pytorch:2.13.0-cpu-py3.11-debian12-runtime -o runtime.cdx.json
     """
+    if not reference.strip():
+        raise UsageError("REF is empty: give a local tag or image ID, or HOST[:PORT]/REPO:TAG")
     from imagebuild.engine import connect
     from imagebuild.inventory import dump_sbom, make_sbom
     from imagebuild.inventory.open import Opener
 
+    path = check_output_file(output, "-o") if output and output != "-" else None  # before the image is read
+
     opener = Opener(lambda: connect("inspect"), platform=platform, ca_file=ca_file,
                     log=lambda m: click.echo(m, err=True))
     text = dump_sbom(make_sbom(opener.open(reference)))
-    if output and output != "-":
-        path = Path(output)
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(path)  # never a half-written SBOM under the final name
+    if path is not None:
+        try:  # never a half-written SBOM under the final name, never through a link planted beside it
+            write_text_atomic(path, text)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise ImagebuildError(f"{output}: cannot write the SBOM: {exc.strerror or exc}") from None
         click.echo(f"wrote {path}", err=True)
     else:

@@ -5,17 +5,30 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 
+from imagebuild.commands._options import verify_key_option
 from imagebuild.errors import UsageError
 
 ROOT_ENV = "IMAGEBUILD_HOST_ROOT"  # the same override `imagebuild run` reads
 
 
+@dataclass(frozen=True)
+class _Chosen:
+    """What --matrix picked: the image for pyxis, and what the record ties it to (for --verify-key)."""
+
+    image: str  # the plan row's tag, or the record's .sqsh export of its image
+    tag: str | None = None
+    exported_id: str | None = None  # the image ID the .sqsh was exported from
+    push: dict[str, Any] = field(default_factory=dict)  # the record's push of the row to its repository
+
+
 def _matrix_image(matrix: str, only: str | None, flavor: str | None, registry: str | None,
-                  echo: Callable[[str], None]) -> str:
+                  echo: Callable[[str], None]) -> _Chosen:
     """The plan row's tag, or the .sqsh the record says was exported for the very image of these inputs."""
     from imagebuild.pipeline.loaded import load
     from imagebuild.pipeline.located import recorded_state
@@ -26,10 +39,42 @@ def _matrix_image(matrix: str, only: str | None, flavor: str | None, registry: s
     image_id = recorded_state(planned.record, row).image_id
     entry = planned.record.image(row.id) if planned.record is not None else None
     export = (entry.exports.get("squashfs") if entry is not None else None) or {}
+    push = (entry.pushes.get(row.repository) if entry is not None else None) or {}
     if image_id and export.get("image_id") == image_id and Path(str(export.get("path"))).is_file():
         echo(f"image: {export['path']} (the record's export of {row.tag})")
-        return str(export["path"])
-    return row.tag
+        return _Chosen(str(export["path"]), row.tag, image_id, push)
+    return _Chosen(row.tag, row.tag)
+
+
+def _is_file(image: str) -> bool:
+    return image.startswith(("/", "./", "../")) or image.endswith(".sqsh")
+
+
+def _verified(image: str, chosen: _Chosen | None, verify_key: str | None, echo: Callable[[str], None]) -> str:
+    """With a verify key configured: the image pyxis starts is the signed digest. A reference is verified and
+    pinned to that digest (the nodes pull exactly what was verified, even if the tag moves later); a .sqsh passes
+    only when the record ties it to the signed digest its tag names (an export of the image pushed as it)."""
+    from imagebuild.sign import configured_public_key
+
+    public = configured_public_key(verify_key)
+    if public is None:
+        return image
+    from imagebuild.sign.verify import VerifyError, check_image
+
+    if not _is_file(image):
+        verified = check_image(image, public)
+        echo(f"verified: {verified.digest_ref} (signature + SBOM + provenance, key {public.describe()}); "
+             "pyxis pulls that digest")
+        return verified.digest_ref
+    if chosen is None or chosen.tag is None:
+        raise VerifyError(f"{image}: a .sqsh file carries no signature; with a verify key give the image reference "
+                          "or --matrix (whose record ties its export to the signed digest)")
+    verified = check_image(chosen.tag, public)
+    if chosen.push.get("digest") != verified.digest or chosen.push.get("image_id") != chosen.exported_id:
+        raise VerifyError(f"{image}: exported from {str(chosen.exported_id)[:19]}, which the record does not show "
+                          f"pushed as the signed {verified.digest} that {chosen.tag} names now")
+    echo(f"verified: {image} is the export of {verified.digest_ref} (signature + SBOM + provenance)")
+    return image
 
 
 @click.command("slurm")
@@ -52,10 +97,11 @@ def _matrix_image(matrix: str, only: str | None, flavor: str | None, registry: s
               help="read the node model (GPUs, NUMA, /sys/class/infiniband) under this tree, e.g. one recorded on a "
                    "compute node (default: $IMAGEBUILD_HOST_ROOT or this host)")
 @click.option("--sbatch/--srun", "as_sbatch", default=True, help="print the sbatch script (default) or the srun line")
+@verify_key_option
 def command(args: Sequence[str], matrix: str | None, only: str | None, flavor: str | None, registry: str | None,
             nodes: int, gpus_per_node: int | None, mounts: tuple[str, ...], workspace: str | None,
             no_workspace: bool, workdir: str, job_name: str, partition: str | None, time_limit: str | None,
-            host_root: Path | None, as_sbatch: bool) -> int:
+            host_root: Path | None, as_sbatch: bool, verify_key: str | None) -> int:
     """Print how to start IMAGE (a .sqsh from `imagebuild export`, or a tag) on Slurm with pyxis: one task per GPU,
     CPU/memory bound to each GPU's NUMA node, NCCL on the InfiniBand ports found, the workspace mounted.
 
@@ -64,7 +110,11 @@ def command(args: Sequence[str], matrix: str | None, only: str | None, flavor: s
       imagebuild slurm /lustre/images/pytorch-h100.sqsh --nodes 4 -- python train.py --config c.yaml
       imagebuild slurm -m images/h100.yaml --only '*runtime' --srun -- python -c 'import torch'
       imagebuild slurm registry.example:5000/ml/pytorch:2.13-cu128-runtime --host-root /shared/node-model
+
+    With --verify-key (or IMAGEBUILD_VERIFY_KEY) the image must be signed with that key and carry its SBOM and
+    provenance attestations; the script then names the verified digest (REPO@sha256:...), not the tag.
     """
+    from imagebuild.host import host_root as check_root
     from imagebuild.host import nvidia_smi_outputs, read_fabric, read_topology
     from imagebuild.launch.slurm import SlurmRequest, make_slurm
 
@@ -72,8 +122,10 @@ def command(args: Sequence[str], matrix: str | None, only: str | None, flavor: s
         click.echo(msg, err=True)
 
     args = list(args)
+    chosen = None
     if matrix:
-        image = _matrix_image(matrix, only, flavor, registry, echo)
+        chosen = _matrix_image(matrix, only, flavor, registry, echo)
+        image = chosen.image
     else:
         if only or flavor or registry is not None:
             raise UsageError("--only, --flavor and --registry go with --matrix")
@@ -86,7 +138,11 @@ def command(args: Sequence[str], matrix: str | None, only: str | None, flavor: s
         args.pop(0)
     if no_workspace and workspace:
         raise UsageError("--workspace and --no-workspace: pick one")
-    root = host_root or Path(os.environ.get(ROOT_ENV) or "/")
+    if host_root is not None:  # bad input is said before anything is asked of a registry or cosign
+        root = check_root(host_root, "--host-root")
+    else:
+        root = check_root(Path(os.environ.get(ROOT_ENV) or "/"), f"${ROOT_ENV}")
+    image = _verified(image, chosen, verify_key, echo)
     topo = read_topology(root, **nvidia_smi_outputs(root))
     from imagebuild.oci import ReferenceSyntaxError
 

@@ -2,6 +2,8 @@
 
 from imagebuild.compat.tables import (
     CudaInfo,
+    PlatformInfo,
+    PlatformWheels,
     Tables,
     TERelease,
     TorchRelease,
@@ -16,6 +18,8 @@ from imagebuild.compat.tables import (
 
 __all__ = [
     "CudaInfo",
+    "PlatformInfo",
+    "PlatformWheels",
     "TERelease",
     "Tables",
     "TorchRelease",

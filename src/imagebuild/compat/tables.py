@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from imagebuild.models import OSInfo
+from imagebuild.models import DEFAULT_PLATFORM, OSInfo
 
 _NUM = re.compile(r"\d+")
 
@@ -42,6 +42,30 @@ class TorchVariant:
 
 
 @dataclass(frozen=True)
+class PlatformInfo:
+    """One row of compat/data/platforms.yaml."""
+
+    name: str  # "linux/arm64"
+    deb_arch: str  # "arm64"
+    uname: str  # "aarch64"
+    wheel_tag: str  # "aarch64"
+    ports_mirror: bool  # Ubuntu serves it from ports.ubuntu.com/ubuntu-ports
+    gpu_arch_min: str | None  # "sm_90": no data-centre GPU of this CPU architecture below it
+    compile_native_only: bool  # a CUDA extension (transformer_engine) is not compiled under emulation
+    confirmed: bool
+
+
+@dataclass(frozen=True)
+class PlatformWheels:
+    """A torch release's wheels for a platform other than the default (torch.yaml `arm64:`)."""
+
+    pypi: str  # what PyPI's wheel for the platform is: a CUDA version or "cpu"
+    index: tuple[str, ...]  # the variants the PyTorch index serves for it
+    archs: dict[str, tuple[str, ...]]  # CUDA -> arch list where it differs from the default platform's
+    confirmed: bool
+
+
+@dataclass(frozen=True)
 class TorchRelease:
     version: str
     python: tuple[str, str]  # oldest, newest
@@ -51,6 +75,8 @@ class TorchRelease:
     torchaudio: str | None
     variants: dict[str, TorchVariant]
     confirmed: bool = True
+    # platform ("linux/arm64") -> its wheels; the default platform's are `pypi_default` + `variants`
+    platform_wheels: dict[str, PlatformWheels] = field(default_factory=dict)
 
     def pythons(self) -> list[str]:
         lo, hi = (vtuple(v)[1] for v in self.python)
@@ -95,6 +121,8 @@ class Tables:
     te: dict[str, TERelease]
     index_base: str
     confirmed: dict[str, bool] = field(default_factory=dict)  # "os:<id>" -> confirmed flag of that row
+    platforms: dict[str, PlatformInfo] = field(default_factory=dict)  # "linux/arm64" -> its facts
+    default_platform: str = DEFAULT_PLATFORM
 
 
 def cuda_tag(cuda: str) -> str:
@@ -154,8 +182,42 @@ def _torch(raw: dict[str, Any], cuda: dict[str, CudaInfo]) -> dict[str, TorchRel
             torchaudio=row.get("torchaudio"),
             variants=variants,
             confirmed=all(v.confirmed for v in variants.values()),
+            platform_wheels=_platform_wheels(row),
         )
     return out
+
+
+# torch.yaml's per-platform keys (a release block's line) -> the platform they describe
+_WHEEL_KEYS = {"arm64": "linux/arm64"}
+
+
+def _platform_wheels(row: dict[str, Any]) -> dict[str, PlatformWheels]:
+    out = {}
+    for key, platform in _WHEEL_KEYS.items():
+        if (facts := row.get(key)) is not None:
+            out[platform] = PlatformWheels(
+                pypi=str(facts["pypi"]),
+                index=tuple(str(c) for c in facts.get("index") or ()),
+                archs={str(c): tuple(a) for c, a in (facts.get("archs") or {}).items()},
+                confirmed=bool(facts.get("confirmed", False)),
+            )
+    return out
+
+
+def _platforms(raw: dict[str, Any]) -> dict[str, PlatformInfo]:
+    return {
+        str(name): PlatformInfo(
+            name=str(name),
+            deb_arch=str(row["deb_arch"]),
+            uname=str(row["uname"]),
+            wheel_tag=str(row["wheel_tag"]),
+            ports_mirror=bool(row.get("ports_mirror", False)),
+            gpu_arch_min=row.get("gpu_arch_min"),
+            compile_native_only=bool(row.get("compile_native_only", False)),
+            confirmed=bool(row.get("confirmed", False)),
+        )
+        for name, row in raw["platforms"].items()
+    }
 
 
 def _os(raw: dict[str, Any]) -> tuple[dict[str, OSInfo], dict[str, str], dict[str, bool]]:
@@ -173,6 +235,7 @@ def _os(raw: dict[str, Any]) -> tuple[dict[str, OSInfo], dict[str, str], dict[st
             components=tuple(row.get("components") or ("main",)),
             archive_keys=tuple(str(k).replace(" ", "").upper() for k in row.get("archive_keys") or ()),
             keyring=row.get("keyring"),
+            ports_mirror=row.get("ports_mirror"),
         )
         images[os_id] = row["image"]
         confirmed[f"os:{os_id}"] = bool(row.get("confirmed", False))
@@ -201,10 +264,11 @@ def _te(raw: dict[str, Any]) -> dict[str, TERelease]:
 
 
 def load_from(data_dir: Path | None = None) -> Tables:
-    """Read the four tables (from `data_dir` when given: tests and `refresh` previews use that)."""
+    """Read the five tables (from `data_dir` when given: tests and `refresh` previews use that)."""
     cuda = _cuda(_read(data_dir, "cuda.yaml"))
     torch_raw = _read(data_dir, "torch.yaml")
     infos, images, confirmed = _os(_read(data_dir, "os.yaml"))
+    platforms_raw = _read(data_dir, "platforms.yaml")
     return Tables(
         torch=_torch(torch_raw, cuda),
         cuda=cuda,
@@ -213,6 +277,8 @@ def load_from(data_dir: Path | None = None) -> Tables:
         te=_te(_read(data_dir, "transformer_engine.yaml")),
         index_base=torch_raw.get("index_base", "https://download.pytorch.org/whl").rstrip("/"),
         confirmed=confirmed,
+        platforms=_platforms(platforms_raw),
+        default_platform=str(platforms_raw.get("default", DEFAULT_PLATFORM)),
     )
 
 

@@ -3,7 +3,7 @@
 The low-level API has no cancel call. Shutting the streaming connection's socket makes the engine see EOF and cancel
 the build, and unblocks the thread reading it; the SDK does not hand the response out, so it is taken from the
 frame of the generator it returns. Chunks are given back as the engine sent them (decoded JSON): the classic
-backend (builder/classic.py) turns them into build events, error chunks included.
+backend (builder/backends/classic/) turns them into build events, error chunks included.
 """
 
 from __future__ import annotations

@@ -50,6 +50,16 @@ def connect(purpose: Purpose = "build", *, timeout: int | None = None) -> docker
     return client
 
 
+def engine_machine(client: docker.DockerClient) -> str | None:
+    """The engine's CPU architecture as `uname -m` says it (x86_64, aarch64): the platform the classic builder
+    builds and a container runs natively. None when the engine does not say."""
+    try:
+        arch = client.info().get("Architecture")
+    except Exception:
+        return None
+    return arch if isinstance(arch, str) and arch else None
+
+
 def local_root_dir(client: docker.DockerClient) -> str | None:
     """The engine's data-root when it is on this machine (unix socket and the path exists here), else None."""
     host = os.environ.get("DOCKER_HOST", "")

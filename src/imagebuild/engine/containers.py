@@ -54,6 +54,7 @@ class ContainerSettings:
     tty: bool = False  # `-t`
     stdin_open: bool = False  # `-i`
     working_dir: str | None = None
+    platform: str | None = None  # the image's own OS/architecture when it is not the engine's (run under QEMU)
 
     def kwargs(self) -> dict[str, Any]:
         import docker
@@ -97,6 +98,8 @@ class ContainerSettings:
             kw["stdin_open"] = True
         if self.working_dir:
             kw["working_dir"] = self.working_dir
+        if self.platform:
+            kw["platform"] = self.platform
         return kw
 
     def docker_run_args(self, *, remove: bool = True) -> list[str]:
@@ -125,6 +128,8 @@ class ContainerSettings:
             args += ["-v", f"{host}:{path}" + (":ro" if mode == "ro" else "")]
         if self.working_dir:
             args += ["-w", self.working_dir]
+        if self.platform:
+            args += ["--platform", self.platform]
         if self.user:
             args += ["--user", self.user]
         for key, value in self.environment.items():

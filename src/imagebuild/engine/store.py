@@ -73,6 +73,10 @@ class ImageStore(Protocol):
         """Load a docker-archive; the engine's "Loaded image ..." lines, EngineStreamError on an error chunk."""
         ...
 
+    def save(self, image: str) -> Iterator[bytes]:
+        """The image as a docker-archive stream (`docker save`); EngineReadError when the engine fails it."""
+        ...
+
     def copy_out(self, image: str, path: str) -> bytes:
         """A tar of `path` in `image` (through a container that is created, never started, and removed)."""
         ...
@@ -93,6 +97,10 @@ class ImageStore(Protocol):
 
     def root_dir(self) -> str | None:
         """The engine's data-root when it is on this machine, else None."""
+        ...
+
+    def pulls_zstd(self) -> bool:
+        """Can this engine pull zstd layers? (Docker >= 23; 20.10 cannot.)"""
         ...
 
 
@@ -179,6 +187,11 @@ class DockerImageStore:
             raise _engine_error(exc) from None
         return lines
 
+    def save(self, image: str) -> Iterator[bytes]:
+        from imagebuild.engine.rootfs import saved_image
+
+        return saved_image(self.client, image)
+
     def copy_out(self, image: str, path: str) -> bytes:
         container = self._call(self._api.create_container, image, command=["/none"])  # a scratch image runs nothing
         try:
@@ -234,6 +247,13 @@ class DockerImageStore:
 
     def root_dir(self) -> str | None:
         return local_root_dir(self.client)
+
+    def pulls_zstd(self) -> bool:
+        version = str(self._call(self._api.version).get("Version") or "0")
+        try:
+            return int(version.split(".", 1)[0]) >= 23
+        except ValueError:
+            return False
 
     @staticmethod
     def _call(method: Callable[..., Any], *args: Any, **kw: Any) -> Any:

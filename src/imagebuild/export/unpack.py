@@ -86,16 +86,53 @@ def enroot_mode(mode: int, is_dir: bool) -> int:
 _TRUSTED: dict[str, Any] = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
 
 
+def _within(real_root: str, path: str) -> bool:
+    return path == real_root or path.startswith(real_root.rstrip("/") + "/")
+
+
 def _inside(root: Path, name: str, member: tarfile.TarInfo) -> None:
-    """Refuse a member that would land outside `root`: `..` in its name (or a hard link's target), or a parent that
-    an earlier member made a symbolic link out of the tree."""
+    """Refuse a member that would land outside `root`: `..` in its name (or a hard link's target), a folder on its
+    way (or on its hard link target's way) that an earlier member made a symbolic link out of the tree, or a folder
+    member that is such a link itself (tarfile would chmod what it points at)."""
     if ".." in name.split("/") or (member.islnk() and ".." in member.linkname.split("/")):
         raise UnpackError(f"{name!r}: a path with '..' in the image's files")
-    parent = os.path.realpath(root / name).rsplit("/", 1)[0] if not member.issym() else \
-        os.path.realpath((root / name).parent)
     real_root = os.path.realpath(root)
-    if parent != real_root and not parent.startswith(real_root + "/"):
-        raise UnpackError(f"{name!r}: would be written outside the image's tree (through a symbolic link)")
+    paths = [os.path.dirname(root / name)]
+    if member.isdir():
+        paths.append(str(root / name))
+    if member.islnk():
+        paths.append(os.path.dirname(root / member.linkname))
+    for path in paths:
+        if not _within(real_root, os.path.realpath(path)):
+            raise UnpackError(f"{name!r}: would be written outside the image's tree (through a symbolic link)")
+
+
+def _clear(target: Path, name: str) -> None:
+    """Remove what an earlier member left at `target`: a new member is a new file, so a symbolic link there is
+    replaced rather than written through, and a hard link's shared inode is never written into. A folder there is
+    refused: an engine's export names each path once, and tarfile, failing to make a link over a folder, would fall
+    back to extracting the link's target in its place (a link to itself recursed without end)."""
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise UnpackError(f"{name!r}: a file or link over a folder the image's files already hold")
+    os.unlink(target)
+
+
+def _hard_link(root: Path, member: tarfile.TarInfo) -> None:
+    """A hard link to an earlier member, made without following a symbolic link (a link to a link links the link,
+    as tar does), never to a file outside the tree (its folders were checked by _inside)."""
+    source, target = root / member.linkname, root / member.name
+    try:
+        st = os.lstat(source)
+    except FileNotFoundError:
+        raise UnpackError(f"{member.name!r}: a hard link to {member.linkname!r}, which is not in the image") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UnpackError(f"{member.name!r}: a hard link to the folder {member.linkname!r}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.link(source, target, follow_symlinks=False)
 
 
 def _normalise(name: str) -> str:
@@ -126,10 +163,15 @@ def unpack(chunks: Iterable[bytes], root: Path, on_bytes: Callable[[int], None] 
                 # cannot create device nodes, so they are left out like /dev itself
                 continue
             _inside(root, name, member)
-            on_disk = copy.copy(member)
-            if not member.issym():
-                on_disk.mode = (0o700 if member.isdir() else 0o600) | (member.mode & 0o111)
-            tar.extract(on_disk, str(root), set_attrs=True, numeric_owner=True, **_TRUSTED)
+            if not member.isdir():
+                _clear(root / name, name)
+            if member.islnk():
+                _hard_link(root, member)
+            else:
+                on_disk = copy.copy(member)
+                if not member.issym():
+                    on_disk.mode = (0o700 if member.isdir() else 0o600) | (member.mode & 0o111)
+                tar.extract(on_disk, str(root), set_attrs=True, numeric_owner=True, **_TRUSTED)
             if not member.islnk():  # a hard link shares its target's inode (and so its owner and mode)
                 mode = 0o777 if member.issym() else enroot_mode(member.mode, member.isdir())
                 out.owners["/" + name] = (mode, member.uid, member.gid)

@@ -8,8 +8,8 @@ GPUs and MIG devices (nvidia-smi output or /proc/driver/nvidia), their PCI bus I
 
 from imagebuild.host.fabric import Fabric, Hca, Port, read_fabric
 from imagebuild.host.memory import mem_total_bytes
-from imagebuild.host.nvsmi import nvidia_smi_outputs
+from imagebuild.host.nvsmi import host_root, nvidia_smi_outputs
 from imagebuild.host.topology import Gpu, MigDevice, Topology, format_cpulist, parse_cpulist, read_topology
 
-__all__ = ["Fabric", "Gpu", "Hca", "MigDevice", "Port", "Topology", "format_cpulist", "mem_total_bytes",
+__all__ = ["Fabric", "Gpu", "Hca", "MigDevice", "Port", "Topology", "format_cpulist", "host_root", "mem_total_bytes",
            "nvidia_smi_outputs", "parse_cpulist", "read_fabric", "read_topology"]

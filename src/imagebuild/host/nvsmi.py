@@ -7,10 +7,26 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from imagebuild.errors import UsageError
+
 QUERY_ARGS = ["--query-gpu=index,uuid,pci.bus_id,name", "--format=csv,noheader"]
 
 
 RECORDED = {"smi_query": "query-gpu.csv", "smi_list": "L.txt"}  # <root>/nvidia-smi/<file> in a recorded tree
+HOST_TREE = ("sys", "proc", "nvidia-smi")  # what a root holds when it is a host (live or recorded)
+
+
+def host_root(root: Path, option: str) -> Path:
+    """`root` when it is a host tree to read facts under; else one UsageError naming `option`. A mistyped path would
+    otherwise read as a host with no GPUs and no fabric, and print a CPU-only job as if that were the node."""
+    if root == Path("/"):
+        return root
+    if not root.is_dir():
+        raise UsageError(f"{option} {root}: no such folder (want the root of a host tree, e.g. one recorded on a "
+                         "compute node, holding sys/ and proc/)")
+    if not any((root / name).is_dir() for name in HOST_TREE):
+        raise UsageError(f"{option} {root}: not a host tree (none of {', '.join(n + '/' for n in HOST_TREE)} in it)")
+    return root
 
 
 def nvidia_smi_outputs(root: Path = Path("/"), timeout: float = 20.0) -> dict[str, str | None]:
@@ -21,7 +37,7 @@ def nvidia_smi_outputs(root: Path = Path("/"), timeout: float = 20.0) -> dict[st
     if root != Path("/"):
         for key, name in RECORDED.items():
             path = root / "nvidia-smi" / name
-            out[key] = path.read_text() if path.is_file() else None
+            out[key] = path.read_text(errors="replace") if path.is_file() else None
         return out
     exe = shutil.which("nvidia-smi")
     if not exe:

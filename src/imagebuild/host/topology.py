@@ -86,10 +86,19 @@ def normalize_bus_id(bus_id: str) -> str:
     return f"{domain}:{parts[1]}:{parts[2]}"
 
 
+_CPULIST = re.compile(r"(?:\d{1,5}(?:-\d{1,5})?)(?:,\d{1,5}(?:-\d{1,5})?)*")
+_BUS_ID = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
+
+def _cpulist(text: str | None) -> str | None:
+    """A sysfs cpulist as read, when it is one (a recorded tree could hold anything; CPU numbers below 100000)."""
+    return text if text is not None and (text == "" or _CPULIST.fullmatch(text)) else None
+
+
 def _read(path: Path) -> str | None:
     try:
-        return path.read_text().strip()
-    except OSError:
+        return path.read_text(errors="replace").strip()
+    except (OSError, ValueError):  # unreadable, or a path the OS cannot take (an embedded NUL)
         return None
 
 
@@ -145,15 +154,15 @@ def read_topology(root: Path = Path("/"), smi_query: str | None = None, smi_list
         rows, source = [], "none"
     gpus = []
     for index, uuid, bus, name in rows:
-        dev = root / "sys" / "bus" / "pci" / "devices" / bus
+        dev = root / "sys" / "bus" / "pci" / "devices" / (bus if _BUS_ID.fullmatch(bus) else "unknown")
         node_text = _read(dev / "numa_node")
         node = int(node_text) if node_text and node_text.lstrip("-").isdigit() and int(node_text) >= 0 else None
         mig = tuple(listed[index][2]) if index in listed and listed[index][1] == uuid else ()
         gpus.append(Gpu(index=index, uuid=uuid, bus_id=bus, name=name, numa_node=node,
-                        local_cpus=_read(dev / "local_cpulist") or None, mig=mig))
+                        local_cpus=_cpulist(_read(dev / "local_cpulist")) or None, mig=mig))
     nodes: dict[int, str] = {}
     for path in (root / "sys" / "devices" / "system" / "node").glob("node[0-9]*"):
-        cpus = _read(path / "cpulist")
-        if cpus is not None and path.name[4:].isdigit():
+        cpus = _cpulist(_read(path / "cpulist"))
+        if cpus is not None and path.name[4:].isascii() and path.name[4:].isdigit():
             nodes[int(path.name[4:])] = cpus
     return Topology(gpus=tuple(gpus), nodes=dict(sorted(nodes.items())), source=source)

@@ -43,11 +43,19 @@ class Collector:
         self.files: dict[str, bytes] = {}
 
     def add_layer(self, stream: Readable, compression: str = "") -> None:
-        """Read one tar stream (compression "" or "gz") to its end; as a layer over what earlier calls read."""
+        """Read one tar stream (compression "", "gz" or "zst") to its end; as a layer over what earlier calls read.
+        zstd (OCI `tar+zstd` layers, what `imagebuild push` writes) is read through the zstandard library, every
+        frame to the end of the blob (a compressor may write several)."""
         mine: dict[str, bytes] = {}
         gone: list[str] = []  # whited-out paths: everything at or under them from lower layers
         opaque: list[str] = []  # directories whose lower-layer contents are hidden
         links: list[tuple[str, str]] = []  # hard links to wanted files, resolved after the layer
+        if compression == "zst":
+            import zstandard
+
+            stream = zstandard.ZstdDecompressor().stream_reader(cast(IO[bytes], stream), read_across_frames=True,
+                                                                closefd=False)
+            compression = ""
         mode = f"r|{compression}" if compression else "r|"
         with tarfile.open(fileobj=cast(IO[bytes], stream), mode=mode) as tar:  # type: ignore[call-overload]
             for member in tar:

@@ -5,12 +5,12 @@ one asked for (checked before any container exists)."""
 from __future__ import annotations
 
 import secrets
-import shlex
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagebuild.errors import UsageError
+from imagebuild.pasteable import shell_join
 
 HOST = "127.0.0.1"
 KEY_PREFIXES = ("ssh-", "ecdsa-", "sk-ssh-", "sk-ecdsa-")
@@ -112,7 +112,7 @@ def ssh(port: int, keys: str, *, login_uid: int, caller: tuple[int, int], login_
     # ~/.ssh/known_hosts, hence a throwaway known_hosts file
     client = ["ssh", "-p", str(port), "-o", "UserKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=no",
               f"{login_name}@{HOST}"]
-    return Access("ssh", port, ["sh", "-c", SSHD_SCRIPT], env, run_as_root=True, message=shlex.join(client))
+    return Access("ssh", port, ["sh", "-c", SSHD_SCRIPT], env, run_as_root=True, message=shell_join(client))
 
 
 def port_answers(port: int, timeout: float = 0.5) -> bool:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from imagebuild.errors import UsageError
 from imagebuild.host import Fabric, Topology, parse_cpulist
 from imagebuild.oci.pyxis import container_image_flag
+from imagebuild.pasteable import printable, sbatch_value, shell_lines, shell_word
 
 MASTER_PORT = 29500
 
@@ -45,51 +46,50 @@ class SlurmRequest:
 
 @dataclass
 class SlurmLines:
-    srun: list[str]
+    srun: list[str]  # the argv, options then "--" then the command (the "--" marks where the command starts)
     env: dict[str, str]
-    sbatch_options: list[str]
+    sbatch_options: list[str]  # `--option=VALUE`, each value already written for an #SBATCH line (pasteable)
     notes: list[str] = field(default_factory=list)
 
+    def srun_argv(self) -> list[str]:
+        """What srun is run with: the options and the command (the marker dropped; srun's options end at the
+        command's first word)."""
+        return [a for a in self.srun if a != "--"]
+
     def srun_text(self, standalone: bool = False) -> str:
-        """The srun line; `standalone`: with the environment it needs in front (a single-node run from a shell)."""
-        text = " \\\n    ".join(_join_groups(self.srun))
+        """The srun line, every word quoted for the shell (pasteable.shell_lines: options one per line, the command
+        on the last); `standalone`: with the environment it needs in front (a single-node run from a shell)."""
+        cut = self.srun.index("--") if "--" in self.srun else len(self.srun)
+        text = shell_lines([[a] for a in self.srun[:cut]] + [self.srun[cut + 1:]])
         if not standalone:
             return text
         env = {**self.env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(MASTER_PORT)}
-        return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " \\\n" + text
+        return " ".join(f"{k}={shell_word(v)}" for k, v in env.items()) + " \\\n" + text
 
     def sbatch_text(self) -> str:
         lines = ["#!/bin/bash", *(f"#SBATCH {o}" for o in self.sbatch_options), ""]
-        lines += [f"export {k}={shlex.quote(v)}" for k, v in self.env.items()]
+        lines += [f"export {k}={shell_word(v)}" for k, v in self.env.items()]
         lines += ['export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
                   f"export MASTER_PORT={MASTER_PORT}", "", self.srun_text()]
         return "\n".join(lines) + "\n"
 
 
-def _join_groups(args: list[str]) -> list[str]:
-    """Options one per line (value glued to its flag), the command on the last line."""
-    out: list[str] = []
-    for i, arg in enumerate(args):
-        if arg == "--":
-            out.append(" ".join(args[i + 1:]))
-            break
-        out.append(arg)
-    return out
-
-
 def nccl_environment(fabric: Fabric) -> tuple[dict[str, str], list[str]]:
     ib = fabric.active("InfiniBand")
     roce = fabric.active("Ethernet")
+    skipped = ([f"fabric: skipped sys/class/infiniband entries that are not HCA names: {', '.join(fabric.skipped)}"]
+               if fabric.skipped else [])
     if ib:
         hcas = ",".join(f"{h.name}:{p.number}" for h, p in ib)
         rates = sorted({p.rate for _, p in ib if p.rate})
         return ({"NCCL_IB_HCA": f"={hcas}"},
-                [f"fabric: InfiniBand, {len(ib)} active port(s) ({hcas}; {', '.join(rates) or 'rate unknown'})"])
+                [f"fabric: InfiniBand, {len(ib)} active port(s) ({hcas}; {', '.join(rates) or 'rate unknown'})",
+                 *skipped])
     if roce:
         hcas = ",".join(f"{h.name}:{p.number}" for h, p in roce)
         env = {"NCCL_IB_HCA": f"={hcas}"}
         gids = {p.roce_v2_gid_index for _, p in roce}
-        notes = [f"fabric: RoCE, {len(roce)} active port(s) ({hcas})"]
+        notes = [f"fabric: RoCE, {len(roce)} active port(s) ({hcas})", *skipped]
         if len(gids) == 1 and None not in gids:
             env["NCCL_IB_GID_INDEX"] = str(gids.pop())
         else:
@@ -97,7 +97,7 @@ def nccl_environment(fabric: Fabric) -> tuple[dict[str, str], list[str]]:
         return env, notes
     down = [h.name for h in fabric.hcas]
     why = (f"HCAs {', '.join(down)} have no active port" if down else "no HCA under /sys/class/infiniband")
-    return {"NCCL_IB_DISABLE": "1"}, [f"fabric: {why}: NCCL over TCP sockets (NCCL_IB_DISABLE=1)"]
+    return {"NCCL_IB_DISABLE": "1"}, [f"fabric: {why}: NCCL over TCP sockets (NCCL_IB_DISABLE=1)", *skipped]
 
 
 def _binding(topo: Topology, count: int) -> tuple[list[str], int | None, list[str]]:
@@ -136,29 +136,46 @@ def make_slurm(req: SlurmRequest, topo: Topology, fabric: Fabric) -> SlurmLines:
     notes += bind_notes
     env, fabric_notes = nccl_environment(fabric)
     notes += fabric_notes
-    mounts = list(req.mounts)
+    mounts = [_mount(m) for m in req.mounts]
     if req.workspace:
-        mounts.insert(0, f"{req.workspace}:{req.workdir}")
-    for m in mounts:
-        if ":" not in m or m.startswith(":"):
-            raise UsageError(f"--mount {m!r}: want SRC:DST[:FLAGS] (e.g. /lustre/data:/data:ro)")
+        mounts.insert(0, _mount(f"{_mount_part('--workspace', req.workspace)}:"
+                              f"{_mount_part('--workdir', req.workdir)}", "--workspace"))
     resources = [f"--nodes={req.nodes}", f"--ntasks-per-node={tasks}"]
     if gpus:
         resources.append(f"--gpus-per-node={gpus}")
     if cpus_per_task:
         resources.append(f"--cpus-per-task={cpus_per_task}")
-    sbatch = [f"--job-name={req.job_name}", *resources, "--exclusive"]
-    if req.partition:
-        sbatch.append(f"--partition={req.partition}")
-    if req.time:
-        sbatch.append(f"--time={req.time}")
-    srun = ["srun", *(resources if req.nodes else []), *binding, container_image_flag(req.image)]
+    sbatch = [f"--job-name={sbatch_value('--job-name', req.job_name)}", *resources, "--exclusive"]
+    if req.partition is not None:
+        sbatch.append(f"--partition={sbatch_value('--partition', req.partition)}")
+    if req.time is not None:
+        sbatch.append(f"--time={sbatch_value('--time', req.time)}")
+    srun = ["srun", *(resources if req.nodes else []), *binding, container_image_flag(printable("IMAGE", req.image))]
     if mounts:
         srun.append("--container-mounts=" + ",".join(mounts))
-    srun.append(f"--container-workdir={req.workdir}")
-    command = list(req.command) or ["python", "train.py"]
+    srun.append(f"--container-workdir={printable('--workdir', req.workdir)}")
+    command = [printable("command", c) for c in req.command] or ["python", "train.py"]
     # each task's torch.distributed identity from Slurm's variables (expanded inside the container, per task)
     inner = ('RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID exec '
              + shlex.join(command))
-    srun += ["--", "bash", "-c", shlex.quote(inner)]
+    srun += ["--", "bash", "-c", inner]
     return SlurmLines(srun=srun, env=env, sbatch_options=sbatch, notes=notes)
+
+
+def _mount_part(option: str, path: str) -> str:
+    """A path inside a pyxis mount entry: pyxis splits `--container-mounts` at `,` (entries) and `:` (fields) with
+    no way to escape either, so a path holding one cannot be said there."""
+    printable(option, path)
+    if "," in path or ":" in path:
+        raise UsageError(f"{option} {path!r}: pyxis' --container-mounts cannot hold a ',' or ':' in a path; "
+                         "mount a folder whose path has neither (or --no-workspace)")
+    return path
+
+
+def _mount(entry: str, option: str = "--mount") -> str:
+    """One `SRC:DST[:FLAGS]` entry, checked as pyxis will split it."""
+    printable(option, entry)
+    parts = entry.split(":")
+    if "," in entry or not 2 <= len(parts) <= 3 or not all(parts[:2]):
+        raise UsageError(f"{option} {entry!r}: want SRC:DST[:FLAGS] (e.g. /lustre/data:/data:ro), no ',' in a path")
+    return entry

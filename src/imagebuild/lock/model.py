@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
 import yaml
 
+from imagebuild import values
 from imagebuild.errors import UsageError
 from imagebuild.files import FileProblem, YamlTooBig, compose_yaml, read_bounded_text
 
@@ -26,6 +28,22 @@ SUFFIX = ".lock"
 
 class LockError(UsageError):
     """A lock file that cannot be read, or that does not match its matrix (exit 2)."""
+
+
+class _BadValue(LockError):
+    """A value that is not what its key says (values.py); `parse` puts the line it is on into the message."""
+
+    def __init__(self, where: str, value: object, why: str) -> None:
+        super().__init__(f"{where}: {why}")
+        self.where, self.value, self.why = where, value, why
+
+
+def _valid(check: Callable[[str], str], value: str, where: str) -> str:
+    """`value` when `check` (one of imagebuild.values) accepts it; else the lock's error naming key and value."""
+    try:
+        return check(value)
+    except values.ValueProblem as problem:
+        raise _BadValue(where, value, str(problem)) from None
 
 
 def canonical_name(name: str) -> str:
@@ -224,40 +242,55 @@ def _str_map(value: object, where: str) -> dict[str, str]:
     return {_scalar(k, where): _scalar(v, f"{where}.{k}") for k, v in value.items()}
 
 
+def _checked_map(mapping: dict[str, str], where: str, key: Callable[[str], str],
+                 value: Callable[[str], str]) -> dict[str, str]:
+    return {_valid(key, k, f"{where} key"): _valid(value, v, f"{where}.{k}") for k, v in mapping.items()}
+
+
 def _parse_base(doc: object, where: str) -> BaseLock:
     kind = _need(doc, "kind", where)
     assert isinstance(doc, dict)
     opt = {k: _opt_scalar(doc.get(k), f"{where}.{k}") for k in ("ref", "digest", "suite", "mirror", "snapshot")}
+    for key, text in opt.items():
+        if text is not None:
+            _valid(values.digest if key == "digest" else values.plain_text, text, f"{where}.{key}")
     if kind == "registry":
         return BaseLock(kind=kind, ref=opt["ref"], digest=opt["digest"])
     if kind != "bootstrap":
         raise LockError(f"{where}.kind: {kind!r}; valid choices: bootstrap, registry")
+    extra = _str_list(doc.get("extra_packages"), f"{where}.extra_packages")
     return BaseLock(kind=kind, suite=opt["suite"], mirror=opt["mirror"], snapshot=opt["snapshot"],
-                    extra_packages=_str_list(doc.get("extra_packages"), f"{where}.extra_packages"),
-                    mirror_state=_str_map(doc.get("mirror_state"), f"{where}.mirror_state"),
-                    packages=_str_map(doc.get("packages"), f"{where}.packages"))
-
-
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+                    extra_packages=tuple(_valid(values.debian_package, p, f"{where}.extra_packages[{n}]")
+                                         for n, p in enumerate(extra)),
+                    mirror_state=_checked_map(_str_map(doc.get("mirror_state"), f"{where}.mirror_state"),
+                                              f"{where}.mirror_state", values.plain_text, values.rfc3339),
+                    packages=_checked_map(_str_map(doc.get("packages"), f"{where}.packages"), f"{where}.packages",
+                                          values.debian_package, values.debian_version))
 
 
 def _parse_image(image_id: str, doc: object, where: str) -> LockedImage:
+    """One image's entry, every value checked as what its key says (imagebuild.values) before anything uses it: the
+    apt versions and pip pins reach RUN lines and the --require-hashes file."""
     pins = []
     for n, item in enumerate(_need(doc, "pip", where, list)):
         at = f"{where}.pip[{n}]"
-        pin = PipPin(name=canonical_name(_need(item, "name", at)),
-                     version=_scalar(_need(item, "version", at, (str, int, float)), f"{at}.version"),
-                     sha256=_need(item, "sha256", at), file=_need(item, "file", at))
-        if not _SHA256.match(pin.sha256):
-            raise LockError(f"{at}.sha256: {pin.sha256!r} is not a sha256 (64 lowercase hex digits)")
-        pins.append(pin)
+        version = _scalar(_need(item, "version", at, (str, int, float)), f"{at}.version")
+        pins.append(PipPin(name=canonical_name(_valid(values.project_name, _need(item, "name", at), f"{at}.name")),
+                           version=_valid(values.pep440_version, version, f"{at}.version"),
+                           sha256=_valid(values.sha256_hex, _need(item, "sha256", at), f"{at}.sha256"),
+                           file=_valid(values.wheel_file, _need(item, "file", at), f"{at}.file")))
     assert isinstance(doc, dict)
+    text = {key: _valid(values.plain_text, _scalar(_need(doc, key, where, kinds), f"{where}.{key}"),
+                        f"{where}.{key}")
+            for key, kinds in (("os", str), ("python", (str, float)), ("platform", str))}
+    requires = _str_list(_need(doc, "pip_requires", where, list), f"{where}.pip_requires")
     return LockedImage(
-        id=image_id, os=_need(doc, "os", where), python=_scalar(_need(doc, "python", where, (str, float)), where),
-        platform=_need(doc, "platform", where),
-        pip_requires=_str_list(_need(doc, "pip_requires", where, list), f"{where}.pip_requires"),
+        id=_valid(values.plain_text, image_id, where), os=text["os"], python=text["python"],
+        platform=text["platform"],
+        pip_requires=tuple(_valid(values.plain_text, r, f"{where}.pip_requires[{n}]") for n, r in enumerate(requires)),
         pip=tuple(sorted(pins, key=lambda p: p.name)),
-        apt=_str_map(doc.get("apt"), f"{where}.apt"),
+        apt=_checked_map(_str_map(doc.get("apt"), f"{where}.apt"), f"{where}.apt", values.debian_package,
+                         values.debian_version),
         base=_parse_base(doc["base"], f"{where}.base") if doc.get("base") is not None else None,
     )
 
@@ -279,6 +312,22 @@ def _yaml(text: str, path: str) -> object:
         raise LockError(f"{path}: not valid YAML (nested too deeply)") from None
 
 
+def _line_of(text: str, value: object) -> int:
+    """The line of the first scalar in `text` whose value is `value` (0: not found); the graph is composed again
+    only for a lock already found bad, within the same limits."""
+    stack = [compose_yaml(text)]
+    while stack:
+        node = stack.pop(0)
+        if node is None:
+            continue
+        if isinstance(node.value, str):
+            if node.value == str(value):
+                return int(node.start_mark.line) + 1
+        elif isinstance(node.value, list):
+            stack += [x for item in node.value for x in (item if isinstance(item, tuple) else (item,))]
+    return 0
+
+
 def parse(text: str, path: str = "<lock>") -> Lock:
     doc = _yaml(text, path)
     if not isinstance(doc, dict):
@@ -287,7 +336,13 @@ def parse(text: str, path: str = "<lock>") -> Lock:
     if fmt != LOCK_FORMAT:
         raise LockError(f"{path}: lock_format {fmt!r} is not {LOCK_FORMAT}; regenerate it with `imagebuild lock`")
     images = _need(doc, "images", path, dict)
-    parsed = {_scalar(k, f"{path}: images"): _parse_image(str(k), v, f"{path}: images.{k}") for k, v in images.items()}
+    try:
+        parsed = {_scalar(k, f"{path}: images"): _parse_image(str(k), v, f"{path}: images.{k}")
+                  for k, v in images.items()}
+    except _BadValue as bad:
+        line = _line_of(text, bad.value)
+        where = f"{path}:{line}" + bad.where[len(path):] if line and bad.where.startswith(path) else bad.where
+        raise LockError(f"{where}: {bad.why}; regenerate it with `imagebuild lock`") from None
     made_with = next((ln[len("# Made with: "):] for ln in text.splitlines() if ln.startswith("# Made with: ")), "")
     matrix = _opt_scalar(doc.get("matrix"), f"{path}: matrix") or ""
     recorded = _opt_scalar(doc.get("content_sha256"), f"{path}: content_sha256")

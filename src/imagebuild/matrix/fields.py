@@ -14,10 +14,11 @@ from typing import Any, TypeAlias, cast
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from imagebuild.backends import choices
 from imagebuild.compat import Tables
 from imagebuild.models import FLAVORS, PARENT_FLAVOR
 from imagebuild.oci.reference import ReferenceSyntaxError, parse_reference
-from imagebuild.secrets import has_credentials, redact
+from imagebuild.secrets import has_credentials, redact, redact_url
 
 TORCH_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 CUDA_RE = re.compile(r"^\d+\.\d+$")
@@ -59,7 +60,7 @@ def describe(value: Any) -> str:
     if isinstance(value, (int, float)):
         return f"the number {value}"
     if isinstance(value, str):
-        return f"{value!r}"
+        return f"{redact(value)!r}"  # a URL's credentials never reach a message (secrets: the one rule)
     if isinstance(value, list):
         return "a list"
     if isinstance(value, dict):
@@ -161,13 +162,13 @@ def _pip_req(item: str) -> str | None:
     if not item.strip():
         return "empty requirement"
     if item.lstrip().startswith("-"):
-        return f"{item!r} looks like a pip option; give requirements only"
+        return f"{redact(item)!r} looks like a pip option; give requirements only"
     if set(item) & _PIP_FORBIDDEN:
-        return f"{item!r} contains a quote, backslash, '$' or newline, which cannot be passed safely to pip"
+        return f"{redact(item)!r} contains a quote, backslash, '$' or newline, which cannot be passed safely to pip"
     try:
         req = Requirement(item)
     except InvalidRequirement as exc:
-        return f"{item!r} is not a pip requirement (PEP 508: {str(exc).splitlines()[0]})"
+        return f"{redact(item)!r} is not a pip requirement (PEP 508: {redact(str(exc).splitlines()[0])})"
     if req.url and has_credentials(req.url):
         return (f"{redact(item)!r} carries credentials in its URL, which would stay in the image; give the index "
                 "with --pip-index-url/--pip-extra-index-url instead")
@@ -206,7 +207,10 @@ def _base_image(value: Any, raw: str | None, tables: Tables) -> str:
 
 def _url(value: Any, raw: str | None, tables: Tables) -> str:
     if not isinstance(value, str) or not URL_RE.match(value):
-        raise Bad(f"expected an http(s):// or file:// URL, got {describe(value)}")
+        shown = repr(redact_url(value)) if isinstance(value, str) else describe(value)
+        hint = "percent-encode a space, quote, backslash or '$' in it (%20 %22 %5C %24)" \
+            if isinstance(value, str) and re.match(r"(https?|file)://", value) else ""
+        raise Bad(f"expected an http(s):// or file:// URL, got {shown}", hint)
     return value.rstrip("/")
 
 
@@ -226,10 +230,31 @@ def _bootstrap_packages(value: Any, raw: str | None, tables: Tables) -> tuple[st
     return _string_list(value, _apt_name, "Debian package names")
 
 
+def _platforms(value: Any, raw: str | None, tables: Tables) -> tuple[str, ...]:
+    """A list of OS/architecture pairs; a row of several platforms builds each (one tag, several platforms)."""
+    known = list(tables.platforms) or [tables.default_platform]
+    if isinstance(value, str):
+        value = [value]  # `platforms: linux/arm64` means the one-element list
+    if not isinstance(value, list) or not value:
+        raise Bad(f"expected a non-empty list of platforms, got {describe(value)}", "valid choices: " + ", ".join(known))
+    out: list[str] = []
+    for i, item in enumerate(value):
+        name = item.strip().lower() if isinstance(item, str) else item
+        if isinstance(name, str) and "/" not in name and f"linux/{name}" in known:
+            name = f"linux/{name}"  # `arm64` is linux/arm64, as docker --platform reads it
+        if name not in known:
+            raise Bad(f"unknown platform {describe(item)}", suggest(str(item), known), sub=(i,))
+        if name in out:
+            raise Bad(f"platform {name} is listed twice", sub=(i,))
+        out.append(name)
+    return tuple(out)
+
+
 def _backend(value: Any, raw: str | None, tables: Tables) -> str:
-    if value not in ("classic", "buildkit"):
-        raise Bad(f"unknown backend {describe(value)}", "valid choices: classic, buildkit")
-    return cast(str, value)  # one of the two strings above (`in` does not narrow Any)
+    names = choices()  # auto + THE table of backends (imagebuild/backends.py)
+    if value not in names:
+        raise Bad(f"unknown backend {describe(value)}", f"valid choices: {', '.join(names)}")
+    return cast(str, value)  # one of the table's names (`in` does not narrow Any)
 
 
 # field -> checker(value, raw_text, tables) -> normalised value (raises Bad)
@@ -252,7 +277,8 @@ VARIANT_FIELDS: dict[str, Checker] = {
     "snapshot": _snapshot,
     "bootstrap_packages": _bootstrap_packages,
     "torch_index_url": _index_url,
-    "backend": _backend,  # how images are built: render/backend.py
+    "backend": _backend,  # how images are built: imagebuild/backends.py
+    "platforms": _platforms,  # OS/architecture pairs, default linux/amd64 (compat/data/platforms.yaml)
 }
 
 REQUIRED_FIELDS = ("torch", "cuda", "os")  # python defaults to the OS's own python3

@@ -28,7 +28,7 @@ from imagebuild.oci.reference import (
 from imagebuild.secrets import redact_host
 
 TOP_KEYS = ("name", "registry", "gpu_archs", "defaults", "matrix", "include", "exclude", "ca_certs",
-            "size_budget", "perf_min", "layer_limit")
+            "size_budget", "perf_min", "layer_limit", "compression")
 ARCH_RE = re.compile(r"^sm_\d{2,3}[af]?$")
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b|b)?\s*$", re.IGNORECASE)
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -58,6 +58,7 @@ class Schema:
     size_budget: dict[str, int] = field(default_factory=dict)
     perf_min: dict[str, float] = field(default_factory=dict)
     layer_limit: int | None = None  # bytes: no layer of any image larger (None: the default, 8 GiB)
+    compression: dict[str, str] = field(default_factory=dict)  # registry host ("*": any) -> zstd | gzip
     unknown_keys: tuple[str, ...] = ()  # top-level typos ("matrx"): they explain a missing matrix
 
 
@@ -149,6 +150,7 @@ def check_document(loaded: Loaded, tables: Tables, base_dir: Path) -> tuple[Sche
     out.size_budget = _check_size_budget(c, doc)
     out.layer_limit = _check_layer_limit(c, doc)
     out.perf_min = _check_perf_min(c, doc)
+    out.compression = _check_compression(c, doc)
     return out, c.problems
 
 
@@ -302,6 +304,32 @@ def _check_layer_limit(c: _Checker, doc: dict[Any, Any]) -> int | None:
               "units: B, kB, MB, GB, TB (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024)")
         return None
     return size
+COMPRESSIONS = ("zstd", "gzip")  # push/skopeo.py's choices (the matrix imports no stage)
+
+
+def _check_compression(c: _Checker, doc: dict[Any, Any]) -> dict[str, str]:
+    """`compression: gzip` (every registry this matrix pushes to) or `compression: {HOST[:PORT]: gzip, ...}` (per
+    registry; others get zstd): gzip for registries whose pulling runtimes predate zstd (Docker < 23, containerd <
+    1.5, older enroot)."""
+    value = doc.get("compression")
+    if value is None:
+        return {}
+    choices = " or ".join(COMPRESSIONS)
+    if isinstance(value, str):
+        if value not in COMPRESSIONS:
+            c.bad(("compression",), f"expected {choices}, got {describe(value)}",
+                  "gzip for runtimes that predate zstd (Docker < 23, containerd < 1.5, older enroot)")
+            return {}
+        return {"*": value}
+    out: dict[str, str] = {}
+    for key, each in c.mapping(value, ("compression",), "gzip, or {registry.example:5000: gzip}").items():
+        if not isinstance(key, str) or not key:
+            c.bad(("compression", key), f"expected a registry host like 'registry.example:5000', got {describe(key)}")
+        elif each not in COMPRESSIONS:
+            c.bad(("compression", key), f"expected {choices}, got {describe(each)}")
+        else:
+            out[key] = str(each)
+    return out
 
 
 def _check_perf_min(c: _Checker, doc: dict[Any, Any]) -> dict[str, float]:

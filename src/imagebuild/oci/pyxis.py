@@ -6,6 +6,7 @@ port is never read as a tag); without one it asks Docker Hub. Docker Hub referen
 from __future__ import annotations
 
 from imagebuild.oci.reference import DOCKER_HUB, Reference
+from imagebuild.pasteable import file_argument
 
 
 def pyxis_image(reference: str) -> str:
@@ -18,8 +19,13 @@ def pyxis_image(reference: str) -> str:
     return f"{ref.registry}#{ref.path}{suffix}"
 
 
-def container_image_flag(reference: str) -> str:
-    """`--container-image=…` for srun (a .sqsh path stays as it is)."""
-    text = reference if reference.startswith(("/", "./", "../")) or reference.endswith(".sqsh") \
-        else pyxis_image(reference)
+def is_file_image(image: str) -> bool:
+    """A `.sqsh` file (or any path written as one) rather than an image reference."""
+    return image.startswith(("/", "./", "../")) or image.endswith(".sqsh")
+
+
+def container_image_flag(image: str) -> str:
+    """`--container-image=…` for srun. A file is written absolute: pyxis reads the value as a file only when it
+    starts with `.` or `/`, and takes `images/pytorch.sqsh` as a Docker Hub image anyone could publish."""
+    text = file_argument(image, "IMAGE") if is_file_image(image) else pyxis_image(image)
     return f"--container-image={text}"

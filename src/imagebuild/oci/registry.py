@@ -48,6 +48,10 @@ MANIFEST_TYPES = (
 USER_AGENT = f"imagebuild/{__version__}"
 CERTS_D = Path("/etc/docker/certs.d")
 HUB_API_HOST = "registry-1.docker.io"  # where Docker Hub's v2 API answers
+# the distribution spec's manifest limit (registries refuse larger ones); every other answer read into memory
+# (errors, tokens, pings) is bounded by the same figure, so a hostile server costs at most this much per request
+MAX_MANIFEST_BYTES = 4 << 20
+MAX_ANSWER_BYTES = MAX_MANIFEST_BYTES
 
 
 class RegistryError(ImagebuildError):
@@ -101,6 +105,15 @@ class _Response:
         self.status = status
         self.headers = headers
         self.body = body
+
+
+class _TooLarge(Exception):
+    """An answer larger than the caller's limit (a manifest over 4 MiB, a config over its bound): refused unread."""
+
+    def __init__(self, declared: int | None, limit: int) -> None:
+        said = f" ({declared} bytes declared)" if declared is not None else ""
+        super().__init__(f"the answer is larger than {limit} bytes{said}; refused (not a manifest or config a "
+                         "registry serves)")
 
 
 class _ServerError(Exception):
@@ -161,17 +174,23 @@ class RegistryClient:
         digest = r.headers.get("Docker-Content-Digest")
         if digest:
             return digest
-        r = self._request("GET", path, headers=headers, scope=scope, ok=(200, 404))
+        r = self._request("GET", path, headers=headers, scope=scope, ok=(200, 404), limit=MAX_MANIFEST_BYTES)
         if r.status == 404:
             return None
         return "sha256:" + hashlib.sha256(r.body).hexdigest()
+
+    def blob_exists(self, repository: str, digest: str) -> bool:
+        """Does `repository` hold blob `digest`? (`HEAD`: what a push asks before sending a layer.)"""
+        r = self._request("HEAD", f"/v2/{repository}/blobs/{digest}", scope=f"repository:{repository}:pull",
+                          ok=(200, 404))
+        return r.status == 200
 
     def manifest(self, repository: str, reference: str) -> tuple[str, dict[str, object]] | None:
         """(digest, parsed manifest) for `repository:reference` (tag or digest), None when absent. The digest is the
         sha256 of the bytes served (checked against the one asked for, when a digest was asked for)."""
         path = f"/v2/{repository}/manifests/{urllib.parse.quote(reference, safe=':@')}"
         r = self._request("GET", path, headers={"Accept": ", ".join(MANIFEST_TYPES)},
-                          scope=f"repository:{repository}:pull", ok=(200, 404))
+                          scope=f"repository:{repository}:pull", ok=(200, 404), limit=MAX_MANIFEST_BYTES)
         if r.status == 404:
             return None
         digest = "sha256:" + hashlib.sha256(r.body).hexdigest()
@@ -188,9 +207,7 @@ class RegistryClient:
     def blob(self, repository: str, digest: str, max_bytes: int = 16 << 20) -> bytes:
         """A (small) blob such as an image config, verified against its digest."""
         r = self._request("GET", f"/v2/{repository}/blobs/{digest}", scope=f"repository:{repository}:pull",
-                          ok=(200,))
-        if len(r.body) > max_bytes:
-            raise RegistryError(f"{self.registry}: blob {digest} of {repository} is over {max_bytes} bytes")
+                          ok=(200,), limit=max_bytes)
         got = "sha256:" + hashlib.sha256(r.body).hexdigest()
         if got != digest:
             raise RegistryError(f"{self.registry}: blob {digest} of {repository} has digest {got}")
@@ -201,7 +218,7 @@ class RegistryClient:
         RegistryError with status 404 when there is none. A digest reference is checked against the body."""
         path = f"/v2/{repository}/manifests/{urllib.parse.quote(reference, safe=':@')}"
         r = self._request("GET", path, headers={"Accept": ", ".join(MANIFEST_TYPES)},
-                          scope=f"repository:{repository}:pull")
+                          scope=f"repository:{repository}:pull", limit=MAX_MANIFEST_BYTES)
         digest = "sha256:" + hashlib.sha256(r.body).hexdigest()
         if reference.startswith("sha256:") and reference != digest:
             raise RegistryError(f"{self.registry}: manifest {repository}@{reference} has digest {digest}")
@@ -229,6 +246,24 @@ class RegistryClient:
                                 transient=True) from exc
         return resp
 
+    def put_manifest(self, repository: str, reference: str, body: bytes, media_type: str) -> None:
+        """Point `repository:reference` at the manifest `body` (its blobs must be in the repository already): how a
+        tag is pointed at the digest push wrote (and signed) by digest."""
+        path = f"/v2/{repository}/manifests/{urllib.parse.quote(reference, safe=':@')}"
+        self._request("PUT", path, headers={"Content-Type": media_type}, scope=f"repository:{repository}:pull,push",
+                      ok=(200, 201, 202), data=body)
+
+    def delete_manifest(self, repository: str, digest: str) -> None:
+        """Delete the manifest `digest` (and with it every tag naming it); RegistryError quoting the registry when it
+        refuses (a registry with deletes turned off answers 405)."""
+        self._request("DELETE", f"/v2/{repository}/manifests/{digest}", scope=f"repository:{repository}:delete",
+                      ok=(200, 202))
+
+    def scheme(self) -> str:
+        """http or https, as discovered with the `GET /v2/` ping (cosign needs --allow-http-registry for http)."""
+        self._discover()
+        return self._scheme or "https"
+
     # -- transport -----------------------------------------------------------------------------------------------
     def _schemes(self) -> list[str]:
         if self._scheme:
@@ -237,19 +272,30 @@ class RegistryClient:
             return ["http", "https"]
         return ["https", "http"] if self.insecure else ["https"]
 
-    def _raw(self, method: str, url: str, headers: dict[str, str], data: bytes | None = None) -> _Response:
+    def _raw(self, method: str, url: str, headers: dict[str, str], data: bytes | None = None,
+             limit: int = MAX_ANSWER_BYTES) -> _Response:
+        """One HTTP exchange; the body is read only up to `limit` bytes (TooLarge past it: never read whole)."""
         req = urllib.request.Request(url, data=data, method=method, headers={"User-Agent": USER_AGENT, **headers})
         opener = urllib.request.build_opener(_NoRedirectAuthStrip(), urllib.request.HTTPSHandler(context=self._ssl))
         try:
             with opener.open(req, timeout=self.timeout) as resp:
-                return _Response(resp.status, resp.headers, resp.read())
+                declared = resp.headers.get("Content-Length") or ""  # a HEAD's: the size of what it asks about
+                if method != "HEAD" and declared.isdigit() and int(declared) > limit:
+                    raise _TooLarge(int(declared), limit)
+                body = resp.read(limit + 1)
+                if len(body) > limit:
+                    raise _TooLarge(None, limit)
+                return _Response(resp.status, resp.headers, body)
         except urllib.error.HTTPError as exc:
-            body = exc.read() if exc.fp else b""
+            body = exc.read(MAX_ANSWER_BYTES) if exc.fp else b""  # an error page: its start is enough
             return _Response(exc.code, exc.headers, body)
+        except _TooLarge as exc:
+            raise RegistryError(f"{self.registry}: {method} {urllib.parse.urlsplit(url).path}: {exc}") from None
 
-    def _send(self, method: str, path: str, headers: dict[str, str]) -> _Response:
+    def _send(self, method: str, path: str, headers: dict[str, str], data: bytes | None = None,
+              limit: int = MAX_ANSWER_BYTES) -> _Response:
         """One request with scheme discovery and transient-failure retries."""
-        return self.policy.call(lambda: self._send_once(method, path, headers),
+        return self.policy.call(lambda: self._send_once(method, path, headers, data, limit),
                                 retryable=lambda exc: isinstance(exc, RegistryError) and exc.transient,
                                 sleep=self.sleep,
                                 on_retry=lambda exc, n, wait: self.log(f"{exc}; retry {n}/{self.policy.retries} in "
@@ -277,11 +323,12 @@ class RegistryClient:
             return
         raise RegistryError(f"{self.registry}: GET /v2/: {getattr(last, 'reason', last)}", transient=True)
 
-    def _send_once(self, method: str, path: str, headers: dict[str, str]) -> _Response:
+    def _send_once(self, method: str, path: str, headers: dict[str, str], data: bytes | None = None,
+                   limit: int = MAX_ANSWER_BYTES) -> _Response:
         self._discover()
         url = f"{self._scheme}://{self.host}{path}"
         try:
-            r = self._raw(method, url, headers)
+            r = self._raw(method, url, headers, data, limit=limit)
         except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:  # SSLError, timeouts: OSError
             reason = getattr(exc, "reason", exc)
             if isinstance(reason, ssl.SSLCertVerificationError):
@@ -296,17 +343,18 @@ class RegistryClient:
         return r
 
     def _request(self, method: str, path: str, headers: dict[str, str] | None = None, scope: str = "",
-                 ok: tuple[int, ...] = (200,)) -> _Response:
+                 ok: tuple[int, ...] = (200,), data: bytes | None = None,
+                 limit: int = MAX_ANSWER_BYTES) -> _Response:
         headers = dict(headers or {})
         cached = self._tokens.get(scope) or (self._basic_header() if self._basic_ok else None)
         if cached:
             headers["Authorization"] = cached
-        r = self._send(method, path, headers)
+        r = self._send(method, path, headers, data, limit)
         if r.status == 401:
             challenge = r.headers.get("WWW-Authenticate", "")
             value = self._authorize(challenge, scope, r)
             headers["Authorization"] = value
-            r = self._send(method, path, headers)
+            r = self._send(method, path, headers, data, limit)
             if r.status in (401, 403):
                 self._tokens.pop(scope, None)
                 raise RegistryAuthError(self._auth_text(r), status=r.status)

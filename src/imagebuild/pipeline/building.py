@@ -4,19 +4,24 @@ plan order, with the images the next steps may use (built or up to date in this 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from imagebuild import builder
+from imagebuild.backends import AUTO, BACKENDS, plan_backend, spec
 from imagebuild.builder import BuildOptions
 from imagebuild.builder.backend import BuildBackend
+from imagebuild.builder.backends import BackendFactory, DeferredBackend, choose_auto, preflight
 from imagebuild.builder.progress import Progress
 from imagebuild.builder.remote import RegistryUnavailable, RemoteImage, find_in_registry
 from imagebuild.builder.sources import blocked_tags, unreachable
 from imagebuild.engine.store import as_store
 from imagebuild.errors import EXIT_FAILED, UsageError
 from imagebuild.inputs import BuildInputs
+from imagebuild.matrix import load_matrix
 from imagebuild.models import ImagePlan, ImageResult, Plan
 from imagebuild.oci import resolve_auth
 from imagebuild.pipeline.loaded import Say
@@ -24,7 +29,6 @@ from imagebuild.pipeline.located import locate
 from imagebuild.pipeline.selection import Selection
 from imagebuild.pipeline.settings import BuildSettings
 from imagebuild.record import Record
-from imagebuild.render import plan_backend
 
 
 class BuildStatus(str, Enum):
@@ -62,7 +66,7 @@ def locate_all(client: Any, selection: Selection, rec: Record | None) -> dict[st
 
 
 def registry_lookup(selection: Selection, here: dict[str, str | None], require: bool,
-                    say: Say) -> dict[str, RemoteImage]:
+                    say: Say, pulls_zstd: bool = True) -> dict[str, RemoteImage]:
     """--registry-cache: which selected images the registry already holds with exactly the planned inputs.
 
     Asked only when this engine lacks one of them (`here`, locate_all): a no-op makes no network request (a
@@ -70,7 +74,8 @@ def registry_lookup(selection: Selection, here: dict[str, str | None], require: 
     if all(here.values()):
         return {}
     try:
-        return find_in_registry(selection.with_parents, resolve_auth, log=say, local_id=lambda img: here.get(img.tag))
+        return find_in_registry(selection.with_parents, resolve_auth, log=say, local_id=lambda img: here.get(img.tag),
+                                pulls_zstd=pulls_zstd)
     except RegistryUnavailable as exc:
         if require:
             raise SourcesUnreachable(f"{exc} (--require-registry)") from None
@@ -121,32 +126,99 @@ def preflight_sources(client: Any, plan: Plan, selection: Selection, keep_going:
     return Plan(plan.matrix_file, [i for i in plan.images if i.tag not in blocked]), rows
 
 
-def buildkit_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -> BuildBackend | None:
-    """The BuildKit backend when the plan is rendered for it (or --builder/--buildkit-cache ask for buildx), checked
-    before anything builds: no buildx, a builder that does not exist or answer, an engine whose BuildKit lacks named
-    contexts are one line each (BuilderUnavailable). None: the classic backend."""
-    if plan_backend(plan, inputs) != "buildkit" and not settings.builder and not settings.buildkit_cache:
-        return None
-    from imagebuild.builder.buildx_preflight import preflight
+def concrete_backend(matrix_path: Path, inputs: BuildInputs, settings: BuildSettings, say: Say) -> BuildInputs:
+    """A build's backend resolved before anything renders: `--backend auto`, or no flag and a matrix whose rows
+    name no backend (or `auto`), become the first backend of the table's AUTO_ORDER that answers here (one line
+    says which and why); that concrete name is what the plan renders for and what the record keeps (auto never is).
+    Under auto, options that only one backend understands (`--builder`) choose that backend. A concrete
+    `--backend`, or a matrix that names its backend, is left as it is (as before: the record keeps the flag only)."""
+    if inputs.backend not in (None, AUTO):
+        return inputs
+    if inputs.backend is None:  # the matrix's rows (parsed, not resolved: nothing renders before this answer)
+        named = {v.values.get("backend", AUTO) for v in load_matrix(matrix_path).variants}
+        if named and AUTO not in named:  # every row names its backend
+            return inputs
+    wanted = [(s.name, o.flag) for s in BACKENDS.values() for o in s.options if settings.backend_options.get(o.setting)]
+    if len({n for n, _ in wanted}) == 1:
+        name = wanted[0][0]
+        line = f"backend auto: {' and '.join(f for _, f in wanted)} given; building with {spec(name).title}"
+    else:  # none (or options of two backends: refused by run_backend once the plan names one)
+        name, line = choose_auto()
+    say(line)
+    return replace(inputs, backend=name)
 
-    return preflight(settings.builder, settings.buildkit_cache)
+
+def run_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -> tuple[str, BackendFactory]:
+    """The run's backend (the one the plan is rendered for, a row of imagebuild/backends.py) after its preflight:
+    what it lacks here is one line (for BuildKit: no buildx, a builder that does not exist or answer, an engine whose
+    BuildKit lacks named contexts)."""
+    name, own = chosen_backend(plan, inputs, settings)
+    return name, preflight(name, own)
+
+
+def chosen_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -> tuple[str, dict[str, Any]]:
+    """The run's backend and its own run options (the row's `options`), before its preflight and before the engine is
+    asked anything; an option only another backend understands is refused (one line): it would not change what this
+    one builds."""
+    name = plan_backend(plan, inputs)
+    for other in BACKENDS.values():
+        given = [o.flag for o in other.options if settings.backend_options.get(o.setting)]
+        if other.name != name and given:
+            raise UsageError(f"{' and '.join(given)}: only the {other.name} backend understands "
+                             f"{'it' if len(given) == 1 else 'them'}, and this build renders for and builds with "
+                             f"{name}; choose --backend {other.name} or drop {' and '.join(given)}")
+    return name, {o.setting: settings.backend_options.get(o.setting) for o in spec(name).options}
+
+
+def backend_maker(name: str, own: dict[str, Any], store: Any) -> Callable[[], BuildBackend]:
+    """How to make the run's backend on `store`: its preflight (one line when it cannot build here), then the
+    backend; called by build_step once it knows whether anything may need building."""
+    return lambda: preflight(name, own)(store)
+
+
+def platform_preflight(client: Any, selected: list[ImagePlan], name: str, own: dict[str, Any]) -> None:
+    """Every selected image's platform is buildable here (pipeline/platforms.py), or one error line before anything
+    builds. A plan of the default platform asks nothing (nor runs the backend's preflight). A backend with
+    `features.other_platforms` says, after its preflight, what its builder's nodes list (`platforms`) and whether it
+    is the engine's own docker driver (`docker_driver`); `own` holds its run options (the builder's name)."""
+    from imagebuild.compat import load as load_tables
+    from imagebuild.engine.connect import engine_machine
+    from imagebuild.pipeline.platforms import check_platforms, engine_platform
+
+    tables = load_tables()
+    if all(i.variant.platform == tables.default_platform for i in selected):
+        return  # nothing to ask the engine: a plan of the default platform builds as before
+    cross = spec(name).features.other_platforms
+    backend = preflight(name, own)(as_store(client)) if cross else None
+    check_platforms(selected, tables, engine_platform(tables, engine_machine(client)), cross, own.get("builder"),
+                    tuple(getattr(backend, "platforms", ())), bool(getattr(backend, "docker_driver", True)))
 
 
 def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSettings, rec: Record | None,
-               progress: Progress, log_dir: Any, say: Say, backend: BuildBackend | None = None) -> BuildRun:
-    """Build (or find up to date) the selected images and their parents; rows for the whole plan."""
+               progress: Progress, log_dir: Any, say: Say,
+               backend: tuple[str, Callable[[], BuildBackend]] | None = None) -> BuildRun:
+    """Build (or find up to date) the selected images and their parents; rows for the whole plan.
+
+    `backend`: its name and how to make it after its preflight. The engine is asked first which images are here
+    (`here`); when every one is, the preflight waits for a first build (DeferredBackend: a no-op asks the builder
+    nothing), otherwise it runs now, before any source is asked or anything builds."""
     remote: dict[str, RemoteImage] = {}
     here = None if settings.force else locate_all(client, selection, rec)
+    chosen: BuildBackend | None = None
+    if backend is not None:
+        everything_here = here is not None and all(here.values())
+        chosen = DeferredBackend(backend[1]) if everything_here else backend[1]()
     if here is not None and settings.registry_cache:
-        remote = registry_lookup(selection, here, settings.require_registry, say)
+        remote = registry_lookup(selection, here, settings.require_registry, say,
+                                 pulls_zstd=as_store(client).pulls_zstd())
     buildable, blocked = preflight_sources(client, plan, selection, settings.keep_going, here, remote, say)
     options = BuildOptions(force=settings.force, only=selection.only, keep_going=settings.keep_going,
                            log_dir=log_dir, remote=remote, created=settings.created)
     if settings.jobs:
         options.jobs = settings.jobs
     if backend is not None:
-        options.backend = "buildkit"
-    results = (builder.build_plan(client, buildable, options, progress, backend=backend)
+        options.backend = backend[0]
+    results = (builder.build_plan(client, buildable, options, progress, backend=chosen)
                if buildable.images else []) + blocked
     order = {img.tag: n for n, img in enumerate(plan.images)}
     results.sort(key=lambda r: order[r.tag])

@@ -15,11 +15,19 @@ from typing import Any
 
 from imagebuild import __version__, engine
 from imagebuild.builder import make_progress
+from imagebuild.engine.store import as_store
 from imagebuild.errors import UsageError
 from imagebuild.files import check_output_dir
 from imagebuild.models import ImagePlan, ImageResult
 from imagebuild.oci import Reference, ReferenceSyntaxError
-from imagebuild.pipeline.building import build_step, buildkit_backend, finish
+from imagebuild.pipeline.building import (
+    backend_maker,
+    build_step,
+    chosen_backend,
+    concrete_backend,
+    finish,
+    platform_preflight,
+)
 from imagebuild.pipeline.layers import LayerLimitError
 from imagebuild.pipeline.loaded import Loaded, Say, load
 from imagebuild.pipeline.located import Located, locate, plan_registry
@@ -34,6 +42,7 @@ from imagebuild.pipeline.settings import (
     require_lock,
     resolve_matrix_path,
 )
+from imagebuild.pipeline.signing import open_signing_key
 from imagebuild.pipeline.supply import diff_rebuilds, previous_ids, write_sboms
 from imagebuild.pipeline.testing import TestedImage, test_step
 from imagebuild.plan.tags import references
@@ -89,16 +98,21 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     check_inputs(options.inputs)
     if settings.locked:
         require_lock(options.matrix, resolve_matrix_path(options.matrix))
-    loaded = load(options.matrix, options.registry, options.inputs, options.state_dir, say, building=True)
+    inputs = concrete_backend(resolve_matrix_path(options.matrix), options.inputs, settings, say)  # auto: which and why
+    loaded = load(options.matrix, options.registry, inputs, options.state_dir, say, building=True)
     plan = loaded.plan
     selection = select_images(plan, options.only, loaded.path)
     report_dir = _check_outputs(options, loaded, settings.log_dir)
-    backend = buildkit_backend(plan, loaded.inputs, settings)  # before anything builds
+    if options.push is not None:
+        open_signing_key(options.push, selection.named)  # a key that cannot sign: said before an hour of building
+    backend, own = chosen_backend(plan, loaded.inputs, settings)  # another backend's options: refused here
     client = engine.connect("build")  # its timeout also fits --push of multi-GB layers
+    platform_preflight(client, selection.with_parents, backend, own)  # before anything builds
     progress = make_progress(plain=settings.plain, verbose=settings.verbose)
     before = previous_ids(client, plan) if settings.sbom else {}
     built = build_step(client, plan, selection, settings, loaded.record, progress,
-                       settings.log_dir or (report_dir / "logs"), say, backend)
+                       settings.log_dir or (report_dir / "logs"), say,
+                       (backend, backend_maker(backend, own, as_store(client))))  # preflight unless all up to date
     if settings.sbom:
         rec = loaded.record
         recorded = {k: v.sbom for k, v in (rec.images if rec else {}).items() if v.sbom}

@@ -10,9 +10,10 @@ file again.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from imagebuild.backends import AUTO, CLASSIC
 from imagebuild.inputs import BuildInputs
 from imagebuild.models import Plan
 from imagebuild.pipeline.settings import resolve_matrix_path
@@ -47,6 +48,15 @@ def trusted_record(path: Path, state_dir: str | None, say: Say) -> Record | None
     return rec
 
 
+def same_inputs(recorded: dict[str, object], given: BuildInputs) -> bool:
+    """Whether a record's inputs are `given`'s. A record written before the backend was recorded (no `backend`)
+    was built with the classic builder, so it is the same as a build that resolved auto to classic."""
+    public = given.public()
+    if "backend" not in recorded and public.get("backend") == CLASSIC:
+        del public["backend"]
+    return recorded == public
+
+
 @dataclass
 class Loaded:
     path: Path  # the matrix file
@@ -68,13 +78,15 @@ def load(matrix: str, registry: str | None, inputs: BuildInputs | None, state_di
     path = resolve_matrix_path(matrix)
     rec = trusted_record(path, state_dir, say)
     given = inputs if inputs is not None else BuildInputs()
+    if not building and given.backend == AUTO:  # only a build resolves auto; the others plan as the record says
+        given = replace(given, backend=None)
     if building:
-        if rec is not None and rec.inputs != given.public():
+        if rec is not None and not same_inputs(rec.inputs, given):
             say(f"note: {rec.path} recorded a build with other inputs ({rec.describe_inputs()}); this build "
                 "records its own")
         use = given
     elif given != BuildInputs():
-        if rec is not None and rec.inputs != given.public():
+        if rec is not None and not same_inputs(rec.inputs, given):
             say(f"note: {rec.path} records a build with other inputs ({rec.describe_inputs()}); planning with "
                 "the flags given")
         use = given

@@ -18,11 +18,13 @@ from imagebuild.pipeline.layers import check_layer_limits
 from imagebuild.pipeline.loaded import RecordBook, Say
 from imagebuild.pipeline.located import Located
 from imagebuild.pipeline.settings import PushSettings
-from imagebuild.push import DEFAULT_RETRIES, gate, push_plan
+from imagebuild.pipeline.signing import open_signing_key, signer
+from imagebuild.push import DEFAULT_COMPRESSION, DEFAULT_RETRIES, gate, push_plan
 from imagebuild.record import Record
 from imagebuild.record.testkeys import failed_result, tested_ok
 from imagebuild.record.update import record_push
 from imagebuild.secrets import redact
+from imagebuild.sign import version as cosign_version
 from imagebuild.smoke import runner
 
 
@@ -96,9 +98,19 @@ def auth_cache(settings: PushSettings, say: Say, describe: bool) -> Callable[[st
     return auth_for
 
 
+def compression_for(registry: str, settings: PushSettings, plan: Plan) -> str:
+    """zstd | gzip for pushes to `registry`: --compression, else the matrix's `compression` for that registry (or
+    for every registry), else zstd."""
+    if settings.compression:
+        return settings.compression
+    chosen = plan.images[0].variant.compression if plan.images else {}
+    return chosen.get(registry) or chosen.get("*") or DEFAULT_COMPRESSION
+
+
 def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], book: RecordBook,
               settings: PushSettings, log: Say, *, describe_credentials: bool = False) -> PushRun:
     rows = gate_rows(images, book.record)
+    signing = open_signing_key(settings, [img for img, _ in images])  # a bad key: nothing pushed
     store = as_store(client)
     check_layer_limits(store, images, settings.layer_limit)  # before anything is tagged or pushed
     for img, here in images:  # the plan's tag (this registry) points at the image the record holds
@@ -106,16 +118,24 @@ def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], 
             ref = Reference.parse(img.tag)
             store.tag(here.image_id, ref.name, ref.tag or "latest", force=True)
     auth_for = auth_cache(settings, log, describe_credentials)
+    located = {img.tag: here.image_id for img, here in images}
+    sign_pushed = None
+    if signing is not None:
+        key, public_pem = signing
+        log(f"push: signing with {key.describe()} (cosign {cosign_version()}, key-based, no transparency log)")
+        sign_pushed = signer(client, plan, book, settings, key, public_pem,
+                             {t: i for t, i in located.items() if i}, auth_for, log)
     pushed = push_plan(plan, client=client, auth_for=auth_for, images=[img for img, _ in images],
+                       compression=lambda registry: compression_for(registry, settings, plan),
                        report_rows={tag: row.for_push() for tag, row in rows.items()},
                        require_tests=settings.require_tests, log=lambda m: log(redact(m)), ca_file=settings.ca_file,
-                       retries=DEFAULT_RETRIES if settings.retries is None else settings.retries)
-    located = {img.tag: here.image_id for img, here in images}
+                       retries=DEFAULT_RETRIES if settings.retries is None else settings.retries,
+                       sign_pushed=sign_pushed)
     book.update(lambda rec: record_push(rec, plan, pushed, {t: i for t, i in located.items() if i}))
     for res in pushed:
         p = res.push or {}
         res.image_id = located.get(res.tag)
-        line = f"{p.get('status', '?'):>9}  {res.tag}  {p.get('digest') or ''}"
+        line = f"{p.get('status', '?'):>9}  {res.tag}  {p.get('digest') or ''}" + ("  signed" if p.get("signed") else "")
         if p.get("status") in (PushStatus.FAILED, PushStatus.SKIPPED):
             line += f"  ({p.get('error') or p.get('reason')})"
         log(redact(line))

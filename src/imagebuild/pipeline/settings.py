@@ -8,6 +8,7 @@ matrix's files go. Importing this module loads neither the engine SDK nor a stag
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -38,8 +39,9 @@ class BuildSettings:
     sbom: bool = True
     locked: bool = False
     created: str | None = None
-    builder: str | None = None  # --builder: a buildx builder (the BuildKit backend); None: buildx's current one
-    buildkit_cache: str | None = None  # --buildkit-cache: registry repository of the per-image stage caches
+    # the options only one backend understands (a row's RunOption.setting -> the value given; --builder NAME,
+    # --buildkit-cache REPOSITORY): imagebuild/backends.py's table names them, commands/build.py makes their flags
+    backend_options: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,9 @@ class PushSettings:
     password: str | None = field(default=None, repr=False)
     dry_run: bool = False
     layer_limit: int | None = None  # --layer-limit bytes (None: the matrix's layer_limit, else 8 GiB)
+    sign_key: str | None = None  # a cosign key file or KMS URI: every pushed digest signed + SBOM/provenance attested
+    sign_password: str | None = field(default=None, repr=False)  # the key file's; None: COSIGN_PASSWORD
+    compression: str | None = None  # --compression zstd|gzip; None: the matrix's `compression`, else zstd
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.engine.store import as_store
+from imagebuild.files import write_text_atomic
 from imagebuild.lock.model import canonical_name, parse
 from imagebuild.models import ImagePlan, ImageResult, Plan
 from imagebuild.pipeline.building import HERE, BuildStatus
@@ -31,7 +32,7 @@ def previous_ids(client: Any, plan: Plan) -> dict[str, str]:
     return out
 
 
-def _lock_hashes(plan: Plan) -> dict[tuple[str, str], str]:
+def lock_hashes(plan: Plan) -> dict[tuple[str, str], str]:
     if not plan.lock_file:
         return {}
     try:
@@ -47,7 +48,7 @@ def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir:
 
     `recorded`: plan id -> the record's sbom entry (path, sha256, image_id) from an earlier run."""
     by_tag = plan.by_tag()
-    hashes = _lock_hashes(plan)
+    hashes = lock_hashes(plan)
     folder = Path(report_dir) / "sbom"
     for res in results:
         img: ImagePlan | None = by_tag.get(res.tag)
@@ -72,7 +73,7 @@ def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir:
             res.sbom = {"error": str(exc)}
             continue
         folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_text_atomic(path, text)  # by rename: a link planted at the name is replaced, not written through
         data = text.encode()
         res.sbom = {"path": str(path), "sha256": "sha256:" + hashlib.sha256(data).hexdigest(),
                     "image_id": res.image_id, "components": text.count('"bom-ref"') - 1,

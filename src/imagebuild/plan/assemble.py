@@ -10,7 +10,15 @@ from imagebuild.errors import UsageError
 from imagebuild.inputs import BuildInputs
 from imagebuild.lock import Lock, LockError, entry_digest, lock_path
 from imagebuild.lock import problems as lock_problems
-from imagebuild.models import FLAVORS, PARENT_FLAVOR, ImagePlan, Plan, ResolvedVariant, TEWheelPlan
+from imagebuild.models import (
+    DEFAULT_PLATFORM,
+    FLAVORS,
+    PARENT_FLAVOR,
+    ImagePlan,
+    Plan,
+    ResolvedVariant,
+    TEWheelPlan,
+)
 from imagebuild.oci import ReferenceSyntaxError, check_registry
 from imagebuild.oci.reference import check_repository_room
 from imagebuild.plan import tags
@@ -77,6 +85,8 @@ def plan_from_variants(
             locked = lock.images.get(image_id) if lock else None
             rendered = render_image(variant, flavor, inputs, locked)
             extra: dict[str, object] = {"base": _base_source_inputs(variant)} if parent is None else {}
+            if variant.platform != DEFAULT_PLATFORM:  # the default platform's hashes stay as they were
+                extra["platform"] = variant.platform
             if locked is not None:  # the entry's content, not the file's header, path or time
                 extra["lock"] = entry_digest(locked)
             digest = inputs_hash(

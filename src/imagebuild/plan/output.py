@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from imagebuild.models import Plan
+from imagebuild.models import DEFAULT_PLATFORM, Plan
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,6 +24,7 @@ def plan_rows(plan: Plan, states: dict[str, dict[str, Any]] | None = None,
                 "tag": image.tag,
                 "aliases": list(image.aliases),
                 "flavor": image.flavor,
+                "platform": v.platform,
                 "parent": image.parent,
                 "versions": {
                     "torch": v.versions.torch,
@@ -57,18 +58,22 @@ def plan_json(plan: Plan, states: dict[str, dict[str, Any]] | None = None,
 def github_matrix(plan: Plan) -> str:
     """One job per variant: {"include": [{"variant", "only", "matrix", "torch", "cuda", "python", "os"}]}."""
     seen: dict[str, dict[str, Any]] = {}
+    keys = {i.variant.key for i in plan.images}
     for image in plan.images:
         v = image.variant
         if v.key not in seen:
+            # `K-*` would also select a sibling platform's `K-arm64-*` images: name the flavors instead
+            sibling = any(k != v.key and k.startswith(v.key + "-") for k in keys)
             seen[v.key] = {
                 "variant": v.key,
-                "only": f"{v.key}-*",
+                "only": ",".join(f"{v.key}-{f}" for f in v.flavors) if sibling else f"{v.key}-*",
                 "matrix": plan.matrix_file,
                 "torch": v.versions.torch,
                 "cuda": v.versions.cuda,
                 "python": v.versions.python,
                 "os": v.versions.os,
                 "flavors": " ".join(f for f in v.flavors),
+                **({"platform": v.platform} if v.platform != DEFAULT_PLATFORM else {}),
             }
     return json.dumps({"include": list(seen.values())}, separators=(",", ":"))
 
@@ -83,6 +88,9 @@ def print_table(plan: Plan, console: Console | None = None, states: dict[str, di
     repos = sorted({i.repository for i in plan.images})
     table = Table(title=f"{plan.matrix_file}: {len(plan.images)} images -> {', '.join(repos)}", show_lines=False)
     cols = ["tag", "flavor", "parent", "torch", "cuda", "cudnn", "nccl", "py", "os", "TE", "hash"]
+    platforms = any(i.variant.platform != DEFAULT_PLATFORM for i in plan.images)
+    if platforms:  # a single-platform plan prints as before
+        cols.insert(2, "platform")
     if states is not None:
         cols.append("built")
     for col in cols:
@@ -94,6 +102,7 @@ def print_table(plan: Plan, console: Console | None = None, states: dict[str, di
         table.add_row(
             image.short_tag,
             image.flavor,
+            *([image.variant.platform] if platforms else []),
             by_tag[image.parent].flavor if image.parent in by_tag else (image.parent or "-"),
             v.torch,
             v.cuda,

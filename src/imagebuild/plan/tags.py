@@ -6,6 +6,10 @@ Full tag (unique, readable):
 Short aliases (moving; they follow the newest patch in the plan):
   <registry>/<name>:<major.minor>-cuda<cuda>-<flavor>    e.g. pytorch:2.9-cuda12.8-runtime
   <registry>/<name>:<major.minor>-cpu-<flavor>
+Another platform than linux/amd64 adds its architecture before the flavor: <...>-<os>-arm64-<flavor> (and
+<major.minor>-cuda<cuda>-arm64-<flavor>), as its variant key does, so `--only <key>-runtime` of one platform never
+selects the other's. The default platform's tag has no suffix: it is the tag a pushed multi-platform index is
+published under.
 When several variants share an alias (same torch minor and CUDA, other Python/OS), it goes to the newest torch patch,
 then the newest Python, then the first in matrix order. This is the only place that decides who owns an alias:
 `ImagePlan.aliases` carries the decision, and build (tagging), bake and push read it through `references()`.
@@ -14,7 +18,7 @@ then the newest Python, then the first in matrix order. This is the only place t
 from __future__ import annotations
 
 from imagebuild.compat import accel, vtuple
-from imagebuild.models import ImagePlan, ResolvedVariant
+from imagebuild.models import ImagePlan, ResolvedVariant, platform_suffix
 from imagebuild.oci import alias_reference
 
 
@@ -26,13 +30,14 @@ def repository(variant: ResolvedVariant, registry: str | None) -> str:
 def full_tag(variant: ResolvedVariant, flavor: str, registry: str | None = None) -> str:
     v = variant.versions
     cudnn = "" if v.cuda == "cpu" else f"-cudnn{(v.cudnn or '0').split('.')[0]}"
-    return f"{repository(variant, registry)}:{v.torch}-{accel(v.cuda)}{cudnn}-py{v.python}-{v.os}-{flavor}"
+    return (f"{repository(variant, registry)}:{v.torch}-{accel(v.cuda)}{cudnn}-py{v.python}-{v.os}"
+            f"{platform_suffix(variant.platform)}-{flavor}")
 
 
 def alias_key(variant: ResolvedVariant, flavor: str) -> str:
     v = variant.versions
     minor = ".".join(v.torch.split(".")[:2])
-    return f"{minor}-{accel(v.cuda)}-{flavor}"
+    return f"{minor}-{accel(v.cuda)}{platform_suffix(variant.platform)}-{flavor}"
 
 
 def assign_aliases(variants: list[ResolvedVariant], flavor: str, registry: str | None) -> dict[str, str]:

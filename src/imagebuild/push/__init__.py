@@ -1,4 +1,5 @@
-"""Push built images to a registry: retries, digest verification, skip-if-unchanged.
+"""Push built images to a registry: zstd (or gzip) by digest, then the tags; retries, digest verification,
+skip-if-unchanged.
 
 The registry client, credentials and image references live in `imagebuild.oci`; which references an image is pushed
 under (its tag and the aliases it owns) is the plan's decision (`imagebuild.plan.tags.references`).
@@ -14,14 +15,16 @@ from imagebuild.push.pusher import (
     PushAuthError,
     Pusher,
     PushError,
+    SignPushed,
     classify,
     gate,
-    parse_push_stream,
     push_plan,
     result_for,
 )
+from imagebuild.push.skopeo import COMPRESSIONS, DEFAULT_COMPRESSION
 
 __all__ = [
-    "DEFAULT_RETRIES", "PushAuthError", "PushError", "Pusher", "classify", "gate", "parse_push_stream", "push_plan",
+    "COMPRESSIONS", "DEFAULT_COMPRESSION",
+    "DEFAULT_RETRIES", "PushAuthError", "PushError", "Pusher", "SignPushed", "classify", "gate", "push_plan",
     "result_for",
 ]

@@ -1,33 +1,37 @@
-"""Push built images (full tag + aliases) through the engine's image store, reading every chunk of the push stream.
+"""Push built images (full tag + aliases): written to the registry BY DIGEST, verified, then tagged.
 
-The engine answers a push with HTTP 200 and reports failures as `{"error": ..., "errorDetail": ...}` chunks; each one
-fails the attempt (engine.stream reads them). Attempts that failed for a transient reason (5xx, 429, connection
-reset/refused, timeouts, EOF, "blob upload unknown") are retried by the one retry policy (imagebuild.retry,
-ENGINE_PUSH), at most `retries` more times. Authentication and
-authorization failures are never retried: the credentials are checked against the registry before the first push
-(`RegistryClient.check_auth`), so a wrong password fails at once with the registry's own message; an "unauthorized"
-from the engine after a good check (the engine lost the auth challenge to a failed ping) is re-checked and retried
-as transient only when the registry still accepts the credentials.
+Two steps per image and repository, so that something can happen between them (a signer signs the digest):
+1. `write_by_digest`: skopeo (push/skopeo.py) compresses the engine's image (zstd with OCI media types by default,
+   gzip with Docker media types on request) and writes its blobs and manifest as `name@digest`; no tag moves. The
+   registry is then asked for that digest and must serve exactly it.
+2. `point_tags`: each tag is a manifest PUT of the same bytes; then each tag must serve the digest.
+Signing (`sign_pushed`, the seam the pipeline fills when a signing key is given) runs between the two, once per
+image with `REPO@DIGEST`: a refusal fails the image with every tag where it was, so no tag ever names an unsigned
+digest and nothing needs rolling back. An image whose tags all name its digest already is signed again (the
+signature is what a re-push with a key promises). A failure in step 1 (a registry that refuses OCI or zstd, a lost
+connection) leaves every tag where it was.
+
+Per reference: skip when the registry's tag already serves the digest the image compresses to (zstd and gzip output
+are deterministic: the same image gives the same digest). Only blobs the registry lacks are sent (it is asked for each
+before: `bytes` counts what went over the wire, compressed). Transient failures (5xx, 429, connection reset/refused,
+timeouts, EOF) are retried by the one retry policy (imagebuild.retry, ENGINE_PUSH), at most `retries` more times.
+Authentication and authorization failures are never retried: the credentials are checked against the registry
+before the first push (`RegistryClient.check_auth`), so a wrong password fails at once with the registry's message.
 
 Which references an image is pushed under (full tag + the aliases it owns) is the plan's decision
 (`imagebuild.plan.tags.references`); references are parsed with `imagebuild.oci.Reference`, and the registry is asked
 with `imagebuild.oci.RegistryClient`.
-
-Per reference: skip when the registry's manifest digest for the tag is one of the local image's RepoDigests for that
-repository (already there); otherwise push, take the digest from the stream (`aux.Digest`, or the
-`<tag>: digest: sha256:… size: N` line), then verify that the registry serves exactly that digest for the tag.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from imagebuild.engine.store import ImageStore, as_store
-from imagebuild.engine.stream import EngineError, EngineStreamError, read_stream
+from imagebuild.engine.stream import EngineError
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan, ImageResult, Plan
 from imagebuild.oci import (
@@ -36,9 +40,9 @@ from imagebuild.oci import (
     RegistryAuth,
     RegistryAuthError,
     RegistryClient,
-    RegistryError,
 )
 from imagebuild.plan.tags import references
+from imagebuild.push.skopeo import DEFAULT_COMPRESSION, CopyError, Prepared, Skopeo, refused_format
 from imagebuild.retry import ENGINE_PUSH, RetryPolicy
 from imagebuild.secrets import redact
 
@@ -46,11 +50,11 @@ if TYPE_CHECKING:
     from imagebuild.engine.store import EngineClient
 
 DEFAULT_RETRIES = ENGINE_PUSH.retries
+# (image, "REPO@sha256:…") -> what the record keeps of the signature; raises an ImagebuildError to refuse the push
+SignPushed = Callable[[ImagePlan, str], dict[str, Any]]
 
-_DIGEST_LINE = re.compile(r"digest: (sha256:[0-9a-f]{64}) size: (\d+)")
 _AUTH = re.compile(r"unauthorized|authentication required|\bdenied\b|forbidden|\b40[13]\b|insufficient_scope",
                    re.I)
-_DENIED = re.compile(r"\bdenied\b|forbidden|\b403\b|insufficient_scope", re.I)
 _TRANSIENT = re.compile(
     r"\b5\d\d\b|too ?many ?requests|\b429\b|connection reset|broken pipe|connection refused|timeout|timed out|"
     r"\bEOF\b|blob upload unknown|blob_upload_unknown|TLS handshake|server misbehaving|temporary failure|"
@@ -72,7 +76,7 @@ class _Transient(Exception):
 
 
 def classify(message: str) -> str:
-    """'auth' | 'transient' | 'fatal' for an error from the push stream or the engine API."""
+    """'auth' | 'transient' | 'fatal' for an error of a push (skopeo's message or the registry's)."""
     if _AUTH.search(message):
         return "auth"
     if _TRANSIENT.search(message):
@@ -80,58 +84,28 @@ def classify(message: str) -> str:
     return "fatal"
 
 
-@dataclass
-class StreamResult:
-    digest: str | None = None
-    size: int | None = None
-    errors: list[str] = field(default_factory=list)
-    layers_pushed: int = 0
-    layers_existing: int = 0  # "Layer already exists" / "Mounted from ..."
-    bytes_pushed: int = 0  # sum of the progress totals of the layers the engine uploaded (uncompressed bytes)
-    retries_by_engine: int = 0  # the engine's own per-layer "Retrying in N seconds"
+def refused_message(registry: str, compression: str, detail: str) -> str:
+    """The one line for a registry that will not take the manifest's media types."""
+    what = "OCI manifests with zstd layers" if compression == "zstd" else "this manifest"
+    return (f"registry {registry} refused {what} ({detail}); nothing was tagged: push with `--compression gzip` "
+            f"(or `compression: gzip` in the matrix) for registries and runtimes that predate zstd")
 
 
-def parse_push_stream(chunks: Iterable[dict[str, Any]], on_chunk: Callable[[dict[str, Any]], None] | None = None) -> StreamResult:
-    """Read the whole stream (never stop at the first chunk): every `error`/`errorDetail` counts."""
-    res = StreamResult()
-    totals: dict[str, int] = {}
-    retrying: set[str] = set()
+class Copier(Protocol):
+    """What writes an image to a registry by digest (push/skopeo.py's Skopeo)."""
 
-    def take(chunk: dict[str, Any]) -> None:
-        if on_chunk:
-            on_chunk(chunk)
-        aux = chunk.get("aux")
-        if isinstance(aux, dict) and aux.get("Digest"):
-            res.digest = aux["Digest"]
-            res.size = aux.get("Size", res.size)
-        status = str(chunk.get("status") or "")
-        layer = chunk.get("id")
-        m = _DIGEST_LINE.search(status)
-        if m and not res.digest:
-            res.digest, res.size = m.group(1), int(m.group(2))
-        if status == "Pushing" and layer:
-            total = (chunk.get("progressDetail") or {}).get("total") or 0
-            totals[layer] = max(totals.get(layer, 0), int(total))
-        elif status == "Pushed" and layer:
-            res.layers_pushed += 1
-            res.bytes_pushed += totals.get(layer, 0)
-        elif (status == "Layer already exists" or status.startswith("Mounted from")) and layer:
-            res.layers_existing += 1
-        elif status.startswith("Retrying in") and layer and layer not in retrying:
-            retrying.add(layer)
-            res.retries_by_engine += 1
+    def prepare(self, image_id: str, compression: str) -> Prepared: ...
 
-    try:
-        read_stream(chunks, take)
-    except EngineStreamError as exc:
-        res.errors += exc.messages
-    return res
+    def send(self, prepared: Prepared, name: str, auth: RegistryAuth, *, plain_http: bool,
+             ca_file: str | None = None) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Pusher:
     def __init__(
         self,
-        engine: ImageStore | EngineClient,  # a docker client from engine.connect("push"): its timeout fits big uploads
+        engine: ImageStore | EngineClient,  # a docker client from engine.connect("push"): its timeout fits big saves
         auth: RegistryAuth,
         *,
         registry_client: RegistryClient | None = None,
@@ -141,14 +115,24 @@ class Pusher:
         sleep: Callable[[float], None] = time.sleep,
         log: Callable[[str], None] = lambda _m: None,
         ca_file: str | None = None,
+        compression: str = DEFAULT_COMPRESSION,
+        copier: Copier | None = None,
+        sign_pushed: SignPushed | None = None,
     ):
         self.store: ImageStore = as_store(engine)
         self.auth = auth
         self.policy = RetryPolicy(retries, backoff, max_backoff)
         self.sleep = sleep
         self.log = log
+        self.ca_file = ca_file
+        self.compression = compression
         self.registry = registry_client or RegistryClient(auth, ca_file=ca_file, sleep=sleep, log=log)
+        self.copier: Copier = copier or Skopeo(self.store, log=log)
+        self.sign_pushed = sign_pushed  # after the digest is verified, before any tag moves
         self._auth_checked: set[str] = set()
+
+    def close(self) -> None:
+        self.copier.close()
 
     # -- one image ---------------------------------------------------------------------------------------------
     def push_image(self, image: ImagePlan, refs: list[str] | None = None) -> dict[str, Any]:
@@ -157,38 +141,74 @@ class Pusher:
         refs = refs or [image.tag]
         started = time.monotonic()
         rec: dict[str, Any] = {"status": "failed", "registry": self.auth.registry, "digest": None, "tags": list(refs),
-                     "pushed": [], "unchanged": [], "attempts": 0, "bytes": 0, "layers_pushed": 0,
-                     "layers_existing": 0, "seconds": 0.0}
+                               "pushed": [], "unchanged": [], "attempts": 0, "bytes": 0, "layers_pushed": 0,
+                               "layers_existing": 0, "seconds": 0.0, "compression": self.compression}
         try:
-            inspect = self._inspect(image.tag)
-            local_digests = self._local_digests(inspect, image.repository)
+            image_id = self._image_id(image.tag)
+            by_repo: dict[str, list[Reference]] = {}
             for ref in refs:
-                self._push_ref(ref, inspect["Id"], local_digests, rec)
+                parsed = self._parse(ref)
+                by_repo.setdefault(parsed.name, []).append(parsed)
+            prepared: Prepared | None = None
+            for name, tags in by_repo.items():
+                repo_path = tags[0].repository
+                self._check_auth(repo_path)
+                if prepared is None:
+                    prepared = self._prepare(image_id)
+                    rec["digest"] = prepared.digest
+                    rec["size"] = len(prepared.manifest)
+                    rec["layer_media_types"] = sorted({m for _, _, m in prepared.layers})
+                todo = [t for t in tags if self._served(repo_path, str(t.tag)) != prepared.digest]
+                for t in tags:
+                    if t not in todo:
+                        self.log(f"{t}: unchanged ({prepared.digest[:19]}), skipped")
+                        rec["unchanged"].append(str(t))
+                if todo:
+                    self.write_by_digest(prepared, name, repo_path, rec)
+                if self.sign_pushed is not None and "signed" not in rec:
+                    self._sign(image, name, prepared.digest, rec)
+                if not todo:
+                    continue
+                self.point_tags(prepared, repo_path, todo)
+                rec["pushed"] += [str(t) for t in todo]
             rec["status"] = "pushed" if rec["pushed"] else "unchanged"
         except PushAuthError:
             raise
-        except (PushError, RegistryError) as exc:
+        except ImagebuildError as exc:  # PushError, RegistryError, CopyError, a signer's refusal
             rec["error"] = redact(str(exc))
         rec["seconds"] = round(time.monotonic() - started, 2)
         return rec
 
-    def _inspect(self, tag: str) -> dict[str, Any]:
+    def _sign(self, image: ImagePlan, name: str, digest: str, rec: dict[str, Any]) -> None:
+        """sign_pushed for the digest just written; a refusal moves no tag (no rollback needed)."""
+        assert self.sign_pushed is not None
+        try:
+            rec["signed"] = self.sign_pushed(image, f"{name}@{digest}")
+        except PushAuthError:
+            raise
+        except ImagebuildError as exc:
+            raise PushError(f"{redact(str(exc))}; no tag was moved to the unsigned {digest}") from None
+        self.log(f"{name}@{digest[:19]}: signed (+ SBOM and provenance attestations)")
+
+    def _image_id(self, tag: str) -> str:
         try:
             info = self.store.inspect(tag)
         except EngineError as exc:
             raise PushError(f"{tag}: engine: {exc}") from exc
         if info is None:
             raise PushError(f"{tag}: not built (no such local image)")
-        return info
+        return str(info["Id"])
 
-    @staticmethod
-    def _local_digests(inspect: dict[str, Any], repository: str) -> set[str]:
-        out = set()
-        for rd in inspect.get("RepoDigests") or []:
-            name, _, digest = rd.partition("@")
-            if name == repository:
-                out.add(digest)
-        return out
+    def _parse(self, ref: str) -> Reference:
+        try:
+            parsed = Reference.parse(ref)
+        except ReferenceSyntaxError as exc:
+            raise PushError(f"{ref}: {exc}") from None
+        if parsed.registry != self.auth.registry:
+            raise PushError(f"{ref}: not in registry {self.auth.registry}")
+        if not parsed.tag or parsed.digest:
+            raise PushError(f"{ref}: a pushed reference needs a tag and no digest")
+        return parsed
 
     def _check_auth(self, repo_path: str) -> None:
         if repo_path in self._auth_checked:
@@ -199,85 +219,76 @@ class Pusher:
             raise PushAuthError(str(exc)) from exc
         self._auth_checked.add(repo_path)
 
-    def _push_ref(self, ref: str, image_id: str, local_digests: set[str], rec: dict[str, Any]) -> None:
+    def _served(self, repo_path: str, reference: str) -> str | None:
         try:
-            parsed = Reference.parse(ref)
-        except ReferenceSyntaxError as exc:
-            raise PushError(f"{ref}: {exc}") from None
-        if parsed.registry != self.auth.registry:
-            raise PushError(f"{ref}: not in registry {self.auth.registry}")
-        if not parsed.tag or parsed.digest:
-            raise PushError(f"{ref}: a pushed reference needs a tag and no digest")
-        repo, tag, repo_path = parsed.name, parsed.tag, parsed.repository
-        self._check_auth(repo_path)
-        try:
-            remote = self.registry.manifest_digest(repo_path, tag)
+            return self.registry.manifest_digest(repo_path, reference)
         except RegistryAuthError as exc:
             raise PushAuthError(str(exc)) from exc
-        if remote and remote in local_digests:
-            self.log(f"{ref}: unchanged ({remote[:19]}), skipped")
-            rec["unchanged"].append(ref)
-            rec["digest"] = rec["digest"] or remote
-            return
-        if self._local_id(ref) != image_id:  # missing, or a moving alias still on the previous build
-            self.store.tag(image_id, repo, tag, force=True)
-        result = self._push_with_retries(repo, tag, repo_path, rec)
+
+    def _prepare(self, image_id: str) -> Prepared:
         try:
-            served = self.registry.manifest_digest(repo_path, tag)
-        except RegistryAuthError as exc:
-            raise PushAuthError(str(exc)) from exc
-        if served != result.digest:
-            raise PushError(f"{ref}: pushed digest {result.digest} but the registry serves {served or 'nothing'}")
-        self.log(f"{ref}: pushed {result.digest} ({result.layers_pushed} layers uploaded, "
-                 f"{result.layers_existing} already there)")
-        rec["pushed"].append(ref)
-        rec["digest"] = rec["digest"] or result.digest
-        rec["size"] = result.size
-        rec["bytes"] += result.bytes_pushed
-        rec["layers_pushed"] += result.layers_pushed
-        rec["layers_existing"] += result.layers_existing
-        if rec["digest"] != result.digest:
-            raise PushError(f"{ref}: digest {result.digest} differs from {rec['digest']} pushed for the same image")
+            prepared = self.copier.prepare(image_id, self.compression)
+        except EngineError as exc:
+            raise PushError(f"{image_id[:19]}: engine: {exc}") from exc
+        self.log(f"{image_id[:19]}: {len(prepared.layers)} layers compressed with {prepared.compression}: "
+                 f"{prepared.digest}")
+        return prepared
 
-    def _local_id(self, ref: str) -> str | None:
-        return self.store.image_id(ref)
-
-    def _push_with_retries(self, repo: str, tag: str, repo_path: str, rec: dict[str, Any]) -> StreamResult:
-        ref = f"{repo}:{tag}"
+    # -- the two steps -----------------------------------------------------------------------------------------
+    def write_by_digest(self, prepared: Prepared, name: str, repo_path: str, rec: dict[str, Any]) -> str:
+        """Blobs the registry lacks + the manifest as `name@digest` (no tag); the digest once the registry serves
+        exactly it. Counts what was sent into `rec`."""
+        missing = [(d, n) for d, n in prepared.blobs if not self.registry.blob_exists(repo_path, d)]
+        layers = {d for d, _, _ in prepared.layers}
         attempts = [0]
 
-        def attempt() -> StreamResult:
+        def attempt() -> None:
             attempts[0] += 1
             rec["attempts"] += 1
             try:
-                result = parse_push_stream(self.store.push(repo, tag, auth_config=self.auth.sdk_auth_config()))
-                if not result.errors and not result.digest:
-                    result.errors.append("push stream ended without a digest (EOF)")
-            except EngineError as exc:
-                result = StreamResult(errors=[str(exc) if exc.connection else f"engine: {exc}"])
-                if exc.status and exc.status >= 500 and classify(result.errors[0]) == "fatal":
-                    result.errors[0] += " (5xx)"
-            if not result.errors:
-                return result
-            message = "; ".join(dict.fromkeys(result.errors))
-            kind = classify(message)
-            if kind == "auth":
-                if _DENIED.search(message):
-                    raise PushAuthError(f"{ref}: {message}")
-                self._auth_checked.discard(repo_path)
-                self._check_auth(repo_path)  # raises when the registry refuses the credentials
-                kind = "transient"  # credentials are good: the engine lost the auth challenge (failed ping)
-                message += " (the registry accepts the credentials: retrying as transient)"
-            if kind == "fatal":
-                raise PushError(f"{ref}: {message}")
-            raise _Transient(message)
+                self.copier.send(prepared, name, self.auth, plain_http=self.registry.scheme() == "http",
+                                 ca_file=self.ca_file)
+            except CopyError as exc:
+                message = str(exc)
+                if refused_format(message):  # the registry's own words, without skopeo's long prefix
+                    detail = ": ".join(message.split(": ")[-2:])
+                    raise PushError(refused_message(self.auth.registry, prepared.compression, detail)) from None
+                kind = classify(message)
+                if kind == "auth":
+                    raise PushAuthError(message) from None
+                if kind == "fatal":
+                    raise PushError(message) from None
+                raise _Transient(message) from None
 
+        ref = f"{name}@{prepared.digest}"
         try:
-            return self.policy.call(attempt, retryable=lambda exc: isinstance(exc, _Transient), sleep=self.sleep,
-                                    on_retry=lambda exc, n, wait: self.log(
-                                        f"{ref}: {exc}; retry {n}/{self.policy.retries} in {wait:.1f}s"))
+            self.policy.call(attempt, retryable=lambda exc: isinstance(exc, _Transient), sleep=self.sleep,
+                             on_retry=lambda exc, n, wait: self.log(
+                                 f"{ref}: {exc}; retry {n}/{self.policy.retries} in {wait:.1f}s"))
         except _Transient as exc:
             raise PushError(f"{ref}: gave up after {attempts[0]} attempts: {exc}") from None
+        served = self._served(repo_path, prepared.digest)
+        if served != prepared.digest:
+            raise PushError(f"{ref}: written, but the registry serves {served or 'nothing'} for that digest")
+        rec["bytes"] += sum(n for _, n in missing)
+        rec["layers_pushed"] += sum(1 for d, _ in missing if d in layers)
+        rec["layers_existing"] += len(layers) - sum(1 for d, _ in missing if d in layers)
+        self.log(f"{ref}: written ({sum(1 for d, _ in missing if d in layers)} layers uploaded, "
+                 f"{sum(n for _, n in missing)} bytes)")
+        return prepared.digest
+
+    def point_tags(self, prepared: Prepared, repo_path: str, tags: list[Reference]) -> None:
+        """Each tag -> the manifest already written by digest (a PUT of the same bytes), then checked."""
+        for ref in tags:
+            tag = str(ref.tag)
+            try:
+                self.registry.put_manifest(repo_path, tag, prepared.manifest, prepared.media_type)
+            except RegistryAuthError as exc:
+                raise PushAuthError(str(exc)) from exc
+            served = self._served(repo_path, tag)
+            if served != prepared.digest:
+                raise PushError(f"{ref}: tagged {prepared.digest} but the registry serves {served or 'nothing'}")
+            self.log(f"{ref}: -> {prepared.digest}")
 
 
 def _push_registry(tag: str) -> str | None:
@@ -320,40 +331,52 @@ def push_plan(
     log: Callable[[str], None] = lambda _m: None,
     ca_file: str | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    compression: Callable[[str], str] = lambda _registry: DEFAULT_COMPRESSION,
+    make_copier: Callable[[ImageStore], Copier] | None = None,
+    sign_pushed: SignPushed | None = None,
 ) -> list[ImageResult]:
     """Push the selected images of `plan` (default: all) that were built (and tested, unless require_tests=False).
 
     Returns one ImageResult per selected image with `push` filled: status pushed | unchanged | failed | skipped
-    (+ "reason"). Raises PushAuthError (exit 1) when a registry refuses the credentials."""
+    (+ "reason"). Raises PushAuthError (exit 1) when a registry refuses the credentials. `sign_pushed(image,
+    "REPO@DIGEST")` runs once the digest is written and verified, before any tag of it moves (a refusal fails that
+    image and leaves its tags where they were)."""
     selected = images if images is not None else plan.images
     rows = report_rows or {}
     results: list[ImageResult] = []
     pushers: dict[str, Pusher] = {}
-    for image in selected:
-        res = result_for(image)
-        refs = references(image)
-        reason = gate(image, rows.get(image.tag), require_tests)
-        registry = None
-        if reason is None:
-            try:
-                registry = _push_registry(image.tag)
-            except ReferenceSyntaxError as exc:
-                log(f"{image.tag}: push failed: {exc}")
-                res.push = {"status": "failed", "error": f"{image.tag}: {exc}", "tags": refs}
+    try:
+        for image in selected:
+            res = result_for(image)
+            refs = references(image)
+            reason = gate(image, rows.get(image.tag), require_tests)
+            registry = None
+            if reason is None:
+                try:
+                    registry = _push_registry(image.tag)
+                except ReferenceSyntaxError as exc:
+                    log(f"error: {image.tag}: push failed: {exc}")
+                    res.push = {"status": "failed", "error": f"{image.tag}: {exc}", "tags": refs}
+                    results.append(res)
+                    continue
+                if registry is None:
+                    reason = "no registry in the tag (set `registry` in the matrix or pass --registry)"
+            if reason or registry is None:
+                log(f"{image.tag}: not pushed: {reason}")
+                res.push = {"status": "skipped", "reason": reason, "tags": refs}
                 results.append(res)
                 continue
-            if registry is None:
-                reason = "no registry in the tag (set `registry` in the matrix or pass --registry)"
-        if reason or registry is None:
-            log(f"{image.tag}: not pushed: {reason}")
-            res.push = {"status": "skipped", "reason": reason, "tags": refs}
+            if registry not in pushers:
+                store = as_store(client)
+                pushers[registry] = Pusher(store, auth_for(registry), retries=retries, log=log, ca_file=ca_file,
+                                           sleep=sleep, compression=compression(registry),
+                                           copier=make_copier(store) if make_copier else None,
+                                           sign_pushed=sign_pushed)
+            res.push = pushers[registry].push_image(image, refs)
+            if res.push["status"] == "failed":
+                log(f"error: {image.tag}: push failed: {res.push.get('error')}")
             results.append(res)
-            continue
-        if registry not in pushers:
-            pushers[registry] = Pusher(client, auth_for(registry), retries=retries, log=log, ca_file=ca_file,
-                                       sleep=sleep)
-        res.push = pushers[registry].push_image(image, refs)
-        if res.push["status"] == "failed":
-            log(f"{image.tag}: push failed: {res.push.get('error')}")
-        results.append(res)
+    finally:
+        for pusher in pushers.values():
+            pusher.close()
     return results

@@ -22,13 +22,13 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imagebuild import __version__
-from imagebuild.files import FileProblem, read_bounded_text, write_text_atomic
+from imagebuild import __version__, values
+from imagebuild.files import FileProblem, open_lock_file, read_bounded_text, write_text_atomic
 from imagebuild.inputs import BuildInputs
 from imagebuild.secrets import redact
 
@@ -147,6 +147,7 @@ _IMAGE_FIELDS: dict[str, tuple[type, ...]] = {
     "built_at": _OPT_STR, "build_seconds": _NUM, "size": (int, type(None)), "layers": (list,), "versions": (dict,),
     "tags": (dict,), "pushes": (dict,), "source": _OPT_STR, "error": _OPT_STR, "log_path": _OPT_STR,
     "te_wheel": (dict, type(None)), "sbom": (dict, type(None)), "env_layers": (list,),
+    "exports": (dict,),
 }
 _TOP_FIELDS: dict[str, tuple[type, ...]] = {
     "schema": (int,), "tool_version": _STR, "updated": _OPT_STR, "matrix": _OPT_STR, "matrix_digest": _OPT_STR,
@@ -193,10 +194,50 @@ def shape_problem(doc: object) -> str | None:
         for reg, push in entry.get("pushes", {}).items():
             if not isinstance(push, dict):
                 return f"images.{plan_id}.pushes.{reg} must be an object"
+        for fmt, export in entry.get("exports", {}).items():
+            if not isinstance(export, dict):
+                return f"images.{plan_id}.exports.{fmt} must be an object"
+            for key in ("path", "sha256", "image_id", "format"):
+                if key in export and not isinstance(export[key], str):
+                    return f"images.{plan_id}.exports.{fmt}.{key} must be a string"
     for key, result in (doc.get("tests") or {}).items():
         if not isinstance(result, dict):
             return f"tests.{key} must be an object"
     return None
+
+
+def _value_at(check: Callable[[str], str], value: object, where: str) -> str | None:
+    if value is None:
+        return None
+    try:
+        check(value)  # type: ignore[arg-type]  # a non-string is ValueProblem too
+    except values.ValueProblem as problem:
+        return f"{where}: {problem}"
+    return None
+
+
+def value_problem(doc: dict[str, Any]) -> str | None:
+    """Why a record of the right shape holds a value that is not what its key says (an image ID that is not a digest,
+    a date that is not RFC 3339, a path with a newline), or None. Commands pull, compare and print these: a hand-edited
+    record is said and replaced like a damaged one. Call after shape_problem."""
+    found = [_value_at(values.digest, doc.get("matrix_digest"), "matrix_digest"),
+             _value_at(values.rfc3339, doc.get("updated"), "updated")]
+    for plan_id, entry in (doc.get("images") or {}).items():
+        at = f"images.{plan_id}"
+        found += [_value_at(values.plain_text, plan_id, "images"),
+                  _value_at(values.plain_text, entry.get("inputs_hash"), f"{at}.inputs_hash"),
+                  _value_at(values.image_id, entry.get("image_id"), f"{at}.image_id"),
+                  _value_at(values.rfc3339, entry.get("built_at"), f"{at}.built_at")]
+        found += [_value_at(values.plain_text, tag, f"{at}.tags.{reg}") for reg, tags in entry.get("tags", {}).items()
+                  for tag in tags]
+        for reg, push in entry.get("pushes", {}).items():
+            found += [_value_at(values.digest, push.get("digest"), f"{at}.pushes.{reg}.digest"),
+                      _value_at(values.rfc3339, push.get("at"), f"{at}.pushes.{reg}.at")]
+        for fmt, export in (entry.get("exports") or {}).items():
+            if isinstance(export, dict):
+                found += [_value_at(values.image_id, export.get("image_id"), f"{at}.exports.{fmt}.image_id"),
+                          _value_at(values.plain_text, export.get("path"), f"{at}.exports.{fmt}.path")]
+    return next((f for f in found if f), None)
 
 
 def new_record(matrix_path: str | Path, inputs: BuildInputs, registry: str | None) -> Record:
@@ -212,7 +253,7 @@ def load_record(matrix_path: str | Path, directory: str | Path | None = None) ->
         return None
     try:
         doc = json.loads(read_bounded_text(path, "record"))
-        why = shape_problem(doc)
+        why = shape_problem(doc) or value_problem(doc)
     except FileProblem as exc:
         why = str(exc).removeprefix(f"{path}: ")
     except (ValueError, RecursionError) as exc:
@@ -247,7 +288,7 @@ def updating(matrix_path: str | Path, inputs: BuildInputs | None = None, registr
     so they are never mistaken for the new ones)."""
     path = record_path(matrix_path, directory)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "w") as lock:
+    with open_lock_file(path.parent / f".{path.name}.lock") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             rec = load_record(matrix_path, directory)

@@ -68,6 +68,8 @@ def record_push(rec: Record, plan: Plan, results: list[ImageResult], image_ids: 
         entry.pushes[img.repository] = {"status": push.get("status"), "digest": push.get("digest"),
                                         "image_id": image_ids.get(res.tag), "tags": push.get("tags") or [],
                                         "at": now(), "seconds": push.get("seconds")}
+        if push.get("signed"):  # the key (path or KMS URI, never a secret) and the attestations attached
+            entry.pushes[img.repository]["signed"] = push["signed"]
         entry.tags[img.repository] = [img.tag, *img.aliases]
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from imagebuild.render.backend import plan_backend
-
 if TYPE_CHECKING:
     from imagebuild.render.image import (
         CA_DIR,
@@ -32,7 +30,6 @@ __all__ = [
     "FILES_DIR",
     "VOLATILE_BUILD_ARGS",
     "WHEELHOUSE_DIR",
-    "plan_backend",
     "RenderedImage",
     "render_image",
     "templates_dir",

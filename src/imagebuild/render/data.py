@@ -18,6 +18,12 @@ CUDA_REPO_URL = "https://developer.download.nvidia.com/compute/cuda/repos/{distr
 CUDA_REPO_KEY = "3bf863cc.pub"
 CUDA_REPO_FINGERPRINT = "EB693B3035CD5710E231E123A4B469963BF863CC"
 CUDA_REPO_ARCH = "x86_64"
+# ... per platform: NVIDIA's repository names arm64 servers (Grace) "sbsa"
+CUDA_REPO_ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "sbsa"}
+
+
+def cuda_repo_arch(platform: str) -> str:
+    return CUDA_REPO_ARCHES.get(platform, CUDA_REPO_ARCH)
 
 # First CUDA major whose PyPI nvidia-cuda-nvcc carries the full toolchain (nvcc driver, cudafe++, ...).
 CUDA_PIP_TOOLCHAIN_MIN_MAJOR = 13

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import jinja2
 
+from imagebuild.backends import backend_of, spec
 from imagebuild.compat import accel
 from imagebuild.errors import UsageError
 from imagebuild.files import FileProblem, certificate_blocks
@@ -22,7 +23,6 @@ from imagebuild.inputs import BuildInputs
 from imagebuild.lock.model import LockedImage, requirements_text
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ResolvedVariant
 from imagebuild.render import data, tiers
-from imagebuild.render.backend import backend_of
 from imagebuild.render.te_key import KEY_LABEL, te_build_key
 from imagebuild.secrets import has_credentials, redact
 
@@ -426,7 +426,7 @@ def _cuda_compiler(c: Common) -> _CudaCompiler:
             pip=cuda_pip_toolchain(v.cuda),
         )
     distro = c.variant.os.family + c.variant.os.version.replace(".", "")
-    url = data.CUDA_REPO_URL.format(distro=distro, arch=data.CUDA_REPO_ARCH)
+    url = data.CUDA_REPO_URL.format(distro=distro, arch=data.cuda_repo_arch(c.variant.platform))
     dashed = v.cuda.replace(".", "-")
     home = f"/usr/local/cuda-{v.cuda}"
     return _CudaCompiler(
@@ -454,7 +454,7 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
     common = Common.of(variant, flavor)
     labels = _labels(variant, flavor)
     parts = _FLAVOR_PARTS[flavor](common, inputs)
-    ctx = {**common.context(labels), **parts.ctx, "buildkit": backend_of(variant, inputs) == "buildkit"}
+    ctx = {**common.context(labels), **parts.ctx, "features": spec(backend_of(variant, inputs)).features}
     build_args: dict[str, str] = {}
     secret_args: dict[str, str] = {}
     dirs: dict[str, Path] = {}

@@ -13,7 +13,7 @@ import hashlib
 import json
 
 from imagebuild.compat import vtuple
-from imagebuild.models import ResolvedVariant
+from imagebuild.models import DEFAULT_PLATFORM, ResolvedVariant
 
 KEY_FORMAT = "1"  # bump when the way the wheel is built changes (every cached wheel is rebuilt)
 KEY_LABEL = "io.imagebuild.te-build-key"
@@ -31,4 +31,6 @@ def te_build_key(variant: ResolvedVariant) -> str | None:
         return None
     doc = {"format": KEY_FORMAT, "te": v.transformer_engine, "torch": v.torch, "cuda": v.cuda, "python": v.python,
            "abi": cxx_abi(v.torch), "archs": sorted(variant.gpu_archs), "os": variant.os.id}
+    if variant.platform != DEFAULT_PLATFORM:  # another CPU architecture's wheel; amd64 keys stay as they were
+        doc["platform"] = variant.platform
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()

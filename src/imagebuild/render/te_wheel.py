@@ -9,9 +9,11 @@ are the same input. The runtime parts it shares with the runtime image come from
 
 from __future__ import annotations
 
+from imagebuild.backends import backend_of, spec
+from imagebuild.compat import arch_num
+from imagebuild.compat import load as load_tables
 from imagebuild.inputs import BuildInputs
-from imagebuild.models import ResolvedVariant
-from imagebuild.render.backend import backend_of
+from imagebuild.models import DEFAULT_PLATFORM, ResolvedVariant
 from imagebuild.render.image import (
     WHEELHOUSE_DIR,
     Common,
@@ -23,6 +25,18 @@ from imagebuild.render.image import (
     transformer_engine_context,
 )
 from imagebuild.render.te_key import KEY_LABEL, cxx_abi, te_build_key
+
+
+def te_cuda_archs(variant: ResolvedVariant) -> str | None:
+    """NVTE_CUDA_ARCHS for a platform whose GPUs start above the oldest arch the wheel carries (arm64: from sm_90,
+    GH200/GB200): the archs of the torch wheel from there on, "90;100;120". None: TE's own default (the default
+    platform's Dockerfile stays as it was)."""
+    info = load_tables().platforms.get(variant.platform)
+    if variant.platform == DEFAULT_PLATFORM or info is None or not info.gpu_arch_min:
+        return None
+    floor = arch_num(info.gpu_arch_min)
+    nums = sorted({arch_num(a) for a in variant.arch_list if arch_num(a) >= floor})
+    return ";".join(str(n) for n in nums) or str(floor)
 
 
 def render_te_wheel(variant: ResolvedVariant, inputs: BuildInputs | None = None) -> RenderedImage | None:
@@ -40,7 +54,8 @@ def render_te_wheel(variant: ResolvedVariant, inputs: BuildInputs | None = None)
     build_args, secret_args, names, comment = pip_index(variant, inputs, with_torch=True)
     ctx = {**common.context({}), "te": te, "te_key": key, "torch_requirements": torch_requirements,
            "abi": cxx_abi(variant.versions.torch), "pip_arg_names": names, "pip_index_comment": comment,
-           "wheelhouse": inputs.wheelhouse is not None, "buildkit": backend_of(variant, inputs) == "buildkit"}
+           "wheelhouse": inputs.wheelhouse is not None, "features": spec(backend_of(variant, inputs)).features,
+           "cuda_archs": te_cuda_archs(variant)}
     dirs = {WHEELHOUSE_DIR: inputs.wheelhouse} if inputs.wheelhouse is not None else {}
     return RenderedImage(
         dockerfile=tidy(render_template("te-wheel.Dockerfile.j2", **ctx)),

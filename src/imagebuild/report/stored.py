@@ -9,6 +9,7 @@ every complete entry before it stays readable.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -116,7 +117,12 @@ def load_report(path: Path, empty: dict[str, Any]) -> dict[str, Any]:
 def append_history(path: Path, line: str) -> None:
     """Append one JSON line; a file that ends in a partial line (a run killed while writing) gets its newline
     first, so the torn entry stays one bad line and every complete one before and after stays whole."""
-    with open(path, "a+b") as fh:
+    try:  # never through a link planted at the name ("a" would append to whatever it points at)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as exc:
+        why = "a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+        raise ReportError(f"{path}: cannot append to the history ({why})") from None
+    with os.fdopen(fd, "r+b") as fh:
         fh.seek(0, os.SEEK_END)
         if fh.tell() > 0:
             fh.seek(-1, os.SEEK_END)

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from imagebuild.files import write_text_atomic
+from imagebuild.files import open_lock_file, write_text_atomic
 from imagebuild.models import ImageResult, Plan
 from imagebuild.report import stored
 from imagebuild.report.budget import largest_layers
@@ -76,7 +76,7 @@ def load_report(report_dir: str | Path) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _locked(report_dir: Path) -> Iterator[None]:
-    with open(report_dir / ".build-report.lock", "w") as lock:
+    with open_lock_file(report_dir / ".build-report.lock") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield

@@ -15,7 +15,7 @@ from imagebuild.inputs import BuildInputs
 from imagebuild.matrix import MatrixDoc, find_matrix, load_matrix
 from imagebuild.models import ResolvedVariant
 from imagebuild.resolve.rules import Ctx
-from imagebuild.resolve.variant import resolve_variant, variant_key
+from imagebuild.resolve.variant import resolve_row, variant_key
 
 __all__ = ["resolve_file", "resolve_matrix", "variant_key"]
 
@@ -35,17 +35,15 @@ def resolve_matrix(doc: MatrixDoc, inputs: BuildInputs | None = None,
     for rv in doc.variants:
         if not rv.valid:  # a field of it is already reported; resolving would only add follow-on noise
             continue
-        result = resolve_variant(ctx, rv)
-        if result is None:
-            continue
-        if result.key in first:
-            label, line = first[result.key]
-            ctx.problems.append(doc.problem(
-                rv.row, f"duplicate variant {result.key}: {rv.label} gives the same images as {label} (line {line})",
-                "remove one of them, or exclude it"))
-            continue
-        first[result.key] = (rv.label, doc.line(rv.row))
-        resolved.append(result)
+        for result in resolve_row(ctx, rv):
+            if result.key in first:
+                label, line = first[result.key]
+                ctx.problems.append(doc.problem(
+                    rv.row, f"duplicate variant {result.key}: {rv.label} gives the same images as {label} "
+                    f"(line {line})", "remove one of them, or exclude it"))
+                continue
+            first[result.key] = (rv.label, doc.line(rv.row))
+            resolved.append(result)
     problems = _unique_sorted(doc.problems + ctx.problems)
     if problems:
         raise MatrixError(problems)

@@ -2,18 +2,67 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+from imagebuild.backends import AUTO
 from imagebuild.compat import accel, cuda_tag
 from imagebuild.matrix import RawVariant
-from imagebuild.models import FLAVORS, ResolvedVariant, Versions
+from imagebuild.models import (
+    DEFAULT_PLATFORM,
+    FLAVORS,
+    BaseSource,
+    ResolvedVariant,
+    Versions,
+    platform_suffix,
+)
+from imagebuild.resolve.machine import platform_archs, platform_index, row_platforms, te_note
 from imagebuild.resolve.origins import base_source, torch_index
 from imagebuild.resolve.pins import companion, library_pins, pick_cuda, pick_torch
 from imagebuild.resolve.platform import check_archs, check_glibc, pick_python, pick_te
 from imagebuild.resolve.rules import Ctx
 
 
-def variant_key(torch: str, cuda: str, python: str, os_id: str) -> str:
-    """`2.9.1-cuda12.8-py3.12-ubuntu24.04` / `2.13.0-cpu-py3.11-debian12`: unique per image set, tag-safe."""
-    return f"{torch}-{accel(cuda)}-py{python}-{os_id}"
+def variant_key(torch: str, cuda: str, python: str, os_id: str, platform: str = DEFAULT_PLATFORM) -> str:
+    """`2.9.1-cuda12.8-py3.12-ubuntu24.04` / `2.13.0-cpu-py3.11-debian12` / `...-ubuntu24.04-arm64`: unique per
+    image set, tag-safe; the default platform has no suffix (keys written before platforms existed stay)."""
+    return f"{torch}-{accel(cuda)}-py{python}-{os_id}{platform_suffix(platform)}"
+
+
+def resolve_row(ctx: Ctx, rv: RawVariant) -> list[ResolvedVariant]:
+    """One variant per platform of the row: the default platform's as before, each other one with its own index,
+    arch list and notes (an impossible platform is its own problem; the others still resolve)."""
+    first = resolve_variant(ctx, rv)
+    if first is None:
+        return []
+    out: list[ResolvedVariant] = []
+    for platform in row_platforms(ctx, rv):
+        if platform == ctx.tables.default_platform:
+            out.append(first)
+            continue
+        before = len(ctx.problems)
+        release = ctx.tables.torch[first.versions.torch]
+        chosen = {k: v for k, v in first.chosen.items() if k != "torch_index_url"}
+        ok, index_url = platform_index(ctx, rv, release, platform, first.torch_index_url, chosen)
+        archs = platform_archs(ctx, rv, release, platform, first.arch_list)
+        if not ok or archs is None or len(ctx.problems) > before:
+            continue
+        if first.versions.transformer_engine and (note := te_note(ctx, platform)):
+            chosen[f"transformer_engine ({platform})"] = note
+        out.append(dataclasses.replace(
+            first, platform=platform, torch_index_url=index_url, arch_list=archs, chosen=chosen,
+            key=variant_key(first.versions.torch, first.versions.cuda, first.versions.python, first.os.id, platform),
+            base=_platform_base(ctx, rv, first, platform)))
+    return out
+
+
+def _platform_base(ctx: Ctx, rv: RawVariant, first: ResolvedVariant, platform: str) -> BaseSource:
+    """A bootstrap of an architecture the OS's mirror does not serve reads its ports mirror (Ubuntu arm64:
+    ports.ubuntu.com), unless the row names its own mirror."""
+    info = ctx.tables.platforms.get(platform)
+    base = first.base
+    if base.kind == "bootstrap" and "mirror" not in rv.values and info and info.ports_mirror and first.os.ports_mirror:
+        return dataclasses.replace(base, mirror=first.os.ports_mirror)
+    return base
 
 
 def resolve_variant(ctx: Ctx, rv: RawVariant) -> ResolvedVariant | None:
@@ -76,7 +125,8 @@ def resolve_variant(ctx: Ctx, rv: RawVariant) -> ResolvedVariant | None:
         size_budget=dict(doc.size_budget),
         layer_limit=doc.layer_limit,
         perf_min=dict(doc.perf_min),
+        compression=dict(doc.compression),
         chosen=chosen,
         source=doc.location(rv.row),
-        backend=v.get("backend", "classic"),
+        backend=v.get("backend", AUTO),
     )

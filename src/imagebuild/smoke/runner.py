@@ -18,14 +18,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagebuild.engine import ContainerSettings, connect, containers, host_has_gpus
+from imagebuild.engine.connect import engine_machine
 from imagebuild.engine.containers import Interrupted, signals_raise  # noqa: F401  (Interrupted: callers catch it here)
 from imagebuild.engine.store import as_store
-from imagebuild.smoke.probe import table as probe_table
+from imagebuild.files import open_fresh_text, write_text_atomic
+from imagebuild.smoke import sides
 
 if TYPE_CHECKING:
     from imagebuild.engine.store import EngineClient
@@ -35,9 +37,6 @@ SUITE_DIR = Path(__file__).resolve().parent / "suite"
 PROBE_PATH = Path(__file__).resolve().parent / "probe"  # the in-image probe package (shipped as a zipapp)
 DEFAULT_TIMEOUT = 1800.0
 SMOKE_LABEL = "io.imagebuild.smoke"
-# OpenShift's restricted policy runs images as a random UID in group 0, without a passwd entry: the uid checks run in
-# a second container of the image started that way
-ARBITRARY_USER = "12345:0"
 
 
 def safe_name(ref: str) -> str:
@@ -137,13 +136,9 @@ class SuiteRun:
     timeout: float = DEFAULT_TIMEOUT
     pytest_args: list[str] = field(default_factory=list)
     echo: Callable[[str], None] | None = None
-    uid_user: str | None = ARBITRARY_USER  # None: no arbitrary-UID container (its checks skip)
-    uid_host: str | None = None  # set once that container runs
-    uid_error: str | None = None  # set when it did not start
-    hpc: bool = True  # also start the image as enroot/Apptainer do (smoke/hpcrun.py) for the hpc checks
-    hpc_host: str | None = None  # set once that container runs
-    hpc_user: str | None = None
-    hpc_error: str | None = None  # set when it did not start
+    places: tuple[str, ...] | None = None  # the side containers to start (None: every one the flavor needs)
+    side_hosts: dict[str, str] = field(default_factory=dict)  # place -> its side container, once it runs
+    side_errors: dict[str, str] = field(default_factory=dict)  # place -> why its side container does not run
 
     def command(self, container_name: str, raw_path: Path) -> list[str]:
         """The pytest command line that runs the suite against `container_name` over testinfra's docker backend."""
@@ -161,16 +156,10 @@ class SuiteRun:
         if self.perf:
             cmd.append("--perf")
         cmd += ["--probe-timeout", str(int(max(60, self.timeout - 30))), "--probe-pyz", str(probe_zipapp())]
-        if self.uid_user:
-            cmd += ["--uid-user", self.uid_user]
-        if self.uid_host:
-            cmd += ["--uid-host", self.uid_host]
-        if self.uid_error:
-            cmd += ["--uid-error", self.uid_error]
-        for flag, value in (("--hpc-host", self.hpc_host), ("--hpc-user", self.hpc_user),
-                            ("--hpc-error", self.hpc_error)):
-            if value:
-                cmd += [flag, value]
+        for place, name in sorted(self.side_hosts.items()):
+            cmd += ["--side", f"{place}={name}"]
+        for place, why in sorted(self.side_errors.items()):
+            cmd += ["--side-error", f"{place}={why}"]
         return cmd + self.pytest_args
 
     @property
@@ -178,6 +167,21 @@ class SuiteRun:
         # absolute: pytest runs with cwd=SUITE_DIR, where a relative path would land elsewhere
         assert self.junit_dir is not None
         return Path(self.junit_dir).resolve() / f"{safe_name(self.label)}.xml"
+
+
+# `docker info` Architecture (uname -m) -> the OCI architecture of images that run natively there
+_NATIVE = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+def foreign_platform(client: EngineClient, info: dict[str, Any]) -> str | None:
+    """`linux/arm64` when the image's architecture is not the engine's (its container runs under QEMU), else None."""
+    arch = info.get("Architecture")
+    if not arch:
+        return None
+    machine = engine_machine(client)
+    if machine is None or _NATIVE.get(machine, machine) == arch:
+        return None
+    return f"{info.get('Os') or 'linux'}/{arch}"
 
 
 def run_smoke(
@@ -197,14 +201,14 @@ def run_smoke(
     label: str | None = None,
     pytest_args: Iterable[str] = (),
     echo: Callable[[str], None] | None = None,
-    uid_user: str | None = ARBITRARY_USER,
+    places: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """Start `image_ref`, run the smoke suite in it, remove the container; return the ImageResult.tests dict.
 
     `flavor`: base|runtime|dev (default: the image's io.imagebuild.flavor label). `expectations`: KEY -> VALUE
     (the plan's pins; the image's labels are checked too). `gpus`: request all GPUs (default: when the host has
-    them). `uid_user`: also start the image as this user (default 12345:0, an arbitrary UID in group 0) for the
-    uid checks; None skips them. Writes `<junit_dir>/<name>.xml` and `<result_dir>/<name>.json` (the checks plus the raw probe JSON).
+    them). `places`: the side containers (smoke/sides.py: arbitrary-uid, hpc) to start next to the main one
+    for their sections (default: every one the flavor needs); a place not started has its checks skipped. Writes `<junit_dir>/<name>.xml` and `<result_dir>/<name>.json` (the checks plus the raw probe JSON).
     Never raises for a failing image: a container that does not start is one failed check. Ctrl-C/SIGTERM
     remove the container and propagate.
     """
@@ -222,11 +226,16 @@ def run_smoke(
         flavor = flavor or labels.get("io.imagebuild.flavor")
         use_gpus = host_has_gpus(client) if gpus is None else gpus
         extra.update(flavor=flavor, gpus_requested=use_gpus)
+        platform = foreign_platform(client, info)
+        if platform:  # the suite runs in the image's own platform, its binaries through QEMU: say so in the results
+            extra.setdefault("notes", []).append(f"{platform} under emulation (QEMU) on this engine: timings are not "
+                                                 "the platform's")
+            extra["emulated"] = platform
         settings = ContainerSettings(image=image_ref, name=name, gpus=use_gpus, ipc_host=ipc_host,
-                                     labels={SMOKE_LABEL: "1"})
+                                     labels={SMOKE_LABEL: "1"}, platform=platform)
         run = SuiteRun(label or image_ref, flavor, dict(expectations or {}), require_gpu, perf,
                        Path(junit_dir) if junit_dir else None, Path(result_dir) if result_dir else None,
-                       timeout, list(pytest_args), echo, uid_user)
+                       timeout, list(pytest_args), echo, None if places is None else tuple(places))
         with signals_raise():
             return _run_in_container(client, settings, run, extra, t0)
     finally:
@@ -239,84 +248,37 @@ def run_smoke(
 
 def _run_in_container(client: EngineClient, settings: ContainerSettings, run: SuiteRun, extra: dict[str, Any],
                       t0: float) -> dict[str, Any]:
-    """Start the container (and the arbitrary-UID one), run the suite against it, always remove them."""
-    container = None
-    uid_container = None
-    hpc_container = None
+    """Start the container (and its side containers), run the suite against them, always remove them."""
+    started: list[Any] = []  # the SDK's containers (no stubs: Any), the main one first
     try:
         container, err = containers.start(client, settings.kwargs(), extra)
         if container is None:
             return _failed(f"container did not start: {err}", **extra)
+        started.append(container)
         container.reload()
         if container.status != "running":
             logs = container.logs(tail=20).decode(errors="replace").strip()
             state = (container.attrs.get("State") or {})
             return _failed(f"container exited right after start (exit {state.get('ExitCode')}, "
                            f"{state.get('Error') or logs[-800:] or 'no output'})", **extra)
-        if run.uid_user:
-            uid_container = _start_as_arbitrary_uid(client, settings, run, extra)
-        if run.hpc and applies_hpc(run.flavor):
-            hpc_container = _start_as_hpc(client, settings, run, extra)
+        for side in sides.for_flavor(run.flavor):
+            if run.places is not None and side.where not in run.places:
+                continue
+            side_container, name, why = sides.start_side(client, side, settings)
+            if side_container is not None:
+                started.append(side_container)
+            if why is None:
+                run.side_hosts[side.where] = name
+                extra.setdefault("side_containers", {})[side.where] = name
+            else:
+                run.side_errors[side.where] = why
         extra["start_seconds"] = round(time.time() - t0, 2)
         return _run_suite(settings.name, run, extra, t0)
     finally:
-        for c in (hpc_container, uid_container, container):
-            if c is not None:
-                err = containers.remove(c)
-                if err:
-                    extra["remove_error"] = err
-
-
-def _start_as_arbitrary_uid(client: EngineClient, settings: ContainerSettings, run: SuiteRun,
-                            extra: dict[str, Any]) -> Any:  # the SDK's Container (no stubs: Any), or None
-    """The second container, as `run.uid_user` (no GPUs: the uid checks need none). Sets run.uid_host, or
-    run.uid_error when it does not start or exits at once (the uid checks then fail with that reason)."""
-    uid_settings = replace(settings, name=f"{settings.name}-uid"[:128], user=run.uid_user, gpus=False)
-    uid_extra: dict[str, Any] = {}
-    container, err = containers.start(client, uid_settings.kwargs(), uid_extra)
-    if container is None:
-        run.uid_error = f"container did not start: {err}"
-        return None
-    run.uid_error = _exited(container)
-    if run.uid_error is None:
-        run.uid_host = uid_settings.name
-        extra["uid_container"] = uid_settings.name
-    return container
-
-
-def _exited(container: Any) -> str | None:
-    """Why a side container (arbitrary UID, hpc) is not running right after its start, or None when it runs."""
-    container.reload()
-    if container.status == "running":
-        return None
-    logs = container.logs(tail=20).decode(errors="replace").strip()
-    return (f"container exited right after start (exit {(container.attrs.get('State') or {}).get('ExitCode')}, "
-            f"{logs[-800:] or 'no output'})")
-
-
-def applies_hpc(flavor: str | None) -> bool:
-    """The hpc section's container is started only where the table's `hpc` row applies (an image whose flavor is
-    not known, no io.imagebuild.flavor label and no --flavor, gets none: its hpc checks skip, saying so)."""
-    row = next(r for r in probe_table.TABLE if r.where == probe_table.HPC)
-    return flavor is not None and probe_table.applies(row, flavor)
-
-
-def _start_as_hpc(client: EngineClient, settings: ContainerSettings, run: SuiteRun,
-                  extra: dict[str, Any]) -> Any:  # the SDK's Container (no stubs: Any), or None
-    """The container as enroot/Apptainer start the image (hpcrun.start_hpc). Sets run.hpc_host, or run.hpc_error."""
-    from imagebuild.smoke.hpcrun import start_hpc
-
-    name = f"{settings.name}-hpc"[:128]
-    container, err, user, _ = start_hpc(client, settings.image, name, settings.gpus, dict(settings.labels))
-    run.hpc_user = user
-    if container is None:
-        run.hpc_error = f"container did not start: {err}"
-        return None
-    run.hpc_error = _exited(container)
-    if run.hpc_error is None:
-        run.hpc_host = name
-        extra["hpc_container"] = name
-    return container
+        for c in reversed(started):
+            err = containers.remove(c)
+            if err:
+                extra["remove_error"] = err
 
 
 def _run_suite(container_name: str, run: SuiteRun, extra: dict[str, Any], t0: float) -> dict[str, Any]:
@@ -338,7 +300,7 @@ def _run_suite(container_name: str, run: SuiteRun, extra: dict[str, Any], t0: fl
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
         if run.echo:
             run.echo(f"testing {run.label} in container {container_name}")
-        with open(log_path, "w") as log:
+        with open_fresh_text(log_path) as log:
             proc = subprocess.Popen(run.command(container_name, raw_path), stdout=log, stderr=subprocess.STDOUT,
                                     env=env, start_new_session=True, cwd=str(SUITE_DIR))
             try:
@@ -357,7 +319,7 @@ def _run_suite(container_name: str, run: SuiteRun, extra: dict[str, Any], t0: fl
         tests["seconds"] = round(time.time() - t0, 2)
         if run.result_dir:
             json_path = out_dir / f"{base}.json"
-            json_path.write_text(json.dumps(dict(tests, probe=probe), indent=2, default=str))
+            write_text_atomic(json_path, json.dumps(dict(tests, probe=probe), indent=2, default=str))
             tests["result_json"] = str(json_path)
         return tests
     finally:
@@ -380,11 +342,12 @@ def _collect(raw: dict[str, Any], run: SuiteRun, extra: dict[str, Any], exit_cod
         "flavor": host.get("flavor", run.flavor),
         "docker_exec": host.get("docker_exec"),
         "probe_seconds": (probe.get("probe") or {}).get("seconds"),
+        "probe_section_seconds": (probe.get("probe") or {}).get("section_seconds"),
         "probe_wall_seconds": host.get("probe_wall_seconds"),
         "gpu": bool((probe.get("gpu") or {}).get("available")),
         "pytest_exit": exit_code,
     }
-    extra_probes = host.get("extra_probes") or {}  # per probe/table.py "where": root (hygiene), arbitrary-uid (uid)
+    extra_probes = host.get("extra_probes") or {}  # per probe/table.py "where": root, arbitrary-uid, hpc
     if extra_probes:
         tests["extra_probe_seconds"] = {k: v.get("wall") for k, v in sorted(extra_probes.items())}
         probe = dict(probe, extra_probes={k: v.get("doc") for k, v in sorted(extra_probes.items())})

@@ -17,7 +17,7 @@ ARG SOURCE_DATE_EPOCH
 RUN set -eux; \
     apt-get update; \
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        ca-certificates=20250419~deb12u2 \
+        'ca-certificates=20250419~deb12u2' \
         python3=3.11.2-1+b1 \
         python3-venv \
         tini=0.19.0-1+b3; \

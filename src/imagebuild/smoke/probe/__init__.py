@@ -20,9 +20,10 @@ command line dispatches and the suite selects:
                  compile-time and the nvidia-* packages; CUDA and GDS error paths
     dev          C++ extension, nvcc; services: JupyterLab, sshd
     perf         GEMM TFLOP/s, NCCL bus bandwidth
-    table        the sections: module, lowest flavor, where it runs (image user, root, arbitrary UID), child probe
+    table        the sections (module, lowest flavor, where it runs: image user, root, arbitrary UID, hpc; child
+                 probe) and the checks each reports (GPU or not): the suite's tests are generated from its rows
     common       Probe (results, torch import, GPU state), subprocess helpers, watchdog, result table
-    __main__     the command line: --sections --perf --timeout --output --table --list-sections (+ hidden
+    __main__     the command line: --sections --perf --timeout --output --table --list-sections --list-checks (+ hidden
                  --dist-worker, --child)
     pack         builds the one-file zipapp (probe.pyz) that is shipped into containers
 
@@ -77,14 +78,19 @@ from probe.services import parse_sshd_config_files, parse_sshd_T  # noqa: E402
 from probe.system import NVIDIA_ENV, REPORTED_ENV, find_secret_env, parse_os_release  # noqa: E402
 from probe.table import (  # noqa: E402
     ARBITRARY_UID,
+    CHECKS,
     FLAVORS,
     HPC,
     IMAGE_USER,
     ROOT,
+    SIDE_CONTAINERS,
     TABLE,
     WHERE,
+    Check,
     Section,
     applies,
+    check_row,
+    checks_for,
     section,
     sections_for,
 )
@@ -97,8 +103,8 @@ if __name__ != "probe":  # a later import of <this package>.gpu gets the module 
             sys.modules.setdefault(__name__ + _name[len("probe"):], _mod)
 
 __all__ = [
-    "ABSENT", "ARBITRARY_UID", "DEFAULT_SECTIONS", "applies", "FLAVORS", "HPC", "IMAGE_USER", "ROOT", "TABLE", "WHERE", "Section", "section",
-    "sections_for", "NO_CUDA_TORCH", "NO_GPU", "NO_TORCH", "NVIDIA_ENV", "PROBE_VERSION", "REPORTED_ENV",
+    "ABSENT", "ARBITRARY_UID", "CHECKS", "Check", "DEFAULT_SECTIONS", "applies", "check_row", "checks_for", "FLAVORS",
+    "HPC", "IMAGE_USER", "ROOT", "SIDE_CONTAINERS", "TABLE", "WHERE", "Section", "section", "sections_for", "NO_CUDA_TORCH", "NO_GPU", "NO_TORCH", "NVIDIA_ENV", "PROBE_VERSION", "REPORTED_ENV",
     "RESULT_MARK", "SECTIONS", "TRUE", "Probe", "build_zipapp", "dist_worker", "effective_ctype", "evaluate_ldd",
     "describe_copies", "find_secret_env", "format_cudnn_version", "group_library_copies", "hygiene_findings", "owners_of", "is_utf8_name", "library_family",
     "library_key", "nccl_transport_kind", "normalize_arch", "parse_environ", "parse_ldconfig",

@@ -3,6 +3,7 @@
     python probe.pyz [--sections system,versions,...] [--perf] [--timeout S] [--output FILE]
     python probe.pyz --table FILE          # render a short table of a saved result
     python probe.pyz --list-sections       # the table of sections (probe/table.py) as JSON
+    python probe.pyz --list-checks         # the table's checks (name, section, flavor, where, gpu) as JSON
     PYTHONPATH=<dir holding probe/> python -m probe ...   # the same, from the files
 
 Everything printed by libraries (NCCL_DEBUG, warnings) goes to stderr; stdout carries only the JSON.
@@ -20,12 +21,22 @@ if not __package__:  # `python path/to/probe` (the directory): make `probe` impo
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from probe.common import DEFAULT_SECTIONS, SECTIONS, Probe, render_table, watchdog, write_all  # noqa: E402
-from probe.table import TABLE, as_json, section  # noqa: E402
+from probe.table import TABLE, as_json, checks_json, section  # noqa: E402
 
 
 def runners() -> dict:
     """section -> its module's run(probe), for every row of the table."""
     return {row.name: importlib.import_module(f"probe.{row.module}").run for row in TABLE}
+
+
+def starters() -> dict:
+    """section -> its module's start(probe), for the sections that start their child probe ahead."""
+    out = {}
+    for row in TABLE:
+        start = getattr(importlib.import_module(f"probe.{row.module}"), "start", None)
+        if start is not None:
+            out[row.name] = start
+    return out
 
 
 def child_runner(name: str):
@@ -49,12 +60,17 @@ def main(argv=None) -> int:
     ap.add_argument("--dist-worker", metavar="BACKEND", help=argparse.SUPPRESS)
     ap.add_argument("--list-sections", action="store_true",
                     help="print the table of sections (flavor, where each runs) as JSON and exit")
+    ap.add_argument("--list-checks", action="store_true",
+                    help="print the table's checks (section, flavor, where each runs, GPU or not) as JSON and exit")
     ap.add_argument("--child", choices=sorted(CHILD_SECTIONS), help=argparse.SUPPRESS)
     ap.add_argument("--te-child", action="store_const", dest="child", const="te", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.list_sections:
         print(json.dumps(as_json()))
+        return 0
+    if args.list_checks:
+        print(json.dumps(checks_json()))
         return 0
     if args.table:
         with open(args.table) as fh:
@@ -87,7 +103,7 @@ def main(argv=None) -> int:
     if args.child:
         child_runner(args.child)(probe)
     else:
-        probe.run(runners())
+        probe.run(runners(), starters())
     text = json.dumps(probe.doc, default=str, indent=None)
     if args.output:
         with open(args.output, "w") as fh:

@@ -31,6 +31,7 @@ class Probe:
         self.torch = None
         self.torch_error = None
         self._gpu = None
+        self.started: dict = {}  # section -> the handle of its child probe started ahead (start_child)
 
     # results ----------------------------------------------------------------------------------------------------
     def check(self, name, status, reason="", **figures):
@@ -85,10 +86,18 @@ class Probe:
         return self._gpu
 
     # run --------------------------------------------------------------------------------------------------------
-    def run(self, runners):
-        """Run the selected sections in the table's order; `runners`: section -> function(probe)."""
+    def run(self, runners, starters=None):
+        """Run the selected sections in the table's order; `runners`: section -> function(probe). `starters`:
+        section -> function(probe) that starts the section's child probe before the first section runs, so that
+        its work (a cold torch.compile) overlaps the sections before it; its run() then collects the result."""
         t0 = time.time()
         timings = {}
+        for section, start in (starters or {}).items():
+            if section in self.sections:
+                try:
+                    start(self)
+                except Exception as exc:  # its run() starts it again and reports what goes wrong
+                    self.doc["probe"]["errors"].append(f"{section}: start: {type(exc).__name__}: {exc}")
         for section in SECTIONS:
             if section not in self.sections:
                 continue
@@ -154,16 +163,67 @@ def child_argv(args) -> list:
     return [sys.executable, "-c", _BOOT, _ROOT] + list(args)
 
 
-def run_child(args, timeout):
+def start_process(argv, env=None, cwd=None):
+    """Start `argv` in a session of its own (the watchdog kills it and what it started on overrun), its output in
+    unnamed temporary files. -> the handle finish_process takes; OSError when it cannot start."""
+    import tempfile
+
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
+    CHILDREN.append(proc)
+    return proc, out, err
+
+
+def finish_process(handle, timeout):
+    """(exit status, or None when it was killed after `timeout`; stdout; stderr) of a started process."""
+    proc, out, err = handle
     try:
-        out = subprocess.run(child_argv(args), capture_output=True, text=True, timeout=timeout)
+        proc.wait(timeout=timeout)
+        rc = proc.returncode
     except subprocess.TimeoutExpired:
+        stop_process(handle)
+        rc = None
+    out.seek(0)
+    err.seek(0)
+    stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    out.close()
+    err.close()
+    return rc, stdout, stderr
+
+
+def stop_process(handle):
+    """Kill a started process (and what it started) and reap it."""
+    proc = handle[0]
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, 9)
+        except OSError:
+            pass
+    proc.wait()
+
+
+def start_child(args):
+    """Start a child probe (`child_argv(args)`): the handle finish_child takes."""
+    return start_process(child_argv(args))
+
+
+def finish_child(handle, timeout):
+    """The JSON document a started child probe printed, or {"error": why not} (it is killed after `timeout`)."""
+    rc, stdout, stderr = finish_process(handle, timeout)
+    if rc is None:
         return {"error": f"child probe timed out after {timeout:.0f} s"}
     try:
-        return json.loads(out.stdout)
+        return json.loads(stdout)
     except ValueError:
-        tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
-        return {"error": f"child probe exited {out.returncode}: {' | '.join(tail)}"[:1500]}
+        tail = (stderr or stdout).strip().splitlines()[-3:]
+        return {"error": f"child probe exited {rc}: {' | '.join(tail)}"[:1500]}
+
+
+stop_child = stop_process
+
+
+def run_child(args, timeout):
+    return finish_child(start_child(args), timeout)
 
 
 def listdir(d):

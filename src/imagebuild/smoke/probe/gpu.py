@@ -89,6 +89,7 @@ def run(p):
         p.check("gpu.available", "skipped", reason, arch_list=g["arch_list"])
         p.check("gpu.nvidia_smi", "skipped", reason,
                    listed=(g["nvidia_smi"] or {}).get("gpu_count"))
+        p.check("gpu.device_arch", "skipped", reason)
         return
     p.check("gpu.available", "passed", f"{g['count']} GPU(s): "
                + ", ".join(f"{d['name']} ({d['sm']})" for d in g["devices"]),

@@ -22,7 +22,17 @@ import sys
 import tempfile
 import time
 
-from probe.common import NO_CUDA_TORCH, NO_GPU, NO_TORCH, Probe, free_port, which
+from probe.common import (
+    NO_CUDA_TORCH,
+    NO_GPU,
+    NO_TORCH,
+    Probe,
+    finish_process,
+    free_port,
+    start_process,
+    which,
+)
+from probe.hpccode import CACHES, COMPILE, CUDA, TE_IMPORT, TORCH_IMPORT
 from probe.te import classify_import_error, driver_present
 
 SECTION = "hpc"
@@ -31,38 +41,6 @@ HOSTILE_NAMES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", 
                  "CUDA_HOME", "CUDA_PATH", "CPATH", "LIBRARY_PATH", "CONDA_PREFIX", "VIRTUAL_ENV")
 CHILD_TIMEOUT = 600
 
-TORCH_IMPORT = "import torch; x = torch.ones(2) + 1; assert float(x.sum()) == 4.0; print(torch.__version__)"
-COMPILE = ("import torch\nf = lambda x: torch.sin(x) * 2 + x.cos()\nx = torch.randn(64)\n"
-           "assert torch.allclose(torch.compile(f)(x), f(x), atol=1e-5), 'compiled result differs from eager'\n"
-           "print('ok')\n")
-CACHES = """
-import json, os
-out = {}
-try:
-    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_dir
-    out["inductor"] = inductor_dir()
-except Exception as exc:
-    try:
-        from torch._inductor.utils import cache_dir as inductor_dir
-        out["inductor"] = inductor_dir()
-    except Exception as exc2:
-        out["inductor_error"] = f"{type(exc2).__name__}: {exc2}"
-try:
-    from triton.runtime.cache import default_cache_dir
-    out["triton"] = os.environ.get("TRITON_CACHE_DIR") or default_cache_dir()
-except Exception as exc:
-    out["triton_error"] = f"{type(exc).__name__}: {exc}"
-print(json.dumps(out))
-"""
-CUDA = """
-import sys, torch
-if not torch.version.cuda or not torch.cuda.is_available():
-    print("NOCUDA" if not torch.version.cuda else "NOGPU"); sys.exit(0)
-x = torch.ones(4, device="cuda")
-assert float((x * 2).sum()) == 8.0
-print("ok", torch.cuda.get_device_name(0))
-"""
-TE_IMPORT = "import transformer_engine, transformer_engine.pytorch as te; print(transformer_engine.__version__)"
 
 
 def hostile_variables(env=None) -> list:
@@ -71,17 +49,29 @@ def hostile_variables(env=None) -> list:
     return sorted(k for k in env if k in HOSTILE_NAMES or k.startswith(HOSTILE_PREFIXES))
 
 
+def _start(code: str, env=None):
+    """Start `python -c code`: the handle _finish takes, or (None, why it did not start)."""
+    try:
+        return start_process([sys.executable, "-c", code], env=dict(os.environ if env is None else env),
+                             cwd=tempfile.gettempdir())
+    except OSError as exc:
+        return None, f"{sys.executable}: {exc}"
+
+
+def _finish(handle, timeout: float = CHILD_TIMEOUT):
+    """(ok, last lines of output) of a started child; killed after `timeout`."""
+    if handle[0] is None:
+        return False, handle[1]
+    rc, stdout, stderr = finish_process(handle, timeout)
+    if rc is None:
+        return False, f"timed out after {timeout:.0f} s"
+    text = (stdout if rc == 0 else (stderr or stdout)).strip()
+    return rc == 0, " | ".join(text.splitlines()[-3:])[:800]
+
+
 def _child(code: str, env=None, timeout: float = CHILD_TIMEOUT):
     """(ok, last lines of output) of `python -c code`."""
-    try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              env=dict(os.environ if env is None else env), timeout=timeout, cwd=tempfile.gettempdir())
-    except subprocess.TimeoutExpired:
-        return False, f"timed out after {timeout:.0f} s"
-    except OSError as exc:
-        return False, f"{sys.executable}: {exc}"
-    text = (proc.stdout if proc.returncode == 0 else (proc.stderr or proc.stdout)).strip()
-    return proc.returncode == 0, " | ".join(text.splitlines()[-3:])[:800]
+    return _finish(_start(code, env), timeout)
 
 
 def culprit(code: str, timeout: float = CHILD_TIMEOUT):
@@ -93,9 +83,10 @@ def culprit(code: str, timeout: float = CHILD_TIMEOUT):
     return None
 
 
-def _run_named(p, name: str, code: str, what: str, skip=None):
-    """`code` in a child; a failure names the host variable to blame, unless `skip(output)` gives a reason."""
-    ok, out = _child(code, timeout=p.remaining(CHILD_TIMEOUT))
+def _run_named(p, name: str, code: str, what: str, skip=None, started=None):
+    """`code` in a child (`started`: its child already running); a failure names the host variable to blame, unless
+    `skip(output)` gives a reason."""
+    ok, out = _finish(started or _start(code), timeout=p.remaining(CHILD_TIMEOUT))
     if ok and out in ("NOCUDA", "NOGPU"):  # the GPU check on a host or image without one
         p.check(name, "skipped", NO_CUDA_TORCH if out == "NOCUDA" else NO_GPU)
         return False
@@ -267,11 +258,15 @@ def run(p):
     if not _has("torch"):
         for name in ("hpc.torch_import", "hpc.compile_caches", "hpc.compile", "hpc.cuda"):
             p.check(name, "skipped", NO_TORCH)
-    elif _run_named(p, "hpc.torch_import", TORCH_IMPORT, "import torch"):
-        compile_caches(p)
-        _run_named(p, "hpc.compile", COMPILE, "torch.compile")
-        _run_named(p, "hpc.cuda", CUDA, "a CUDA tensor")
+        compiling = None
     else:
+        compiling = _start(COMPILE)  # the longest child, alongside the others (dropped if torch does not import)
+    if compiling is not None and _run_named(p, "hpc.torch_import", TORCH_IMPORT, "import torch"):
+        compile_caches(p)
+        _run_named(p, "hpc.compile", COMPILE, "torch.compile", started=compiling)
+        _run_named(p, "hpc.cuda", CUDA, "a CUDA tensor")
+    elif compiling is not None:
+        _finish(compiling, timeout=0.01)
         for name in ("hpc.compile_caches", "hpc.compile", "hpc.cuda"):
             p.check(name, "skipped", "torch does not import")
     if _has("transformer_engine"):

@@ -1,4 +1,5 @@
-"""system: python, OS release, default user, environment (NVIDIA vars, secret-looking names), /dev/shm."""
+"""system: python, OS release, default user, environment (NVIDIA vars, secret-looking names), /dev/shm; one check:
+the CA bundle the image's ENV names exists (system.ca_bundle)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,22 @@ _URL_CREDS = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]+:[^@/\s]+@")
 NVIDIA_ENV = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA")
 REPORTED_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CPATH", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
                 "VIRTUAL_ENV", "HOME", "LANG", "LC_ALL", "PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
+
+
+# the variables that point pip, requests, OpenSSL and curl at a CA bundle file (BRIEF: behind a TLS-intercepting
+# proxy pip uses certifi unless PIP_CERT or REQUESTS_CA_BUNDLE names the system bundle)
+CA_BUNDLE_ENV = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "CURL_CA_BUNDLE")
+
+
+def ca_bundle_problems(environ: dict) -> list[str]:
+    """The CA-bundle variables set to a file this user cannot read (a build host's path baked into ENV): pip and
+    requests then fail every HTTPS request ("Could not find a suitable TLS CA certificate bundle")."""
+    bad = []
+    for name in CA_BUNDLE_ENV:
+        path = (environ.get(name) or "").strip()
+        if path and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+            bad.append(f"{name}={path} ({'not readable' if os.path.exists(path) else 'no such file'})")
+    return bad
 
 
 def find_secret_env(environ: dict) -> list[dict]:
@@ -105,3 +122,11 @@ def run(p):
         "hostname": socket.gethostname(),
         "cpu_count": os.cpu_count(),
     }
+    named = {k: env[k] for k in CA_BUNDLE_ENV if env.get(k, "").strip()}
+    bad = ca_bundle_problems(env)
+    if bad:
+        p.check("system.ca_bundle", "failed", "CA bundle named in the environment is missing: " + ", ".join(bad)
+                + ": pip and requests fail every HTTPS request", **named)
+    else:
+        p.check("system.ca_bundle", "passed", ", ".join(f"{k}={v}" for k, v in named.items()) + " readable" if named
+                else "no CA bundle variable set: the system store and certifi's are used", **named)

@@ -6,7 +6,7 @@ the dynamic loader cache. Images without these fail at the first compiled kernel
 what is missing (compiler, headers, libcuda) instead of Inductor's traceback alone.
 
 Runs in a child probe (`--child compile`): Inductor spawns compiler processes and a crash must not take the probe
-down with it.
+down with it. The child starts with the probe (`start`), so that its cold compile overlaps the other sections.
 """
 
 from __future__ import annotations
@@ -16,20 +16,35 @@ import subprocess
 import sysconfig
 import time
 
-from probe.common import NO_TORCH, run_child, which
+from probe.common import NO_TORCH, finish_child, start_child, stop_child, which
 
 CPU_CHECKS = ("compile.toolchain", "compile.cpu_function", "compile.cpu_module", "compile.cpu_max_autotune")
 GPU_CHECKS = ("compile.cuda_function", "compile.cuda_module")
 DTYPES = ("float16", "float32", "float64")
 
 
+CHILD_ARGS = ["--sections", "compile", "--child", "compile"]
+
+
+def start(p):
+    """Start the child probe at the probe's start: its cold Inductor work (vector ISA checks, the first C++ kernel:
+    most of a runtime image's probe time) runs alongside the sections before this one."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        p.started["compile"] = start_child(CHILD_ARGS)
+
+
 def run(p):
     torch = p.import_torch()
+    started = p.started.pop("compile", None)
     if torch is None:
+        if started is not None:
+            stop_child(started)
         for name in CPU_CHECKS + GPU_CHECKS:
             p.check(name, "skipped", NO_TORCH)
         return
-    res = run_child(["--sections", "compile", "--child", "compile"], timeout=p.remaining(900))
+    res = finish_child(started or start_child(CHILD_ARGS), timeout=p.remaining(900))
     if res.get("error"):
         p.doc["compile"] = {"toolchain": toolchain()}
         for name in CPU_CHECKS + GPU_CHECKS:

@@ -1,15 +1,21 @@
-"""testinfra smoke suite: one in-image probe per host, its JSON asserted on by short test files.
+"""testinfra smoke suite: one in-image probe per place, its JSON asserted on by tests generated from the probe's
+table of checks.
 
 Run against any image someone already has:
 
     docker run -d --name x --shm-size 2g <image> sleep infinity
     pytest --hosts=docker://x src/imagebuild/smoke/suite [--expect torch=2.9.1 ...] [--require-gpu] [--perf]
 
-Flavor (`io.imagebuild.flavor` label, `--flavor`, or `--expect flavor=`) selects the checks. Each test file names
-its probe section (`pytestmark = pytest.mark.section("amp")`); the probe's table (probe/table.py, read from the
-probe files this suite ships) says the lowest flavor that section applies to and where its probe runs: the image's
-user (the main probe), root in the same container (run first, before anything writes to /tmp), or the second
-container the runner starts as an arbitrary UID (--uid-host).
+Flavor (`io.imagebuild.flavor` label, `--flavor`, or `--expect flavor=`) selects the checks. The probe's table
+(probe/table.py, read from the probe files this suite ships) names every check the probe reports, the lowest flavor
+it applies to, where its probe runs and whether it needs a GPU: test_checks.py holds ONE test per row
+(parametrized over the rows), and one per place failing when its probe reports a check no row names. A test that
+asserts more about a check than its status claims it (`pytest.mark.asserts("tf32.accuracy")`) and is then that
+check's one test. Tests of facts the probe gathers (versions, the runtime contract) name their section
+(`pytestmark = pytest.mark.section("system")`). The places: the image's user (the main probe), root in the same
+container (run first, before anything writes to /tmp), and the side containers the runner starts (an arbitrary UID,
+the enroot/Apptainer way), named with `--side PLACE=CONTAINER` (or `--side-error PLACE=WHY` when one did not start).
+Every probe runs once per place, the side containers' alongside the main one.
 Expectations come from `--expect KEY=VALUE` and the image's `io.imagebuild.*` labels; a mismatch names the key, the
 expected value (and where it came from) and the found value. This file does not import imagebuild.
 """
@@ -22,6 +28,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
@@ -47,7 +54,7 @@ Json = dict[str, Any]  # a JSON object: the probe's document, a check, a contain
 class CheckFn(Protocol):
     """The `check` fixture."""
 
-    def __call__(self, name: str, gpu: bool = False) -> Json: ...
+    def __call__(self, name: str | None = None) -> Json: ...
 
 
 class ExpectValueFn(Protocol):
@@ -57,7 +64,6 @@ class ExpectValueFn(Protocol):
 
 
 FiguresFn = Callable[[Json], None]  # the `figures` fixture
-ExtraCheckFn = Callable[[str], Json]  # the `extra_check` fixture
 
 
 def _load_probe() -> ModuleType:
@@ -83,11 +89,6 @@ def _load_probe() -> ModuleType:
 P = _load_probe()
 
 
-# the probe places (probe/table.py "where") that run in a container of their own, which the runner starts and names
-# with --<prefix>-host (or says why not with --<prefix>-error): option prefix, how the image was to start
-SIDE_CONTAINERS = {P.ARBITRARY_UID: ("uid", "as {user}"), P.HPC: ("hpc", "the enroot/Apptainer way")}
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("imagebuild smoke")
     g.addoption("--expect", action="append", default=[], metavar="KEY=VALUE",
@@ -104,25 +105,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--probe-pyz", default=None, metavar="FILE",
                 help="the probe zipapp to ship (default: built from the probe package once per pytest process)")
     g.addoption("--smoke-json", default=None, metavar="FILE", help="write a JSON result (checks + probe) here")
-    g.addoption("--uid-host", default=None, metavar="CONTAINER",
-                help="a second container of the same image started as an arbitrary UID (docker run --user "
-                     "12345:0): the uid checks run there (the runner starts it)")
-    g.addoption("--uid-user", default=None, metavar="UID:GID", help="the user --uid-host was started as")
-    g.addoption("--uid-error", default=None, metavar="TEXT",
-                help="why the arbitrary-UID container is missing (it did not start): the uid checks fail with it")
-    g.addoption("--hpc-host", default=None, metavar="CONTAINER",
-                help="a container of the same image started as enroot/Apptainer do (smoke/hpcrun.py) for the hpc "
-                     "checks")
-    g.addoption("--hpc-user", default=None, metavar="UID:GID", help="the user --hpc-host was started as")
-    g.addoption("--hpc-error", default=None, metavar="TEXT",
-                help="why the hpc container is missing (it did not start): the hpc checks fail with it")
+    g.addoption("--side", action="append", default=[], metavar="PLACE=CONTAINER",
+                help="a side container of the same image (PLACE: " + ", ".join(P.SIDE_CONTAINERS) + ") in which "
+                     "the table's sections of that place run; the runner starts them (smoke/sides.py)")
+    g.addoption("--side-error", action="append", default=[], metavar="PLACE=WHY",
+                help="why the side container of PLACE is missing (it did not start): its checks fail with it")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "section(name): the probe section the test checks (probe/table.py: its "
                                        "lowest flavor, where its probe runs, opt-in)")
+    config.addinivalue_line("markers", "asserts(name): the table's check this test is the one test of (it asserts "
+                                       "more than the check's status); `{param}` takes the test's parameter")
     config.addinivalue_line("markers", "flavor(name): a test that applies from a higher flavor than its section's")
     config._ib_images = {}  # type: ignore[attr-defined]  # this suite's images, per testinfra host id
+    config._ib_sides = {**{k: ("container", v) for k, v in _places(config, "side").items()},  # type: ignore[attr-defined]
+                        **{k: ("error", v) for k, v in _places(config, "side_error").items()}}
     path = config.getoption("smoke_json", None)
     if path:
         config.pluginmanager.register(SmokeJson(config, path), "imagebuild-smoke-json")
@@ -135,6 +133,18 @@ def parse_expect(values: Iterable[str] | None) -> dict[str, str]:
             raise pytest.UsageError(f"--expect {item!r}: want KEY=VALUE")
         k, v = item.split("=", 1)
         out[_norm_key(k)] = v.strip()
+    return out
+
+
+def _places(config: pytest.Config, option: str) -> dict[str, str]:
+    """`--side PLACE=VALUE` options as {place: value}; a place the table has no side container for is refused."""
+    out: dict[str, str] = {}
+    for item in config.getoption(option, None) or ():
+        place, sep, value = item.partition("=")
+        if not sep or place not in P.SIDE_CONTAINERS:
+            raise pytest.UsageError(f"--{option.replace('_', '-')} {item!r}: want PLACE=VALUE, PLACE one of "
+                                    f"{', '.join(P.SIDE_CONTAINERS)}")
+        out[place] = value
     return out
 
 
@@ -167,11 +177,13 @@ class ImageUnderTest:
                               else "label" if flavor else "assumed")
         self.flavor = flavor if flavor in P.FLAVORS else "runtime"
         self.execs = 0
+        self._lock = threading.Lock()  # the side containers' probes run in threads
+        self._started = False
         self._probe: Json | None = None
         self.probe_error: str | None = None
         self.probe_wall: float | None = None
         self.probe_stderr = ""
-        self.extra: dict[str, Json] = {}  # P.ROOT / P.ARBITRARY_UID -> {"doc", "error", "wall", "stderr", "where"}
+        self.extra: dict[str, Json] = {}  # P.ROOT and each side container -> extra_probe's dict
 
     # expectations -----------------------------------------------------------------------------------------------
     def expected(self, key: str) -> list[tuple[str, str]]:
@@ -220,24 +232,41 @@ class ImageUnderTest:
         return sections
 
     def run(self, command: str) -> CommandResult:
-        self.execs += 1
+        with self._lock:
+            self.execs += 1
         return self.host.run(command)
 
     @property
     def probe(self) -> Json:
-        if self._probe is None and self.probe_error is None:
-            self._run_probe()
+        """The main probe's document (the image's user); a test fails when that probe did not run."""
+        self._run_probes()
         if self.probe_error:
             pytest.fail(f"in-image probe did not run: {self.probe_error}", pytrace=False)
         return cast(Json, self._probe)  # set whenever probe_error is not
 
-    def _run_probe(self) -> None:
-        # root's probe first: hygiene judges the container as the image left it, before this probe's sections
-        # (compile caches, child probes) write to /tmp
+    def places(self) -> list[str]:
+        """The places whose probe this image needs: each with a section for its flavor (and, for a side container,
+        one the runner started or said why not)."""
+        sides = self.config._ib_sides  # type: ignore[attr-defined]  # set by pytest_configure
+        return [w for w in P.WHERE if self.sections(w) and (w not in P.SIDE_CONTAINERS or w in sides)]
+
+    def _run_probes(self) -> None:
+        """Every probe once: the side containers' in threads of their own, alongside root's and then the main probe
+        in this one. Root's probe comes first in the main container: hygiene judges the container as the image left
+        it, before the main probe's sections (compile caches, child probes) write to /tmp."""
+        if self._started:
+            return
+        self._started = True
+        threads = [threading.Thread(target=self.extra_probe, args=(w,), daemon=True)
+                   for w in self.places() if w in P.SIDE_CONTAINERS]
+        for t in threads:
+            t.start()
         if self.sections(P.ROOT):
             self.extra_probe(P.ROOT)
         self._probe, self.probe_error, self.probe_wall, self.probe_stderr = self._exec_probe(self.host,
                                                                                               self.sections())
+        for t in threads:
+            t.join()
 
     def _exec_probe(self, host: Host, sections: Iterable[str]) -> tuple[Json | None, str | None, float | None, str]:
         """ONE docker exec on `host`: write the zipapp (base64 on the command line; already deflate-compressed),
@@ -259,7 +288,8 @@ class ImageUnderTest:
             + f' --timeout {timeout:.0f}; rc=$?; rm -rf "$D"; exit $rc'
         )
         t0 = time.time()
-        self.execs += 1
+        with self._lock:
+            self.execs += 1
         try:
             res = host.run(script)
         except Exception as exc:  # docker CLI missing, container gone ...
@@ -283,26 +313,27 @@ class ImageUnderTest:
         return doc, None, wall, res.stderr[-4000:]
 
     def extra_probe(self, where: str) -> Json:
-        """The probe of the sections that run apart (run once per `where`): P.ROOT as root in this container,
-        P.ARBITRARY_UID and P.HPC in their own containers (SIDE_CONTAINERS)."""
+        """The probe of the sections that run apart (run once per `where`): P.ROOT as root in this container, each of
+        P.SIDE_CONTAINERS in the side container the runner started (`--side PLACE=NAME`) or said why not
+        (`--side-error PLACE=WHY`). -> {"doc", "error", "wall", "where" (who ran it), "user", "stderr"}."""
         if where not in self.extra:
             import testinfra
 
             label: str | None
             host: Host | None
             error: str | None
-            label, host, error = None, None, None
-            if where in SIDE_CONTAINERS:  # a container of its own, started by the runner: its name, or why not
-                prefix, how = SIDE_CONTAINERS[where]
-                if self.config.getoption(f"{prefix}_error"):
-                    started_as = how.format(user=self.config.getoption(f"{prefix}_user") or "an arbitrary UID")
-                    error = f"the image did not start {started_as}: " + self.config.getoption(f"{prefix}_error")
-                elif self.config.getoption(f"{prefix}_host"):
-                    label = self.config.getoption(f"{prefix}_host")
-                    host = testinfra.get_host(f"docker://{label}")
+            user: str | None
+            label, host, error, user = None, None, None, None
+            if where in P.SIDE_CONTAINERS:  # a container of its own, started by the runner: its name, or why not
+                kind, value = self.config._ib_sides.get(where, ("error", f"no {where} container"))  # type: ignore[attr-defined]
+                if kind == "error":
+                    error = value
+                else:
+                    label, host = value, testinfra.get_host(f"docker://{value}")
+                    user = ((_inspect_container(value) or {}).get("Config") or {}).get("User") or None
             elif getattr(self.host.backend, "NAME", "") == "docker":
                 label = f"root@{self.host.backend.name}"
-                host = testinfra.get_host(f"docker://{label}")
+                host, user = testinfra.get_host(f"docker://{label}"), "root"
             else:
                 label, host = "the test host's user", self.host
             doc: Json | None
@@ -310,11 +341,29 @@ class ImageUnderTest:
             doc, wall, stderr = None, None, ""
             if host is not None:
                 doc, error, wall, stderr = self._exec_probe(host, self.sections(where))
-            self.extra[where] = {"doc": doc, "error": error, "wall": wall, "where": label,
+            self.extra[where] = {"doc": doc, "error": error, "wall": wall, "where": label, "user": user,
                                  "stderr": stderr if error else ""}
         return self.extra[where]
 
+    def place_doc(self, where: str, not_run: Callable[..., Any] = pytest.fail) -> tuple[Json, str | None]:
+        """(the document of the probe run `where`, who ran it); skips where no side container is wired (a plain
+        pytest run by hand); `not_run(reason)` (a failure) where that probe did not run."""
+        sides = self.config._ib_sides  # type: ignore[attr-defined]
+        if where in P.SIDE_CONTAINERS and where not in sides:
+            pytest.skip(f"no {where} container to test in (the runner starts one as smoke/sides.py says; by hand: "
+                        f"start it so and pass --side {where}=NAME)")
+        self._run_probes()
+        if where == P.IMAGE_USER:
+            if self.probe_error:
+                not_run(f"in-image probe did not run: {self.probe_error}", pytrace=False)
+            return cast(Json, self._probe), None
+        res = self.extra_probe(where)
+        if res["error"]:
+            not_run(f"{where} probe ({res['where'] or 'not run'}): {res['error']}", pytrace=False)
+        return res["doc"], res["where"]
+
     def check(self, name: str) -> Json | None:
+        """The main probe's check `name`, or None when it reported none."""
         c: Json
         for c in self.probe.get("checks", []):
             if c["name"] == name:
@@ -335,7 +384,11 @@ def _inspect(host: Host) -> Json | None:
     backend = host.backend
     if getattr(backend, "NAME", "") != "docker":
         return None
-    name = backend.name
+    return _inspect_container(backend.name)
+
+
+def _inspect_container(name: str) -> Json | None:
+    """`docker inspect` of the container `name` (the SDK, else the docker CLI), or None."""
     try:
         import docker
 
@@ -378,30 +431,95 @@ def item_section(item: pytest.Item) -> Any:  # probe.table.Section (the probe is
         raise pytest.UsageError(f"{item.nodeid}: {exc.args[0]}") from None
 
 
+def _params(item: pytest.Item) -> dict[str, Any]:
+    """A test's parameters but testinfra's host."""
+    callspec = getattr(item, "callspec", None)
+    return {k: v for k, v in (callspec.params.items() if callspec is not None else ()) if k != "_testinfra_host"}
+
+
+def item_check(item: pytest.Item) -> Any:  # probe.table.Check, or None
+    """The table's check a test is the one test of: the generated test's row, or the row a hand-written test claims
+    with `pytest.mark.asserts(NAME)` (`{param}` in NAME filled from its parameters); None for other tests."""
+    params = _params(item)
+    if "check_row" in params:
+        return params["check_row"]
+    marker = item.get_closest_marker("asserts")
+    if marker is None:
+        return None
+    try:
+        name = str(marker.args[0]).format(**params)
+    except (IndexError, KeyError) as exc:
+        raise pytest.UsageError(f"{item.nodeid}: pytest.mark.asserts wants NAME (its {{param}} a parameter of the "
+                                f"test): {exc}") from None
+    row = P.check_row(name)
+    if row is None:
+        raise pytest.UsageError(f"{item.nodeid}: asserts {name!r}, which no row of probe/table.py names")
+    return row
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """test_checks.py's tests: one per row of the table's checks, one per place a probe runs."""
+    if "check_row" in metafunc.fixturenames:
+        metafunc.parametrize("check_row", P.CHECKS, ids=[c.name for c in P.CHECKS])
+    if "place" in metafunc.fixturenames:
+        metafunc.parametrize("place", P.WHERE)
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     keep: list[pytest.Item]
     drop: list[pytest.Item]
     keep, drop = [], []
+    claimed: dict[tuple[str, str], str] = {}  # (host, check) -> the hand-written test that asserts it
+    for item in items:
+        params = _params(item)
+        if "check_row" not in params and item_check(item) is not None:
+            key = (_host_id(item), item_check(item).name)
+            if key in claimed:
+                raise pytest.UsageError(f"{item.nodeid} and {claimed[key]} both assert {key[1]}: one test a check")
+            claimed[key] = item.nodeid
     for item in items:
         host = getattr(item, "callspec", None) and item.callspec.params.get("_testinfra_host")  # type: ignore[attr-defined]  # pytest.Function's
+        flavor = image_for(config, host).flavor if host is not None else None
+        check = item_check(item)
+        if check is not None:
+            if "check_row" in _params(item) and (_host_id(item), check.name) in claimed:
+                continue  # its hand-written test is its one test (not a deselection: the check is tested)
+            if (check.opt_in and not config.getoption(check.section)) or (
+                    flavor is not None and not P.applies(check, flavor)):
+                drop.append(item)
+            else:
+                keep.append(item)
+            continue
+        place = _params(item).get("place")
+        if place is not None:  # one test per place: only where a probe runs for this flavor
+            if flavor is not None and not image_for(config, host).sections(place):
+                drop.append(item)
+            else:
+                keep.append(item)
+            continue
         row = item_section(item)
         if row.opt_in and not config.getoption(row.name):
             drop.append(item)
             continue
-        if host is not None and not P.applies(row, image_for(config, host).flavor):
+        if flavor is not None and not P.applies(row, flavor):
             drop.append(item)
             continue
         # a test of a section may apply from a higher flavor than its section (the torch family's versions in the
         # base-flavor `versions` section): `pytest.mark.flavor(NAME)` on that test
         marker = item.get_closest_marker("flavor")
-        if host is not None and marker is not None and not P.applies(
-                P.Section(row.name, row.module, marker.args[0]), image_for(config, host).flavor):
+        if flavor is not None and marker is not None and not P.applies(
+                P.Section(row.name, row.module, marker.args[0]), flavor):
             drop.append(item)
             continue
         keep.append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+    items[:] = keep
+
+
+def _host_id(item: pytest.Item) -> str:
+    host = getattr(item, "callspec", None) and item.callspec.params.get("_testinfra_host")  # type: ignore[attr-defined]  # pytest.Function's
+    return str(host.backend.get_pytest_id()) if host is not None else ""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -438,57 +556,30 @@ def figures(request: pytest.FixtureRequest) -> FiguresFn:
 
 @pytest.fixture
 def check(smoke: ImageUnderTest, figures: FiguresFn, request: pytest.FixtureRequest) -> CheckFn:
-    """check(name, gpu=False): turn a probe check into this test's outcome."""
+    """check(): turn this test's check (its table row: generated, or claimed with pytest.mark.asserts) into its
+    outcome, from the probe of the row's place; a skip for want of a GPU fails a GPU row under --require-gpu."""
 
-    def run(name: str, gpu: bool = False) -> Json:
-        c = smoke.check(name)
+    def run(name: str | None = None) -> Json:
+        row = item_check(request.node)
+        if row is None or (name is not None and name != row.name):
+            pytest.fail(f"{request.node.nodeid} asks for check {name!r} but is the test of "
+                        f"{row.name if row is not None else 'no check'} (pytest.mark.asserts)", pytrace=False)
+        doc, ran_as = smoke.place_doc(row.where)
+        c: Json | None = next((c for c in doc.get("checks", []) if c["name"] == row.name), None)
         if c is None:
-            # the probe emits nothing for GPU-only checks it could not reach: use the GPU reason
-            avail = smoke.check("gpu.available")
-            if gpu and avail is not None and avail["status"] == "skipped":
-                c = {"name": name, "status": "skipped", "reason": avail["reason"], "figures": {}}
-            else:
-                pytest.fail(f"the probe reported no '{name}' check (sections: "
-                            f"{','.join(smoke.probe.get('probe', {}).get('sections', []))})", pytrace=False)
-        figures(c.get("figures") or {})
+            pytest.fail(f"the {row.where} probe reported no '{row.name}' check (sections: "
+                        f"{','.join(doc.get('probe', {}).get('sections', []))})", pytrace=False)
+        figures(dict(c.get("figures") or {}, probe_ran_as=ran_as) if ran_as else (c.get("figures") or {}))
         if c["status"] == "passed":
             if c.get("reason"):
                 request.node.user_properties.append(("note", c["reason"]))
             return c
         if c["status"] == "failed":
-            pytest.fail(f"{name}: {c['reason']}", pytrace=False)
+            pytest.fail(f"{row.name}: {c['reason']}", pytrace=False)
         reason = c["reason"]
-        if gpu and smoke.require_gpu and reason.startswith(P.NO_GPU) and not smoke.cpu_variant():
+        if row.gpu and smoke.require_gpu and reason.startswith(P.NO_GPU) and not smoke.cpu_variant():
             pytest.fail(f"{reason} (--require-gpu)", pytrace=False)
         pytest.skip(reason)
-
-    return run
-
-
-@pytest.fixture
-def extra_check(smoke: ImageUnderTest, figures: FiguresFn, request: pytest.FixtureRequest) -> ExtraCheckFn:
-    """extra_check(name): like `check`, for a check of a section that runs apart (as root, as an arbitrary UID)."""
-
-    def run(name: str) -> Json:
-        where = P.section(name.split(".", 1)[0]).where
-        if where == P.ARBITRARY_UID and not (request.config.getoption("uid_host")
-                                             or request.config.getoption("uid_error")):
-            pytest.skip("no arbitrary-UID container to test in (the runner starts one; by hand: docker run -d "
-                        "--user 12345:0 IMAGE sleep infinity, then --uid-host NAME)")
-        res = smoke.extra_probe(where)
-        if res["error"]:
-            pytest.fail(f"{where} probe ({res['where'] or 'not run'}): {res['error']}", pytrace=False)
-        c: Json | None = next((c for c in res["doc"].get("checks", []) if c["name"] == name), None)
-        if c is None:
-            pytest.fail(f"the {where} probe reported no '{name}' check", pytrace=False)
-        figures(dict(c.get("figures") or {}, probe_ran_as=res["where"]))
-        if c["status"] == "failed":
-            pytest.fail(f"{name}: {c['reason']}", pytrace=False)
-        if c["status"] == "skipped":
-            pytest.skip(c["reason"])
-        if c.get("reason"):
-            request.node.user_properties.append(("note", c["reason"]))
-        return c
 
     return run
 
@@ -524,6 +615,10 @@ def expect_value(smoke: ImageUnderTest, figures: FiguresFn, request: pytest.Fixt
 
 
 def check_name(item: pytest.Item) -> str:
+    """A result's name: a table check's own name (`amp.cpu_bf16`) for its one test, else `file/test[params]`."""
+    row = item_check(item)
+    if row is not None:
+        return str(row.name)
     module = Path(str(item.fspath)).stem
     module = module[5:] if module.startswith("test_") else module
     func: str = (item.originalname  # type: ignore[attr-defined]  # pytest.Function's

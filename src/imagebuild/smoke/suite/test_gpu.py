@@ -1,4 +1,5 @@
-"""GPU: visible devices, names and compute capability, torch arch list, nvidia-smi -L (MIG included)."""
+"""GPU: each planned arch compiled into torch (the gpu rows of probe/table.py: visible devices, nvidia-smi -L with MIG,
+device arch in the arch list, are tested by test_checks.py)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,6 @@ from typing import Any
 import pytest
 
 pytestmark = pytest.mark.section("gpu")
-
-
-def test_gpu_available(check: Callable[..., dict[str, Any]]) -> None:
-    check("gpu.available", gpu=True)
-
-
-def test_nvidia_smi(check: Callable[..., dict[str, Any]]) -> None:
-    check("gpu.nvidia_smi", gpu=True)
-
-
-def test_device_arch(check: Callable[..., dict[str, Any]]) -> None:
-    check("gpu.device_arch", gpu=True)
 
 
 def test_gpu_archs_in_wheel(probe: dict[str, Any], smoke: Any, figures: Callable[[dict[str, Any]], None], probe_lib: ModuleType) -> None:

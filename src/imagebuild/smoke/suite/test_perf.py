@@ -10,9 +10,10 @@ import pytest
 pytestmark = pytest.mark.section("perf")
 
 
+@pytest.mark.asserts("perf.{kind}")
 @pytest.mark.parametrize("kind", ["gemm_fp32", "gemm_tf32", "gemm_bf16", "allreduce"])
 def test_perf(check: Callable[..., dict[str, Any]], smoke: Any, kind: str) -> None:
-    c = check(f"perf.{kind}", gpu=True)
+    c = check()
     metric = c["figures"].get("metric")
     value = c["figures"].get("tflops", c["figures"].get("busbw_gbps"))
     floor = smoke.perf_min().get(metric)

@@ -1,0 +1,198 @@
+"""The BuildKit backend: one `docker buildx build` process per image, driven through the CLI.
+
+The docker SDK cannot drive BuildKit (it needs buildx's gRPC session: secrets, named contexts, cache export), so this
+backend runs buildx (through engine/cli.py, the engine's CLI door) against the engine DOCKER_HOST names (the docker driver: the image lands in that
+engine's store) or any buildx builder the user names (`--builder`: docker-container, remote, kubernetes; the image is
+loaded into the engine). It honours the seam's contract (backend.py): `events()` never raises, `cancel()` stops the
+process from any thread, and the outcome is the engine's image ID or the failing step with its tail.
+
+The argv is built in argv.py, the rawjson progress is parsed in progress.py; what the builder can do is checked once
+before anything builds (checks.py).
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import selectors
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from imagebuild.builder.backend import BuildEvent, BuildOutcome, BuildRequest
+from imagebuild.builder.backends.buildkit.argv import BuildxCall, buildx_argv, secret_env
+from imagebuild.builder.backends.buildkit.progress import RawJsonProgress
+from imagebuild.builder.context import tar_context
+from imagebuild.engine import cli
+from imagebuild.models import DEFAULT_PLATFORM
+
+# build arguments that carry credentials: sent as build secrets; the buildkit templates read /run/secrets/<id>
+SECRET_BUILD_ARGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
+PIN_REPOSITORY = "imagebuild-pin"  # a parent's named context: imagebuild-pin:<hex of its image ID>
+
+
+class BuildxBackend:
+    """Builds through `docker buildx build`; `builder` None is the current builder (the engine's docker driver)."""
+
+    def __init__(self, builder: str | None = None, docker_driver: bool = True, cache_repository: str | None = None,
+                 containerd_store: bool = False, platforms: tuple[str, ...] = ()) -> None:
+        self.builder, self.docker_driver, self.cache_repository = builder, docker_driver, cache_repository
+        # what `docker buildx inspect` lists for the builder's nodes (the docker driver's include what QEMU runs)
+        self.platforms = platforms
+        # the docker driver on the containerd image store: export an archive with rewritten dates, then load it
+        self.via_archive = docker_driver and containerd_store
+
+    def cache_flags(self, tag: str) -> tuple[str, ...]:
+        """A registry cache per image (`<cache repository>:<the image's tag>`, every stage: mode=max), imported and
+        exported, so a fresh runner rebuilding a changed image reuses each unchanged stage. Plain HTTP for a
+        loopback registry, as the engine itself allows."""
+        if not self.cache_repository:
+            return ()
+        from imagebuild.oci import Reference
+
+        repo = Reference.parse(self.cache_repository)
+        ref = f"{repo.name}:{Reference.parse(tag).tag or 'latest'}"
+        insecure = ",registry.insecure=true" if repo.registry.split(":")[0] in ("localhost", "127.0.0.1") else ""
+        return ("--cache-from", f"type=registry,ref={ref}{insecure}",
+                "--cache-to", f"type=registry,ref={ref},mode=max,ignore-error=true{insecure}")
+
+    def start(self, request: BuildRequest) -> BuildxBuild:
+        return BuildxBuild(self, request)
+
+    def cleanup(self, warn: Callable[[str], None]) -> list[str]:
+        """BuildKit leaves no intermediate containers; a cancelled solve is discarded by the builder itself."""
+        return []
+
+    def parent_ref(self, image_id: str) -> str:
+        """A tag naming exactly `image_id` in the engine's store: `imagebuild-pin:<hex of the ID>`, made here.
+
+        Measured on dockerd 26.1 (containerd image store): a named context `docker-image://tag@sha256:<id>` finds a
+        `docker import`ed image locally but looks a `docker load`ed one (our bootstrap bases) up on Docker Hub; a
+        plain tag is always found locally. A tag spelled from the ID itself is as exact as the digest."""
+        pin = f"{PIN_REPOSITORY}:{image_id.removeprefix('sha256:')}"
+        tagged = cli.tag(image_id, pin)
+        if not tagged.ok:
+            raise LookupError(f"the parent image {image_id[:19]} is not in the engine: {tagged.reason}")
+        return pin
+
+    def image_id(self, tag: str) -> str | None:
+        """The engine's own ID of the built image (what the SDK and the record use; with the containerd image store
+        the manifest digest, not the config digest buildx's --iidfile gives)."""
+        return cli.image_id(tag)
+
+
+class BuildxBuild:
+    """One buildx process: its progress, its outcome; `cancel()` terminates it."""
+
+    def __init__(self, backend: BuildxBackend, request: BuildRequest) -> None:
+        self.backend, self.request = backend, request
+        self.progress = RawJsonProgress(log=request.log)
+        self._lock = threading.Lock()
+        self._process: cli.Process | None = None
+        self._cancelled = False
+        self._image_id: str | None = None
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            process = self._process
+        if process is not None and process.poll() is None:
+            process.terminate()  # buildx cancels the solve on SIGTERM
+
+    def events(self) -> Iterator[BuildEvent]:
+        error_sent = False
+        with tempfile.TemporaryDirectory(prefix="imagebuild-buildx-") as tmp:
+            try:
+                for ev in self._run(Path(tmp)):
+                    error_sent = error_sent or ev.kind == "error"
+                    yield ev
+            except Exception as exc:  # the seam's contract: a failed build is an outcome, never an exception
+                self.progress.fail("interrupted" if self._cancelled else f"{type(exc).__name__}: {exc}")
+        if self.progress.error is not None and not error_sent:
+            yield BuildEvent("error", self.progress.failure_summary())
+
+    def _run(self, tmp: Path) -> Iterator[BuildEvent]:
+        req = self.request
+        if self._cancelled:
+            self.progress.fail("interrupted")
+            return
+        context_dir = tmp / "context"
+        # the same context the classic backend sends (Dockerfile, context files, host folders), as a folder for buildx
+        context = tar_context(req.dockerfile, dict(req.context_files), dict(req.context_dirs))
+        try:
+            with tarfile.open(fileobj=context, mode="r|") as tar:
+                tar.extractall(context_dir, filter="data")
+        finally:
+            context.close()
+        args = req.all_build_args()
+        base = req.parents.get("BASE_IMAGE", "")
+        call = BuildxCall(
+            context_dir=context_dir, dockerfile="Dockerfile", tag=req.tag, build_args=args,
+            labels=req.labels, secrets=SECRET_BUILD_ARGS,
+            base_ref=self.backend.parent_ref(base) if base.startswith("sha256:") else None,
+            builder=self.backend.builder, docker_driver=self.backend.docker_driver,
+            archive=tmp / "image.tar" if self.backend.via_archive else None,
+            extra_flags=self.backend.cache_flags(req.tag),
+            # the default platform's argv stays as before (the engine's own)
+            platform=None if req.platform == DEFAULT_PLATFORM else req.platform)
+        with self._lock:
+            if self._cancelled:
+                self.progress.fail("interrupted")
+                return
+            self._process = cli.start(buildx_argv(call), env=secret_env(args, SECRET_BUILD_ARGS))
+        process = self._process
+        try:
+            yield from self._stream(process)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            returncode = process.wait()
+        if self._cancelled:
+            self.progress.fail("interrupted")
+        yield from self.progress.finish(returncode)
+        if self.progress.error is None and call.archive is not None:
+            yield from self._load(call.archive)
+        if self.progress.error is None:
+            self._image_id = self.backend.image_id(req.tag)
+            if self._image_id is None:
+                self.progress.fail(f"buildx reported success but the engine has no image {req.tag}")
+            else:
+                yield BuildEvent("image", self._image_id)
+
+    def _load(self, archive: Path) -> Iterator[BuildEvent]:
+        """The exported docker archive into the engine's store (its image ID is the archive's manifest digest); the
+        archive goes with the build's temporary folder."""
+        yield BuildEvent("step", "loading into the engine")  # a phase: no step number (progress.py)
+        loaded = cli.load(str(archive), timeout=self.request.timeout)
+        if not loaded.ok:
+            self.progress.fail(f"docker image load of the exported image failed: {loaded.reason}")
+
+    def _stream(self, process: cli.Process) -> Iterator[BuildEvent]:
+        """Read stderr until EOF; `request.timeout` seconds without a byte count as a lost build."""
+        assert process.stderr is not None
+        fd = process.stderr.fileno()
+        os.set_blocking(fd, False)
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a chunk may end inside a character
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            last = time.monotonic()
+            while True:
+                if not sel.select(timeout=1.0):
+                    if time.monotonic() - last > self.request.timeout:
+                        self.progress.fail(f"no output from buildx for {self.request.timeout} s: build lost")
+                        return
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    return
+                last = time.monotonic()
+                yield from self.progress.feed(decoder.decode(chunk))
+
+    def outcome(self) -> BuildOutcome:
+        if self.progress.failed or self._image_id is None:
+            return BuildOutcome(image_id=None, error=self.progress.failure_summary() or "the build did not run",
+                                tail=self.progress.tail_text())
+        return BuildOutcome(image_id=self._image_id)

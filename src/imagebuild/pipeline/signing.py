@@ -1,0 +1,108 @@
+"""The push step's signer: given a signing key (`push --sign-key`, `build --push --sign-key`, IMAGEBUILD_SIGN_KEY),
+every pushed digest is signed and carries its SBOM and provenance (imagebuild.sign), through push's one seam
+(`push.SignPushed`: called with REPO@DIGEST after the registry serves the digest, before an alias names it).
+
+The key is opened before anything is pushed (`cosign public-key`): a missing key, a file that is not a private key
+or a wrong password stops the run with one line and nothing pushed. The SBOM attested is the one `build` wrote
+for this very image ID (the record's `sbom`, its sha256 checked), else one read from the image now; the provenance
+is made from the record and the lock (sign/provenance.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from imagebuild.errors import UsageError
+from imagebuild.lock.model import Lock
+from imagebuild.lock.model import load as load_lock
+from imagebuild.models import ImagePlan, Plan
+from imagebuild.oci import RegistryAuth, RegistryClient
+from imagebuild.pipeline.loaded import RecordBook, Say
+from imagebuild.pipeline.settings import PushSettings
+from imagebuild.pipeline.supply import lock_hashes
+from imagebuild.push import SignPushed
+from imagebuild.sign import (
+    CosignMissing,
+    SignError,
+    SigningKey,
+    cosign_registry,
+    make_provenance,
+    sign_digest,
+)
+
+
+def _lock(plan: Plan) -> tuple[Lock | None, str | None]:
+    if not plan.lock_file:
+        return None, None
+    try:
+        data = Path(plan.lock_file).read_bytes()
+        return load_lock(plan.lock_file), "sha256:" + hashlib.sha256(data).hexdigest()
+    except (OSError, ValueError):
+        return None, None
+
+
+def _recorded_sbom(book: RecordBook, image: ImagePlan, image_id: str | None) -> tuple[dict[str, Any], str] | None:
+    """(the SBOM build wrote for exactly this image ID, its file's sha256 as the record and report name it)"""
+    entry = book.record.image(image.id) if book.record is not None else None
+    sbom = (entry.sbom or {}) if entry is not None else {}
+    path = Path(str(sbom.get("path") or ""))
+    if not image_id or sbom.get("image_id") != image_id or not path.is_file():
+        return None
+    data = path.read_bytes()
+    if "sha256:" + hashlib.sha256(data).hexdigest() != sbom.get("sha256"):
+        return None
+    doc: dict[str, Any] = json.loads(data)
+    return doc, str(sbom["sha256"])
+
+
+def open_signing_key(settings: PushSettings, images: list[ImagePlan]) -> tuple[SigningKey, str] | None:
+    """(the key, its public half) when the run signs; UsageError naming the images when the key cannot sign."""
+    if not settings.sign_key:
+        return None
+    try:
+        key = SigningKey.from_option(settings.sign_key, settings.sign_password)
+        return key, key.public_key()
+    except (UsageError, CosignMissing) as exc:
+        named = images[0].tag + (f" (and {len(images) - 1} more)" if len(images) > 1 else "") if images else "push"
+        raise type(exc)(f"{named}: not pushed: {exc}") from None
+
+
+def signer(client: Any, plan: Plan, book: RecordBook, settings: PushSettings, key: SigningKey, public_pem: str,
+           image_ids: dict[str, str], auth_for: Any, say: Say) -> SignPushed:
+    """push.SignPushed for this run: SBOM + provenance per image, cosign through the push's own credentials."""
+    lock, lock_sha = _lock(plan)
+    registries: dict[str, Any] = {}
+
+    def registry_for(host: str) -> Any:
+        if host not in registries:
+            auth: RegistryAuth = auth_for(host)
+            registries[host] = cosign_registry(RegistryClient(auth, ca_file=settings.ca_file), settings.ca_file)
+        return registries[host]
+
+    def sign_pushed(image: ImagePlan, digest_ref: str) -> dict[str, Any]:
+        image_id = image_ids.get(image.tag)
+        recorded = _recorded_sbom(book, image, image_id)
+        if recorded is None:  # build wrote none for this very image: read it now
+            from imagebuild.inventory import dump_sbom, make_sbom, read_local
+
+            if not image_id:
+                raise SignError(f"{image.tag}: no local image to read its SBOM from")
+            try:
+                sbom = make_sbom(read_local(client, image_id), lock_hashes(plan))
+            except Exception as exc:  # the engine lost the image, an unreadable layer: not signed, said
+                raise SignError(f"{image.tag}: no SBOM to attest ({exc})") from None
+            sbom_sha = "sha256:" + hashlib.sha256(dump_sbom(sbom).encode()).hexdigest()
+            say(f"{image.tag}: SBOM read from the image (build recorded none for {image_id[:19]})")
+        else:
+            sbom, sbom_sha = recorded
+        digest = digest_ref.split("@", 1)[1]
+        provenance = make_provenance(plan, image, book.record, lock, digest, sbom_sha, lock_sha)
+        host = digest_ref.split("/", 1)[0]
+        signed = sign_digest(digest_ref, key, registry_for(host), sbom=sbom, provenance=provenance,
+                             public_key_pem=public_pem)
+        return signed.as_record()
+
+    return sign_pushed

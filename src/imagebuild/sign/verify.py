@@ -1,0 +1,194 @@
+"""Is this image signed by this key, with its SBOM and provenance attested for exactly its digest?
+
+`verify_reference` resolves a tag to the digest the registry serves NOW (a tag moved after signing is checked as
+the digest it moved to), then asks cosign, key-based and offline:
+
+    cosign verify             --key PUB --insecure-ignore-tlog [--allow-http-registry] REPO@DIGEST
+    cosign verify-attestation --key PUB --insecure-ignore-tlog --type cyclonedx       REPO@DIGEST
+    cosign verify-attestation --key PUB --insecure-ignore-tlog --type slsaprovenance1 REPO@DIGEST
+
+and reads what cosign accepted: every signature's claimed digest and every attestation's in-toto subject must be
+DIGEST (cosign files attestations by digest but does not compare a statement's subject with it, so an attestation
+copied from another image would otherwise pass). Each refusal is a VerifyError naming the image and why: unsigned,
+signed by another key, an attestation missing or made for another digest, the tag gone.
+
+`local_image_matches` then ties the verified digest to the image the engine would start: its RepoDigests, or the
+manifest's config digest (= the classic store's image ID), or the ID itself (the containerd store's).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from imagebuild.errors import ImagebuildError
+from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryClient, RegistryError
+from imagebuild.sign.cosign import CosignMissing, Registry, cosign_registry, run_cosign
+from imagebuild.sign.keys import PublicKey
+from imagebuild.sign.signer import PREDICATE_TYPES
+
+
+class VerifyError(ImagebuildError):
+    """The image is not signed and attested as required (exit 1); the message names the image."""
+
+
+@dataclass(frozen=True)
+class Verified:
+    reference: str  # as asked
+    digest_ref: str  # REPO@DIGEST that was verified
+    digest: str
+    repository: str  # the path inside its registry (the v2 API's name)
+    statements: dict[str, dict[str, Any]] = field(default_factory=dict)  # cosign --type -> the in-toto statement
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, list):
+            out += [d for d in doc if isinstance(d, dict)]
+        elif isinstance(doc, dict):
+            out.append(doc)
+    return out
+
+
+def _unsigned_or_other_key(reason: str) -> str:
+    low = reason.lower()
+    if "no signatures found" in low or "no matching attestations" in low and "invalid" not in low:
+        return "unsigned"
+    if "invalid signature" in low or "no matching signatures" in low or "verification failed" in low:
+        return "signed by another key"
+    return "not verified"
+
+
+def _attestation_problem(reason: str) -> str:
+    """cosign's refusal of an attestation in words: made for another digest, missing, or as for a signature."""
+    low = reason.lower()
+    if "subject digest" in low:  # cosign compares the statement's subject with the digest it was filed under
+        return "made for another digest, not this image"
+    if "none of the attestations matched" in low or ("no matching attestations" in low and "invalid" not in low):
+        return "missing"
+    return _unsigned_or_other_key(reason)
+
+
+def resolve_digest(ref: Reference, client: RegistryClient) -> str:
+    """The digest the reference names: its own @digest, else what the registry serves for its tag right now."""
+    if ref.digest:
+        return ref.digest
+    try:
+        digest = client.manifest_digest(ref.repository, ref.tag or "latest")
+    except RegistryError as exc:
+        raise VerifyError(f"{ref}: the registry does not answer: {exc}") from None
+    if digest is None:
+        raise VerifyError(f"{ref}: no such tag in {ref.registry}")
+    return digest
+
+
+def _signature(name: str, digest: str, key: PublicKey, registry: Registry, shown: str) -> None:
+    done = run_cosign(["verify", "--key", key.ref, "--insecure-ignore-tlog", *registry.flags(), f"{name}@{digest}"],
+                      registry=registry)
+    if done.returncode != 0:
+        what = _unsigned_or_other_key(done.error)
+        raise VerifyError(f"{shown}: {digest} is {what} (key {key.describe()}): {done.error}")
+    for sig in _json_lines(done.stdout):
+        claimed = ((sig.get("critical") or {}).get("image") or {}).get("docker-manifest-digest")
+        if claimed != digest:
+            raise VerifyError(f"{shown}: a signature claims {claimed or 'no digest'}, not {digest}")
+
+
+def _statement(envelope: dict[str, Any]) -> dict[str, Any]:
+    try:
+        doc = json.loads(base64.b64decode(str(envelope.get("payload") or "")))
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _attestation(name: str, digest: str, kind: str, key: PublicKey, registry: Registry, shown: str) -> dict[str, Any]:
+    done = run_cosign(["verify-attestation", "--key", key.ref, "--insecure-ignore-tlog", "--type", kind,
+                       *registry.flags(), f"{name}@{digest}"], registry=registry)
+    if done.returncode != 0:
+        raise VerifyError(f"{shown}: the {kind} attestation of {digest} is {_attestation_problem(done.error)} "
+                          f"(key {key.describe()}): {done.error}")
+    statements = [s for s in (_statement(e) for e in _json_lines(done.stdout))
+                  if s.get("predicateType") == PREDICATE_TYPES[kind]]
+    if not statements:
+        raise VerifyError(f"{shown}: no {kind} attestation of {digest} verifies with key {key.describe()}")
+    want = digest.removeprefix("sha256:")
+    for st in statements:
+        subjects = [str((s.get("digest") or {}).get("sha256") or "") for s in st.get("subject") or []
+                    if isinstance(s, dict)]
+        if want not in subjects:
+            other = ", ".join(f"sha256:{d}" for d in subjects) or "no digest"
+            raise VerifyError(f"{shown}: the {kind} attestation attached to {digest} is made for another digest "
+                              f"({other}), not this image")
+    return statements[-1]
+
+
+def verify_reference(reference: str, key: PublicKey, registry: Registry, client: RegistryClient) -> Verified:
+    """Verify the signature and both attestations of what `reference` names now (see the module docstring)."""
+    try:
+        ref = Reference.parse(reference)
+    except ReferenceSyntaxError as exc:
+        raise VerifyError(f"{reference}: not an image reference ({exc})") from None
+    if ref.domain is None:
+        raise VerifyError(f"{reference}: names no registry; a signature lives beside the image in its registry "
+                          "(give REGISTRY/REPOSITORY:TAG)")
+    digest = resolve_digest(ref, client)
+    name = f"{ref.registry}/{ref.repository}"
+    _signature(name, digest, key, registry, reference)
+    statements = {kind: _attestation(name, digest, kind, key, registry, reference) for kind in PREDICATE_TYPES}
+    return Verified(reference, f"{name}@{digest}", digest, ref.repository, statements)
+
+
+def local_image_matches(inspect: dict[str, Any], verified: Verified, client: RegistryClient) -> bool:
+    """Is the engine's image (its inspect data) the verified digest's image?"""
+    if verified.digest_ref in (inspect.get("RepoDigests") or []):
+        return True
+    image_id = str(inspect.get("Id") or "")
+    if image_id == verified.digest:
+        return True
+    try:
+        found = client.manifest(verified.repository, verified.digest)
+    except RegistryError:
+        return False
+    config = (found[1].get("config") or {}) if found is not None else {}
+    return isinstance(config, dict) and config.get("digest") == image_id
+
+
+def check_image(reference: str, key: PublicKey, *, inspect: dict[str, Any] | None = None,
+                ca_file: str | None = None) -> Verified:
+    """What `verify`, `run`, `export` and `slurm` ask: `reference` verified (credentials as push finds them:
+    IMAGEBUILD_REGISTRY_USER/PASSWORD, else the docker config) and, given the engine's inspect data of the image
+    about to be used, that image is the verified digest's. VerifyError naming the image otherwise."""
+    from imagebuild.oci import resolve_auth
+
+    try:
+        ref = Reference.parse(reference)
+    except ReferenceSyntaxError:
+        ref = None
+    if ref is None or ref.domain is None:
+        raise VerifyError(f"{reference}: no registry reference to verify; a signature lives beside the pushed image "
+                          f"in its registry, so a local name or ID cannot be checked against key {key.describe()} "
+                          "(give REGISTRY/REPOSITORY:TAG)")
+    client = RegistryClient(resolve_auth(ref.registry), ca_file=ca_file)
+    try:
+        registry = cosign_registry(client, ca_file)
+        verified = verify_reference(reference, key, registry, client)
+    except RegistryError as exc:
+        raise VerifyError(f"{reference}: the registry does not answer: {exc}") from None
+    except CosignMissing as exc:
+        raise VerifyError(f"{reference}: not verified: {exc}") from None
+    if inspect is not None and not local_image_matches(inspect, verified, client):
+        local = str(inspect.get("Id") or "?")
+        raise VerifyError(f"{reference}: the engine's image {local[:19]} is not the signed {verified.digest} the "
+                          f"registry serves for it now; pull it (docker pull {verified.digest_ref}) and start that")
+    return verified
