@@ -7,7 +7,7 @@ WHEELHOUSE ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
 CA_CERT ?= $(or $(PIP_CERT),/etc/ssl/certs/ca-certificates.crt)
 MATRIX ?= images/cpu.yaml
 
-.PHONY: help install system-deps modern-engine cosign lint test test-unit test-integration build-cpu render-check bench e2e-cuda e2e-cuda13-dev e2e-h100 e2e-gh200 binfmt clean
+.PHONY: help install system-deps modern-engine cosign lint test test-unit test-integration build-cpu render-check bench e2e-cuda e2e-cuda13-dev e2e-h100 e2e-gh200 e2e-layers binfmt clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -77,6 +77,13 @@ e2e-cuda13-dev: install ## NOT in CI: torch 2.13.0+cu130 base/runtime/dev with n
 
 e2e-h100: install ## NOT in CI: images/h100.yaml as shipped (Ubuntu bootstrap, TE compiled once), smoke + table
 	eval "$$(scripts/docker-engine.sh)" && scripts/e2e-h100.sh
+
+e2e-layers: install ## NOT in CI: the CPU runtime's environment layers, the same diff IDs from two fresh BuildKit engines
+	eval "$$(IMAGEBUILD_TOOLS_DIR=$(CURDIR)/.tools scripts/modern-engine.sh --fresh /var/tmp/imagebuild-layers)" \
+	  && IMAGEBUILD_BUILDKIT_HOST="$$DOCKER_HOST" IMAGEBUILD_BUILDKIT_DOCKER_CONFIG="$$DOCKER_CONFIG" \
+	    IMAGEBUILD_WHEELHOUSE=$(WHEELHOUSE) IMAGEBUILD_CA_CERT=$(CA_CERT) \
+	    $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/e2e/e2e_env_layers.py; \
+	  rc=$$?; scripts/modern-engine.sh --stop /var/tmp/imagebuild-layers; rm -rf /var/tmp/imagebuild-layers; exit $$rc
 
 binfmt: ## Register Debian's qemu-user-static aarch64 handler (F flag): linux/arm64 builds/tests here under QEMU
 	scripts/binfmt.sh

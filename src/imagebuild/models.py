@@ -133,6 +133,7 @@ class ResolvedVariant:
     chosen: dict[str, str] = field(default_factory=dict)  # what resolution picked and why ("torch": "2.9 -> 2.9.1")
     source: Location | None = None
     backend: str = "auto"  # matrix `backend`: "auto" or a row of imagebuild/backends.py
+    layer_limit: int | None = None  # matrix `layer_limit` in bytes (None: report.layers.DEFAULT_LAYER_LIMIT)
     platform: str = DEFAULT_PLATFORM  # one of the row's `platforms:`; resolve makes one variant per platform
     compression: dict[str, str] = field(default_factory=dict)  # matrix `compression`: registry ("*": any) -> zstd|gzip
 
@@ -172,6 +173,7 @@ class ImagePlan:
     pip_requirements: tuple[str, ...] = ()  # what the flavor's pip stage asks for (render), before any lock
     apt_packages: tuple[str, ...] = ()  # apt packages its final stage installs from the OS archive (render)
     locked: bool = False  # installs from the matrix's lock (pip --require-hashes, apt name=version)
+    env_layers: tuple[tuple[str, str], ...] = ()  # runtime: its environment's layers in order, (tier, what it holds)
 
     @property
     def repository(self) -> str:
@@ -221,6 +223,8 @@ class ImageResult:
     reproduced_from: str | None = None  # rebuilt as this image ID, same content as image_id (kept): see reproduced.py
     backend: str | None = None  # what built it in this run: a row of imagebuild/backends.py (None: not built in this run)
     platform: str = DEFAULT_PLATFORM  # the image's OS/architecture (a report written before platforms: amd64)
+    # the environment's layers as built (report/layers.py): [{"tier", "holds", "size"}], [] when not known
+    env_layers: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def of(cls, image: ImagePlan) -> ImageResult:

@@ -19,6 +19,9 @@ from imagebuild.oci import RegistryAuth
 from imagebuild.plan.tags import references
 
 ROOT = Path(__file__).resolve().parents[2]
+# the modern engine (dockerd 26.1 + buildx) scripts/run-tests.sh starts for the BuildKit backend's tests
+BK_HOST = os.environ.get("IMAGEBUILD_BUILDKIT_HOST", "")
+BK_CONFIG = os.environ.get("IMAGEBUILD_BUILDKIT_DOCKER_CONFIG") or str(ROOT / ".tools" / "docker-config")
 # the push tests' registry user (the `registry` fixture in conftest.py starts a registry with it)
 USER, PASSWORD = "ibuser", "ib-" + secrets.token_hex(8)
 MTIME = 1_700_000_000
@@ -30,6 +33,21 @@ def imagebuild(*args: str, stdin: str | None = None, timeout: int = 1800, env: d
     full_env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})}
     return subprocess.run([sys.executable, "-m", "imagebuild", *args], input=stdin, capture_output=True, text=True,
                           cwd=cwd or ROOT, env=full_env, timeout=timeout)
+
+
+def bk_env(state: Path) -> dict[str, str]:
+    """The environment of a CLI run against the modern engine, its records in `state`."""
+    return {"DOCKER_HOST": BK_HOST, "DOCKER_CONFIG": BK_CONFIG, "IMAGEBUILD_STATE_DIR": str(state)}
+
+
+def bk_args(cpu_build, tmp: Path) -> list[str]:
+    """conftest.cpu_build's build arguments for the BuildKit backend, logs and report under `tmp`."""
+    args = cpu_build.build_args()
+    args[args.index("--log-dir") + 1] = str(tmp / "logs")
+    args[args.index("--report-dir") + 1] = str(tmp / "report")
+    # --force: bench-quick's BuildKit bench built the CPU base in this engine before the tests (another tag, the same
+    # inputs hash): without it that image is rightly "up to date" and nothing here would prove a BuildKit build
+    return [*args, "--backend", "buildkit", "--test", "--no-registry-cache", "--force"]
 
 
 def start_registry(user: str | None, password: str = "", *extra: str) -> dict[str, str]:

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _helpers import BK_HOST, ROOT, bk_args, bk_env, imagebuild, start_registry, stop_registry  # noqa: E402
 from _helpers import PASSWORD as PUSH_PASSWORD  # noqa: E402
-from _helpers import ROOT, imagebuild, start_registry, stop_registry  # noqa: E402
 from _helpers import USER as PUSH_USER  # noqa: E402
 
 WHEELHOUSE = Path(os.environ.get("IMAGEBUILD_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS") or "/opt/wheels")
@@ -148,3 +148,22 @@ def cpu_build(auth_registry, client, tmp_path_factory):
                 client.api.remove_image(ref, force=True)
             except Exception:
                 pass
+
+
+@pytest.fixture(scope="session")
+def bk_build(cpu_build, tmp_path_factory):
+    """images/cpu.yaml built (--force) and smoke-tested through the BuildKit backend on the modern engine, once per
+    session (test_buildkit_backend.py compares it with cpu_build; test_env_layers.py rebuilds its runtime with one
+    package more): (CompletedProcess, docker client of that engine, its folder: report/, logs/, state/)."""
+    if not BK_HOST:
+        if os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1":
+            pytest.fail("IMAGEBUILD_BUILDKIT_HOST is not set: scripts/run-tests.sh starts the modern engine")
+        pytest.skip("no modern engine: eval \"$(scripts/modern-engine.sh --fresh DIR)\" and set "
+                    "IMAGEBUILD_BUILDKIT_HOST to its DOCKER_HOST")
+    import docker
+
+    tmp = tmp_path_factory.mktemp("bk")
+    result = imagebuild("build", *bk_args(cpu_build, tmp), env=bk_env(tmp / "state"), timeout=3600)
+    client = docker.DockerClient(base_url=BK_HOST, timeout=600)
+    yield result, client, tmp
+    client.close()

@@ -21,40 +21,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from _helpers import ROOT, imagebuild, start_registry, stop_registry
+from _helpers import BK_CONFIG, ROOT, imagebuild, start_registry, stop_registry
+from _helpers import bk_args as _bk_args
+from _helpers import bk_env as _bk_env
 
-BK_HOST = os.environ.get("IMAGEBUILD_BUILDKIT_HOST", "")
-BK_CONFIG = os.environ.get("IMAGEBUILD_BUILDKIT_DOCKER_CONFIG") or str(ROOT / ".tools" / "docker-config")
 LABELS = ("io.imagebuild.inputs-hash", "io.imagebuild.base-id", "io.imagebuild.source-date-epoch")
-
-
-def _bk_env(state: Path) -> dict[str, str]:
-    return {"DOCKER_HOST": BK_HOST, "DOCKER_CONFIG": BK_CONFIG, "IMAGEBUILD_STATE_DIR": str(state)}
-
-
-@pytest.fixture(scope="module")
-def bk_build(cpu_build, tmp_path_factory):
-    if not BK_HOST:
-        if os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1":
-            pytest.fail("IMAGEBUILD_BUILDKIT_HOST is not set: scripts/run-tests.sh starts the modern engine")
-        pytest.skip("no modern engine: eval \"$(scripts/modern-engine.sh --fresh DIR)\" and set "
-                    "IMAGEBUILD_BUILDKIT_HOST to its DOCKER_HOST")
-    import docker
-
-    tmp = tmp_path_factory.mktemp("bk")
-    result = imagebuild("build", *_bk_args(cpu_build, tmp), env=_bk_env(tmp / "state"), timeout=3600)
-    client = docker.DockerClient(base_url=BK_HOST, timeout=600)
-    yield result, client, tmp
-    client.close()
-
-
-def _bk_args(cpu_build, tmp: Path) -> list[str]:
-    args = cpu_build.build_args()
-    args[args.index("--log-dir") + 1] = str(tmp / "logs")
-    args[args.index("--report-dir") + 1] = str(tmp / "report")
-    # --force: bench-quick's BuildKit bench built the CPU base in this engine before the tests (another tag, the same
-    # inputs hash): without it that image is rightly "up to date" and nothing here would prove a BuildKit build
-    return [*args, "--backend", "buildkit", "--test", "--no-registry-cache", "--force"]
 
 
 def _content_bytes(client, ref: str) -> int:

@@ -58,7 +58,9 @@ def test_a_fitting_lock_is_used_and_its_content_changes_the_inputs_hash(cpu, tmp
     assert locked.lock_file == str(lock_path(matrix))
     by_id = {i.id: i for i in locked.images}
     runtime = by_id["2.13.0-cpu-py3.11-debian12-runtime"]
-    assert runtime.locked and "--require-hashes -r /tmp/imagebuild-lock.txt" in runtime.dockerfile
+    # the lock is the final environment the resolve stage splits into tiers; each tier installs its part by hash
+    assert runtime.locked and "--lock /tmp/imagebuild-lock.txt" in runtime.dockerfile
+    assert "--require-hashes -r /opt/stage/opt/venv/.imagebuild-layers/torch.txt" in runtime.dockerfile
     assert runtime.context_files["lock/requirements.txt"].decode() == requirements_text(lock.images[runtime.id])
     assert "gcc=1.0-1" in runtime.dockerfile
     before = {i.id: i.inputs_hash for i in unlocked.images}

@@ -241,6 +241,7 @@ def test_every_field_fixture_is_valid_and_normalised():
     assert first.pip_packages == {"dev": ("jupyterlab>=4", "ruff")}
     assert first.size_budget == {"base": 800 * 2**20, "runtime": 7_500_000_000, "dev": 12_000_000_000}
     assert first.perf_min == {"bf16_tflops": 600.0}
+    assert first.layer_limit == 6 * 2**30
     assert first.ca_certs == (str((FIXTURES / "corp-ca.pem").resolve()),)
     assert first.torch_index_url == "https://mirror.example/whl/cu128"
     assert first.registry == "localhost:5000/ml" and first.name == "team/pytorch"
@@ -297,3 +298,12 @@ def test_pip_packages_are_pep508_requirements_at_validate(req, message):
     found = one(HEAD + MATRIX_ROWS + f"defaults:\n  pip_packages:\n    dev: ['{req}']\n")
     assert found.startswith(f"m.yaml:7: defaults.pip_packages.dev[0]: {message}"), found
     assert "s3cr3t" not in found
+
+
+def test_layer_limit():
+    text = HEAD + "layer_limit: 5GiB\nmatrix: {torch: ['2.9.1'], cuda: ['12.8'], os: [ubuntu24.04]}\n"
+    assert problems(text) == []
+    for bad, shown in (("lots", "'lots'"), (0, "the number 0"), ("-1GB", "'-1GB'")):
+        text = HEAD + f"layer_limit: {bad}\nmatrix: {{torch: ['2.9.1'], cuda: ['12.8'], os: [ubuntu24.04]}}\n"
+        [found] = problems(text)
+        assert found.startswith(f"m.yaml:4: layer_limit: expected a size like 8GiB or 5GB, got {shown}"), found

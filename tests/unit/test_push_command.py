@@ -123,3 +123,73 @@ def test_wrong_password_exit_1_with_registry_message(setup, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert "unauthorized: authentication required" in err and "wrong-password" not in err
     assert api.push_calls == [] and reg.auth_checks == 1
+
+
+# -- the layer limit: named before anything is pushed ---------------------------------------------------------------
+
+TIER_HISTORY = [  # the engine's answer, newest first: the runtime's nvidia and torch tiers
+    {"CreatedBy": "/bin/sh -c #(nop) COPY file:aa in /etc/imagebuild/banner ", "Size": 100},
+    {"CreatedBy": "/bin/sh -c #(nop) COPY dir:22 in / ", "Size": 3 * 10**9},
+    {"CreatedBy": "/bin/sh -c #(nop) COPY dir:11 in / ", "Size": 9 * 10**9},
+    {"CreatedBy": "/bin/sh -c #(nop) ADD file:00 in / ", "Size": 80 * 10**6},
+]
+
+
+def _tier_list(text: str) -> bytes:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("nvidia.txt")
+        info.size = len(text.encode())
+        tar.addfile(info, io.BytesIO(text.encode()))
+    return buf.getvalue()
+
+
+@pytest.fixture
+def layered(setup):
+    from dataclasses import replace
+
+    plan, api, reg, report = setup
+    rt = plan.images[1]
+    plan.images[1] = replace(rt, env_layers=(("nvidia", "the NVIDIA CUDA wheels"), ("torch", "torch")))
+    api.histories["sha256:runtime"] = TIER_HISTORY
+    api.archives["sha256:runtime"] = _tier_list("nvidia-cudnn-cu12==9.10.2.21\nnvidia-cublas-cu12==12.8.4.1\n")
+    return plan, api, reg, report
+
+
+def test_a_layer_over_the_limit_is_refused_before_anything_is_pushed(layered):
+    from imagebuild.pipeline.layers import LayerLimitError
+
+    plan, api, reg, report = layered
+    r = run(["-m", "h100.yaml", "--report-dir", str(report)])  # the default limit, 8 GiB (8.59 GB): 9 GB is over
+    assert isinstance(r.exception, LayerLimitError) and r.exception.exit_code == 1
+    text = str(r.exception)
+    assert "\n" not in text and plan.images[1].tag in text and "'nvidia'" in text and "9.00 GB" in text
+    assert "nvidia-cudnn-cu12==9.10.2.21" in text and "nothing was pushed" in text
+    assert reg.sends == [] and reg.manifests == {} and reg.tags == {} and api.tag_calls == []  # nothing written
+
+
+def test_the_limit_comes_from_the_flag_else_the_matrix(layered):
+    from dataclasses import replace
+
+    plan, api, reg, report = layered
+    r = run(["-m", "h100.yaml", "--report-dir", str(report), "--layer-limit", "10GB"])
+    assert r.code == 0, r.output
+    assert len(reg.sends) == 2 and len(reg.tags) == 4  # each image once by digest, then its tag and alias
+    rt = plan.images[1]
+    plan.images[1] = replace(rt, variant=replace(rt.variant, layer_limit=2 * 10**9))
+    reg.sends.clear()
+    reg.tags.clear()
+    r = run(["-m", "h100.yaml", "--report-dir", str(report)])
+    assert "over the layer limit 2.00 GB" in str(r.exception) and reg.sends == [] and reg.tags == {}
+
+
+def test_a_bad_layer_limit_is_one_usage_error(layered):
+    import click
+
+    plan, api, reg, report = layered
+    r = run(["-m", "h100.yaml", "--layer-limit", "lots"])
+    assert isinstance(r.exception, click.BadParameter) and "8GiB" in str(r.exception)
+    assert reg.sends == [] and reg.tags == {}

@@ -156,7 +156,8 @@ def test_jupyter_guard_extension():
 def test_context_files_per_flavor():
     names = {f: sorted(render_image(CPU, f).context_files) for f in FLAVORS}
     assert names["base"] == []
-    assert names["runtime"] == ["files/imagebuild-banner", "files/imagebuild-entrypoint", "files/imagebuild_tf32.pth",
+    assert names["runtime"] == ["files/imagebuild-banner", "files/imagebuild-entrypoint", "files/imagebuild-tiers.json",
+                                "files/imagebuild-tiers.py", "files/imagebuild_tf32.pth",
                                 "files/imagebuild_tf32.py"]
     assert names["dev"] == sorted(f"files/{n}" for n in (
         "imagebuild-banner", "imagebuild_jupyter_guard.py", "jupyter_imagebuild.json", "jupyter_server_config.py",

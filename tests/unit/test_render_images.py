@@ -240,7 +240,7 @@ def test_ca_files_and_wheelhouse(rendered, wheelhouse):
         r = rendered[("cpu-ca-wheelhouse-creds", flavor)]
         assert r.context_dirs == {"wheelhouse": wheelhouse}
         assert not any(k.startswith("ca/") for k in r.context_files)  # the base already trusts them
-        builders = [t for f, t in _stages(r.dockerfile) if " AS pip" in f]
+        builders = [t for f, t in _stages(r.dockerfile) if " AS pip" in f or " AS tier-" in f]
         assert any("COPY wheelhouse/ /tmp/wheelhouse/" in t and "--find-links /tmp/wheelhouse" in t for t in builders)
     assert rendered[("cpu", "runtime")].context_dirs == {}
 
@@ -291,7 +291,7 @@ def test_deadsnakes_when_python_is_not_the_os_one(rendered):
 
 def test_runtime_torch_from_wheels_only(rendered):
     pypi = rendered[("cu128-te", "runtime")].dockerfile
-    assert "torch==2.9.1 \\" in pypi and "torchvision==0.24.1 \\" in pypi and "torchaudio==2.9.1;" in pypi
+    assert "# asks for: torch==2.9.1\n" in pypi and "# asks for: torchvision==0.24.1 torchaudio==2.9.1\n" in pypi
     cu130 = rendered[("cu130", "runtime")]
     assert "torch==2.9.1+cu130" in cu130.dockerfile and "torchvision==0.24.1+cu130" in cu130.dockerfile
     assert cu130.build_args == {"PIP_EXTRA_INDEX_URL": "https://download.pytorch.org/whl/cu130"}
@@ -301,7 +301,7 @@ def test_runtime_torch_from_wheels_only(rendered):
         # exactly one copy of each CUDA library: nothing CUDA from apt, no CUDA base image
         assert not re.search(r"\b(cuda-|libcudnn|libnccl|libcublas|nvidia-cuda-toolkit)", " ".join(_apt_packages(text)))
         assert "nvidia/cuda" not in text
-        assert "--prefix /opt/stage" in text and "COPY --from=pip" in _stages(text)[-1][1] + text
+        assert "--prefix /opt/stage" in text and "COPY --from=tier-torch /opt/stage/ /" in _stages(text)[-1][1]
         final = _stages(text)[-1][1]
         assert "pip install" not in final
         # the only apt step of the final stage is torch.compile's toolchain: compilers and Python.h, no dev tools
@@ -312,7 +312,7 @@ def test_runtime_torch_from_wheels_only(rendered):
 def test_torch_index_comes_from_the_resolved_variant(ca_file, wheelhouse):
     # --torch-index-url is applied once, by resolve (test_resolve_pins); render follows variant.torch_index_url
     r = render_image(replace(CU130, torch_index_url=None), "runtime", BuildInputs(torch_index_url="https://x/whl"))
-    assert r.build_args == {} and "torch==2.9.1 " in r.dockerfile and "+cu130" not in r.dockerfile
+    assert r.build_args == {} and "torch==2.9.1\n" in r.dockerfile and "+cu130" not in r.dockerfile
     r = render_image(replace(CU130, torch_index_url="https://mirror.example/whl/cu130"), "runtime")
     assert r.build_args == {"PIP_EXTRA_INDEX_URL": "https://mirror.example/whl/cu130"}
     # dev and base never need the torch index
@@ -324,19 +324,24 @@ def test_transformer_engine_builder(rendered):
     stages = dict(_stages(text))
     # the extension is compiled once per build key outside this Dockerfile (render/te_wheel.py, golden
     # cu128-te-te-wheel.Dockerfile); the runtime only installs the cached wheel from its context
-    assert list(stages) == ["FROM ${BASE_IMAGE} AS pip", "FROM pip AS pip-te", "FROM ${BASE_IMAGE}"]
+    assert list(stages) == ["FROM ${BASE_IMAGE} AS resolve", "FROM ${BASE_IMAGE} AS tier-nvidia",
+                            "FROM ${BASE_IMAGE} AS tier-torch", "FROM ${BASE_IMAGE} AS tier-torch-family",
+                            "FROM ${BASE_IMAGE} AS tier-transformer-engine", "FROM ${BASE_IMAGE}"]
     from imagebuild.render.te_wheel import render_te_wheel
 
     te = render_te_wheel(CU128_TE).dockerfile
     for needle in ("NVTE_FRAMEWORK=pytorch", "ARG MAX_JOBS=", "ARG NVTE_BUILD_THREADS_PER_JOB=", "pip wheel",
                    "--no-deps", "transformer_engine_torch==2.9.0", "CPATH=", "'nvidia-cuda-nvcc-cu12==12.8.*'"):
         assert needle in te, needle
-    pip_te = stages["FROM pip AS pip-te"]
+    # the resolve stage sees the cached wheel; only the transformer_engine tier installs from it
+    assert "--find-links /tmp/te-wheels --only-binary transformer_engine_torch" in stages["FROM ${BASE_IMAGE} AS resolve"]
+    pip_te = stages["FROM ${BASE_IMAGE} AS tier-transformer-engine"]
     assert "COPY te-wheels/ /tmp/te-wheels/" in pip_te
-    assert "--only-binary transformer_engine_torch" in pip_te
-    assert "'transformer_engine[pytorch,core-cu12]==2.9.0'" in pip_te
+    assert "--only-binary transformer_engine_torch" in pip_te and "--no-deps" in pip_te
+    assert "# asks for: transformer_engine[pytorch,core-cu12]==2.9.0" in text
+    assert "te-wheels" not in stages["FROM ${BASE_IMAGE} AS tier-torch"]
     final = stages["FROM ${BASE_IMAGE}"]
-    assert "COPY --from=pip-te /opt/stage/ /" in final and "te-wheels" not in final
+    assert "COPY --from=tier-transformer-engine /opt/stage/ /" in final and "te-wheels" not in final
     assert "te-wheels" not in rendered[("cu130", "runtime")].dockerfile  # no TE asked
 
 

@@ -1,4 +1,5 @@
-"""After an image is built or found up to date: fill its result row (size, 5 largest layers) and tag its aliases.
+"""After an image is built or found up to date: fill its result row (size, 5 largest layers, the environment's
+layers) and tag its aliases.
 
 Best effort: a failure here is a warning, never a failed image; the image itself is fine.
 """
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 from imagebuild.models import ImageResult
 from imagebuild.oci import Reference
 from imagebuild.plan.tags import references
+from imagebuild.report.layers import DEFAULT_LAYER_LIMIT, env_layers, limit_problem, over_limit
 from imagebuild.secrets import redact
 
 if TYPE_CHECKING:
@@ -31,6 +33,11 @@ def describe(run: RunState, res: ImageResult) -> None:
         # CreatedBy can carry build-arg values (the `|N ARG=...` prefix): redact before it reaches a report
         res.layers = [{"size": int(h["Size"]), "created_by": redact(h.get("CreatedBy") or "")[:300]}
                       for h in layers]
+        res.env_layers = env_layers(hist, img.env_layers)
+        limit = img.variant.layer_limit or DEFAULT_LAYER_LIMIT
+        for row in over_limit(res.env_layers, limit):  # push refuses it; say so now, after the build
+            row["over_limit"] = True
+            run.warn(limit_problem(res.tag, row, limit))
     except Exception as exc:
         run.warn(f"{res.tag}: could not read size/history: {exc}")
     if run.options.tag_aliases:

@@ -18,8 +18,8 @@ from imagebuild.pipeline.settings import resolve_matrix_path
 from imagebuild.secrets import redact_url, register_url_credentials
 
 # resolve_matrix_path is pipeline.settings'; lock.py and render.py import it from here
-__all__ = ["build_input_options", "matrix_option", "only_option", "registry_option", "resolve_matrix_path",
-           "sign_options", "sign_password", "state_dir_option", "verify_key_option"]
+__all__ = ["build_input_options", "layer_limit_option", "matrix_option", "only_option", "registry_option",
+           "resolve_matrix_path", "sign_options", "sign_password", "state_dir_option", "verify_key_option"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -76,6 +76,26 @@ def registry_option(func: F) -> F:
                         help="Override the matrix's `registry` (use '' for local-only tags).")(func)
 
 
+def _layer_limit(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    from imagebuild.matrix.schema import parse_size  # the one size grammar (matrix size_budget / layer_limit)
+
+    if value is None:
+        return None
+    try:
+        size = parse_size(value)
+    except ValueError:
+        size = 0
+    if size <= 0:
+        raise click.BadParameter(f"expected a size like 8GiB or 5GB, got {value!r}")
+    return size
+
+
+def layer_limit_option(func: F) -> F:
+    """--layer-limit for push and build --push: over it, an image is refused before anything is pushed."""
+    return click.option("--layer-limit", "layer_limit", default=None, metavar="SIZE", callback=_layer_limit,
+                        help="Refuse to push an image with a layer larger than this (e.g. 8GiB; default: the "
+                             "matrix's layer_limit, else 8 GiB; registries such as GHCR refuse layers over 10 GB).",
+                        )(func)
 def index_url(option: str, url: str | None) -> None:
     """An index URL given on the command line: one URL pip can be handed (no whitespace, quote, backslash or control
     character: percent-encode them), its credentials registered so no later message, log or report shows them; a

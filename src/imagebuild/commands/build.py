@@ -13,6 +13,7 @@ from imagebuild.commands._options import (
     backend_run_options,
     build_input_options,
     compression_option,
+    layer_limit_option,
     matrix_option,
     only_option,
     registry_option,
@@ -64,6 +65,7 @@ def _say(msg: str) -> None:
                    "rebuild gives the same image. A rebuild whose content equals the image its tag named before "
                    "keeps that image, and its date.")
 @click.option("--push", "run_push", is_flag=True, help="Push the built (and tested) images afterwards.")
+@layer_limit_option
 @click.option("--registry-cache/--no-registry-cache", "registry_cache", default=True, show_default=True,
               help="Ask the registry first: an image it holds with the planned inputs hash is up to date there "
                    "(not built; pulled by digest only when a child must be built on it).")
@@ -81,8 +83,8 @@ def _say(msg: str) -> None:
 def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[str, ...], force: bool,
             jobs: int | None, keep_going: bool, plain: bool, verbose: bool, log_dir: Path | None,
             report_dir: Path | None, state_dir: str | None, run_tests: bool, retest: bool, run_push: bool,
-            registry_cache: bool, require_registry: bool, sbom: bool, locked: bool, created: str | None,
-            sign_key: str | None, sign_password_stdin: bool, compression: str | None,
+            layer_limit: int | None, registry_cache: bool, require_registry: bool, sbom: bool, locked: bool,
+            created: str | None, sign_key: str | None, sign_password_stdin: bool, compression: str | None,
             **backend_options: str | None) -> int:
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
@@ -113,7 +115,7 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[
                             backend_options={k: v for k, v in backend_options.items() if v}),
         test=TestSettings(retest=retest) if run_tests else None,
         push=PushSettings(require_tests=run_tests, sign_key=sign_key, sign_password=key_password,
-                          compression=compression) if run_push else None,
+                          compression=compression, layer_limit=layer_limit) if run_push else None,
     )
     result = build_run(options, _say, click.echo)
     _say(f"report: {result.report_md}")

@@ -36,10 +36,12 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, state_dir: s
       imagebuild plan --matrix h100.yaml --json | jq '.[].tag'
       imagebuild plan --matrix images/h100.yaml --github-matrix
     """
+    from imagebuild.pipeline.layers import plan_layers
     from imagebuild.pipeline.loaded import load
     from imagebuild.pipeline.located import record_states  # the builder's label names: not for --help
     from imagebuild.plan.output import github_matrix as gh_matrix
     from imagebuild.plan.output import plan_json, print_table
+    from imagebuild.report.layers import format_layers
 
     planned = load(matrix, registry, inputs, state_dir, lambda m: click.echo(m, err=True))
     plan = planned.plan
@@ -50,10 +52,17 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, state_dir: s
     states = None if recorded is None else {k: v.as_dict() for k, v in recorded.items()}
     if github_matrix:
         click.echo(gh_matrix(plan))
-    elif as_json:
-        click.echo(plan_json(plan, states))
+        return 0
+    layers = plan_layers(plan.images, {k: v.image_id for k, v in (recorded or {}).items()})
+    if as_json:
+        click.echo(plan_json(plan, states, layers))
     else:
         print_table(plan, states=states)
+        for img in plan.images:
+            if img.id in layers:
+                click.echo(f"{img.short_tag}: environment layers, least changing first")
+                for line in format_layers(layers[img.id]):
+                    click.echo(line)
     return 0
 
 

@@ -9,6 +9,7 @@ import click
 
 from imagebuild.commands._options import (
     compression_option,
+    layer_limit_option,
     matrix_option,
     only_option,
     registry_option,
@@ -38,11 +39,13 @@ from imagebuild.pipeline.settings import PushSettings, RunOptions, Step
               help="Also push built images that have no smoke-test results (never ones whose tests failed).")
 @click.option("--ca-file", default=None, type=click.Path(dir_okay=False, exists=True),
               help="CA certificate of a TLS registry (default: /etc/docker/certs.d/<registry>/ca.crt).")
+@layer_limit_option
 @sign_options
 @compression_option
 def command(matrix: str, registry: str | None, username: str | None, password_stdin: bool, dry_run: bool,
             only: tuple[str, ...], state_dir: str | None, retries: int, report_dir: str | None, untested: bool,
-            ca_file: str | None, sign_key: str | None, sign_password_stdin: bool, compression: str | None) -> int:
+            ca_file: str | None, layer_limit: int | None, sign_key: str | None, sign_password_stdin: bool,
+            compression: str | None) -> int:
     """Push every built and tested image of a matrix: the full tag plus its aliases (moving aliases such as
     2.9-cuda12.8-runtime point at the newest patch), then verify the digest the registry serves.
 
@@ -80,6 +83,6 @@ def command(matrix: str, registry: str | None, username: str | None, password_st
         report_dir=Path(report_dir) if report_dir else None,
         push=PushSettings(require_tests=not untested, retries=retries, ca_file=ca_file, username=username,
                           password=password, dry_run=dry_run, sign_key=sign_key, sign_password=key_password,
-                          compression=compression))
+                          compression=compression, layer_limit=layer_limit))
     result = push_run(options, lambda m: click.echo(m, err=True), click.echo)
     return EXIT_OK if result.ok else EXIT_FAILED

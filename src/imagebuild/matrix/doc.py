@@ -26,6 +26,7 @@ class MatrixDoc:
     variants: list[RawVariant]
     ca_certs: tuple[Path, ...] = ()
     size_budget: dict[str, int] = field(default_factory=dict)
+    layer_limit: int | None = None
     perf_min: dict[str, float] = field(default_factory=dict)
     compression: dict[str, str] = field(default_factory=dict)  # registry ("*": any) -> zstd | gzip (push)
     problems: list[Problem] = field(default_factory=list)  # schema problems; resolve_matrix raises them all
@@ -79,6 +80,7 @@ def parse_matrix(text: str, file: str = "<matrix>", base_dir: Path | None = None
         variants=variants,
         ca_certs=schema.ca_certs,
         size_budget=schema.size_budget,
+        layer_limit=schema.layer_limit,
         perf_min=schema.perf_min,
         compression=schema.compression,
         problems=loaded.problems + problems + expand_problems,

@@ -28,7 +28,7 @@ from imagebuild.oci.reference import (
 from imagebuild.secrets import redact_host
 
 TOP_KEYS = ("name", "registry", "gpu_archs", "defaults", "matrix", "include", "exclude", "ca_certs",
-            "size_budget", "perf_min", "compression")
+            "size_budget", "perf_min", "layer_limit", "compression")
 ARCH_RE = re.compile(r"^sm_\d{2,3}[af]?$")
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b|b)?\s*$", re.IGNORECASE)
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -57,6 +57,7 @@ class Schema:
     ca_certs: tuple[Path, ...] = ()
     size_budget: dict[str, int] = field(default_factory=dict)
     perf_min: dict[str, float] = field(default_factory=dict)
+    layer_limit: int | None = None  # bytes: no layer of any image larger (None: the default, 8 GiB)
     compression: dict[str, str] = field(default_factory=dict)  # registry host ("*": any) -> zstd | gzip
     unknown_keys: tuple[str, ...] = ()  # top-level typos ("matrx"): they explain a missing matrix
 
@@ -147,6 +148,7 @@ def check_document(loaded: Loaded, tables: Tables, base_dir: Path) -> tuple[Sche
     out.exclude = _check_rows(c, doc, "exclude")
     out.ca_certs = _check_ca_certs(c, doc, base_dir)
     out.size_budget = _check_size_budget(c, doc)
+    out.layer_limit = _check_layer_limit(c, doc)
     out.perf_min = _check_perf_min(c, doc)
     out.compression = _check_compression(c, doc)
     return out, c.problems
@@ -288,6 +290,20 @@ def _check_size_budget(c: _Checker, doc: dict[Any, Any]) -> dict[str, int]:
     return budget
 
 
+def _check_layer_limit(c: _Checker, doc: dict[Any, Any]) -> int | None:
+    """`layer_limit: 8GiB`: the largest layer an image may have (registries refuse layers over 10 GB)."""
+    if doc.get("layer_limit") is None:
+        return None
+    value = doc["layer_limit"]
+    try:
+        size = parse_size(value)
+    except ValueError:
+        size = 0
+    if size <= 0:
+        c.bad(("layer_limit",), f"expected a size like 8GiB or 5GB, got {describe(value)}",
+              "units: B, kB, MB, GB, TB (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024)")
+        return None
+    return size
 COMPRESSIONS = ("zstd", "gzip")  # push/skopeo.py's choices (the matrix imports no stage)
 
 

@@ -28,6 +28,7 @@ from imagebuild.pipeline.building import (
     finish,
     platform_preflight,
 )
+from imagebuild.pipeline.layers import LayerLimitError
 from imagebuild.pipeline.loaded import Loaded, Say, load
 from imagebuild.pipeline.located import Located, locate, plan_registry
 from imagebuild.pipeline.pushing import PushRun, gate_reason, gate_rows, push_step
@@ -135,7 +136,12 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
         result.ok = result.ok and not any(t.failed for t in result.tested)
     if options.push is not None and result.ok:
         result.steps.append(Step.PUSH)
-        result.pushed = push_step(client, plan, ready, loaded.book, options.push, say)
+        try:
+            result.pushed = push_step(client, plan, ready, loaded.book, options.push, say)
+        except LayerLimitError:  # the build's report is still written; the refusal is the run's one error line
+            result.ok = False
+            _report(options, loaded, result, started)
+            raise
         for res in result.pushed.results:
             by_tag[res.tag].push = res.push
         result.ok = result.ok and not result.pushed.failed

@@ -14,6 +14,7 @@ from typing import Any
 from imagebuild.engine.store import as_store
 from imagebuild.models import ImagePlan, ImageResult, Plan
 from imagebuild.oci import Reference, RegistryAuth, resolve_auth
+from imagebuild.pipeline.layers import check_layer_limits
 from imagebuild.pipeline.loaded import RecordBook, Say
 from imagebuild.pipeline.located import Located
 from imagebuild.pipeline.settings import PushSettings
@@ -111,6 +112,7 @@ def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], 
     rows = gate_rows(images, book.record)
     signing = open_signing_key(settings, [img for img, _ in images])  # a bad key: nothing pushed
     store = as_store(client)
+    check_layer_limits(store, images, settings.layer_limit)  # before anything is tagged or pushed
     for img, here in images:  # the plan's tag (this registry) points at the image the record holds
         if here.image_id:
             ref = Reference.parse(img.tag)

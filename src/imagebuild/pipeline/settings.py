@@ -66,6 +66,7 @@ class PushSettings:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     dry_run: bool = False
+    layer_limit: int | None = None  # --layer-limit bytes (None: the matrix's layer_limit, else 8 GiB)
     sign_key: str | None = None  # a cosign key file or KMS URI: every pushed digest signed + SBOM/provenance attested
     sign_password: str | None = field(default=None, repr=False)  # the key file's; None: COSIGN_PASSWORD
     compression: str | None = None  # --compression zstd|gzip; None: the matrix's `compression`, else zstd

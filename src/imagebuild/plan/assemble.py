@@ -117,6 +117,7 @@ def plan_from_variants(
                 te_wheel=_te_wheel_plan(render_te_wheel(variant, inputs)) if flavor == "runtime" else None,
                 pip_requirements=rendered.pip_requirements,
                 apt_packages=rendered.apt_packages,
+                env_layers=rendered.env_layers,
                 locked=locked is not None,
             )
             images.append(plan)

@@ -11,8 +11,10 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-def plan_rows(plan: Plan, states: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """`states`: plan id -> what the matrix's record says of that image (pipeline.located.record_states, as_dict)."""
+def plan_rows(plan: Plan, states: dict[str, dict[str, Any]] | None = None,
+              layers: dict[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+    """`states`: plan id -> what the matrix's record says of that image (pipeline.located.record_states, as_dict);
+    `layers`: plan id -> its environment layers (pipeline.layers.plan_layers: size None = not built)."""
     rows = []
     for image in plan.images:
         v = image.variant
@@ -42,13 +44,15 @@ def plan_rows(plan: Plan, states: dict[str, dict[str, Any]] | None = None) -> li
                 "inputs_hash": image.inputs_hash,
                 "dockerfile": str(image.dockerfile_path) if image.dockerfile_path else None,
                 **({"state": (states or {}).get(image.id)} if states is not None else {}),
+                **({"layers": layers[image.id]} if layers and image.id in layers else {}),
             }
         )
     return rows
 
 
-def plan_json(plan: Plan, states: dict[str, dict[str, Any]] | None = None) -> str:
-    return json.dumps(plan_rows(plan, states), indent=2)
+def plan_json(plan: Plan, states: dict[str, dict[str, Any]] | None = None,
+              layers: dict[str, list[dict[str, Any]]] | None = None) -> str:
+    return json.dumps(plan_rows(plan, states, layers), indent=2)
 
 
 def github_matrix(plan: Plan) -> str:

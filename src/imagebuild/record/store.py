@@ -77,6 +77,7 @@ class ImageRecord:
     te_wheel: dict[str, Any] | None = None
     sbom: dict[str, Any] | None = None  # {"path", "sha256", "image_id", ...}: the SBOM written for image_id
     exports: dict[str, dict[str, Any]] = field(default_factory=dict)  # format -> {"path", "sha256", "image_id", ...} (export)
+    env_layers: list[dict[str, Any]] = field(default_factory=list)  # [{"tier", "holds", "size"}] of image_id
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ImageRecord:
@@ -145,7 +146,8 @@ _IMAGE_FIELDS: dict[str, tuple[type, ...]] = {
     "id": _STR, "flavor": _STR, "inputs_hash": _STR, "parent": _OPT_STR, "image_id": _OPT_STR, "status": _STR,
     "built_at": _OPT_STR, "build_seconds": _NUM, "size": (int, type(None)), "layers": (list,), "versions": (dict,),
     "tags": (dict,), "pushes": (dict,), "source": _OPT_STR, "error": _OPT_STR, "log_path": _OPT_STR,
-    "te_wheel": (dict, type(None)), "sbom": (dict, type(None)), "exports": (dict,),
+    "te_wheel": (dict, type(None)), "sbom": (dict, type(None)), "env_layers": (list,),
+    "exports": (dict,),
 }
 _TOP_FIELDS: dict[str, tuple[type, ...]] = {
     "schema": (int,), "tool_version": _STR, "updated": _OPT_STR, "matrix": _OPT_STR, "matrix_digest": _OPT_STR,

@@ -45,6 +45,7 @@ def record_build(rec: Record, plan: Plan, results: list[ImageResult]) -> None:
             entry.image_id, entry.error = res.image_id, None
             entry.size = res.size if res.size is not None else entry.size
             entry.layers = res.layers or entry.layers
+            entry.env_layers = res.env_layers or entry.env_layers
             entry.te_wheel = res.te_wheel or entry.te_wheel
             if res.sbom and res.sbom.get("sha256"):
                 entry.sbom = res.sbom
@@ -79,7 +80,7 @@ def fill_row(rec: Record | None, img: ImagePlan, row: ImageResult) -> ImageResul
         return row
     row.status = entry.status if entry.image_id else row.status
     row.image_id = row.image_id or entry.image_id
-    row.size, row.layers = entry.size, entry.layers
+    row.size, row.layers, row.env_layers = entry.size, entry.layers, entry.env_layers
     row.build_seconds, row.built_at, row.source = entry.build_seconds, entry.built_at, entry.source
     row.te_wheel = entry.te_wheel
     row.sbom = entry.sbom if entry.sbom and entry.sbom.get("image_id") == row.image_id else None

@@ -22,7 +22,7 @@ from imagebuild.files import FileProblem, certificate_blocks
 from imagebuild.inputs import BuildInputs
 from imagebuild.lock.model import LockedImage, requirements_text
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ResolvedVariant
-from imagebuild.render import data
+from imagebuild.render import data, tiers
 from imagebuild.render.te_key import KEY_LABEL, te_build_key
 from imagebuild.secrets import has_credentials, redact
 
@@ -49,6 +49,7 @@ class RenderedImage:
     labels: dict[str, str] = field(default_factory=dict)  # deterministic labels (also in the Dockerfile's LABEL)
     pip_requirements: tuple[str, ...] = ()  # what the flavor's pip stage asks for (the lock pins its closure)
     apt_packages: tuple[str, ...] = ()  # final-stage apt packages from the OS archive (the lock pins their versions)
+    env_layers: tuple[tuple[str, str], ...] = ()  # the environment's layers in order: (tier name, what it holds)
 
 
 @functools.lru_cache(maxsize=1)
@@ -281,6 +282,7 @@ class _Parts:
     files: dict[str, bytes] = field(default_factory=dict)
     pip_requirements: list[str] = field(default_factory=list)
     apt: list[str] = field(default_factory=list)  # final-stage apt packages from the OS archive (not a PPA/NVIDIA)
+    layers: list[tiers.Tier] = field(default_factory=list)  # the runtime's environment layers, in order
 
 
 def _os_archive(c: Common, packages: Iterable[str]) -> list[str]:
@@ -320,10 +322,15 @@ def _base_parts(c: Common, inputs: BuildInputs) -> _Parts:
 
 def _runtime_parts(c: Common, inputs: BuildInputs) -> _Parts:
     """torch and friends (exact pins), transformer_engine when the variant has it, the TF32 policy files."""
-    torch_requirements = pinned_torch_requirements(c.variant) + c.extra_pip
+    torch_pins = pinned_torch_requirements(c.variant)
+    torch_requirements = torch_pins + c.extra_pip
+    te = transformer_engine_context(c)
+    layers = tiers.runtime_tiers(c.variant, torch_pins, te["requirements"] if te else (), c.extra_pip)  # type: ignore[arg-type]
     ctx: dict[str, object] = {
-        "te": transformer_engine_context(c),
-        "torch_requirements": torch_requirements,
+        "te": te,
+        "tiers": layers,
+        "tiers_script": tiers.SCRIPT,
+        "tiers_spec": tiers.SPEC,
         # torch.compile at run time: compilers + Python.h (data.RUNTIME_COMPILE_APT), not the dev toolchain
         "compile_apt": sorted(set(data.RUNTIME_COMPILE_APT) | {f"libpython{c.variant.versions.python}-dev"}),
         "flavor_apt": sorted(set(c.extra_apt)),
@@ -333,9 +340,11 @@ def _runtime_parts(c: Common, inputs: BuildInputs) -> _Parts:
         f"{FILES_DIR}/imagebuild_tf32.pth": _render_file("files/imagebuild_tf32.pth.j2"),
         f"{FILES_DIR}/imagebuild-entrypoint": _render_file("files/imagebuild-entrypoint.j2"),
         **_banner(c),
+        tiers.SCRIPT: tiers.script_file(),
+        tiers.SPEC: tiers.spec_file(layers),
     }
     apt = _os_archive(c, [*ctx["compile_apt"], *ctx["flavor_apt"]])  # type: ignore[misc]
-    return _Parts(ctx, files=files, pip_requirements=torch_requirements, apt=apt)
+    return _Parts(ctx, files=files, pip_requirements=torch_requirements, apt=apt, layers=layers)
 
 
 def transformer_engine_context(c: Common) -> dict[str, object] | None:
@@ -473,4 +482,5 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
         labels=labels,
         pip_requirements=tuple(parts.pip_requirements),
         apt_packages=tuple(parts.apt),
+        env_layers=tuple((t.name, t.holds) for t in parts.layers),
     )

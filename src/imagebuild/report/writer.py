@@ -26,6 +26,7 @@ from imagebuild.files import open_lock_file, write_text_atomic
 from imagebuild.models import ImageResult, Plan
 from imagebuild.report import stored
 from imagebuild.report.budget import largest_layers
+from imagebuild.report.layers import format_layers
 from imagebuild.secrets import redact
 from imagebuild.units import format_size
 
@@ -228,6 +229,12 @@ def render_markdown(doc: dict[str, Any]) -> str:
              for r in rows if (r.get("sbom") or {}).get("sha256")]
     if sboms:
         lines += ["<details><summary>SBOMs (beside this report, in sbom/)</summary>", "", *sboms, "", "</details>", ""]
+    layered = [r for r in rows if r.get("env_layers")]
+    if layered:
+        lines += ["<details><summary>Environment layers (least changing first)</summary>", ""]
+        for r in layered:
+            lines += [f"`{_short_tag(r['tag'])}`:", "", "```text", *format_layers(r["env_layers"]), "```", ""]
+        lines += ["</details>", ""]
     for r in rows:
         d = r.get("diff")
         if not d:

@@ -123,6 +123,7 @@ def resolve_variant(ctx: Ctx, rv: RawVariant) -> ResolvedVariant | None:
         pip_packages=dict(v.get("pip_packages") or {}),
         ca_certs=tuple(str(p) for p in doc.ca_certs),  # the matrix's; render adds --ca-cert files (BuildInputs)
         size_budget=dict(doc.size_budget),
+        layer_limit=doc.layer_limit,
         perf_min=dict(doc.perf_min),
         compression=dict(doc.compression),
         chosen=chosen,

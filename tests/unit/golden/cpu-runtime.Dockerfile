@@ -5,9 +5,9 @@
 # BASE_IMAGE: the parent image ID, passed by the builder.
 ARG BASE_IMAGE
 
-# torch and friends; the CUDA libraries come only from the torch wheels' own nvidia-* dependencies (one copy each,
-# no system CUDA runtime). Builder stage: nothing from it but /opt/stage reaches the image.
-FROM ${BASE_IMAGE} AS pip
+# The Python environment in layers, least changing first: torch.
+# Builder stages: nothing from them but each tier's /opt/stage reaches the image.
+FROM ${BASE_IMAGE} AS resolve
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # DL3002: a builder stage; nothing from it runs in the image.
 # hadolint ignore=DL3002
@@ -15,7 +15,23 @@ USER 0
 # pip indexes (credentials redacted): extra=https://download.pytorch.org/whl/cpu
 ARG PIP_EXTRA_INDEX_URL
 ARG SOURCE_DATE_EPOCH=0
-RUN mkdir -p /opt/stage/opt/venv && touch /opt/removed.txt
+COPY files/imagebuild-tiers.py files/imagebuild-tiers.json /tmp/
+RUN set -eux; \
+    PYTHONHASHSEED=0 /opt/venv/bin/python /tmp/imagebuild-tiers.py /tmp/imagebuild-tiers.json /opt/tiers \
+        --
+
+# layer 1 of the environment: torch with triton and the packages they need
+# asks for: torch==2.13.0+cpu
+FROM ${BASE_IMAGE} AS tier-torch
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# DL3002: a builder stage; nothing from it runs in the image.
+# hadolint ignore=DL3002
+USER 0
+# pip indexes (credentials redacted): extra=https://download.pytorch.org/whl/cpu
+ARG PIP_EXTRA_INDEX_URL
+ARG SOURCE_DATE_EPOCH=0
+RUN mkdir -p /opt/stage/opt/venv/.imagebuild-layers && touch /opt/removed.txt
+COPY --from=resolve /opt/tiers/torch.txt /opt/stage/opt/venv/.imagebuild-layers/torch.txt
 # DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
 # hadolint ignore=DL3013
 RUN set -eux; \
@@ -23,19 +39,20 @@ RUN set -eux; \
     PYTHONHASHSEED=0 /opt/venv/bin/python -m pip install \
         --no-cache-dir --no-warn-script-location --disable-pip-version-check \
         --prefix /opt/stage/opt/venv \
-        torch==2.13.0+cpu; \
+        --no-deps \
+        -r /opt/stage/opt/venv/.imagebuild-layers/torch.txt; \
     find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
     comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
     rm -f /tmp/venv-before.txt /tmp/venv-after.txt; \
     while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
-    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; fi; \
+    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-torch.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-torch.txt; fi; \
     find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 
 FROM ${BASE_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 USER 0
 # torch.compile at run time: Inductor compiles C++ (CPU) and Triton builds a C launcher (GPU), both against Python.h.
-# Only the compilers and headers, not the dev toolchain; before the pip layer so a torch change keeps this layer.
+# Only the compilers and headers, not the dev toolchain; before the pip layers so a torch change keeps this layer.
 ARG SOURCE_DATE_EPOCH
 # DL3008: package versions come from the OS mirror/snapshot the base was bootstrapped from, not pinned per package.
 # hadolint ignore=DL3008
@@ -49,10 +66,10 @@ RUN set -eux; \
     apt-get clean; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log \
         /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
-COPY --from=pip /opt/stage/ /
-RUN if [ -f /opt/venv/.imagebuild-removed.txt ]; then \
-        xargs -d '\n' rm -rf -- < /opt/venv/.imagebuild-removed.txt; rm -f /opt/venv/.imagebuild-removed.txt; \
-    fi
+COPY --from=tier-torch /opt/stage/ /
+RUN for f in /opt/venv/.imagebuild-removed-*.txt; do \
+        [ -f "$f" ] || continue; xargs -d '\n' rm -rf -- < "$f"; rm -f "$f"; \
+    done
 # TF32 policy (off): imagebuild_tf32.pth applies it in every process right after `import torch`
 # (legacy allow_tf32 flags and, on torch >= 2.9, the fp32_precision API). IMAGEBUILD_TF32=0/1 overrides it per process.
 COPY files/imagebuild_tf32.py files/imagebuild_tf32.pth /opt/venv/lib/python3.11/site-packages/

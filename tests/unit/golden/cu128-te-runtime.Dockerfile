@@ -5,15 +5,32 @@
 # BASE_IMAGE: the parent image ID, passed by the builder.
 ARG BASE_IMAGE
 
-# torch and friends; the CUDA libraries come only from the torch wheels' own nvidia-* dependencies (one copy each,
-# no system CUDA runtime). Builder stage: nothing from it but /opt/stage reaches the image.
-FROM ${BASE_IMAGE} AS pip
+# The Python environment in layers, least changing first: nvidia, torch, torch-family, transformer-engine.
+# The CUDA libraries come only from the torch wheels' own nvidia-* dependencies (one copy each, no system CUDA runtime).
+# transformer_engine 2.9.0: its torch extension is compiled once per build key (bd9c1b2c527d, see
+# te-wheel.Dockerfile) and cached outside the image; the builder puts that wheel in the context as te-wheels/.
+# Builder stages: nothing from them but each tier's /opt/stage reaches the image.
+FROM ${BASE_IMAGE} AS resolve
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # DL3002: a builder stage; nothing from it runs in the image.
 # hadolint ignore=DL3002
 USER 0
 ARG SOURCE_DATE_EPOCH=0
-RUN mkdir -p /opt/stage/opt/venv && touch /opt/removed.txt
+COPY te-wheels/ /tmp/te-wheels/
+COPY files/imagebuild-tiers.py files/imagebuild-tiers.json /tmp/
+RUN set -eux; \
+    PYTHONHASHSEED=0 /opt/venv/bin/python /tmp/imagebuild-tiers.py /tmp/imagebuild-tiers.json /opt/tiers \
+        -- --find-links /tmp/te-wheels --only-binary transformer_engine_torch
+
+# layer 1 of the environment: the NVIDIA CUDA wheels (nvidia-*)
+FROM ${BASE_IMAGE} AS tier-nvidia
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# DL3002: a builder stage; nothing from it runs in the image.
+# hadolint ignore=DL3002
+USER 0
+ARG SOURCE_DATE_EPOCH=0
+RUN mkdir -p /opt/stage/opt/venv/.imagebuild-layers && touch /opt/removed.txt
+COPY --from=resolve /opt/tiers/nvidia.txt /opt/stage/opt/venv/.imagebuild-layers/nvidia.txt
 # DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
 # hadolint ignore=DL3013
 RUN set -eux; \
@@ -21,60 +38,141 @@ RUN set -eux; \
     PYTHONHASHSEED=0 /opt/venv/bin/python -m pip install \
         --no-cache-dir --no-warn-script-location --disable-pip-version-check \
         --prefix /opt/stage/opt/venv \
-        torch==2.9.1 \
-        torchvision==0.24.1 \
-        torchaudio==2.9.1; \
+        --no-deps \
+        -r /opt/stage/opt/venv/.imagebuild-layers/nvidia.txt; \
     find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
     comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
     rm -f /tmp/venv-before.txt /tmp/venv-after.txt; \
     while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
-    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; fi; \
+    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-nvidia.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-nvidia.txt; fi; \
     find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
-RUN set -eu; \
-    for f in /opt/stage/opt/venv/lib/python3.12/site-packages/*.libs/lib*.so.*; do \
-        [ -f "$f" ] && [ ! -L "$f" ] || continue; \
-        base="${f##*/}"; name="${base%%.*}"; major="${base##*.so.}"; \
-        case "$name" in libcudart|libcudnn*|libnccl|libcublas*|libcufft|libcurand|libcusparse*|libcusolver*|libnvJitLink|libnvrtc) ;; *) continue ;; esac; \
-        for t in /opt/stage/opt/venv/lib/python3.12/site-packages/nvidia/*/lib/"$name.so.$major" /opt/venv/lib/python3.12/site-packages/nvidia/*/lib/"$name.so.$major"; do \
-            [ -f "$t" ] || continue; \
-            final="${f#/opt/stage}"; target="${t#/opt/stage}"; \
-            ln -sfn "$(realpath -m --relative-to="${final%/*}" "$target")" "$f"; \
-            echo "one copy: ${final} -> ${target}"; break; \
-        done; \
-    done; \
-    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
+RUN { find /opt/stage/opt/venv/lib/python3.12/site-packages/nvidia -path '*/lib/lib*.so.*' -type f 2>/dev/null || true; } | sed 's#^/opt/stage##' | LC_ALL=C sort > /opt/nvidia-libs.txt
 
-# transformer_engine 2.9.0: its torch extension is compiled once per build key (bd9c1b2c527d, see
-# te-wheel.Dockerfile) and cached outside the image; the builder puts that wheel in the context as te-wheels/.
-FROM pip AS pip-te
+# layer 2 of the environment: torch with triton and the packages they need
+# asks for: torch==2.9.1
+FROM ${BASE_IMAGE} AS tier-torch
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # DL3002: a builder stage; nothing from it runs in the image.
 # hadolint ignore=DL3002
 USER 0
 ARG SOURCE_DATE_EPOCH=0
-COPY te-wheels/ /tmp/te-wheels/
+RUN mkdir -p /opt/stage/opt/venv/.imagebuild-layers && touch /opt/removed.txt
+COPY --from=resolve /opt/tiers/torch.txt /opt/stage/opt/venv/.imagebuild-layers/torch.txt
 # DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
 # hadolint ignore=DL3013
 RUN set -eux; \
     find /opt/venv -mindepth 1 | sort > /tmp/venv-before.txt; \
-    PYTHONPATH=/opt/stage/opt/venv/lib/python3.12/site-packages PYTHONHASHSEED=0 /opt/venv/bin/python -m pip install \
+    PYTHONHASHSEED=0 /opt/venv/bin/python -m pip install \
         --no-cache-dir --no-warn-script-location --disable-pip-version-check \
         --prefix /opt/stage/opt/venv \
-        --find-links /tmp/te-wheels \
-        --only-binary transformer_engine_torch \
-        'transformer_engine[pytorch,core-cu12]==2.9.0'; \
+        --no-deps \
+        -r /opt/stage/opt/venv/.imagebuild-layers/torch.txt; \
     find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
     comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
     rm -f /tmp/venv-before.txt /tmp/venv-after.txt; \
     while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
-    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; fi; \
+    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-torch.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-torch.txt; fi; \
+    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
+COPY --from=tier-nvidia /opt/nvidia-libs.txt /opt/nvidia-libs.txt
+RUN set -eu; \
+    for f in /opt/stage/opt/venv/lib/python3.12/site-packages/*.libs/lib*.so.*; do \
+        [ -f "$f" ] && [ ! -L "$f" ] || continue; \
+        base="${f##*/}"; name="${base%%.*}"; major="${base##*.so.}"; \
+        case "$name" in libcudart|libcudnn*|libnccl|libcublas*|libcufft|libcurand|libcusparse*|libcusolver*|libnvJitLink|libnvrtc) ;; *) continue ;; esac; \
+        target="$(grep -m1 -E "/nvidia/[^/]+/lib/${name}\.so\.${major}\$" /opt/nvidia-libs.txt || true)"; \
+        [ -n "$target" ] || continue; \
+        final="${f#/opt/stage}"; \
+        ln -sfn "$(realpath -m --relative-to="${final%/*}" "$target")" "$f"; \
+        echo "one copy: ${final} -> ${target}"; \
+    done; \
+    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
+
+# layer 3 of the environment: the rest of the torch family (torchvision, torchaudio)
+# asks for: torchvision==0.24.1 torchaudio==2.9.1
+FROM ${BASE_IMAGE} AS tier-torch-family
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# DL3002: a builder stage; nothing from it runs in the image.
+# hadolint ignore=DL3002
+USER 0
+ARG SOURCE_DATE_EPOCH=0
+RUN mkdir -p /opt/stage/opt/venv/.imagebuild-layers && touch /opt/removed.txt
+COPY --from=resolve /opt/tiers/torch-family.txt /opt/stage/opt/venv/.imagebuild-layers/torch-family.txt
+# DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
+# hadolint ignore=DL3013
+RUN set -eux; \
+    find /opt/venv -mindepth 1 | sort > /tmp/venv-before.txt; \
+    PYTHONHASHSEED=0 /opt/venv/bin/python -m pip install \
+        --no-cache-dir --no-warn-script-location --disable-pip-version-check \
+        --prefix /opt/stage/opt/venv \
+        --no-deps \
+        -r /opt/stage/opt/venv/.imagebuild-layers/torch-family.txt; \
+    find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
+    comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
+    rm -f /tmp/venv-before.txt /tmp/venv-after.txt; \
+    while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
+    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-torch-family.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-torch-family.txt; fi; \
+    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
+COPY --from=tier-nvidia /opt/nvidia-libs.txt /opt/nvidia-libs.txt
+RUN set -eu; \
+    for f in /opt/stage/opt/venv/lib/python3.12/site-packages/*.libs/lib*.so.*; do \
+        [ -f "$f" ] && [ ! -L "$f" ] || continue; \
+        base="${f##*/}"; name="${base%%.*}"; major="${base##*.so.}"; \
+        case "$name" in libcudart|libcudnn*|libnccl|libcublas*|libcufft|libcurand|libcusparse*|libcusolver*|libnvJitLink|libnvrtc) ;; *) continue ;; esac; \
+        target="$(grep -m1 -E "/nvidia/[^/]+/lib/${name}\.so\.${major}\$" /opt/nvidia-libs.txt || true)"; \
+        [ -n "$target" ] || continue; \
+        final="${f#/opt/stage}"; \
+        ln -sfn "$(realpath -m --relative-to="${final%/*}" "$target")" "$f"; \
+        echo "one copy: ${final} -> ${target}"; \
+    done; \
+    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
+
+# layer 4 of the environment: transformer_engine (its wheels, the torch extension built here)
+# asks for: transformer_engine[pytorch,core-cu12]==2.9.0
+FROM ${BASE_IMAGE} AS tier-transformer-engine
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# DL3002: a builder stage; nothing from it runs in the image.
+# hadolint ignore=DL3002
+USER 0
+ARG SOURCE_DATE_EPOCH=0
+RUN mkdir -p /opt/stage/opt/venv/.imagebuild-layers && touch /opt/removed.txt
+COPY te-wheels/ /tmp/te-wheels/
+COPY --from=resolve /opt/tiers/transformer-engine.txt /opt/stage/opt/venv/.imagebuild-layers/transformer-engine.txt
+# DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
+# hadolint ignore=DL3013
+RUN set -eux; \
+    find /opt/venv -mindepth 1 | sort > /tmp/venv-before.txt; \
+    PYTHONHASHSEED=0 /opt/venv/bin/python -m pip install \
+        --no-cache-dir --no-warn-script-location --disable-pip-version-check \
+        --prefix /opt/stage/opt/venv \
+        --find-links /tmp/te-wheels \
+        --only-binary transformer_engine_torch \
+        --no-deps \
+        -r /opt/stage/opt/venv/.imagebuild-layers/transformer-engine.txt; \
+    find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
+    comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
+    rm -f /tmp/venv-before.txt /tmp/venv-after.txt; \
+    while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
+    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-transformer-engine.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-transformer-engine.txt; fi; \
+    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
+COPY --from=tier-nvidia /opt/nvidia-libs.txt /opt/nvidia-libs.txt
+RUN set -eu; \
+    for f in /opt/stage/opt/venv/lib/python3.12/site-packages/*.libs/lib*.so.*; do \
+        [ -f "$f" ] && [ ! -L "$f" ] || continue; \
+        base="${f##*/}"; name="${base%%.*}"; major="${base##*.so.}"; \
+        case "$name" in libcudart|libcudnn*|libnccl|libcublas*|libcufft|libcurand|libcusparse*|libcusolver*|libnvJitLink|libnvrtc) ;; *) continue ;; esac; \
+        target="$(grep -m1 -E "/nvidia/[^/]+/lib/${name}\.so\.${major}\$" /opt/nvidia-libs.txt || true)"; \
+        [ -n "$target" ] || continue; \
+        final="${f#/opt/stage}"; \
+        ln -sfn "$(realpath -m --relative-to="${final%/*}" "$target")" "$f"; \
+        echo "one copy: ${final} -> ${target}"; \
+    done; \
     find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 
 FROM ${BASE_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 USER 0
 # torch.compile at run time: Inductor compiles C++ (CPU) and Triton builds a C launcher (GPU), both against Python.h.
-# Only the compilers and headers, not the dev toolchain; before the pip layer so a torch change keeps this layer.
+# Only the compilers and headers, not the dev toolchain; before the pip layers so a torch change keeps this layer.
 ARG SOURCE_DATE_EPOCH
 # DL3008: package versions come from the OS mirror/snapshot the base was bootstrapped from, not pinned per package.
 # hadolint ignore=DL3008
@@ -88,10 +186,13 @@ RUN set -eux; \
     apt-get clean; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log \
         /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
-COPY --from=pip-te /opt/stage/ /
-RUN if [ -f /opt/venv/.imagebuild-removed.txt ]; then \
-        xargs -d '\n' rm -rf -- < /opt/venv/.imagebuild-removed.txt; rm -f /opt/venv/.imagebuild-removed.txt; \
-    fi
+COPY --from=tier-nvidia /opt/stage/ /
+COPY --from=tier-torch /opt/stage/ /
+COPY --from=tier-torch-family /opt/stage/ /
+COPY --from=tier-transformer-engine /opt/stage/ /
+RUN for f in /opt/venv/.imagebuild-removed-*.txt; do \
+        [ -f "$f" ] || continue; xargs -d '\n' rm -rf -- < "$f"; rm -f "$f"; \
+    done
 # TF32 policy (on): imagebuild_tf32.pth applies it in every process right after `import torch`
 # (legacy allow_tf32 flags and, on torch >= 2.9, the fp32_precision API). IMAGEBUILD_TF32=0/1 overrides it per process.
 COPY files/imagebuild_tf32.py files/imagebuild_tf32.pth /opt/venv/lib/python3.12/site-packages/

@@ -31,16 +31,16 @@ RUN set -eux; \
     if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed.txt; fi; \
     find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 RUN set -eu; \
+    { find /opt/stage/opt/venv/lib/python3.12/site-packages/nvidia -path '*/lib/lib*.so.*' -type f 2>/dev/null || true; } | sed 's#^/opt/stage##' | LC_ALL=C sort > /opt/nvidia-libs.txt; \
     for f in /opt/stage/opt/venv/lib/python3.12/site-packages/*.libs/lib*.so.*; do \
         [ -f "$f" ] && [ ! -L "$f" ] || continue; \
         base="${f##*/}"; name="${base%%.*}"; major="${base##*.so.}"; \
         case "$name" in libcudart|libcudnn*|libnccl|libcublas*|libcufft|libcurand|libcusparse*|libcusolver*|libnvJitLink|libnvrtc) ;; *) continue ;; esac; \
-        for t in /opt/stage/opt/venv/lib/python3.12/site-packages/nvidia/*/lib/"$name.so.$major" /opt/venv/lib/python3.12/site-packages/nvidia/*/lib/"$name.so.$major"; do \
-            [ -f "$t" ] || continue; \
-            final="${f#/opt/stage}"; target="${t#/opt/stage}"; \
-            ln -sfn "$(realpath -m --relative-to="${final%/*}" "$target")" "$f"; \
-            echo "one copy: ${final} -> ${target}"; break; \
-        done; \
+        target="$(grep -m1 -E "/nvidia/[^/]+/lib/${name}\.so\.${major}\$" /opt/nvidia-libs.txt || true)"; \
+        [ -n "$target" ] || continue; \
+        final="${f#/opt/stage}"; \
+        ln -sfn "$(realpath -m --relative-to="${final%/*}" "$target")" "$f"; \
+        echo "one copy: ${final} -> ${target}"; \
     done; \
     find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 

@@ -1,0 +1,193 @@
+"""Split one resolved Python environment into layer tiers, ordered from what changes least to what changes most.
+
+This file is shipped as it is into the runtime build's resolve stage (context file files/imagebuild-tiers.py) and run
+there by the image's own Python: standard library only, nothing from imagebuild (like the smoke probe).
+
+Why tiers: one layer for the whole environment means any change (one more package, a patch release of one wheel)
+replaces all of it and every node pulls all of it again. Here the environment is resolved ONCE (pip --dry-run
+--report: metadata only, nothing installed), then each package is given to one tier; each tier is then installed
+on its own (`pip install --no-deps` of exact pins) into its own layer. A tier file that does not change is a cache
+hit on both builders (a COPY's cache key is its content), so its layer keeps its digest.
+
+Which tier holds a package:
+- a package a tier OWNS by name (nvidia-* for the CUDA wheels, torch/triton, torchvision/torchaudio,
+  transformer_engine*) is that tier's;
+- any other package (a dependency such as sympy or numpy) is in the LOWEST tier whose own environment already has it
+  at its final version, and where it stays so in every tier above. The environment of tier k is resolved from tier
+  k's and the lower tiers' requirements alone (their owned packages pinned at their final versions). So a package an
+  upper tier would upgrade (or downgrade) is that upper tier's: adding `sympy==1.14` to the matrix's packages moves
+  sympy into the matrix tier instead of rewriting the torch tier, and the torch layer keeps its digest.
+
+Usage (in the resolve stage):
+    python imagebuild-tiers.py SPEC OUT [--lock LOCKFILE] -- <pip install options: --find-links, --only-binary ...>
+SPEC is JSON: {"tiers": [{"name": ..., "owns": [glob, ...], "requires": [requirement, ...]}, ...]} in layer order.
+OUT gets one `<name>.txt` per tier (sorted `name==version` lines, `--hash=sha256:...` added from the lock), empty
+for a tier that holds nothing. pip older than 22.2 (no --dry-run: Ubuntu 22.04's venv) resolves with a newer pip
+fetched into a scratch folder of the resolve stage, never into the image.
+With a lock (every file pinned by version and sha256) the lock IS the final environment: the tiers' own
+environments are resolved with the lock as constraints, so nothing there moves with the index.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+
+Resolver = Callable[[Sequence[str]], dict[str, str]]  # requirements -> {canonical name: version}
+
+
+def canonical(name: str) -> str:
+    """PEP 503 normalised name (`Jinja2` -> `jinja2`, `transformer_engine` -> `transformer-engine`)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def owner(name: str, tiers: Sequence[Mapping[str, object]]) -> int | None:
+    """The index of the tier that owns `name` by one of its glob patterns (first match), else None."""
+    for index, tier in enumerate(tiers):
+        if any(fnmatch.fnmatchcase(canonical(name), canonical(str(p))) for p in tier.get("owns", ()) or ()):  # type: ignore[attr-defined]
+            return index
+    return None
+
+
+def assign(tiers: Sequence[Mapping[str, object]], final: Mapping[str, str],
+           partial: Mapping[int, Mapping[str, str]]) -> list[list[str]]:
+    """Each tier's packages (canonical names, sorted). `final` is the whole environment; `partial[k]` the environment
+    resolved from tiers 0..k alone (only for the tiers that add something; the last tier's is `final` itself)."""
+    envs = {**{k: dict(v) for k, v in partial.items()}, len(tiers) - 1: dict(final)}
+    order = sorted(envs)
+    out: list[list[str]] = [[] for _ in tiers]
+    for name, version in final.items():
+        index = owner(name, tiers)
+        if index is None:
+            index = len(tiers) - 1
+            for pos, k in enumerate(order):  # the lowest tier from which on it is there at its final version
+                if all(envs[j].get(name) == version for j in order[pos:]):
+                    index = k
+                    break
+        out[index].append(name)
+    return [sorted(names) for names in out]
+
+
+def tier_environments(tiers: Sequence[Mapping[str, object]], final: Mapping[str, str],
+                      resolve: Resolver) -> dict[int, dict[str, str]]:
+    """The environment of each tier below the last that adds requirements or owned packages: resolved from its own
+    and the lower tiers' requirements, every owned package of those tiers pinned at its final version."""
+    envs: dict[int, dict[str, str]] = {}
+    requirements: list[str] = []
+    for k, tier in enumerate(tiers[:-1]):
+        owned = [f"{n}=={v}" for n, v in sorted(final.items()) if owner(n, tiers) == k]
+        added = [str(r) for r in tier.get("requires", ()) or ()] + owned  # type: ignore[attr-defined]
+        if not added:
+            continue
+        requirements += added
+        envs[k] = resolve(list(requirements))
+    return envs
+
+
+def read_lock(text: str) -> dict[str, tuple[str, list[str]]]:
+    """A --require-hashes requirements file -> {name: (version, [sha256 hashes])}."""
+    out: dict[str, tuple[str, list[str]]] = {}
+    joined = re.sub(r"\\\n", " ", text)
+    for line in joined.splitlines():
+        line = line.split("#", 1)[0].strip() if not line.lstrip().startswith("--") else ""
+        m = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)(.*)$", line)
+        if m:
+            out[canonical(m.group(1))] = (m.group(2), re.findall(r"--hash=sha256:([0-9a-f]{64})", m.group(3)))
+    return out
+
+
+def tier_text(names: Sequence[str], final: Mapping[str, str], hashes: Mapping[str, Sequence[str]]) -> str:
+    lines = []
+    for name in names:
+        extra = "".join(f" --hash=sha256:{h}" for h in hashes.get(name, ()))
+        lines.append(f"{name}=={final[name]}{extra}")
+    return "".join(line + "\n" for line in lines)
+
+
+DRY_RUN_PIP = (22, 2)  # the first pip with install --dry-run and --report
+
+
+def pip_environment(python: str, pip_options: Sequence[str], scratch: str) -> dict[str, str]:
+    """The environment pip runs in: this venv's own pip when it can --dry-run, else a newer pip in `scratch`. pip's
+    HTTP cache lives in `scratch` for this run (the image's PIP_NO_CACHE_DIR would make each resolution download the
+    metadata, or a whole wheel from an index without PEP 658 files, again); BuildKit's cache mount is used instead
+    where the stage has it (PIP_NO_CACHE_DIR already unset there)."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    if "PIP_NO_CACHE_DIR" in env:  # keep pip's HTTP cache across this stage's resolutions (the base image sets it)
+        del env["PIP_NO_CACHE_DIR"]
+        env["PIP_CACHE_DIR"] = os.path.join(scratch, "cache")
+    out = subprocess.run([python, "-c", "import pip; print(pip.__version__)"], check=True, capture_output=True,
+                         text=True).stdout
+    version = tuple(int(p) for p in re.findall(r"\d+", out)[:2])
+    if version >= DRY_RUN_PIP:
+        return env
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target",
+                    os.path.join(scratch, "pip"),
+                    *pip_options, "pip>=23.1"], check=True, env=env)
+    return {**env, "PYTHONPATH": os.path.join(scratch, "pip")}
+
+
+def pip_resolver(python: str, pip_options: Sequence[str], constraints: str | None,
+                 env: Mapping[str, str]) -> Resolver:
+    """pip install --dry-run --report: what pip would install into this environment for these requirements (packages
+    the parent image already has at a fitting version are not in it, as in a real install)."""
+    def resolve(requirements: Sequence[str]) -> dict[str, str]:
+        with tempfile.TemporaryDirectory() as tmp:
+            report = os.path.join(tmp, "report.json")
+            argv = [python, "-m", "pip", "install", "--dry-run", "--quiet", "--disable-pip-version-check",
+                    "--report", report, *pip_options]
+            if constraints:
+                argv += ["-c", constraints]
+            subprocess.run([*argv, *requirements], check=True, env=dict(env))
+            with open(report, encoding="utf-8") as f:
+                doc = json.load(f)
+        return {canonical(i["metadata"]["name"]): str(i["metadata"]["version"]) for i in doc.get("install", [])}
+    return resolve
+
+
+def main(argv: Sequence[str]) -> int:
+    args = list(argv)
+    pip_options = args[args.index("--") + 1:] if "--" in args else []
+    args = args[: args.index("--")] if "--" in args else args
+    lock_path = None
+    if "--lock" in args:
+        lock_path = args[args.index("--lock") + 1]
+        del args[args.index("--lock"): args.index("--lock") + 2]
+    spec_path, out_dir = args
+    with open(spec_path, encoding="utf-8") as f:
+        tiers = json.load(f)["tiers"]
+    constraints = None
+    hashes: dict[str, list[str]] = {}
+    if lock_path:
+        with open(lock_path, encoding="utf-8") as f:
+            locked = read_lock(f.read())
+        final = {n: v for n, (v, _) in locked.items()}
+        hashes = {n: h for n, (_, h) in locked.items()}
+        constraints = os.path.join(out_dir, ".constraints.txt")
+        os.makedirs(out_dir, exist_ok=True)
+        with open(constraints, "w", encoding="utf-8") as f:
+            f.write("".join(f"{n}=={v}\n" for n, v in sorted(final.items())))
+    with tempfile.TemporaryDirectory() as scratch:
+        env = pip_environment(sys.executable, pip_options, scratch)
+        resolve = pip_resolver(sys.executable, pip_options, constraints, env)
+        if not lock_path:
+            final = resolve([str(r) for t in tiers for r in t.get("requires", ())])
+        names = assign(tiers, final, tier_environments(tiers, final, resolve))
+    os.makedirs(out_dir, exist_ok=True)
+    if constraints:
+        os.remove(constraints)
+    for tier, held in zip(tiers, names, strict=True):
+        with open(os.path.join(out_dir, f"{tier['name']}.txt"), "w", encoding="utf-8") as f:
+            f.write(tier_text(held, final, hashes))
+        print(f"tier {tier['name']}: {' '.join(f'{n}=={final[n]}' for n in held) or '(nothing)'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,75 @@
+"""The runtime image's environment layers (tiers), least changing first: which ones an image has and what each holds.
+
+One home for the tier table: the render (the Dockerfile's tier stages, the spec the resolve stage splits the
+environment by), `plan` and the build report (which layer holds what) all read it from here. Which package lands in
+which tier is decided at build time by `imagebuild.render.tiering` (shipped into the resolve stage), from the ONE
+resolution of the whole environment. A tier with nothing to hold (no nvidia wheels on CPU, no torchvision/torchaudio,
+no transformer_engine, no matrix packages) is not rendered: no stage, no layer.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagebuild.models import ResolvedVariant
+
+SCRIPT = "files/imagebuild-tiers.py"  # context paths of the resolve stage's script and spec
+SPEC = "files/imagebuild-tiers.json"
+# Where each tier's pinned file sits in the image (in its own layer): what the layer holds, readable without pip.
+LIST_DIR = "/opt/venv/.imagebuild-layers"
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One environment layer. `owns`: the package-name globs that are this tier's whatever depends on them;
+    `requires`: what the tier asks pip for; `holds`: what it holds, in words (plan, report, Dockerfile comment)."""
+
+    name: str
+    holds: str
+    owns: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+    te_wheels: bool = False  # installs from the cached transformer_engine wheel (context te-wheels/)
+
+    def spec(self) -> dict[str, object]:
+        return {"name": self.name, "owns": list(self.owns), "requires": list(self.requires)}
+
+
+def runtime_tiers(variant: ResolvedVariant, torch_pins: Sequence[str], te_requirements: Sequence[str],
+                  matrix_packages: Sequence[str]) -> list[Tier]:
+    """The tiers of one runtime image, in layer order; empty ones left out."""
+    v = variant.versions
+    tiers: list[Tier] = []
+    if v.cuda != "cpu":
+        tiers.append(Tier("nvidia", "the NVIDIA CUDA wheels (nvidia-*)", owns=("nvidia-*",)))
+    torch = [r for r in torch_pins if r.startswith("torch==")]
+    family = [r for r in torch_pins if not r.startswith("torch==")]
+    tiers.append(Tier("torch", "torch with triton and the packages they need", owns=("torch", "triton",
+                                                                                      "pytorch-triton"),
+                      requires=tuple(torch)))
+    if family:
+        names = ", ".join(r.split("==")[0] for r in family)
+        tiers.append(Tier("torch-family", f"the rest of the torch family ({names})",
+                          owns=("torchvision", "torchaudio"), requires=tuple(family)))
+    if te_requirements:
+        tiers.append(Tier("transformer-engine", "transformer_engine (its wheels, the torch extension built here)",
+                          owns=("transformer-engine", "transformer-engine-*"), requires=tuple(te_requirements),
+                          te_wheels=True))
+    if matrix_packages:
+        tiers.append(Tier("matrix", "the matrix's own packages (pip_packages) and what only they need",
+                          requires=tuple(matrix_packages)))
+    return tiers
+
+
+def spec_file(tiers: Sequence[Tier]) -> bytes:
+    """The resolve stage's spec (sorted keys: the same tiers give the same bytes, the same cache key)."""
+    return (json.dumps({"tiers": [t.spec() for t in tiers]}, indent=1, sort_keys=True) + "\n").encode()
+
+
+@functools.lru_cache(maxsize=1)
+def script_file() -> bytes:
+    """imagebuild.render.tiering's own source: the script the resolve stage runs."""
+    return (Path(__file__).resolve().parent / "tiering.py").read_bytes()

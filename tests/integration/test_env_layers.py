@@ -1,0 +1,133 @@
+"""The runtime's Python environment in layers that follow change (issue 24, item 1), on real engines.
+
+On each backend the session's CPU runtime (conftest.cpu_build on the classic engine, conftest.bk_build on the modern
+one: images/cpu.yaml, torch 2.13.0 CPU from the wheelhouse, tiers torch + matrix) is rebuilt ONCE with one package
+(six) added to the matrix's pip_packages: every layer up to the torch tier keeps its diff ID and only the matrix tier
+(and the small steps above it) changes; the tiers' file sets are disjoint (no upper layer rewrites a lower one's
+file); `pip check` passes in the rebuilt image; its build report names each environment layer with its size. One
+runtime build per backend in CI (the base is up to date: same inputs hash). The rebuild has its own records and
+registry namespace, so the session's tags and records still name the images/cpu.yaml builds.
+
+Not in CI: the same layer list from a second fresh BuildKit engine (`make e2e-layers`, tests/e2e/e2e_env_layers.py).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import tarfile
+from pathlib import Path
+
+from _helpers import BK_CONFIG, BK_HOST, ROOT, imagebuild
+
+from imagebuild.report.layers import tier_steps
+
+TIERS = ("torch", "matrix")  # the CPU runtime's tiers, in layer order (no nvidia wheels, no torch family, no TE)
+INPUTS_HASH = "io.imagebuild.inputs-hash"
+
+
+def _matrix_plus_six(folder: Path) -> Path:
+    """images/cpu.yaml with one more runtime pip package (base and its inputs hash unchanged)."""
+    text = (ROOT / "images" / "cpu.yaml").read_text()
+    old = "runtime: [numpy]"
+    assert old in text, f"images/cpu.yaml changed: update {old!r} here"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cpu.yaml").write_text(text.replace(old, "runtime: [numpy, six]"))
+    return folder / "cpu.yaml"
+
+
+def _rebuild(cpu_build, tmp: Path, env: dict[str, str], *backend: str) -> dict:
+    """The runtime of images/cpu.yaml + six, built once (its parent base up to date); its report row."""
+    args = cpu_build.build_args()
+    for flag, value in (("--matrix", str(_matrix_plus_six(tmp / "matrix"))),
+                        ("--registry", f"{cpu_build.registry.address}/ibtest-layers-{secrets.token_hex(4)}"),
+                        ("--log-dir", str(tmp / "logs")), ("--report-dir", str(tmp / "report"))):
+        args[args.index(flag) + 1] = value
+    result = imagebuild("build", *args, "--only", "*-runtime", "--no-sbom", "--no-registry-cache", *backend,
+                        env={**env, "IMAGEBUILD_STATE_DIR": str(tmp / "state")}, timeout=3600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((tmp / "report" / "build-report.json").read_text())
+    rows = {img["flavor"]: img for img in report["images"]}
+    assert "dev" not in rows and rows["runtime"]["status"] == "built"
+    assert rows.get("base", {}).get("status") != "built", rows.get("base")  # up to date: one build, the runtime
+    print(f"\n[layers] +six {' '.join(backend)}: runtime {rows['runtime']['build_seconds']:.0f} s, "
+          f"env layers {rows['runtime'].get('env_layers')}")
+    return rows["runtime"]
+
+
+def _first_runtime(client, image_id: str, inputs_hash: str) -> str:
+    """`image_id`, checked to be the session's images/cpu.yaml runtime (the inputs hash it was built for)."""
+    assert client.api.inspect_image(image_id)["Config"]["Labels"][INPUTS_HASH] == inputs_hash
+    return image_id
+
+
+def _saved_layers(client, image_id: str, tmp: Path) -> tuple[list[str], dict[str, int], dict[str, set[str]]]:
+    """`docker save` of the image: (diff IDs, tier -> index into them, tier -> the files its layer holds)."""
+    archive = tmp / "image.tar"
+    with archive.open("wb") as f:
+        for chunk in client.api.get_image(image_id):
+            f.write(chunk)
+    with tarfile.open(archive) as tar:
+        [manifest] = json.load(tar.extractfile("manifest.json"))  # type: ignore[arg-type]
+        config = json.load(tar.extractfile(manifest["Config"]))  # type: ignore[arg-type]
+        made = [h.get("created_by") for h in config["history"] if not h.get("empty_layer")]
+        diff_ids = config["rootfs"]["diff_ids"]
+        assert len(made) == len(diff_ids) == len(manifest["Layers"])
+        steps = tier_steps(made, len(TIERS))
+        assert steps is not None, made
+        files: dict[str, set[str]] = {}
+        for tier, index in zip(TIERS, steps, strict=True):
+            with tarfile.open(fileobj=tar.extractfile(manifest["Layers"][index]), mode="r|*") as layer:
+                files[tier] = {m.name.lstrip("./") for m in layer if not m.isdir()}
+    archive.unlink()
+    return diff_ids, dict(zip(TIERS, steps, strict=True)), files
+
+
+def _check_layers(client, first_id: str, second: dict, tmp: Path) -> None:
+    """first_id: the session's runtime; second: the report row of its rebuild with one package more."""
+    diff_ids, index, files = _saved_layers(client, first_id, tmp)
+    # no upper layer rewrites a lower one's file; each tier's own list of what it holds is in its layer
+    assert not files["torch"] & files["matrix"], sorted(files["torch"] & files["matrix"])[:10]
+    assert "opt/venv/.imagebuild-layers/torch.txt" in files["torch"]
+    assert "opt/venv/.imagebuild-layers/matrix.txt" in files["matrix"]
+    assert any("/site-packages/torch/" in f for f in files["torch"])
+    assert any("/site-packages/numpy/" in f for f in files["matrix"])
+    assert not any("/site-packages/numpy/" in f for f in files["torch"])
+    after = client.api.inspect_image(second["image_id"])["RootFS"]["Layers"]
+    changed = [n for n, (a, b) in enumerate(zip(diff_ids, after, strict=False)) if a != b]
+    assert changed and changed[0] == index["matrix"], (changed, index)  # everything below the matrix tier kept
+    assert diff_ids[: index["matrix"]] == after[: index["matrix"]]
+    # the report names each environment layer and its size, from the built image
+    assert [layer["tier"] for layer in second["env_layers"]] == list(TIERS)
+    assert all(layer["size"] > 0 for layer in second["env_layers"])
+    # pip check in the image: the tiers installed with --no-deps still make one consistent environment
+    out = client.containers.run(second["image_id"], ["-m", "pip", "check"], entrypoint="/opt/venv/bin/python",
+                                network_mode="none", remove=True)
+    assert b"No broken requirements found" in out
+    out = client.containers.run(second["image_id"], ["-c", "import six, numpy, torch; print(torch.__version__)"],
+                                entrypoint="/opt/venv/bin/python", network_mode="none", remove=True)
+    assert b"2.13.0" in out
+
+
+def test_classic_builder_keeps_every_layer_below_the_changed_tier(cpu_build, client, tmp_path):
+    assert cpu_build.result.returncode == 0, cpu_build.result.stderr[-3000:]
+    [runtime] = [img for img in cpu_build.plan.images if img.flavor == "runtime"]
+    first = _first_runtime(client, client.api.inspect_image(runtime.tag)["Id"], runtime.inputs_hash)
+    second = _rebuild(cpu_build, tmp_path, {}, "--backend", "classic")
+    _check_layers(client, first, second, tmp_path)
+
+
+def test_buildkit_keeps_every_layer_below_the_changed_tier(cpu_build, bk_build, tmp_path):
+    result, bk_client, bk_dir = bk_build
+    assert result.returncode == 0, result.stderr[-3000:]
+    # the session's BuildKit runtime by the ID its build reported (another test re-tags images on that engine)
+    report = json.loads((bk_dir / "report" / "build-report.json").read_text())
+    [first] = [img for img in report["images"] if img["flavor"] == "runtime"]
+    assert [layer["tier"] for layer in first["env_layers"]] == list(TIERS)
+    [runtime] = [img for img in cpu_build.plan.images if img.flavor == "runtime"]
+    assert first["tag"] == runtime.tag and first["status"] == "built"
+    first_id = _first_runtime(bk_client, first["image_id"], first["inputs_hash"])
+    bk = {"DOCKER_HOST": BK_HOST, "DOCKER_CONFIG": BK_CONFIG}
+    second = _rebuild(cpu_build, tmp_path, bk, "--backend", "buildkit")
+    _check_layers(bk_client, first_id, second, tmp_path)
+    assert first["env_layers"][0]["size"] == second["env_layers"][0]["size"]  # the torch tier: the same layer
