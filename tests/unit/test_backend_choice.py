@@ -43,7 +43,6 @@ def probed(monkeypatch):
         return "buildkit", "backend auto: dockerd 26.1.5 with buildx 0.13.1; building with BuildKit"
 
     monkeypatch.setattr(building, "choose_auto", fake)
-    monkeypatch.setattr(building, "engine_answers", lambda: None)  # an engine answers (the probe is faked above)
     return calls
 
 

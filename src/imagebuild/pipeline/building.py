@@ -143,18 +143,9 @@ def concrete_backend(matrix_path: Path, inputs: BuildInputs, settings: BuildSett
         name = wanted[0][0]
         line = f"backend auto: {' and '.join(f for _, f in wanted)} given; building with {spec(name).title}"
     else:  # none (or options of two backends: refused by run_backend once the plan names one)
-        engine_answers()
         name, line = choose_auto()
     say(line)
     return replace(inputs, backend=name)
-
-
-def engine_answers() -> None:
-    """No engine at all is the connection's own one line (EngineUnavailable: how to start one), said before auto
-    would print a backend line about the engine it could not ask."""
-    from imagebuild.engine.connect import connect
-
-    connect("inspect").close()
 
 
 def run_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -> tuple[str, BackendFactory]:

@@ -98,7 +98,10 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     check_inputs(options.inputs)
     if settings.locked:
         require_lock(options.matrix, resolve_matrix_path(options.matrix))
-    inputs = concrete_backend(resolve_matrix_path(options.matrix), options.inputs, settings, say)  # auto: which and why
+    # auto: which backend and why, said once the engine answered (no engine: its own one line, nothing before it;
+    # a bad matrix or lock: exit 2 first, as without auto)
+    auto_lines: list[str] = []
+    inputs = concrete_backend(resolve_matrix_path(options.matrix), options.inputs, settings, auto_lines.append)
     loaded = load(options.matrix, options.registry, inputs, options.state_dir, say, building=True)
     plan = loaded.plan
     selection = select_images(plan, options.only, loaded.path)
@@ -107,6 +110,8 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
         open_signing_key(options.push, selection.named)  # a key that cannot sign: said before an hour of building
     backend, own = chosen_backend(plan, loaded.inputs, settings)  # another backend's options: refused here
     client = engine.connect("build")  # its timeout also fits --push of multi-GB layers
+    for line in auto_lines:
+        say(line)
     platform_preflight(client, selection.with_parents, backend, own)  # before anything builds
     progress = make_progress(plain=settings.plain, verbose=settings.verbose)
     before = previous_ids(client, plan) if settings.sbom else {}
