@@ -42,4 +42,5 @@ export IMAGEBUILD_REQUIRE_ENGINE=1  # a missing engine/tool fails the run instea
 echo "run-tests: engine at ${DOCKER_HOST:-default socket}; BuildKit engine at $IMAGEBUILD_BUILDKIT_HOST" >&2
 # every bench in --quick mode on this engine: a bench that crashes fails the run (its base build is reused below)
 scripts/bench-quick.sh
-python -m pytest -q -p no:cacheprovider tests "$@"
+# the slowest tests by name at the end: where the run's time goes (CI must stay well under its 90 minutes)
+python -m pytest -q -p no:cacheprovider --durations=40 tests "$@"

@@ -113,7 +113,10 @@ def test_locked_cpu_runtime_installs_exactly_the_locked_files(engine, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert {row["status"] for row in rows.values()} == {"built"}
     log = "".join(p.read_text() for p in (tmp_path / "logs").glob(f"*{runtime_id}*"))
-    assert "--require-hashes -r /tmp/imagebuild-lock.txt" in log
+    # the lock's files, tier by tier: each environment layer installs its part of the lock with --require-hashes
+    assert "--lock /tmp/imagebuild-lock.txt" in log
+    for tier in ("torch", "matrix"):
+        assert f"--require-hashes -r /opt/stage/opt/venv/.imagebuild-layers/{tier}.txt" in log, tier
 
     # every locked pip file (base + runtime) is installed at its locked version, every apt package at its version
     listing = _run(client, rows["runtime"]["tag"], "/opt/venv/bin/python -c 'import importlib.metadata as m, json; "

@@ -36,6 +36,7 @@ class FakeRegistry:
         self.send_errors: list[Exception] = []  # what the next copies into this registry raise (CopyError)
         self.sends: list[tuple[str, str, str | None, str | None]] = []  # (name, digest, user, password) per copy
         self.refuse_delete = False  # delete_manifest answers as a registry with deletes turned off (405)
+        self.refuse_index = False  # a registry that takes image manifests but no OCI image index
 
     # -- filling it ----------------------------------------------------------------------------------------------
     def put_blob(self, data: bytes) -> str:
@@ -44,6 +45,8 @@ class FakeRegistry:
 
     def put_manifest(self, repository: str, tag: str | None, body: bytes, media_type: str | None = None) -> str:
         """Store a manifest; `tag` None or a digest: by digest only (also RegistryClient.put_manifest's call)."""
+        if self.refuse_index and media_type == "application/vnd.oci.image.index.v1+json":
+            raise RegistryError(f"{self.name}: PUT manifest: HTTP 400: MANIFEST_INVALID: manifest invalid", status=400)
         digest = sha(body)
         self.manifests[digest] = body
         if media_type is not None:

@@ -181,17 +181,35 @@ def put_zstd(reg: FakeRegistry, img: ImagePlan, labels: dict, base_id: str | Non
     return cfg
 
 
-def test_a_zstd_parent_a_20_10_engine_would_have_to_pull_is_rebuilt():
+def test_a_zstd_parent_is_marked_for_skopeo_only_on_an_engine_that_cannot_inflate_zstd():
     reg = FakeRegistry()
     base_id = put_zstd(reg, BASE, full_labels(BASE))
     logs: list[str] = []
     found = find_in_registry([BASE, RUNTIME], lambda r: _Auth(), logs.append, make_client=lambda auth: reg,
                              arch="amd64", pulls_zstd=False)
-    assert found == {} and any("zstd layers" in m and "cannot pull" in m for m in logs)
-    # a modern engine pulls it; and with its child up to date too, nothing is pulled at all on either engine
-    assert BASE.tag in find_in_registry([BASE, RUNTIME], lambda r: _Auth(), logs.append,
-                                        make_client=lambda auth: reg, arch="amd64", pulls_zstd=True)
+    assert set(found) == {BASE.tag} and found[BASE.tag].zstd  # Docker 20.10: pulled through skopeo
+    # a modern engine pulls it itself; and with its child up to date too, nothing is pulled at all on either engine
+    modern = find_in_registry([BASE, RUNTIME], lambda r: _Auth(), logs.append, make_client=lambda auth: reg,
+                              arch="amd64", pulls_zstd=True)
+    assert BASE.tag in modern and not modern[BASE.tag].zstd
     put_zstd(reg, RUNTIME, full_labels(RUNTIME), base_id=base_id)
     both = find_in_registry([BASE, RUNTIME], lambda r: _Auth(), logs.append, make_client=lambda auth: reg,
                             arch="amd64", pulls_zstd=False)
     assert set(both) == {BASE.tag, RUNTIME.tag}
+
+
+def test_pull_by_digest_takes_zstd_images_through_skopeo_and_the_rest_through_the_engine(monkeypatch):
+    from imagebuild.builder import remote as remote_mod
+
+    fetched: list[tuple[str, bool]] = []
+
+    def fake_fetch(store, ref, auth_config, *, plain_http):
+        fetched.append((ref, plain_http))
+        store.add_image(None, {}, size=1, image_id="sha256:" + "c" * 64)
+
+    monkeypatch.setattr(remote_mod, "fetch_into_engine", fake_fetch)
+    client = FakeEngine()
+    remote = remote_mod.RemoteImage(BASE.tag, "reg.example:5000/ml/base@sha256:" + "d" * 64, "sha256:" + "d" * 64,
+                                    "sha256:" + "c" * 64, "reg.example:5000/ml", 10, None, zstd=True, plain_http=True)
+    assert remote_mod.pull_by_digest(client, remote) == "sha256:" + "c" * 64
+    assert fetched == [(remote.ref, True)]

@@ -352,3 +352,69 @@ def test_no_cosign_stops_the_push_naming_the_images(tmp_path, monkeypatch):
     text = str(exc.value)
     assert text.startswith(f"{images[0].tag} (and 1 more): not pushed: IMAGEBUILD_COSIGN=") and "pw-12345" not in text
     assert open_signing_key(PushSettings(), images) is None  # no key: no signing, cosign never asked
+
+
+# -- one tag, several platforms: verify follows the index --------------------------------------------------------
+
+def _index_registry():
+    """A fake registry whose plain tag names an OCI index of two signed platform images."""
+    from _fake_registry import FakeRegistry
+
+    reg = FakeRegistry("reg.example:5000")
+    members = {}
+    for arch, fill in (("amd64", "a1"), ("arm64", "b2")):
+        body = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": {"digest": "sha256:" + fill * 32, "size": 2}, "layers": []}).encode()
+        members[arch] = reg.put_manifest("ml/pytorch", None, body)
+    index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": d,
+                                       "size": 1, "platform": {"os": "linux", "architecture": a}}
+                                      for a, d in members.items()]}).encode()
+    digest = reg.put_manifest("ml/pytorch", "2.9-base", index)
+    return reg, digest, members
+
+
+def _fake_cosign(unsigned: set[str]):
+    """run_cosign as cosign answers for signatures/attestations of every digest but `unsigned`."""
+    import base64
+
+    from imagebuild.sign.cosign import CosignResult
+    from imagebuild.sign.signer import PREDICATE_TYPES
+
+    asked: list[list[str]] = []
+
+    def run(args, **_kw):
+        asked.append(list(args))
+        digest = args[-1].split("@", 1)[1]
+        if digest in unsigned:
+            return CosignResult(1, "", "Error: no signatures found")
+        if args[0] == "verify":
+            return CosignResult(0, json.dumps([{"critical": {"image": {"docker-manifest-digest": digest}}}]), "")
+        kind = args[args.index("--type") + 1]
+        st = {"predicateType": PREDICATE_TYPES[kind], "subject": [{"digest": {"sha256": digest.split(":")[1]}}]}
+        return CosignResult(0, json.dumps({"payload": base64.b64encode(json.dumps(st).encode()).decode()}), "")
+
+    return run, asked
+
+
+def test_verify_follows_an_index_to_every_platform_image(monkeypatch):
+    from imagebuild.sign import verify as verify_mod
+    from imagebuild.sign.cosign import Registry
+    from imagebuild.sign.keys import PublicKey
+
+    reg, index, members = _index_registry()
+    run, asked = _fake_cosign(set())
+    monkeypatch.setattr(verify_mod, "run_cosign", run)
+    key = PublicKey("cosign.pub")
+    got = verify_mod.verify_reference("reg.example:5000/ml/pytorch:2.9-base", key, Registry("reg.example:5000"), reg)
+    assert got.digest == index and got.members == {"linux/amd64": members["amd64"], "linux/arm64": members["arm64"]}
+    checked = {a[-1].split("@")[1] for a in asked}
+    assert checked == {index, *members.values()}
+    # the engine's arm64 image (its ID is that manifest's config digest) is the verified one
+    assert verify_mod.local_image_matches({"Id": "sha256:" + "b2" * 32, "RepoDigests": []}, got, reg)
+    assert not verify_mod.local_image_matches({"Id": "sha256:" + "99" * 32, "RepoDigests": []}, got, reg)
+    # one platform image unsigned: the whole tag is refused, naming that platform
+    run, _ = _fake_cosign({members["arm64"]})
+    monkeypatch.setattr(verify_mod, "run_cosign", run)
+    with pytest.raises(verify_mod.VerifyError, match=r"\(linux/arm64\).*is unsigned"):
+        verify_mod.verify_reference("reg.example:5000/ml/pytorch:2.9-base", key, Registry("reg.example:5000"), reg)

@@ -14,9 +14,13 @@ and the caller builds locally: a partial answer is never used.
 from __future__ import annotations
 
 import json
+import os
 import platform
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
@@ -24,6 +28,7 @@ from imagebuild.engine.store import ImageStore
 from imagebuild.models import ImagePlan, ImageResult
 from imagebuild.oci import Reference, ReferenceSyntaxError
 from imagebuild.oci.registry import RegistryClient, RegistryError
+from imagebuild.oci.skopeo import auth_from_sdk, fetch_archive
 from imagebuild.secrets import redact
 
 if TYPE_CHECKING:
@@ -46,6 +51,8 @@ class RemoteImage:
     registry: str  # the registry prefix, for messages
     compressed: int  # sum of the layer sizes in the manifest: what a pull would download
     auth_config: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # for the engine's pull
+    zstd: bool = False  # some layer is zstd-compressed: Docker < 23 pulls it through skopeo (pull_by_digest)
+    plain_http: bool = False  # the registry answered over http (skopeo must be told)
 
 
 def machine_arch() -> str:
@@ -85,14 +92,14 @@ def find_in_registry(images: list[ImagePlan], resolve_auth: Callable[..., Any], 
                      make_client: Callable[..., RegistryClient] | None = None,
                      arch: str | None = None, pulls_zstd: bool = True) -> dict[str, RemoteImage]:
     """planned tag -> RemoteImage for every image (parents first) the registry holds exactly as planned.
-    `pulls_zstd` False (Docker 20.10): a parent with zstd layers is not counted: this engine could not pull it for
-    a child to build on (a leaf image up to date in the registry is never pulled, so it still counts)."""
+    `pulls_zstd` False (Docker 20.10, whose pull cannot inflate zstd layers): an image with zstd layers is marked so
+    that pull_by_digest fetches it through skopeo (decompressed into a docker-archive the engine loads: the same
+    config bytes, so the same image ID) when a child must be built on it."""
     arch = arch or machine_arch()
     make_client = make_client or (lambda auth: RegistryClient(auth, retries=0, timeout=15.0))
     clients: dict[str, RegistryClient] = {}
     auths: dict[str, dict[str, Any] | None] = {}
     found: dict[str, RemoteImage] = {}
-    zstd: set[str] = set()  # found with zstd layers
     by_tag = {i.tag: i for i in images}
     for img in images:
         try:
@@ -141,16 +148,11 @@ def find_in_registry(images: list[ImagePlan], resolve_auth: Callable[..., Any], 
         if why:
             log(f"registry cache: {img.tag}: {prefix} holds another image ({why}): rebuilt")
             continue
-        if any(str(layer.get("mediaType") or "").endswith("+zstd") for layer in manifest.get("layers") or []):
-            zstd.add(img.tag)
+        has_zstd = any(str(layer.get("mediaType") or "").endswith("+zstd") for layer in manifest.get("layers") or [])
         size = sum(int(layer.get("size") or 0) for layer in manifest.get("layers") or [])
         found[img.tag] = RemoteImage(img.tag, f"{ref.name}@{digest}", digest, cfg_digest, prefix, size,
-                                    auths.get(registry))
-    for tag in [t for t in found if t in zstd and not pulls_zstd]:
-        if any(other.parent == tag and other.tag not in found for other in images):  # it would have to be pulled
-            log(f"registry cache: {tag}: {found[tag].registry} holds it with zstd layers, which this engine "
-                "(Docker < 23) cannot pull for its children to build on: rebuilt")
-            del found[tag]
+                                    auths.get(registry), zstd=has_zstd and not pulls_zstd,
+                                    plain_http=rc.scheme() == "http")
     return found
 
 
@@ -185,13 +187,31 @@ def use_remote(run: RunState, img: ImagePlan, res: ImageResult) -> bool:
 
 
 def pull_by_digest(store: ImageStore, remote: RemoteImage) -> str:
-    """Pull `remote` by digest with the registry's credentials; errors inside the HTTP-200 stream fail it."""
+    """Pull `remote` by digest with the registry's credentials; errors inside the HTTP-200 stream fail it. zstd
+    layers on an engine that cannot inflate them (`remote.zstd`): skopeo copies the image into a docker-archive
+    (layers decompressed, config bytes as pushed) and the engine loads it."""
     name, _, digest = remote.ref.partition("@")
     try:
-        store.pull(name, digest, auth_config=remote.auth_config)
-    except Exception as exc:  # EngineError (the stream's error text, a refused call), connection errors
+        if remote.zstd:
+            fetch_into_engine(store, remote.ref, remote.auth_config, plain_http=remote.plain_http)
+        else:
+            store.pull(name, digest, auth_config=remote.auth_config)
+    except Exception as exc:  # EngineError (the stream's error text, a refused call), CopyError, connection errors
         raise RegistryError(f"pulling {remote.ref} failed: {redact(str(exc))}") from None
-    pulled = store.image_id(remote.ref)
+    # a loaded archive carries no repo digest: the config digest is the ID the engine must now have
+    pulled = store.image_id(remote.image_id if remote.zstd else remote.ref)
     if pulled is None:
         raise RegistryError(f"pulling {remote.ref} finished but the engine does not have it")
     return pulled
+
+
+def fetch_into_engine(store: ImageStore, ref: str, auth_config: dict[str, Any] | None, *, plain_http: bool) -> None:
+    """`ref` through skopeo into a docker-archive in a private temporary folder, loaded into the engine, the folder
+    removed (credentials in an auth file inside it, never on a command line)."""
+    work = Path(tempfile.mkdtemp(prefix="imagebuild-pull-", dir=os.environ.get("IMAGEBUILD_PUSH_TMP")))
+    try:
+        work.chmod(0o700)
+        registry = Reference.parse(ref).registry
+        store.load(fetch_archive(ref, auth_from_sdk(registry, auth_config), work, plain_http=plain_http))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

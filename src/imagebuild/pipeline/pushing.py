@@ -119,23 +119,26 @@ def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], 
             store.tag(here.image_id, ref.name, ref.tag or "latest", force=True)
     auth_for = auth_cache(settings, log, describe_credentials)
     located = {img.tag: here.image_id for img, here in images}
-    sign_pushed = None
+    sign_pushed = sign_index = None
     if signing is not None:
         key, public_pem = signing
         log(f"push: signing with {key.describe()} (cosign {cosign_version()}, key-based, no transparency log)")
-        sign_pushed = signer(client, plan, book, settings, key, public_pem,
+        sign_pushed, sign_index = signer(client, plan, book, settings, key, public_pem,
                              {t: i for t, i in located.items() if i}, auth_for, log)
     pushed = push_plan(plan, client=client, auth_for=auth_for, images=[img for img, _ in images],
                        compression=lambda registry: compression_for(registry, settings, plan),
                        report_rows={tag: row.for_push() for tag, row in rows.items()},
                        require_tests=settings.require_tests, log=lambda m: log(redact(m)), ca_file=settings.ca_file,
                        retries=DEFAULT_RETRIES if settings.retries is None else settings.retries,
-                       sign_pushed=sign_pushed)
+                       sign_pushed=sign_pushed, sign_index=sign_index)
     book.update(lambda rec: record_push(rec, plan, pushed, {t: i for t, i in located.items() if i}))
     for res in pushed:
         p = res.push or {}
         res.image_id = located.get(res.tag)
         line = f"{p.get('status', '?'):>9}  {res.tag}  {p.get('digest') or ''}" + ("  signed" if p.get("signed") else "")
+        if (p.get("index") or {}).get("digest"):
+            idx = p["index"]
+            line += f"  index {idx['digest']} ({', '.join(idx.get('platforms') or {})}: {idx.get('status')})"
         if p.get("status") in (PushStatus.FAILED, PushStatus.SKIPPED):
             line += f"  ({p.get('error') or p.get('reason')})"
         log(redact(line))

@@ -23,7 +23,7 @@ from imagebuild.oci import RegistryAuth, RegistryClient
 from imagebuild.pipeline.loaded import RecordBook, Say
 from imagebuild.pipeline.settings import PushSettings
 from imagebuild.pipeline.supply import lock_hashes
-from imagebuild.push import SignPushed
+from imagebuild.push import SignIndex, SignPushed
 from imagebuild.sign import (
     CosignMissing,
     SignError,
@@ -31,6 +31,7 @@ from imagebuild.sign import (
     cosign_registry,
     make_provenance,
     sign_digest,
+    sign_index,
 )
 
 
@@ -71,8 +72,9 @@ def open_signing_key(settings: PushSettings, images: list[ImagePlan]) -> tuple[S
 
 
 def signer(client: Any, plan: Plan, book: RecordBook, settings: PushSettings, key: SigningKey, public_pem: str,
-           image_ids: dict[str, str], auth_for: Any, say: Say) -> SignPushed:
-    """push.SignPushed for this run: SBOM + provenance per image, cosign through the push's own credentials."""
+           image_ids: dict[str, str], auth_for: Any, say: Say) -> tuple[SignPushed, SignIndex]:
+    """push.SignPushed for this run (SBOM + provenance per image) and push.SignIndex (an index's signature), cosign
+    through the push's own credentials."""
     lock, lock_sha = _lock(plan)
     registries: dict[str, Any] = {}
 
@@ -105,4 +107,8 @@ def signer(client: Any, plan: Plan, book: RecordBook, settings: PushSettings, ke
                              public_key_pem=public_pem)
         return signed.as_record()
 
-    return sign_pushed
+    def index_signed(digest_ref: str) -> dict[str, Any]:
+        host = digest_ref.split("/", 1)[0]
+        return sign_index(digest_ref, key, registry_for(host), public_key_pem=public_pem).as_record()
+
+    return sign_pushed, index_signed

@@ -59,3 +59,13 @@ def references(image: ImagePlan) -> list[str]:
     references (short aliases are tags of the image's repository), without repeats."""
     refs = [image.tag, *(alias_reference(image.repository, alias) for alias in image.aliases)]
     return list(dict.fromkeys(refs))
+
+
+def index_references(image: ImagePlan) -> list[str]:
+    """The references a multi-platform index holding `image` is published under: `references(image)` as the default
+    platform's image of the same variant and flavor is named (the platform suffix taken out before the flavor). For
+    a default-platform image these are its own references."""
+    suffix = f"{platform_suffix(image.variant.platform)}-{image.flavor}"
+    plain = f"-{image.flavor}"
+    return [ref[: -len(suffix)] + plain if suffix != plain and ref.endswith(suffix) else ref
+            for ref in references(image)]

@@ -10,21 +10,20 @@ under (its tag and the aliases it owns) is the plan's decision (`imagebuild.plan
     results = push_plan(plan, client=connect("push"), auth_for=lambda reg: resolve_auth(reg))
 """
 
+from imagebuild.push.publish import gate, push_plan, result_for
 from imagebuild.push.pusher import (
     DEFAULT_RETRIES,
     PushAuthError,
     Pusher,
     PushError,
+    SignIndex,
     SignPushed,
     classify,
-    gate,
-    push_plan,
-    result_for,
 )
 from imagebuild.push.skopeo import COMPRESSIONS, DEFAULT_COMPRESSION
 
 __all__ = [
     "COMPRESSIONS", "DEFAULT_COMPRESSION",
-    "DEFAULT_RETRIES", "PushAuthError", "PushError", "Pusher", "SignPushed", "classify", "gate", "push_plan",
+    "DEFAULT_RETRIES", "PushAuthError", "PushError", "Pusher", "SignIndex", "SignPushed", "classify", "gate", "push_plan",
     "result_for",
 ]

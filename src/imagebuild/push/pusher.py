@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from imagebuild.engine.store import ImageStore, as_store
 from imagebuild.engine.stream import EngineError
 from imagebuild.errors import ImagebuildError
-from imagebuild.models import ImagePlan, ImageResult, Plan
+from imagebuild.models import ImagePlan
 from imagebuild.oci import (
     Reference,
     ReferenceSyntaxError,
@@ -41,7 +41,6 @@ from imagebuild.oci import (
     RegistryAuthError,
     RegistryClient,
 )
-from imagebuild.plan.tags import references
 from imagebuild.push.skopeo import DEFAULT_COMPRESSION, CopyError, Prepared, Skopeo, refused_format
 from imagebuild.retry import ENGINE_PUSH, RetryPolicy
 from imagebuild.secrets import redact
@@ -52,6 +51,8 @@ if TYPE_CHECKING:
 DEFAULT_RETRIES = ENGINE_PUSH.retries
 # (image, "REPO@sha256:…") -> what the record keeps of the signature; raises an ImagebuildError to refuse the push
 SignPushed = Callable[[ImagePlan, str], dict[str, Any]]
+# "REPO@sha256:…" of an index -> what the record keeps of its signature (the platform images carry the attestations)
+SignIndex = Callable[[str], dict[str, Any]]
 
 _AUTH = re.compile(r"unauthorized|authentication required|\bdenied\b|forbidden|\b40[13]\b|insufficient_scope",
                    re.I)
@@ -135,9 +136,10 @@ class Pusher:
         self.copier.close()
 
     # -- one image ---------------------------------------------------------------------------------------------
-    def push_image(self, image: ImagePlan, refs: list[str] | None = None) -> dict[str, Any]:
+    def push_image(self, image: ImagePlan, refs: list[str] | None = None, *, hold: bool = False) -> dict[str, Any]:
         """Push `image` under `refs` (default: its tag). Returns the ImageResult.push record; raises PushAuthError
-        on refused credentials, returns status "failed" for anything else that went wrong."""
+        on refused credentials, returns status "failed" for anything else that went wrong. `hold`: written by
+        digest (and signed) only, no tag moved: an index (push/index.py) takes its references over."""
         refs = refs or [image.tag]
         started = time.monotonic()
         rec: dict[str, Any] = {"status": "failed", "registry": self.auth.registry, "digest": None, "tags": list(refs),
@@ -147,18 +149,29 @@ class Pusher:
             image_id = self._image_id(image.tag)
             by_repo: dict[str, list[Reference]] = {}
             for ref in refs:
-                parsed = self._parse(ref)
+                parsed = self.parse(ref)
                 by_repo.setdefault(parsed.name, []).append(parsed)
             prepared: Prepared | None = None
             for name, tags in by_repo.items():
                 repo_path = tags[0].repository
-                self._check_auth(repo_path)
+                self.check_auth(repo_path)
                 if prepared is None:
                     prepared = self._prepare(image_id)
                     rec["digest"] = prepared.digest
                     rec["size"] = len(prepared.manifest)
                     rec["layer_media_types"] = sorted({m for _, _, m in prepared.layers})
-                todo = [t for t in tags if self._served(repo_path, str(t.tag)) != prepared.digest]
+                    rec["media_type"] = prepared.media_type
+                if hold:
+                    if self.served(repo_path, prepared.digest) != prepared.digest:
+                        self.write_by_digest(prepared, name, repo_path, rec)
+                        rec["pushed"].append(f"{name}@{prepared.digest}")
+                    else:
+                        rec["unchanged"].append(f"{name}@{prepared.digest}")
+                    if self.sign_pushed is not None and "signed" not in rec:
+                        self._sign(image, name, prepared.digest, rec)
+                    rec["held"] = [str(t) for t in tags]
+                    continue
+                todo = [t for t in tags if self.served(repo_path, str(t.tag)) != prepared.digest]
                 for t in tags:
                     if t not in todo:
                         self.log(f"{t}: unchanged ({prepared.digest[:19]}), skipped")
@@ -199,7 +212,7 @@ class Pusher:
             raise PushError(f"{tag}: not built (no such local image)")
         return str(info["Id"])
 
-    def _parse(self, ref: str) -> Reference:
+    def parse(self, ref: str) -> Reference:
         try:
             parsed = Reference.parse(ref)
         except ReferenceSyntaxError as exc:
@@ -210,7 +223,7 @@ class Pusher:
             raise PushError(f"{ref}: a pushed reference needs a tag and no digest")
         return parsed
 
-    def _check_auth(self, repo_path: str) -> None:
+    def check_auth(self, repo_path: str) -> None:
         if repo_path in self._auth_checked:
             return
         try:
@@ -219,7 +232,7 @@ class Pusher:
             raise PushAuthError(str(exc)) from exc
         self._auth_checked.add(repo_path)
 
-    def _served(self, repo_path: str, reference: str) -> str | None:
+    def served(self, repo_path: str, reference: str) -> str | None:
         try:
             return self.registry.manifest_digest(repo_path, reference)
         except RegistryAuthError as exc:
@@ -267,7 +280,7 @@ class Pusher:
                                  f"{ref}: {exc}; retry {n}/{self.policy.retries} in {wait:.1f}s"))
         except _Transient as exc:
             raise PushError(f"{ref}: gave up after {attempts[0]} attempts: {exc}") from None
-        served = self._served(repo_path, prepared.digest)
+        served = self.served(repo_path, prepared.digest)
         if served != prepared.digest:
             raise PushError(f"{ref}: written, but the registry serves {served or 'nothing'} for that digest")
         rec["bytes"] += sum(n for _, n in missing)
@@ -285,98 +298,7 @@ class Pusher:
                 self.registry.put_manifest(repo_path, tag, prepared.manifest, prepared.media_type)
             except RegistryAuthError as exc:
                 raise PushAuthError(str(exc)) from exc
-            served = self._served(repo_path, tag)
+            served = self.served(repo_path, tag)
             if served != prepared.digest:
                 raise PushError(f"{ref}: tagged {prepared.digest} but the registry serves {served or 'nothing'}")
             self.log(f"{ref}: -> {prepared.digest}")
-
-
-def _push_registry(tag: str) -> str | None:
-    """The registry `tag` is pushed to; None when it names none (`pytorch:…`, `ml/pytorch:…` are local or Docker Hub
-    names: pushing them needs an explicit registry). Raises ReferenceSyntaxError for a tag that is not a reference."""
-    ref = Reference.parse(tag)
-    return ref.registry if ref.domain is not None else None
-
-
-def result_for(image: ImagePlan) -> ImageResult:
-    return ImageResult.of(image)
-
-
-def gate(image: ImagePlan, row: dict[str, Any] | None, require_tests: bool) -> str | None:
-    """Why `image` must not be pushed, from its build-report row (None: push it)."""
-    status = (row or {}).get("status")
-    if status in ("failed", "not-built"):
-        return f"build {status}"
-    if status == "skipped":
-        return "build skipped"
-    if not require_tests:
-        return None
-    tests = (row or {}).get("tests")
-    if not tests:
-        return "not tested (run `imagebuild test` first, or push with --untested)"
-    if tests.get("failed"):
-        return f"{tests['failed']} smoke test(s) failed"
-    return None
-
-
-def push_plan(
-    plan: Plan,
-    *,
-    client: ImageStore | EngineClient,
-    auth_for: Callable[[str], RegistryAuth],
-    images: list[ImagePlan] | None = None,
-    report_rows: dict[str, dict[str, Any]] | None = None,
-    require_tests: bool = True,
-    retries: int = DEFAULT_RETRIES,
-    log: Callable[[str], None] = lambda _m: None,
-    ca_file: str | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    compression: Callable[[str], str] = lambda _registry: DEFAULT_COMPRESSION,
-    make_copier: Callable[[ImageStore], Copier] | None = None,
-    sign_pushed: SignPushed | None = None,
-) -> list[ImageResult]:
-    """Push the selected images of `plan` (default: all) that were built (and tested, unless require_tests=False).
-
-    Returns one ImageResult per selected image with `push` filled: status pushed | unchanged | failed | skipped
-    (+ "reason"). Raises PushAuthError (exit 1) when a registry refuses the credentials. `sign_pushed(image,
-    "REPO@DIGEST")` runs once the digest is written and verified, before any tag of it moves (a refusal fails that
-    image and leaves its tags where they were)."""
-    selected = images if images is not None else plan.images
-    rows = report_rows or {}
-    results: list[ImageResult] = []
-    pushers: dict[str, Pusher] = {}
-    try:
-        for image in selected:
-            res = result_for(image)
-            refs = references(image)
-            reason = gate(image, rows.get(image.tag), require_tests)
-            registry = None
-            if reason is None:
-                try:
-                    registry = _push_registry(image.tag)
-                except ReferenceSyntaxError as exc:
-                    log(f"error: {image.tag}: push failed: {exc}")
-                    res.push = {"status": "failed", "error": f"{image.tag}: {exc}", "tags": refs}
-                    results.append(res)
-                    continue
-                if registry is None:
-                    reason = "no registry in the tag (set `registry` in the matrix or pass --registry)"
-            if reason or registry is None:
-                log(f"{image.tag}: not pushed: {reason}")
-                res.push = {"status": "skipped", "reason": reason, "tags": refs}
-                results.append(res)
-                continue
-            if registry not in pushers:
-                store = as_store(client)
-                pushers[registry] = Pusher(store, auth_for(registry), retries=retries, log=log, ca_file=ca_file,
-                                           sleep=sleep, compression=compression(registry),
-                                           copier=make_copier(store) if make_copier else None,
-                                           sign_pushed=sign_pushed)
-            res.push = pushers[registry].push_image(image, refs)
-            if res.push["status"] == "failed":
-                log(f"error: {image.tag}: push failed: {res.push.get('error')}")
-            results.append(res)
-    finally:
-        for pusher in pushers.values():
-            pusher.close()
-    return results

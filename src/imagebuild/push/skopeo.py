@@ -24,11 +24,9 @@ Two steps, each one skopeo copy:
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import tarfile
@@ -36,31 +34,28 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from imagebuild.engine.store import ImageStore
-from imagebuild.errors import ImagebuildError
 from imagebuild.oci import RegistryAuth
-from imagebuild.secrets import redact
+from imagebuild.oci.skopeo import (
+    SKOPEO,
+    CopyError,
+    FormatRefused,
+    auth_file_doc,
+    refused_format,
+    skopeo_message,
+    skopeo_version,
+    write_auth_file,
+)
+
+__all__ = ["COMPRESSIONS", "CopyError", "FormatRefused", "Prepared", "Skopeo", "auth_file_doc", "compress_args",
+           "refused_format", "skopeo_message", "skopeo_version"]
 
 COMPRESSIONS = ("zstd", "gzip")
 DEFAULT_COMPRESSION = "zstd"
 ZSTD_LEVEL = 3  # CoreWeave's ml-containers' level: most of the size gain, compresses ~8x faster than gzip -6
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
-SKOPEO = os.environ.get("IMAGEBUILD_SKOPEO", "skopeo")
-_CHUNK = 1 << 20
-_REFUSED = re.compile(r"manifest invalid|manifest_invalid|unsupported|unknown media ?type|media type .* not|"
-                      r"\b415\b|invalid manifest|blob unknown to registry.*zstd", re.I)
-_FATAL_LINE = re.compile(r'msg="((?:[^"\\]|\\.)*)"')
-
-
-class CopyError(ImagebuildError):
-    """skopeo failed (exit 1); `text` is its own message, redacted."""
-
-
-class FormatRefused(CopyError):
-    """The registry refused the manifest's media types (OCI, zstd layers): nothing was tagged."""
 
 
 @dataclass(frozen=True)
@@ -80,16 +75,6 @@ class Prepared:
         return [self.config, *((d, n) for d, n, _ in self.layers)]
 
 
-def skopeo_version(binary: str = SKOPEO) -> str:
-    """`skopeo version 1.9.3` -> "1.9.3"; CopyError naming the package when it is not installed."""
-    try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30, check=False)
-    except OSError:
-        raise CopyError(f"{binary}: not found; push needs skopeo (apt-get install skopeo; scripts/system-deps.sh)") \
-            from None
-    return out.stdout.strip().rsplit(" ", 1)[-1]
-
-
 def compress_args(compression: str) -> list[str]:
     """skopeo's destination flags for `compression` (zstd: OCI media types; gzip: Docker schema 2, what every
     runtime pulls)."""
@@ -99,30 +84,6 @@ def compress_args(compression: str) -> list[str]:
     if compression == "gzip":
         return ["--format", "v2s2", "--dest-compress", "--dest-compress-format", "gzip"]
     raise CopyError(f"compression {compression!r}: choose one of {', '.join(COMPRESSIONS)}")
-
-
-def auth_file_doc(auth: RegistryAuth) -> dict[str, Any]:
-    """The containers-auth.json document for `auth` (empty `auths` when anonymous)."""
-    if auth.identity_token:
-        entry = {"auth": base64.b64encode(f"{auth.username or '<token>'}:".encode()).decode(),
-                 "identitytoken": auth.identity_token}
-    elif auth.username and auth.password:
-        entry = {"auth": base64.b64encode(f"{auth.username}:{auth.password}".encode()).decode()}
-    else:
-        return {"auths": {}}
-    return {"auths": {auth.registry: entry}}
-
-
-def skopeo_message(stderr: str) -> str:
-    """skopeo's `level=fatal msg="…"` text (unquoted), else its last line; redacted."""
-    found = _FATAL_LINE.findall(stderr)
-    text = found[-1].encode().decode("unicode_escape", "replace") if found else (stderr.strip().splitlines() or [""])[-1]
-    return redact(text.strip() or "skopeo failed without a message")
-
-
-def refused_format(message: str) -> bool:
-    """Does skopeo's message say the registry refused the manifest or its media types?"""
-    return bool(_REFUSED.search(message))
 
 
 class Skopeo:
@@ -178,10 +139,7 @@ class Skopeo:
     def send(self, prepared: Prepared, name: str, auth: RegistryAuth, *, plain_http: bool,
              ca_file: str | None = None) -> None:
         """Blobs the registry lacks, then the manifest by digest (`name@digest`): no tag is written."""
-        authfile = self.work / "auth.json"
-        fd = os.open(authfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(auth_file_doc(auth), fh)
+        authfile = write_auth_file(self.work / "auth.json", auth)
         args = ["copy", "--quiet", "--preserve-digests", "--retry-times", "0", "--dest-authfile", str(authfile)]
         if plain_http:
             args.append("--dest-tls-verify=false")

@@ -70,6 +70,10 @@ def record_push(rec: Record, plan: Plan, results: list[ImageResult], image_ids: 
                                         "at": now(), "seconds": push.get("seconds")}
         if push.get("signed"):  # the key (path or KMS URI, never a secret) and the attestations attached
             entry.pushes[img.repository]["signed"] = push["signed"]
+        index = push.get("index") or {}
+        if index.get("status") in ("pushed", "unchanged"):  # the plain tag names an index of several platforms
+            entry.pushes[img.repository]["index"] = {"digest": index.get("digest"), "tags": index.get("tags") or [],
+                                                     "platforms": index.get("platforms") or {}}
         entry.tags[img.repository] = [img.tag, *img.aliases]
 
 

@@ -22,11 +22,11 @@ from imagebuild.sign.keys import (
     is_kms,
 )
 from imagebuild.sign.provenance import make_provenance
-from imagebuild.sign.signer import PREDICATE_TYPES, Signed, SignError, sign_digest
+from imagebuild.sign.signer import PREDICATE_TYPES, Signed, SignError, sign_digest, sign_index
 from imagebuild.sign.verify import Verified, VerifyError, local_image_matches, verify_reference
 
 __all__ = [
     "ENV_SIGN_KEY", "ENV_VERIFY_KEY", "PREDICATE_TYPES", "CosignMissing", "PublicKey", "Registry", "SignError",
     "Signed", "SigningKey", "Verified", "VerifyError", "configured_public_key", "cosign_registry", "find_cosign",
-    "is_kms", "local_image_matches", "make_provenance", "run_cosign", "sign_digest", "verify_reference", "version",
+    "is_kms", "local_image_matches", "make_provenance", "run_cosign", "sign_digest", "sign_index", "verify_reference", "version",
 ]

@@ -80,3 +80,17 @@ def sign_digest(digest_ref: str, key: SigningKey, registry: Registry, *, sbom: d
             if done.returncode != 0:
                 raise SignError(f"{digest_ref}: signed, but the {kind} attestation was not attached: {done.error}")
     return Signed(digest_ref, key.describe(), tuple(PREDICATE_TYPES), already)
+
+
+def sign_index(digest_ref: str, key: SigningKey, registry: Registry, *, public_key_pem: str | None = None) -> Signed:
+    """Sign an image index's digest (REPO@sha256:…) only: what a tag names is signed, and each platform image it
+    lists carries its own signature and attestations (verify follows the index to them)."""
+    if "@sha256:" not in digest_ref:
+        raise SignError(f"{digest_ref}: signing needs a digest reference (REPO@sha256:…), never a tag")
+    already = public_key_pem is not None and already_signed(digest_ref, public_key_pem, registry)
+    if not already:
+        done = run_cosign(["sign", *_signing_flags(key, registry), digest_ref], password=key.password,
+                          registry=registry)
+        if done.returncode != 0:
+            raise SignError(f"{digest_ref}: index not signed: {done.error}")
+    return Signed(digest_ref, key.describe(), (), already)

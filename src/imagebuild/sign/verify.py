@@ -25,6 +25,7 @@ from typing import Any
 
 from imagebuild.errors import ImagebuildError
 from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryClient, RegistryError
+from imagebuild.oci.answers import INDEX_TYPES
 from imagebuild.sign.cosign import CosignMissing, Registry, cosign_registry, run_cosign
 from imagebuild.sign.keys import PublicKey
 from imagebuild.sign.signer import PREDICATE_TYPES
@@ -41,6 +42,7 @@ class Verified:
     digest: str
     repository: str  # the path inside its registry (the v2 API's name)
     statements: dict[str, dict[str, Any]] = field(default_factory=dict)  # cosign --type -> the in-toto statement
+    members: dict[str, str] = field(default_factory=dict)  # an index's platform -> manifest digest, each verified
 
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
@@ -145,8 +147,41 @@ def verify_reference(reference: str, key: PublicKey, registry: Registry, client:
     digest = resolve_digest(ref, client)
     name = f"{ref.registry}/{ref.repository}"
     _signature(name, digest, key, registry, reference)
+    members = index_members(client, ref.repository, digest, reference)
+    if members:  # one tag, several platforms: the index is signed, each platform image signed and attested
+        statements: dict[str, dict[str, Any]] = {}
+        for platform, member in members.items():
+            shown = f"{reference} ({platform})"
+            _signature(name, member, key, registry, shown)
+            statements = {kind: _attestation(name, member, kind, key, registry, shown) for kind in PREDICATE_TYPES}
+        return Verified(reference, f"{name}@{digest}", digest, ref.repository, statements, members)
     statements = {kind: _attestation(name, digest, kind, key, registry, reference) for kind in PREDICATE_TYPES}
     return Verified(reference, f"{name}@{digest}", digest, ref.repository, statements)
+
+
+def index_members(client: RegistryClient, repository: str, digest: str, shown: str) -> dict[str, str]:
+    """platform -> manifest digest when `digest` is an image index (push/index.py writes one per multi-platform
+    image); {} for an image manifest."""
+    found = client.manifest(repository, digest)
+    if found is None:
+        raise VerifyError(f"{shown}: the registry no longer serves {digest}")
+    doc = found[1]
+    if doc.get("mediaType") not in INDEX_TYPES and "manifests" not in doc:
+        return {}
+    members: dict[str, str] = {}
+    listed = doc.get("manifests")
+    for entry in listed if isinstance(listed, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        raw = entry.get("platform")
+        plat: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        if plat.get("os") == "unknown" or plat.get("architecture") == "unknown":
+            continue  # BuildKit's attestation manifests: not an image a node runs
+        name = "/".join(str(plat[k]) for k in ("os", "architecture", "variant") if plat.get(k))
+        members[name or str(entry.get("digest"))] = str(entry.get("digest") or "")
+    if not members:
+        raise VerifyError(f"{shown}: {digest} is an image index that lists no platform image")
+    return members
 
 
 def local_image_matches(inspect: dict[str, Any], verified: Verified, client: RegistryClient) -> bool:
@@ -156,12 +191,17 @@ def local_image_matches(inspect: dict[str, Any], verified: Verified, client: Reg
     image_id = str(inspect.get("Id") or "")
     if image_id == verified.digest:
         return True
-    try:
-        found = client.manifest(verified.repository, verified.digest)
-    except RegistryError:
-        return False
-    config = (found[1].get("config") or {}) if found is not None else {}
-    return isinstance(config, dict) and config.get("digest") == image_id
+    for digest in [verified.digest, *verified.members.values()]:
+        if image_id == digest or f"{verified.digest_ref.split('@', 1)[0]}@{digest}" in (inspect.get("RepoDigests") or []):
+            return True
+        try:
+            found = client.manifest(verified.repository, digest)
+        except RegistryError:
+            return False
+        config = (found[1].get("config") or {}) if found is not None else {}
+        if isinstance(config, dict) and config.get("digest") == image_id:
+            return True
+    return False
 
 
 def check_image(reference: str, key: PublicKey, *, inspect: dict[str, Any] | None = None,

@@ -1,0 +1,273 @@
+"""Push a plan's selected images (push/pusher.py, one image at a time) and publish one OCI index per image planned for
+several platforms (push/index.py), after every platform image of it is in the registry.
+
+Which images may be pushed (`gate`): built, and tested unless --untested. An index is written by digest, checked,
+signed when the run signs, and only then are the plain tag and its aliases pointed at it; anything short of that
+(a platform image that failed or was skipped, a member the registry does not serve, a registry that refuses an OCI
+index) is one `error:` line and no tag moved.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from imagebuild.engine.store import ImageStore, as_store
+from imagebuild.errors import ImagebuildError
+from imagebuild.models import DEFAULT_PLATFORM, ImagePlan, ImageResult, Plan
+from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryAuth, RegistryAuthError, RegistryError
+from imagebuild.oci.answers import INDEX_TYPES
+from imagebuild.plan.tags import references
+from imagebuild.push.index import (
+    INDEX_MEDIA_TYPE,
+    IndexGroup,
+    Member,
+    held_tags,
+    index_digest,
+    index_document,
+    index_groups,
+)
+from imagebuild.push.pusher import (
+    DEFAULT_RETRIES,
+    Copier,
+    PushAuthError,
+    Pusher,
+    PushError,
+    SignIndex,
+    SignPushed,
+)
+from imagebuild.push.skopeo import DEFAULT_COMPRESSION, Prepared
+from imagebuild.secrets import redact
+
+if TYPE_CHECKING:
+    from imagebuild.engine.store import EngineClient
+
+
+def _push_registry(tag: str) -> str | None:
+    """The registry `tag` is pushed to; None when it names none (`pytorch:…`, `ml/pytorch:…` are local or Docker Hub
+    names: pushing them needs an explicit registry). Raises ReferenceSyntaxError for a tag that is not a reference."""
+    ref = Reference.parse(tag)
+    return ref.registry if ref.domain is not None else None
+
+
+def result_for(image: ImagePlan) -> ImageResult:
+    return ImageResult.of(image)
+
+
+def gate(image: ImagePlan, row: dict[str, Any] | None, require_tests: bool) -> str | None:
+    """Why `image` must not be pushed, from its build-report row (None: push it)."""
+    status = (row or {}).get("status")
+    if status in ("failed", "not-built"):
+        return f"build {status}"
+    if status == "skipped":
+        return "build skipped"
+    if not require_tests:
+        return None
+    tests = (row or {}).get("tests")
+    if not tests:
+        return "not tested (run `imagebuild test` first, or push with --untested)"
+    if tests.get("failed"):
+        return f"{tests['failed']} smoke test(s) failed"
+    return None
+
+
+def push_plan(
+    plan: Plan,
+    *,
+    client: ImageStore | EngineClient,
+    auth_for: Callable[[str], RegistryAuth],
+    images: list[ImagePlan] | None = None,
+    report_rows: dict[str, dict[str, Any]] | None = None,
+    require_tests: bool = True,
+    retries: int = DEFAULT_RETRIES,
+    log: Callable[[str], None] = lambda _m: None,
+    ca_file: str | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    compression: Callable[[str], str] = lambda _registry: DEFAULT_COMPRESSION,
+    make_copier: Callable[[ImageStore], Copier] | None = None,
+    sign_pushed: SignPushed | None = None,
+    sign_index: SignIndex | None = None,
+) -> list[ImageResult]:
+    """Push the selected images of `plan` (default: all) that were built (and tested, unless require_tests=False).
+
+    Returns one ImageResult per selected image with `push` filled: status pushed | unchanged | failed | skipped
+    (+ "reason"). Raises PushAuthError (exit 1) when a registry refuses the credentials. `sign_pushed(image,
+    "REPO@DIGEST")` runs once the digest is written and verified, before any tag of it moves (a refusal fails that
+    image and leaves its tags where they were)."""
+    selected = images if images is not None else plan.images
+    rows = report_rows or {}
+    results: list[ImageResult] = []
+    pushers: dict[str, Pusher] = {}
+    chosen = {i.tag for i in selected}
+    # indexes over the whole plan: pushing one platform (--only) re-publishes its index with the others' images as
+    # the registry holds them, never a single-platform manifest under the plain tag
+    groups = [g for g in index_groups(plan.images) if any(m.tag in chosen for m in g.images)]
+    held = held_tags(groups)
+    try:
+        for image in selected:
+            res = result_for(image)
+            refs = references(image)
+            reason = gate(image, rows.get(image.tag), require_tests)
+            registry = None
+            if reason is None:
+                try:
+                    registry = _push_registry(image.tag)
+                except ReferenceSyntaxError as exc:
+                    log(f"error: {image.tag}: push failed: {exc}")
+                    res.push = {"status": "failed", "error": f"{image.tag}: {exc}", "tags": refs}
+                    results.append(res)
+                    continue
+                if registry is None:
+                    reason = "no registry in the tag (set `registry` in the matrix or pass --registry)"
+            if reason or registry is None:
+                log(f"{image.tag}: not pushed: {reason}")
+                res.push = {"status": "skipped", "reason": reason, "tags": refs}
+                results.append(res)
+                continue
+            if registry not in pushers:
+                store = as_store(client)
+                pushers[registry] = Pusher(store, auth_for(registry), retries=retries, log=log, ca_file=ca_file,
+                                           sleep=sleep, compression=compression(registry),
+                                           copier=make_copier(store) if make_copier else None,
+                                           sign_pushed=sign_pushed)
+            res.push = pushers[registry].push_image(image, refs, hold=image.tag in held)
+            if res.push["status"] == "failed":
+                log(f"error: {image.tag}: push failed: {res.push.get('error')}")
+            results.append(res)
+        for group in groups:
+            _publish(group, {r.tag: r for r in results}, pushers, log, sign_index)
+    finally:
+        for pusher in pushers.values():
+            pusher.close()
+    return results
+
+
+def _publish(group: IndexGroup, results: dict[str, ImageResult], pushers: dict[str, Pusher],
+             log: Callable[[str], None], sign_index: SignIndex | None) -> None:
+    """The group's index, once every platform image of it is in the registry; its record on the carrier's result
+    (a failed index fails the carrier's push: its references name nothing new)."""
+    carrier = results.get(group.carrier.tag) or next(results[m.tag] for m in group.images if m.tag in results)
+    registry = _push_registry(group.refs[0])
+    pusher = pushers.get(registry or "")
+    if pusher is None:  # no image of the group went to a registry (each one's row says why)
+        return
+    problems = []
+    members = []
+    for image in group.images:
+        if image.tag not in results:  # not selected in this run: as the registry holds it under its own tag
+            held = _registry_member(pusher, image)
+            if held is None:
+                problems.append(f"the {image.variant.platform} image {image.short_tag} is neither selected nor in "
+                                "the registry")
+            else:
+                members.append(held)
+            continue
+        push = results[image.tag].push or {}
+        if push.get("status") not in ("pushed", "unchanged") or not push.get("digest"):
+            problems.append(f"the {image.variant.platform} image {image.short_tag} was "
+                            f"{push.get('status', 'not pushed')}")
+            continue
+        members.append(Member(image.variant.platform, str(push["digest"]), int(push.get("size") or 0),
+                              str(push.get("media_type") or "application/vnd.oci.image.manifest.v1+json")))
+    if problems:
+        rec: dict[str, Any] = {"status": "failed", "tags": list(group.refs),
+                               "error": f"{group.refs[0]}: no index published ({'; '.join(problems)}); no tag was "
+                                        "moved"}
+    else:
+        rec = publish_index(pusher, list(group.refs), members, sign_index)
+    carrier.push = {**(carrier.push or {}), "index": rec}
+    if rec["status"] == "failed":
+        log(f"error: {group.refs[0]}: index not published: {rec.get('error')}")
+        carrier.push["status"] = "failed"
+        carrier.push.setdefault("error", rec.get("error"))
+    else:
+        log(f"{group.refs[0]}: index {rec['digest'][:19]} of {', '.join(rec['platforms'])}: {rec['status']}")
+
+
+def _registry_member(pusher: Pusher, image: ImagePlan) -> Member | None:
+    """`image` as the registry holds it now: another platform's under its own tag; the default platform's (whose
+    tag is the index's) as the entry for its platform in the index its tag names, or the manifest its tag names
+    when that is no index yet. None when the registry has neither."""
+    ref = pusher.parse(image.tag)
+    try:
+        body, media_type, digest = pusher.registry.manifest_raw(ref.repository, str(ref.tag))
+    except RegistryAuthError as exc:
+        raise PushAuthError(str(exc)) from exc
+    except RegistryError:
+        return None
+    if media_type not in INDEX_TYPES:
+        return Member(image.variant.platform, digest, len(body), media_type)
+    if image.variant.platform != DEFAULT_PLATFORM:
+        return None  # its own tag names an index: not what push writes for one platform
+    try:
+        entries = json.loads(body).get("manifests") or []
+    except (ValueError, AttributeError):
+        return None
+    for entry in entries:
+        plat = entry.get("platform") or {} if isinstance(entry, dict) else {}
+        if isinstance(plat, dict) and f"{plat.get('os')}/{plat.get('architecture')}" == image.variant.platform:
+            return Member(image.variant.platform, str(entry.get("digest")), int(entry.get("size") or 0),
+                          str(entry.get("mediaType") or ""))
+    return None
+
+
+def publish_index(pusher: Pusher, refs: list[str], members: list[Member],
+                  sign_index: SignIndex | None = None) -> dict[str, Any]:
+    """The OCI index of `members` (each already written by digest in the references' repository) written by
+    digest, checked, signed (`sign_index`), then `refs` pointed at it. The index's push record; status "failed"
+    with nothing tagged for anything that went wrong (PushAuthError raised on refused credentials)."""
+    body = index_document(members)
+    digest = index_digest(body)
+    started = time.monotonic()
+    rec: dict[str, Any] = {"status": "failed", "registry": pusher.auth.registry, "digest": digest,
+                           "media_type": INDEX_MEDIA_TYPE, "tags": list(refs), "pushed": [], "unchanged": [],
+                           "platforms": {m.platform: m.digest for m in members}, "seconds": 0.0}
+    try:
+        by_repo: dict[str, list[Reference]] = {}
+        for ref in refs:
+            parsed = pusher.parse(ref)
+            by_repo.setdefault(parsed.name, []).append(parsed)
+        for name, tags in by_repo.items():
+            repo_path = tags[0].repository
+            pusher.check_auth(repo_path)
+            for m in members:
+                if pusher.served(repo_path, m.digest) != m.digest:
+                    raise PushError(f"{name}: the {m.platform} image {m.digest} is not in the repository: the "
+                                    "index would name a manifest nobody can pull")
+            if pusher.served(repo_path, digest) != digest:
+                try:
+                    pusher.registry.put_manifest(repo_path, digest, body, INDEX_MEDIA_TYPE)
+                except RegistryAuthError as exc:
+                    raise PushAuthError(str(exc)) from exc
+                except RegistryError as exc:
+                    raise PushError(f"{name}: the registry refused the OCI image index of "
+                                    f"{', '.join(m.platform for m in members)} ({redact(str(exc))}); no tag was "
+                                    "moved (push one platform per tag with --only, or use a registry that takes "
+                                    "OCI image indexes)") from None
+                served = pusher.served(repo_path, digest)
+                if served != digest:
+                    raise PushError(f"{name}@{digest}: index written, but the registry serves "
+                                    f"{served or 'nothing'} for that digest")
+                pusher.log(f"{name}@{digest}: index written ({', '.join(m.platform for m in members)})")
+            if sign_index is not None and "signed" not in rec:
+                try:
+                    rec["signed"] = sign_index(f"{name}@{digest}")
+                except ImagebuildError as exc:
+                    raise PushError(f"{redact(str(exc))}; no tag was moved to the unsigned index {digest}") \
+                        from None
+            todo = [t for t in tags if pusher.served(repo_path, str(t.tag)) != digest]
+            rec["unchanged"] += [str(t) for t in tags if t not in todo]
+            index = Prepared(layout=Path(), digest=digest, manifest=body, media_type=INDEX_MEDIA_TYPE,
+                             config=("", 0), layers=(), compression="")
+            pusher.point_tags(index, repo_path, todo)
+            rec["pushed"] += [str(t) for t in todo]
+        rec["status"] = "pushed" if rec["pushed"] else "unchanged"
+    except PushAuthError:
+        raise
+    except ImagebuildError as exc:
+        rec["error"] = redact(str(exc))
+    rec["seconds"] = round(time.monotonic() - started, 2)
+    return rec
