@@ -1,7 +1,9 @@
-"""linux/arm64 on this amd64 machine, through QEMU: the CPU matrix's base flavor for linux/arm64 (a Debian 12 arm64
-rootfs bootstrapped by mmdebstrap under emulation, then its Dockerfile built by BuildKit with --platform linux/arm64)
-and the smoke suite run in its arm64 container, so the emulated path cannot rot. Kept to the base flavor: torch under
-emulation is 5-10x slower (`make e2e-gh200` builds the big images, not CI).
+"""linux/arm64 on this amd64 machine, through QEMU: the CPU matrix's base flavor for linux/amd64 and linux/arm64 (a
+Debian 12 arm64 rootfs bootstrapped by mmdebstrap under emulation, then its Dockerfile built by BuildKit with
+--platform linux/arm64) and the smoke suite run in each platform's container, so the emulated path cannot rot; then
+both pushed to a real registry as ONE tag: an OCI index naming each platform's manifest, which the modern engine
+pulls as amd64 or arm64 by platform. Kept to the base flavor: torch under emulation is 5-10x slower
+(`make e2e-gh200` builds the big images, not CI).
 
 Needs the modern engine (IMAGEBUILD_BUILDKIT_HOST, as test_buildkit_backend.py) and the qemu-aarch64 binfmt handler
 with the F flag (scripts/run-tests.sh runs scripts/binfmt.sh). The classic builder refuses the same plan in one line
@@ -25,11 +27,12 @@ BK_CONFIG = os.environ.get("IMAGEBUILD_BUILDKIT_DOCKER_CONFIG") or str(ROOT / ".
 
 
 def _matrix(tmp: Path) -> Path:
-    """images/cpu.yaml's base flavor for linux/arm64 only (the amd64 base is built by the other tests)."""
+    """images/cpu.yaml's base flavor for linux/amd64 and linux/arm64, under a name of its own."""
     text = (ROOT / "images" / "cpu.yaml").read_text()
     text = text.replace("name: pytorch-cpu", "name: pytorch-cpu-arm64").replace(
-        "  flavors: [base, runtime, dev]", "  flavors: [base]\n  backend: buildkit\n  platforms: [linux/arm64]")
-    assert "platforms: [linux/arm64]" in text
+        "  flavors: [base, runtime, dev]",
+        "  flavors: [base]\n  backend: buildkit\n  platforms: [linux/amd64, linux/arm64]")
+    assert "platforms: [linux/amd64, linux/arm64]" in text
     path = tmp / "cpu-arm64.yaml"
     path.write_text(text)
     return path
@@ -66,8 +69,10 @@ def arm_build(tmp_path_factory):
 def test_arm64_base_builds_and_passes_its_smoke_suite_under_emulation(arm_build):
     result, client, tmp, _ = arm_build
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    [row] = json.loads((tmp / "report" / "build-report.json").read_text())["images"]
-    assert row["status"] == "built" and row["platform"] == "linux/arm64"
+    rows = json.loads((tmp / "report" / "build-report.json").read_text())["images"]
+    assert sorted(r["platform"] for r in rows) == ["linux/amd64", "linux/arm64"]
+    assert all(r["status"] == "built" and r["tests"]["failed"] == 0 for r in rows), rows
+    [row] = [r for r in rows if r["platform"] == "linux/arm64"]
     assert row["tag"].endswith("-debian12-arm64-base")
     tests = row["tests"]
     assert tests["failed"] == 0 and tests["passed"] > 0, tests
@@ -79,8 +84,7 @@ def test_arm64_base_builds_and_passes_its_smoke_suite_under_emulation(arm_build)
                                 platform="linux/arm64")
     assert out.decode().strip() == "aarch64"
     record = json.loads((tmp / "state" / "cpu-arm64.state.json").read_text())
-    [entry] = record["images"].values()
-    assert entry["image_id"] == row["image_id"]
+    assert row["image_id"] in {entry["image_id"] for entry in record["images"].values()}
 
 
 def test_the_classic_builder_refuses_arm64_before_anything_builds(arm_build, tmp_path):
@@ -93,3 +97,69 @@ def test_the_classic_builder_refuses_arm64_before_anything_builds(arm_build, tmp
     assert lines[0].startswith("error: the classic builder builds only the engine's platform (linux/amd64); 1 "
                                "selected image(s) are linux/arm64"), lines
     assert not (tmp_path / "report" / "build-report.json").exists()
+
+
+def test_both_platforms_are_pushed_as_one_tag_an_oci_index(arm_build, tmp_path):
+    """`imagebuild push`: each platform's base written by digest, then one OCI index under the plain tag (the
+    arm64 image keeps its own `-arm64-` tag); the modern engine pulls that one tag as either platform."""
+    from _helpers import start_registry, stop_registry
+
+    from imagebuild.oci import Reference, RegistryAuth, RegistryClient
+
+    result, client, tmp, matrix = arm_build
+    assert result.returncode == 0
+    registry = start_registry(None, "", "--dir", str(tmp_path / "registry"))
+    try:
+        prefix = f"{registry['REGISTRY']}/ibtest-index"
+        args = ("--matrix", str(matrix), "--registry", prefix, "--report-dir", str(tmp / "report"))
+        pushed = imagebuild("push", *args, env=_env(tmp), timeout=900)
+        assert pushed.returncode == 0, pushed.stdout[-3000:] + pushed.stderr[-3000:]
+        rows = {r["platform"]: r for r in json.loads((tmp / "report" / "build-report.json").read_text())["images"]}
+        amd, arm = rows["linux/amd64"], rows["linux/arm64"]
+        index = amd["push"]["index"]
+        assert index["status"] == "pushed", amd["push"]
+        assert index["platforms"] == {"linux/amd64": amd["push"]["digest"], "linux/arm64": arm["push"]["digest"]}
+        plain = Reference.parse(amd["tag"])
+        assert plain.name.startswith(prefix) and not amd["tag"].endswith("-arm64-base")
+        reg = RegistryClient(RegistryAuth(registry["REGISTRY"]))
+        served = reg.manifest(plain.repository, str(plain.tag))
+        assert served is not None and served[0] == index["digest"]
+        doc = served[1]
+        assert doc["mediaType"] == "application/vnd.oci.image.index.v1+json"
+        assert [(m["platform"]["architecture"], m["digest"]) for m in doc["manifests"]] == [  # type: ignore[index]
+            ("amd64", amd["push"]["digest"]), ("arm64", arm["push"]["digest"])]
+        own = Reference.parse(arm["tag"])
+        assert reg.manifest_digest(own.repository, str(own.tag)) == arm["push"]["digest"]
+        # a node of either architecture pulls the one tag and gets its own image
+        for platform, row in rows.items():
+            pulled = client.images.pull(plain.name, tag=plain.tag, platform=platform)
+            info = client.api.inspect_image(pulled.id)
+            assert f"{info['Os']}/{info['Architecture']}" == platform
+            assert info["Config"]["Labels"]["io.imagebuild.inputs-hash"] == row["inputs_hash"]
+        again = imagebuild("push", *args, env=_env(tmp), timeout=900)
+        assert again.returncode == 0, again.stderr[-3000:]
+        rows = {r["platform"]: r for r in json.loads((tmp / "report" / "build-report.json").read_text())["images"]}
+        assert rows["linux/amd64"]["push"]["index"]["status"] == "unchanged"
+    finally:
+        stop_registry(registry)
+
+
+def test_export_platform_writes_the_arm64_sqsh(arm_build, tmp_path):
+    """`export --matrix M --platform linux/arm64`: the arm64 row of a two-platform plan as an enroot .sqsh whose
+    binaries are aarch64 (ELF e_machine 183); without --platform the choice is one error line naming both."""
+    import subprocess
+
+    result, _, tmp, matrix = arm_build
+    assert result.returncode == 0
+    out = tmp_path / "base-arm64.sqsh"
+    both = imagebuild("export", "--matrix", str(matrix), "--flavor", "base", "-o", str(out), env=_env(tmp))
+    assert both.returncode == 2 and "narrow with --only/--flavor/--platform" in both.stderr, both.stderr
+    assert both.stderr.count("error:") == 1 and not out.exists()
+    done = imagebuild("export", "--matrix", str(matrix), "--flavor", "base", "--platform", "arm64", "-o", str(out),
+                      env=_env(tmp), timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "(linux/arm64, " in done.stdout
+    subprocess.run(["unsquashfs", "-no-progress", "-d", str(tmp_path / "x"), str(out), "usr/bin/env"],
+                   capture_output=True, timeout=120, check=True)
+    elf = (tmp_path / "x" / "usr" / "bin" / "env").read_bytes()
+    assert elf[:4] == b"\x7fELF" and int.from_bytes(elf[18:20], "little") == 183  # EM_AARCH64

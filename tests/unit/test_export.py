@@ -215,7 +215,10 @@ def test_cli_check_and_usage_errors_are_one_line(tmp_path):
     for args, code, words in ((["--check", str(bad)], 1, "not a squashfs"),
                               (["img:tag"], 2, "--output"),
                               (["--only", "x", "-o", str(tmp_path / "a.sqsh")], 2, "go with --matrix"),
-                              (["img:tag", "-o", str(bad)], 1, "already exists")):
+                              (["img:tag", "-o", str(bad)], 1, "already exists"),
+                              (["img:tag", "--platform", "linux/s390x", "-o", str(tmp_path / "b.sqsh")], 2,
+                               "valid choices: linux/amd64, linux/arm64"),
+                              (["--check", str(bad), "--platform", "arm64"], 2, "--platform")):
         res = _cli("export", *args)
         assert res.returncode == code and words in res.stderr, res.stderr
         assert res.stderr.count("error:") == 1 and "Traceback" not in res.stderr
@@ -239,3 +242,23 @@ def test_members_that_escape_the_tree_are_refused(tmp_path):
         with pytest.raises(UnpackError):
             unpack([buf.getvalue()], root)
     assert list(outside.iterdir()) == []
+
+
+def test_pick_one_narrows_by_platform_and_names_the_platforms():
+    import dataclasses
+
+    from _push_fakes import make_image
+
+    from imagebuild.errors import UsageError
+    from imagebuild.models import Plan
+    from imagebuild.pipeline.selection import pick_one
+
+    amd = make_image(flavor="base")
+    arm = dataclasses.replace(amd, id=amd.id.replace("-base", "-arm64-base"),
+                              tag=amd.tag.replace("-base", "-arm64-base"),
+                              variant=dataclasses.replace(amd.variant, platform="linux/arm64"))
+    plan = Plan("m.yaml", [amd, arm])
+    assert pick_one(plan, None, "base", "m.yaml", "linux/arm64") is arm
+    assert pick_one(plan, None, "base", "m.yaml", "linux/amd64") is amd
+    with pytest.raises(UsageError, match=r"matches 2 images; narrow with --only/--flavor/--platform: .*\(linux/arm64\)"):
+        pick_one(plan, None, "base", "m.yaml")

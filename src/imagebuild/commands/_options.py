@@ -183,3 +183,18 @@ def verify_key_option(func: F) -> F:
         "--verify-key", "verify_key", default=None, metavar="FILE|KMS-URI",
         help="Start/export only an image whose registry digest is signed with this cosign public key and carries "
              "its SBOM and provenance attestations (default: $IMAGEBUILD_VERIFY_KEY; unset: no check).")(func)
+
+
+def platform_choice(value: str | None) -> str | None:
+    """--platform as the plan names platforms (`arm64` -> linux/arm64); a usage error naming the choices."""
+    if value is None:
+        return None
+    from imagebuild.compat import load as load_tables
+
+    known = list(load_tables().platforms)
+    text = value.strip().lower()
+    full = text if "/" in text else f"linux/{text}"
+    if full not in known:
+        raise UsageError(f"--platform {value!r}: not a platform this project builds; valid choices: "
+                         + ", ".join(known))
+    return full

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from imagebuild.commands._options import verify_key_option
+from imagebuild.commands._options import platform_choice, verify_key_option
 from imagebuild.errors import UsageError
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def _from_matrix(client: Any, matrix: str, only: str | None, flavor: str | None, registry: str | None,
-                 echo: Callable[[str], None]) -> tuple[dict[str, Any], ImagePlan, Path]:
+                 platform: str | None, echo: Callable[[str], None]) -> tuple[dict[str, Any], ImagePlan, Path]:
     """(inspect data, plan row, matrix path) of the record's image for the selected plan row."""
     from imagebuild.engine.rootfs import inspect_image
     from imagebuild.pipeline.loaded import load
@@ -27,7 +27,7 @@ def _from_matrix(client: Any, matrix: str, only: str | None, flavor: str | None,
     from imagebuild.pipeline.selection import pick_one
 
     planned = load(matrix, registry, None, None, echo)
-    row = pick_one(planned.plan, only, flavor, str(planned.path))
+    row = pick_one(planned.plan, only, flavor, str(planned.path), platform)
     here = locate(client, row, planned.record)
     image_id, why = here.image_id, here.why
     if image_id is None:
@@ -103,6 +103,9 @@ def _check_name(output: Path, fmt: str) -> None:
 @click.option("--only", help="with --matrix: the plan id / tag / glob of one image")
 @click.option("--flavor", type=click.Choice(["base", "runtime", "dev"]), help="with --matrix: narrow by flavor")
 @click.option("--registry", default=None, help="with --matrix: registry prefix the plan's tags carry")
+@click.option("--platform", default=None, metavar="OS/ARCH",
+              help="the platform the nodes run (linux/arm64 for GH200): with --matrix, the row of that platform; "
+                   "with IMAGE, refuse an image of another platform")
 @click.option("--force", is_flag=True, help="replace an existing output file")
 @click.option("--tmp-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="where the image's files are unpacked for packing (default: $TMPDIR)")
@@ -110,7 +113,7 @@ def _check_name(output: Path, fmt: str) -> None:
               help="check a .sqsh for damage or truncation instead of exporting")
 @verify_key_option
 def command(image: str | None, output: Path | None, fmt: str, compression: str, matrix: str | None, only: str | None,
-            flavor: str | None, registry: str | None, force: bool, tmp_dir: Path | None,
+            flavor: str | None, registry: str | None, platform: str | None, force: bool, tmp_dir: Path | None,
             check_file: Path | None, verify_key: str | None) -> int:
     """Export a built IMAGE (tag or ID) or a matrix's image (--matrix M --only SEL) for Slurm clusters: an enroot
     `.sqsh` for `srun --container-image=FILE.sqsh` (pyxis), or a docker-archive for
@@ -121,6 +124,7 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
       imagebuild export pytorch-cpu:2.13.0-cpu-py3.11-debian12-runtime -o /shared/images/pytorch-cpu.sqsh
       imagebuild export -m images/h100.yaml --only '*runtime' -o /lustre/images/pytorch-h100.sqsh
       imagebuild export -m images/cpu.yaml --only '*runtime' --format docker-archive -o pytorch-cpu.tar
+      imagebuild export -m images/gh200.yaml --only '*runtime' --platform linux/arm64 -o /lustre/images/gh200.sqsh
       imagebuild export --check /shared/images/pytorch-cpu.sqsh
 
     With --verify-key (or IMAGEBUILD_VERIFY_KEY) only an image whose registry digest is signed with that key (and
@@ -134,7 +138,7 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
     if check_file is not None:
         ctx = click.get_current_context()
         given = [f"--{name.replace('_', '-')}" for name in ("fmt", "compression", "only", "flavor", "registry",
-                                                            "force", "tmp_dir")
+                                                            "platform", "force", "tmp_dir")
                  if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)]
         given = ["--format" if g == "--fmt" else g for g in given]
         if image or output or matrix or given:
@@ -153,6 +157,7 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
             None, click.core.ParameterSource.DEFAULT):
         raise UsageError("--compression is for --format squashfs")
     _check_name(output, fmt)
+    platform = platform_choice(platform)
     ex.writer.check_destination(output, force)  # before the engine is asked anything
     _verify_key(verify_key)  # a bad key file: said before the engine is asked anything
     if matrix:  # the record learns the export at the end: a state folder it cannot write is said now, not then
@@ -167,13 +172,18 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
     info: dict[str, Any] | None  # the image's inspect data
     row = matrix_path = None
     if matrix:
-        info, row, matrix_path = _from_matrix(client, matrix, only, flavor, registry, echo)
+        info, row, matrix_path = _from_matrix(client, matrix, only, flavor, registry, platform, echo)
         name = row.tag
     else:
         info = rootfs.inspect_image(client, cast(str, image))  # no --matrix: IMAGE was given (checked above)
         if info is None:
             raise UsageError(f"image {image!r} is not in the engine: build it (imagebuild build) or pull it")
         name = cast(str, image)
+    image_platform = f"{info.get('Os') or 'linux'}/{info.get('Architecture') or '?'}"
+    if platform is not None and image_platform != platform:
+        raise UsageError(f"{name}: the engine's image is {image_platform}, not {platform}: pull that platform's "
+                         f"image (docker pull --platform {platform} {name}) or export it from its matrix row "
+                         "(--matrix M --platform ...)")
     public = _verify_key(verify_key)
     if public is not None:
         from imagebuild.sign.verify import check_image
@@ -197,8 +207,8 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
 
     ratio = f", {result.size / result.image_size:.0%} of the image's {format_size(result.image_size)}" \
         if result.image_size else ""
-    click.echo(f"wrote {result.path} ({format_size(result.size)}{ratio}) in {result.seconds:.1f} s; "
-               f"{result.sha256}")
+    click.echo(f"wrote {result.path} ({image_platform}, {format_size(result.size)}{ratio}) in "
+               f"{result.seconds:.1f} s; {result.sha256}")
     from imagebuild.oci.pyxis import container_image_flag
     from imagebuild.pasteable import file_argument, shell_join
 

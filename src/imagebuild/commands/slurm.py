@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from imagebuild.commands._options import verify_key_option
+from imagebuild.commands._options import platform_choice, verify_key_option
 from imagebuild.errors import UsageError
 
 ROOT_ENV = "IMAGEBUILD_HOST_ROOT"  # the same override `imagebuild run` reads
@@ -27,7 +27,7 @@ class _Chosen:
     push: dict[str, Any] = field(default_factory=dict)  # the record's push of the row to its repository
 
 
-def _matrix_image(matrix: str, only: str | None, flavor: str | None, registry: str | None,
+def _matrix_image(matrix: str, only: str | None, flavor: str | None, registry: str | None, platform: str | None,
                   echo: Callable[[str], None]) -> _Chosen:
     """The plan row's tag, or the .sqsh the record says was exported for the very image of these inputs."""
     from imagebuild.pipeline.loaded import load
@@ -35,7 +35,7 @@ def _matrix_image(matrix: str, only: str | None, flavor: str | None, registry: s
     from imagebuild.pipeline.selection import pick_one
 
     planned = load(matrix, registry, None, None, echo)
-    row = pick_one(planned.plan, only, flavor, str(planned.path))
+    row = pick_one(planned.plan, only, flavor, str(planned.path), platform)
     image_id = recorded_state(planned.record, row).image_id
     entry = planned.record.image(row.id) if planned.record is not None else None
     export = (entry.exports.get("squashfs") if entry is not None else None) or {}
@@ -83,6 +83,8 @@ def _verified(image: str, chosen: _Chosen | None, verify_key: str | None, echo: 
 @click.option("--only", help="with --matrix: the plan id / tag / glob of one image")
 @click.option("--flavor", type=click.Choice(["base", "runtime", "dev"]), help="with --matrix: narrow by flavor")
 @click.option("--registry", default=None, help="with --matrix: registry prefix the plan's tags carry")
+@click.option("--platform", default=None, metavar="OS/ARCH",
+              help="with --matrix: the row of the platform the nodes run (linux/arm64 for GH200)")
 @click.option("--nodes", "-N", type=int, default=1, show_default=True, help="nodes of the job")
 @click.option("--gpus-per-node", type=int, default=None, help="default: every GPU of the node model")
 @click.option("--mount", "mounts", multiple=True, metavar="SRC:DST[:FLAGS]", help="pyxis --container-mounts entry")
@@ -99,7 +101,7 @@ def _verified(image: str, chosen: _Chosen | None, verify_key: str | None, echo: 
 @click.option("--sbatch/--srun", "as_sbatch", default=True, help="print the sbatch script (default) or the srun line")
 @verify_key_option
 def command(args: Sequence[str], matrix: str | None, only: str | None, flavor: str | None, registry: str | None,
-            nodes: int, gpus_per_node: int | None, mounts: tuple[str, ...], workspace: str | None,
+            platform: str | None, nodes: int, gpus_per_node: int | None, mounts: tuple[str, ...], workspace: str | None,
             no_workspace: bool, workdir: str, job_name: str, partition: str | None, time_limit: str | None,
             host_root: Path | None, as_sbatch: bool, verify_key: str | None) -> int:
     """Print how to start IMAGE (a .sqsh from `imagebuild export`, or a tag) on Slurm with pyxis: one task per GPU,
@@ -124,11 +126,11 @@ def command(args: Sequence[str], matrix: str | None, only: str | None, flavor: s
     args = list(args)
     chosen = None
     if matrix:
-        chosen = _matrix_image(matrix, only, flavor, registry, echo)
+        chosen = _matrix_image(matrix, only, flavor, registry, platform_choice(platform), echo)
         image = chosen.image
     else:
-        if only or flavor or registry is not None:
-            raise UsageError("--only, --flavor and --registry go with --matrix")
+        if only or flavor or registry is not None or platform is not None:
+            raise UsageError("--only, --flavor, --platform and --registry go with --matrix")
         if not args or args[0] == "--":
             raise UsageError("give an IMAGE (.sqsh path or reference) or --matrix FILE --only SEL")
         image = args.pop(0)

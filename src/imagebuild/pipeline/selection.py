@@ -26,15 +26,18 @@ def select_images(plan: Plan, only: tuple[str, ...], matrix_path: Path | str) ->
     return Selection(only, named, select(plan, only) if only else list(plan.images))
 
 
-def pick_one(plan: Plan, only: str | None, flavor: str | None, matrix: str) -> ImagePlan:
-    """The ONE plan row `export` and `slurm` act on (`--only` pattern and/or `--flavor`); none or several: a usage
-    error naming the choices."""
-    rows = [i for i in plan.images if (not flavor or i.flavor == flavor) and (not only or matches(i, only))]
+def pick_one(plan: Plan, only: str | None, flavor: str | None, matrix: str, platform: str | None = None) -> ImagePlan:
+    """The ONE plan row `export` and `slurm` act on (`--only` pattern and/or `--flavor`, `--platform`); none or
+    several: a usage error naming the choices."""
+    rows = [i for i in plan.images if (not flavor or i.flavor == flavor) and (not only or matches(i, only))
+            and (not platform or i.variant.platform == platform)]
     if len(rows) == 1:
         return rows[0]
-    what = " ".join(p for p in (f"--only {only!r}" if only else "", f"--flavor {flavor}" if flavor else "") if p)
+    what = " ".join(p for p in (f"--only {only!r}" if only else "", f"--flavor {flavor}" if flavor else "",
+                                f"--platform {platform}" if platform else "") if p)
     if not rows:
         raise UsageError(f"{matrix}: {what or 'the plan'} matches no image; images: "
-                         + ", ".join(i.id for i in plan.images))
-    raise UsageError(f"{matrix}: {what or 'the plan'} matches {len(rows)} images; narrow with --only/--flavor: "
-                     + ", ".join(i.id for i in rows))
+                         + ", ".join(f"{i.id} ({i.variant.platform})" for i in plan.images))
+    narrow = "--only/--flavor/--platform" if len({i.variant.platform for i in rows}) > 1 else "--only/--flavor"
+    raise UsageError(f"{matrix}: {what or 'the plan'} matches {len(rows)} images; narrow with {narrow}: "
+                     + ", ".join(f"{i.id} ({i.variant.platform})" for i in rows))
