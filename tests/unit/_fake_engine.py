@@ -23,18 +23,8 @@ from typing import IO, Any
 
 from imagebuild.engine.stream import EngineError, read_stream
 
-DEFAULT_PUSH_DIGEST = "sha256:" + "1" * 64
 DEFAULT_HISTORY = [{"Size": 700, "CreatedBy": "/bin/sh -c big"}, {"Size": 300, "CreatedBy": "/bin/sh -c small"},
                    {"Size": 0, "CreatedBy": "LABEL x"}]
-
-
-def ok_push_stream(repository: str, tag: str, digest: str) -> list[dict]:
-    return [{"status": f"The push refers to repository [{repository}]"},
-            {"status": "Preparing", "id": "aaa"},
-            {"status": "Pushing", "id": "aaa", "progressDetail": {"current": 500, "total": 1000}},
-            {"status": "Pushed", "id": "aaa"},
-            {"status": f"{tag}: digest: {digest} size: 528"},
-            {"aux": {"Tag": tag, "Digest": digest, "Size": 528}, "progressDetail": {}}]
 
 
 class FakeBuildCall:
@@ -74,14 +64,12 @@ class FakeEngine:
         self.removed_images: list[str] = []
         self.removed: list[str] = []  # containers
         self.pulls: list[tuple[str, str, Mapping[str, str] | None]] = []
-        self.push_calls: list[tuple[str, str, Mapping[str, str] | None]] = []
         self.loaded: list[bytes] = []
         self.copies: list[tuple[str, str]] = []
         # scripts: what the next calls answer
         self.build_streams: list[list[object]] = []  # chunks of the next builds (default: made from the Dockerfile)
         self.build_error: Exception | None = None  # the engine refuses every build call with this
         self.pull_streams: list[list[object]] = []  # chunks of the next pulls (default: one status line)
-        self.push_scripts: list[list[dict] | Exception] = []  # chunks of the next pushes, or an error to raise
         self.load_streams: list[list[object]] = []
         self.histories: dict[str, list[dict[str, Any]]] = {}
         self.archives: dict[str, bytes] = {}  # image ID -> the tar copy_out gives back
@@ -171,22 +159,6 @@ class FakeEngine:
         digest = tag_or_digest.startswith("sha256:")
         ref = f"{repository}@{tag_or_digest}" if digest else f"{repository}:{tag_or_digest}"
         self.add_image(None if digest else ref, {}, repo_digests=(ref,) if digest else ())
-
-    def push(self, repository: str, tag: str, *, auth_config: Mapping[str, str] | None = None) -> Iterator[dict]:
-        self.push_calls.append((repository, tag, auth_config))
-        step = self.push_scripts.pop(0) if self.push_scripts else None
-        if isinstance(step, Exception):
-            raise step
-        if step is None:
-            step = ok_push_stream(repository, tag, DEFAULT_PUSH_DIGEST)
-        digest = next((c["aux"]["Digest"] for c in step if "aux" in c), None)
-        if digest:
-            if self.registry is not None:
-                self.registry.tags[(repository.split("/", 1)[1], tag)] = digest
-            info = self.inspect(f"{repository}:{tag}")
-            if info is not None and f"{repository}@{digest}" not in info["RepoDigests"]:
-                info["RepoDigests"].append(f"{repository}@{digest}")
-        return iter(step)
 
     def load(self, archive: Path) -> list[str]:
         self.loaded.append(archive.read_bytes())

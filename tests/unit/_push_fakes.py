@@ -32,11 +32,9 @@ def fake_registry(bad_auth: bool = False) -> FakeRegistry:
     return FakeRegistry(REG, bad_auth=bad_auth)
 
 
-def fake_engine(registry: FakeRegistry, scripts=None) -> FakeEngine:
-    """The fake engine whose pushes land in `registry`; `scripts`: the next pushes' streams (or errors to raise)."""
-    engine = FakeEngine(registry)
-    engine.push_scripts = list(scripts or [])
-    return engine
+def fake_engine(registry: FakeRegistry) -> FakeEngine:
+    """The fake engine beside `registry` (push copies its saved images there through the registry's copier)."""
+    return FakeEngine(registry)
 
 
 def add(engine: FakeEngine, ref: str, image_id: str = "sha256:img1", repo_digests=(), labels=None) -> None:

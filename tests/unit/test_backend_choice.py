@@ -76,24 +76,23 @@ def test_under_auto_an_option_of_one_backend_chooses_it(matrix, probed):
     assert said == ["backend auto: --builder given; building with BuildKit"]
 
 
-def test_an_option_of_another_backend_is_refused_in_one_line(monkeypatch):
-    seen: list[dict] = []
-    monkeypatch.setattr(building, "preflight", lambda name, settings: seen.append({name: settings}) or object)
+def test_an_option_of_another_backend_is_refused_in_one_line():
+    """chosen_backend decides before any preflight or engine question (flow.build_run, then backend_maker)."""
     plan = Plan("m.yaml", [image("a", "base", None)])  # its variant names the classic builder
     for settings, flags in ((BuildSettings(backend_options={"builder": "farm"}), "--builder"),
                             (BuildSettings(backend_options={"buildkit_cache": "reg/cache"}), "--buildkit-cache"),
                             (BuildSettings(backend_options={"builder": "farm", "buildkit_cache": "r/c"}), "--builder and --buildkit-cache")):
         with pytest.raises(UsageError) as err:
-            building.run_backend(plan, BuildInputs(), settings)
+            building.chosen_backend(plan, BuildInputs(), settings)
         assert str(err.value) == (f"{flags}: only the buildkit backend understands "
                                   f"{'them' if ' and ' in flags else 'it'}, and this build renders for and builds "
                                   f"with classic; choose --backend buildkit or drop {flags}")
         assert "\n" not in str(err.value)
-    assert not seen  # refused before any preflight
-    name, _ = building.run_backend(plan, BuildInputs(backend="buildkit"), BuildSettings(backend_options={"builder": "farm"}))
-    assert name == "buildkit" and seen == [{"buildkit": {"builder": "farm", "buildkit_cache": None}}]
-    name, _ = building.run_backend(plan, BuildInputs(), BuildSettings())
-    assert name == "classic" and seen[-1] == {"classic": {}}
+    name, own = building.chosen_backend(plan, BuildInputs(backend="buildkit"),
+                                        BuildSettings(backend_options={"builder": "farm"}))
+    assert name == "buildkit" and own == {"builder": "farm", "buildkit_cache": None}  # what its preflight gets
+    name, own = building.chosen_backend(plan, BuildInputs(), BuildSettings())
+    assert name == "classic" and own == {}
 
 
 def test_a_record_from_before_backends_were_recorded_is_a_classic_build():

@@ -166,16 +166,16 @@ OPTIONS = [(row.name, other.name, option) for row in BACKENDS.values() for other
 
 
 @pytest.mark.parametrize(("name", "owner", "option"), OPTIONS, ids=[f"{n}-{o.flag}" for n, _, o in OPTIONS])
-def test_an_option_only_another_backend_understands_is_refused(name, owner, option, monkeypatch):
-    seen: list[str] = []
-    monkeypatch.setattr(building, "preflight", lambda backend, settings: seen.append(backend) or object)
+def test_an_option_only_another_backend_understands_is_refused(name, owner, option):
     plan = Plan("m.yaml", [image("a", "base", None)])
-    with pytest.raises(UsageError) as err:
-        building.run_backend(plan, BuildInputs(backend=name), BuildSettings(backend_options={option.setting: "x"}))
+    with pytest.raises(UsageError) as err:  # chosen_backend: before any preflight or engine question
+        building.chosen_backend(plan, BuildInputs(backend=name), BuildSettings(backend_options={option.setting: "x"}))
     assert str(err.value).startswith(f"{option.flag}: only the {owner} backend understands it, and this build "
                                      f"renders for and builds with {name}")
-    assert "\n" not in str(err.value) and not seen  # refused before its preflight
-    assert building.run_backend(plan, BuildInputs(backend=owner), BuildSettings(backend_options={option.setting: "x"}))[0] == owner
+    assert "\n" not in str(err.value)
+    chosen, own = building.chosen_backend(plan, BuildInputs(backend=owner),
+                                          BuildSettings(backend_options={option.setting: "x"}))
+    assert chosen == owner and own[option.setting] == "x"
 
 
 def test_the_refusal_cases_cover_every_option_of_every_row():
@@ -210,7 +210,7 @@ def test_a_backend_gets_the_syntax_of_its_features_and_no_other(name):
 
 def test_build_has_a_flag_for_every_row_option_and_passes_it_to_the_settings(monkeypatch, tmp_path):
     """The CLI's backend flags come from the table: a row's option is a `build` flag whose value reaches
-    BuildSettings.backend_options under its setting (what run_backend hands the row's preflight)."""
+    BuildSettings.backend_options under its setting (what chosen_backend hands the row's preflight)."""
     import click
     from click.testing import CliRunner
 

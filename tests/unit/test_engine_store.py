@@ -14,7 +14,6 @@ from collections.abc import Iterator
 
 import docker
 import pytest
-import requests
 from _fake_engine import FakeEngine
 
 from imagebuild.engine.build import shutdown_response
@@ -191,17 +190,6 @@ def test_load_error_inside_the_stream_raises_and_lines_come_back(tmp_path, chunk
     ok, api = store([{"stream": "Loaded image: imagebuild-os/debian12:abc\n"}])
     assert ok.load(archive) == ["Loaded image: imagebuild-os/debian12:abc"]
     assert api.calls[0][1]["data"] == b"x"
-
-
-def test_push_connection_loss_is_a_connection_engine_error():
-    s, _ = store(error=requests.exceptions.ConnectionError("Connection reset by peer"))
-    with pytest.raises(EngineError) as err:
-        list(s.push("reg/x", "1"))
-    assert err.value.connection and "Connection reset by peer (timeout/EOF)" in str(err.value)
-    s, _ = store(error=docker.errors.APIError("502", response=None, explanation="bad gateway"))
-    with pytest.raises(EngineError, match="bad gateway") as err:
-        list(s.push("reg/x", "1"))
-    assert not err.value.connection
 
 
 def test_missing_image_is_none_other_errors_raise():

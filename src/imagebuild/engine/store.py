@@ -64,11 +64,6 @@ class ImageStore(Protocol):
         """Pull `repository:tag` or `repository@sha256:...`; EngineStreamError with the engine's error text."""
         ...
 
-    def push(self, repository: str, tag: str, *, auth_config: Mapping[str, str] | None = None) -> Iterator[Chunk]:
-        """The push stream, chunk by chunk (read it with engine.stream); EngineError(connection=True) when the
-        connection breaks or times out."""
-        ...
-
     def load(self, archive: Path) -> list[str]:
         """Load a docker-archive; the engine's "Loaded image ..." lines, EngineStreamError on an error chunk."""
         ...
@@ -156,19 +151,6 @@ class DockerImageStore:
             read_stream(self._api.pull(repository, **kw), on_chunk)
         except docker.errors.APIError as exc:
             raise _engine_error(exc) from None
-
-    def push(self, repository: str, tag: str, *, auth_config: Mapping[str, str] | None = None) -> Iterator[Chunk]:
-        import docker
-        import requests.exceptions
-
-        try:
-            yield from self._api.push(repository, tag, stream=True, decode=True,
-                                      auth_config=dict(auth_config) if auth_config is not None else None)
-        except docker.errors.APIError as exc:
-            raise _engine_error(exc) from None
-        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
-                requests.exceptions.ChunkedEncodingError) as exc:
-            raise EngineError(f"engine connection: {exc} (timeout/EOF)", connection=True) from None
 
     def load(self, archive: Path) -> list[str]:
         import docker

@@ -41,7 +41,7 @@ class RegistryAuth:
         return not (self.password or self.identity_token)
 
     def sdk_auth_config(self) -> dict[str, str] | None:
-        """The dict for `client.api.push(..., auth_config=)` (sent to the engine as X-Registry-Auth)."""
+        """The dict for an engine pull's `auth_config=` (sent to the engine as X-Registry-Auth)."""
         if self.identity_token:
             return {"identitytoken": self.identity_token, "serveraddress": self.registry}
         if self.username and self.password:

@@ -14,7 +14,7 @@ from imagebuild import builder
 from imagebuild.backends import AUTO, BACKENDS, plan_backend, spec
 from imagebuild.builder import BuildOptions
 from imagebuild.builder.backend import BuildBackend
-from imagebuild.builder.backends import BackendFactory, DeferredBackend, choose_auto, preflight
+from imagebuild.builder.backends import DeferredBackend, choose_auto, preflight
 from imagebuild.builder.progress import Progress
 from imagebuild.builder.remote import RegistryUnavailable, RemoteImage, find_in_registry
 from imagebuild.builder.sources import blocked_tags, unreachable
@@ -142,18 +142,10 @@ def concrete_backend(matrix_path: Path, inputs: BuildInputs, settings: BuildSett
     if len({n for n, _ in wanted}) == 1:
         name = wanted[0][0]
         line = f"backend auto: {' and '.join(f for _, f in wanted)} given; building with {spec(name).title}"
-    else:  # none (or options of two backends: refused by run_backend once the plan names one)
+    else:  # none (or options of two backends: refused by chosen_backend once the plan names one)
         name, line = choose_auto()
     say(line)
     return replace(inputs, backend=name)
-
-
-def run_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -> tuple[str, BackendFactory]:
-    """The run's backend (the one the plan is rendered for, a row of imagebuild/backends.py) after its preflight:
-    what it lacks here is one line (for BuildKit: no buildx, a builder that does not exist or answer, an engine whose
-    BuildKit lacks named contexts)."""
-    name, own = chosen_backend(plan, inputs, settings)
-    return name, preflight(name, own)
 
 
 def chosen_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -> tuple[str, dict[str, Any]]:
