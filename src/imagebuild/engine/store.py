@@ -2,7 +2,7 @@
 
 One protocol (`ImageStore`) and one implementation over the docker SDK (`DockerImageStore`); nothing outside
 `engine/` calls the SDK. Look-ups answer None for "no such image" instead of raising, errors come back as
-`EngineError` with the engine's own text, and every streamed call (build, pull, push, load) is read by
+`EngineError` with the engine's own text, and every streamed call (build, pull, load) is read by
 `engine.stream`, so an error chunk inside an HTTP-200 answer is never missed. The unit tests fake this protocol
 once (tests/unit/_fake_engine.py).
 
