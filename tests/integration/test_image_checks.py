@@ -1,4 +1,5 @@
-"""The image checks (pip check, ldd, one copy, arbitrary UID, hygiene, locale) against deliberately broken images.
+"""The image checks (pip check, ldd, one copy, arbitrary UID, hygiene, locale, CA bundle) against deliberately broken
+images.
 
 Each broken image is a tiny image FROM the real CPU runtime (or dev) image of images/cpu.yaml (conftest.cpu_build,
 or IMAGEBUILD_SMOKE_IMAGE / IMAGEBUILD_SMOKE_DEV_IMAGE), derived the way a user would (FROM + USER root + RUN), that
@@ -29,7 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_cli")]
 CHECKS = ("pip.check", "ldd.resolve", "locale.utf8", "locale.python",
           "hygiene.ssh_host_keys", "hygiene.tmp", "hygiene.pip_cache",
           "hygiene.apt_cache", "uid.home_writable",
-          "uid.tmp_writable", "uid.torch_import")
+          "uid.tmp_writable", "uid.torch_import", "system.ca_bundle")
 
 SITE = """$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"""
 
@@ -92,6 +93,9 @@ USER 1000
     "locale": ("runtime", """\
 ENV LANG=C LC_ALL=
 """, "locale.utf8", "LANG=C is not a UTF-8 locale"),
+    "cabundle": ("runtime", """\
+ENV SSL_CERT_FILE=/build-host/certs/corporate-ca.pem
+""", "system.ca_bundle", "SSL_CERT_FILE=/build-host/certs/corporate-ca.pem (no such file)"),
     "tmpgroup": ("runtime", """\
 USER 0
 RUN chgrp 1000 /tmp && chmod 1770 /tmp
