@@ -148,10 +148,12 @@ class FakeCopier:
         self.registry = registry
         self.closed = False
         self._bytes: dict[str, bytes] = {}
+        self.prepared: list[str] = []  # image IDs saved and compressed, in order
 
     def prepare(self, image_id: str, compression: str) -> Any:
         from imagebuild.push.skopeo import OCI_CONFIG, OCI_MANIFEST, Prepared
 
+        self.prepared.append(image_id)
         config = json.dumps({"image": image_id}).encode()
         layer = f"{image_id}-{compression}".encode() * 10
         zstd = compression == "zstd"

@@ -86,6 +86,9 @@ def test_push_with_password_stdin_writes_report(setup, tmp_path):
     assert r.code == 0
     assert sum(line.lstrip().startswith("unchanged ") for line in r.output.splitlines()) == 2
     assert len(reg.sends) == 2
+    # the record's push of these very images, still served: neither saved nor compressed again
+    assert rec.images[plan.images[1].id].pushes[plan.images[1].repository]["compression"] == "zstd"
+    assert r.output.count("as the record pushed this image") == 2, r.output
 
 
 def test_untested_images_are_not_pushed_by_default(setup):

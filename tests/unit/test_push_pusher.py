@@ -233,3 +233,26 @@ def test_push_plan_fails_a_tag_that_is_not_a_reference():
     results = push_plan(Plan("m", [img]), client=None, auth_for=lambda r: None, require_tests=False)
     assert results[0].push["status"] == "failed"
     assert "port '99999'" in results[0].push["error"]
+
+
+def test_a_recorded_push_still_served_is_unchanged_without_saving_or_compressing():
+    img = make_image(aliases=("2.9-cuda12.8-runtime",))
+    signed: list[str] = []
+    pusher, api, reg, *_ = make_pusher(sign_pushed=lambda image, ref: signed.append(ref) or {"by": "key"})
+    add(api, img.tag)
+    first = pusher.push_image(img, references(img))
+    copier = pusher.copier
+    assert first["status"] == "pushed" and copier.prepared == ["sha256:img1"]
+    again = pusher.push_image(img, references(img), known=first["digest"])
+    assert again["status"] == "unchanged" and again["digest"] == first["digest"] and again["recorded"]
+    assert copier.prepared == ["sha256:img1"]  # not saved or compressed again
+    assert again["layer_media_types"] == [ZSTD_LAYER] and again["size"] == first["size"]
+    assert signed == [f"{REG}/pytorch@{first['digest']}"] * 2  # a push with a key signs what its tags name
+    # a tag moved since (another image pushed under it): the whole push again, that tag put back
+    reg.tags[("pytorch", "2.9-cuda12.8-runtime")] = D2
+    third = pusher.push_image(img, references(img), known=first["digest"])
+    assert third["status"] == "pushed" and copier.prepared == ["sha256:img1"] * 2
+    assert reg.tags[("pytorch", "2.9-cuda12.8-runtime")] == first["digest"]
+    # a recorded digest the registry no longer has: pushed the whole way
+    fourth = pusher.push_image(img, references(img), known="sha256:" + "9" * 64)
+    assert fourth["status"] == "unchanged" and "recorded" not in fourth and len(copier.prepared) == 3

@@ -13,7 +13,7 @@ from typing import Any
 
 from imagebuild.engine.store import as_store
 from imagebuild.models import ImagePlan, ImageResult, Plan
-from imagebuild.oci import Reference, RegistryAuth, resolve_auth
+from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryAuth, resolve_auth
 from imagebuild.pipeline.layers import check_layer_limits
 from imagebuild.pipeline.loaded import RecordBook, Say
 from imagebuild.pipeline.located import Located
@@ -107,6 +107,25 @@ def compression_for(registry: str, settings: PushSettings, plan: Plan) -> str:
     return chosen.get(registry) or chosen.get("*") or DEFAULT_COMPRESSION
 
 
+def recorded_pushes(book: RecordBook, images: list[tuple[ImagePlan, Located]],
+                    compression: Callable[[str], str]) -> dict[str, str]:
+    """tag -> the digest the record says exactly this image (its ID now) was pushed as to the tag's repository
+    with the compression this push uses: the pusher's chance to find it unchanged without compressing it again."""
+    known: dict[str, str] = {}
+    for img, here in images:
+        entry = book.record.images.get(img.id) if book.record is not None and here.image_id else None
+        push = (entry.pushes.get(img.repository) if entry is not None else None) or {}
+        digest = push.get("digest")
+        try:
+            registry = Reference.parse(img.tag).registry
+        except ReferenceSyntaxError:
+            continue
+        if (digest and push.get("image_id") == here.image_id and push.get("status") in ("pushed", "unchanged")
+                and push.get("compression") == compression(registry)):
+            known[img.tag] = str(digest)
+    return known
+
+
 def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], book: RecordBook,
               settings: PushSettings, log: Say, *, describe_credentials: bool = False) -> PushRun:
     rows = gate_rows(images, book.record)
@@ -126,6 +145,7 @@ def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], 
         sign_pushed, sign_index = signer(client, plan, book, settings, key, public_pem,
                              {t: i for t, i in located.items() if i}, auth_for, log)
     pushed = push_plan(plan, client=client, auth_for=auth_for, images=[img for img, _ in images],
+                       known=recorded_pushes(book, images, lambda registry: compression_for(registry, settings, plan)),
                        compression=lambda registry: compression_for(registry, settings, plan),
                        report_rows={tag: row.for_push() for tag, row in rows.items()},
                        require_tests=settings.require_tests, log=lambda m: log(redact(m)), ca_file=settings.ca_file,

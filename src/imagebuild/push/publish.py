@@ -90,13 +90,15 @@ def push_plan(
     make_copier: Callable[[ImageStore], Copier] | None = None,
     sign_pushed: SignPushed | None = None,
     sign_index: SignIndex | None = None,
+    known: dict[str, str] | None = None,
 ) -> list[ImageResult]:
     """Push the selected images of `plan` (default: all) that were built (and tested, unless require_tests=False).
 
     Returns one ImageResult per selected image with `push` filled: status pushed | unchanged | failed | skipped
     (+ "reason"). Raises PushAuthError (exit 1) when a registry refuses the credentials. `sign_pushed(image,
     "REPO@DIGEST")` runs once the digest is written and verified, before any tag of it moves (a refusal fails that
-    image and leaves its tags where they were)."""
+    image and leaves its tags where they were). `known`: tag -> the digest the record says that very image was
+    pushed as with this compression (Pusher.push_image: unchanged without a save and a compression)."""
     selected = images if images is not None else plan.images
     rows = report_rows or {}
     results: list[ImageResult] = []
@@ -133,7 +135,8 @@ def push_plan(
                                            sleep=sleep, compression=compression(registry),
                                            copier=make_copier(store) if make_copier else None,
                                            sign_pushed=sign_pushed)
-            res.push = pushers[registry].push_image(image, refs, hold=image.tag in held)
+            res.push = pushers[registry].push_image(image, refs, hold=image.tag in held,
+                                                    known=(known or {}).get(image.tag))
             if res.push["status"] == "failed":
                 log(f"error: {image.tag}: push failed: {res.push.get('error')}")
             results.append(res)

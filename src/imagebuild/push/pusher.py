@@ -25,6 +25,7 @@ with `imagebuild.oci.RegistryClient`.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable
@@ -40,6 +41,7 @@ from imagebuild.oci import (
     RegistryAuth,
     RegistryAuthError,
     RegistryClient,
+    RegistryError,
 )
 from imagebuild.push.skopeo import DEFAULT_COMPRESSION, CopyError, Prepared, Skopeo, refused_format
 from imagebuild.retry import ENGINE_PUSH, RetryPolicy
@@ -136,10 +138,13 @@ class Pusher:
         self.copier.close()
 
     # -- one image ---------------------------------------------------------------------------------------------
-    def push_image(self, image: ImagePlan, refs: list[str] | None = None, *, hold: bool = False) -> dict[str, Any]:
+    def push_image(self, image: ImagePlan, refs: list[str] | None = None, *, hold: bool = False,
+                   known: str | None = None) -> dict[str, Any]:
         """Push `image` under `refs` (default: its tag). Returns the ImageResult.push record; raises PushAuthError
         on refused credentials, returns status "failed" for anything else that went wrong. `hold`: written by
-        digest (and signed) only, no tag moved: an index (push/index.py) takes its references over."""
+        digest (and signed) only, no tag moved: an index (push/index.py) takes its references over. `known`: the
+        digest the record says this very image was pushed as, with this compression: when the registry serves it
+        under every reference already, the image is unchanged without being saved and compressed again."""
         refs = refs or [image.tag]
         started = time.monotonic()
         rec: dict[str, Any] = {"status": "failed", "registry": self.auth.registry, "digest": None, "tags": list(refs),
@@ -151,6 +156,10 @@ class Pusher:
             for ref in refs:
                 parsed = self.parse(ref)
                 by_repo.setdefault(parsed.name, []).append(parsed)
+            if known is not None and self._still_served(image, by_repo, known, hold, rec):
+                rec["status"] = "unchanged"
+                rec["seconds"] = round(time.monotonic() - started, 2)
+                return rec
             prepared: Prepared | None = None
             for name, tags in by_repo.items():
                 repo_path = tags[0].repository
@@ -191,6 +200,41 @@ class Pusher:
             rec["error"] = redact(str(exc))
         rec["seconds"] = round(time.monotonic() - started, 2)
         return rec
+
+    def _still_served(self, image: ImagePlan, by_repo: dict[str, list[Reference]], digest: str, hold: bool,
+                      rec: dict[str, Any]) -> bool:
+        """Does every reference (`hold`: every repository, by digest) serve `digest`, the recorded push of this image?
+        Then `rec` is filled from the registry's manifest (signed again when the run signs) and nothing is prepared."""
+        for tags in by_repo.values():
+            repo_path = tags[0].repository
+            self.check_auth(repo_path)
+            wanted = [digest] if hold else [str(t.tag) for t in tags]
+            if any(self.served(repo_path, w) != digest for w in wanted):
+                return False
+        first = next(iter(by_repo.values()))
+        try:
+            body, media_type, served = self.registry.manifest_raw(first[0].repository, digest)
+        except RegistryAuthError as exc:
+            raise PushAuthError(str(exc)) from exc
+        except RegistryError:  # gone since: pushed again the whole way
+            return False
+        if served != digest:
+            return False
+        layers = json.loads(body).get("layers") or []
+        rec.update(digest=digest, size=len(body), media_type=media_type,
+                   layer_media_types=sorted({str(x.get("mediaType") or "") for x in layers if isinstance(x, dict)}),
+                   layers_existing=len(layers), recorded=True)
+        for name, tags in by_repo.items():
+            if self.sign_pushed is not None and "signed" not in rec:
+                self._sign(image, name, digest, rec)
+            if hold:
+                rec["unchanged"].append(f"{name}@{digest}")
+                rec["held"] = [str(t) for t in tags]
+            else:
+                rec["unchanged"] += [str(t) for t in tags]
+        self.log(f"{image.tag}: unchanged ({digest[:19]}, as the record pushed this image), skipped without "
+                 "saving or compressing it")
+        return True
 
     def _sign(self, image: ImagePlan, name: str, digest: str, rec: dict[str, Any]) -> None:
         """sign_pushed for the digest just written; a refusal moves no tag (no rollback needed)."""

@@ -67,7 +67,8 @@ def record_push(rec: Record, plan: Plan, results: list[ImageResult], image_ids: 
         entry = _entry(rec, img, by_tag)
         entry.pushes[img.repository] = {"status": push.get("status"), "digest": push.get("digest"),
                                         "image_id": image_ids.get(res.tag), "tags": push.get("tags") or [],
-                                        "at": now(), "seconds": push.get("seconds")}
+                                        "at": now(), "seconds": push.get("seconds"),
+                                        "compression": push.get("compression")}
         if push.get("signed"):  # the key (path or KMS URI, never a secret) and the attestations attached
             entry.pushes[img.repository]["signed"] = push["signed"]
         index = push.get("index") or {}
