@@ -9,6 +9,8 @@ side by side in one run. Prints a Markdown table (not a test).
    seconds and bytes the registry sent;
 4. one pip package is added to the runtime (`six`), rebuilt, pushed both ways again; each node, which has the old
    image, pulls the new one: seconds and bytes.
+`imagebuild push` starts with an empty compressed-layer cache of its own (push/compress.py): the first push
+compresses every layer, the +1 package push only the layers that changed (as on a build machine that keeps it).
 Every figure is read from the proxy (the registry side), not from the client.
 
     eval "$(scripts/modern-engine.sh --fresh /var/tmp/ib-bench-zstd)"
@@ -87,7 +89,8 @@ def push_now(matrix: Path, prefix: str, only: str, state: Path, proxy: FaultProx
     proxy.reset_counters()
     t0 = time.monotonic()
     imagebuild("push", "--matrix", str(matrix), "--registry", prefix, "--only", only, "--untested",
-               "--report-dir", str(state / "report-push"), env={"IMAGEBUILD_STATE_DIR": str(state)})
+               "--report-dir", str(state / "report-push"),
+               env={"IMAGEBUILD_STATE_DIR": str(state), "IMAGEBUILD_LAYER_CACHE": str(state / "layer-cache")})
     return time.monotonic() - t0, proxy.bytes_up
 
 

@@ -18,18 +18,24 @@ export IMAGEBUILD_CA_CERT="${IMAGEBUILD_CA_CERT:-${PIP_CERT:-/etc/ssl/certs/ca-c
 
 scripts/lint.sh
 
+# what this run started or made, undone on exit in reverse order whatever happens
+# (each entry is expanded when it runs, hence single quotes: SC2016 is meant)
+undo=()
+on_exit() { local i; for ((i=${#undo[@]}-1; i>=0; i--)); do eval "${undo[i]}" || true; done; }
+trap on_exit EXIT
+
 if [[ "${IMAGEBUILD_REUSE_ENGINE:-0}" == 1 ]]; then
   eval "$(scripts/docker-engine.sh)"
 else
   run_dir="$(mktemp -d /var/tmp/imagebuild-test.XXXXXX)"
-  cleanup() { scripts/docker-engine.sh --stop "$run_dir" || true; rm -rf "$run_dir"; }
-  trap cleanup EXIT
+  # shellcheck disable=SC2016
+  undo+=('scripts/docker-engine.sh --stop "$run_dir"; rm -rf "$run_dir"')
   eval "$(scripts/docker-engine.sh --fresh "$run_dir")"
 fi
 if [[ -z "${IMAGEBUILD_BUILDKIT_HOST:-}" ]]; then
   bk_dir="$(mktemp -d /var/tmp/imagebuild-bk.XXXXXX)"
-  cleanup_bk() { scripts/modern-engine.sh --stop "$bk_dir" || true; rm -rf "$bk_dir"; }
-  trap 'cleanup_bk; if declare -F cleanup >/dev/null; then cleanup; fi' EXIT
+  # shellcheck disable=SC2016
+  undo+=('scripts/modern-engine.sh --stop "$bk_dir"; rm -rf "$bk_dir"')
   bk_env="$(scripts/modern-engine.sh --fresh "$bk_dir")"
   IMAGEBUILD_BUILDKIT_HOST="$(sed -n 's/^export DOCKER_HOST=//p' <<<"$bk_env")"
   IMAGEBUILD_BUILDKIT_DOCKER_CONFIG="$(sed -n 's/^export DOCKER_CONFIG=//p' <<<"$bk_env")"
@@ -39,6 +45,11 @@ export IMAGEBUILD_BUILDKIT_DOCKER_CONFIG="${IMAGEBUILD_BUILDKIT_DOCKER_CONFIG:-$
 # linux/arm64 under QEMU (tests/integration/test_arm64_emulated.py): Debian's qemu-user-static handler, F flag
 scripts/binfmt.sh aarch64
 export IMAGEBUILD_REQUIRE_ENGINE=1  # a missing engine/tool fails the run instead of skipping tests
+# push's compressed-layer cache (push/compress.py) of this run only: no push may pass on blobs an earlier run left
+layer_cache="$(mktemp -d /var/tmp/imagebuild-layer-cache.XXXXXX)"
+# shellcheck disable=SC2016
+undo+=('rm -rf "$layer_cache"')
+export IMAGEBUILD_LAYER_CACHE="$layer_cache"
 echo "run-tests: engine at ${DOCKER_HOST:-default socket}; BuildKit engine at $IMAGEBUILD_BUILDKIT_HOST" >&2
 # every bench in --quick mode on this engine: a bench that crashes fails the run (its base build is reused below)
 scripts/bench-quick.sh

@@ -151,7 +151,8 @@ class FakeCopier:
         self.prepared: list[str] = []  # image IDs saved and compressed, in order
 
     def prepare(self, image_id: str, compression: str) -> Any:
-        from imagebuild.push.skopeo import OCI_CONFIG, OCI_MANIFEST, Prepared
+        from imagebuild.push.compress import OCI_CONFIG, OCI_MANIFEST
+        from imagebuild.push.skopeo import Prepared
 
         self.prepared.append(image_id)
         config = json.dumps({"image": image_id}).encode()

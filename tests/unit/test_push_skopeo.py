@@ -1,5 +1,7 @@
-"""push/skopeo.py: skopeo's flags, messages and auth file; a real `skopeo copy` of the fake engine's saved image
-into an OCI layout (zstd media types, the engine's config kept, the same digest twice); error classification."""
+"""push/skopeo.py + push/compress.py: the fake engine's saved image compressed layer by layer through the cache
+into a `dir:` folder (zstd/OCI or gzip/Docker media types, the engine's config kept, the same digest twice and on a
+fresh cache) that real skopeo copies byte for byte; a damaged cache blob, a layer that is not its diff ID; skopeo's
+messages, auth file and error classification."""
 
 from __future__ import annotations
 
@@ -11,23 +13,23 @@ from _fake_engine import FakeEngine
 
 from imagebuild.oci import RegistryAuth
 from imagebuild.push import classify
+from imagebuild.push.compress import LayerCache
 from imagebuild.push.pusher import refused_message
 from imagebuild.push.skopeo import (
     CopyError,
     Skopeo,
     auth_file_doc,
-    compress_args,
     refused_format,
     skopeo_message,
 )
 
 
-def test_compress_args_per_choice():
-    assert compress_args("zstd") == ["--format", "oci", "--dest-compress", "--dest-compress-format", "zstd",
-                                     "--dest-compress-level", "3"]
-    assert compress_args("gzip") == ["--format", "v2s2", "--dest-compress", "--dest-compress-format", "gzip"]
+def test_prepare_refuses_an_unknown_compression(tmp_path, monkeypatch):
+    monkeypatch.setenv("IMAGEBUILD_PUSH_TMP", str(tmp_path))
+    engine = FakeEngine()
+    image_id = engine.add_image("reg:5000/x:1", {})
     with pytest.raises(CopyError, match="choose one of zstd, gzip"):
-        compress_args("lz4")
+        Skopeo(engine, cache=LayerCache(tmp_path / "cache")).prepare(image_id, "lz4")
 
 
 def test_auth_file_holds_credentials_anonymous_holds_none():
@@ -63,41 +65,93 @@ def test_refused_message_is_one_line_naming_gzip():
     assert "\n" not in text and "reg:5000" in text and "--compression gzip" in text and "nothing was tagged" in text
 
 
-def test_prepare_with_real_skopeo_keeps_the_engine_config_and_is_deterministic(tmp_path, monkeypatch):
+def test_prepare_keeps_the_engine_config_is_deterministic_and_real_skopeo_reads_it(tmp_path, monkeypatch):
+    import hashlib
+    import io
+    import subprocess
+    import tarfile
+
     monkeypatch.setenv("IMAGEBUILD_PUSH_TMP", str(tmp_path))
     engine = FakeEngine()
     image_id = engine.add_image("reg:5000/x:1", {"io.imagebuild.flavor": "base"})
     saved = b"".join(engine.save(image_id))
-    copier = Skopeo(engine)
+    copier = Skopeo(engine, cache=LayerCache(tmp_path / "cache"))
     first = copier.prepare(image_id, "zstd")
     again = copier.prepare(image_id, "zstd")
     assert first.digest == again.digest  # zstd level 3 is deterministic: an unchanged image keeps its digest
+    assert (first.reused, again.reused) == (0, 1)  # the second time its layer came from the cache
     assert [m for _, _, m in first.layers] == ["application/vnd.oci.image.layer.v1.tar+zstd"]
     assert first.media_type == "application/vnd.oci.image.manifest.v1+json"
-    import io
-    import tarfile
-
     with tarfile.open(fileobj=io.BytesIO(saved)) as tar:
         engine_config = tar.extractfile("config.json").read()  # type: ignore[union-attr]
-    import hashlib
-
-    assert first.config[0] == "sha256:" + hashlib.sha256(engine_config).hexdigest()  # not skopeo's OCI rewrite
+    assert first.config[0] == "sha256:" + hashlib.sha256(engine_config).hexdigest()  # the engine's own bytes
+    # a fresh cache (another machine) compresses to the same blob
+    other = Skopeo(engine, cache=LayerCache(tmp_path / "cache2")).prepare(image_id, "zstd")
+    assert other.digest == first.digest and other.reused == 0
+    # the layout is what skopeo reads and sends: copied by real skopeo with --preserve-digests, byte for byte
+    out = tmp_path / "copied"
+    subprocess.run(["skopeo", "copy", "--quiet", "--preserve-digests", f"dir:{again.layout}", f"dir:{out}"],
+                   check=True, capture_output=True, timeout=120)
+    assert (out / "manifest.json").read_bytes() == again.manifest
     gz = copier.prepare(image_id, "gzip")
     assert [m for _, _, m in gz.layers] == ["application/vnd.docker.image.rootfs.diff.tar.gzip"]
-    assert gz.config == first.config
+    assert gz.media_type == "application/vnd.docker.distribution.manifest.v2+json" and gz.config == first.config
     work = copier.work
     assert stat.S_IMODE(work.stat().st_mode) == 0o700
     copier.close()
     assert not work.exists()
 
 
+def test_a_saved_layer_that_is_not_its_diff_id_and_a_damaged_cache_blob(tmp_path, monkeypatch):
+    import json as _json
+
+    from imagebuild.push.compress import LayerCache as Cache
+
+    monkeypatch.setenv("IMAGEBUILD_PUSH_TMP", str(tmp_path))
+    engine = FakeEngine()
+    image_id = engine.add_image("reg:5000/x:1", {})
+    cache = Cache(tmp_path / "cache")
+    copier = Skopeo(engine, cache=cache)
+    first = copier.prepare(image_id, "zstd")
+    [blob] = list((tmp_path / "cache" / "zstd").glob("*.blob"))
+    blob.write_bytes(b"damaged")  # a cache file altered on disk: compressed again, the same digest
+    assert copier.prepare(image_id, "zstd").digest == first.digest
+    assert blob.read_bytes() != b"damaged"
+    # an engine whose saved layer does not hash to its config's diff ID: one error naming both, nothing cached
+    real_save = engine.save
+
+    def tampered(image):
+        import io
+        import tarfile
+
+        data = b"".join(real_save(image))
+        out = io.BytesIO()
+        with tarfile.open(fileobj=io.BytesIO(data)) as src, tarfile.open(fileobj=out, mode="w") as dst:
+            for m in src.getmembers():
+                body = src.extractfile(m).read()  # type: ignore[union-attr]
+                if m.name == "config.json":
+                    doc = _json.loads(body)
+                    doc["rootfs"]["diff_ids"] = ["sha256:" + "0" * 64]
+                    body = _json.dumps(doc).encode()
+                m.size = len(body)
+                dst.addfile(m, io.BytesIO(body))
+        yield out.getvalue()
+
+    engine.save = tampered  # type: ignore[method-assign]
+    with pytest.raises(CopyError, match="not its diff ID sha256:0000"):
+        copier.prepare(image_id, "gzip")
+    assert not list((tmp_path / "cache" / "gzip").glob("*.blob"))
+    copier.close()
+
+
 def test_a_missing_skopeo_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("IMAGEBUILD_PUSH_TMP", str(tmp_path))
     engine = FakeEngine()
     image_id = engine.add_image("reg:5000/x:1", {})
-    copier = Skopeo(engine, binary=str(tmp_path / "no-skopeo"))
+    copier = Skopeo(engine, binary=str(tmp_path / "no-skopeo"), cache=LayerCache(tmp_path / "cache"))
+    prepared = copier.prepare(image_id, "zstd")
     with pytest.raises(CopyError, match="apt-get install skopeo"):
-        copier.prepare(image_id, "zstd")
+        copier.send(prepared, "reg:5000/x", RegistryAuth("reg:5000"), plain_http=True)
     copier.close()
 
 

@@ -287,8 +287,8 @@ class Pusher:
             prepared = self.copier.prepare(image_id, self.compression)
         except EngineError as exc:
             raise PushError(f"{image_id[:19]}: engine: {exc}") from exc
-        self.log(f"{image_id[:19]}: {len(prepared.layers)} layers compressed with {prepared.compression}: "
-                 f"{prepared.digest}")
+        self.log(f"{image_id[:19]}: {len(prepared.layers)} layers compressed with {prepared.compression} "
+                 f"({prepared.reused} of them from the compressed-layer cache): {prepared.digest}")
         return prepared
 
     # -- the two steps -----------------------------------------------------------------------------------------
