@@ -1,5 +1,5 @@
 """The one fake registry of the unit tests: what `imagebuild.oci.RegistryClient` answers (check_auth,
-manifest_digest, manifest, manifest_raw, blob, open_blob, put_manifest, delete_manifest) over dicts of manifests and blobs (no tests here; imported
+manifest_digest, manifest, manifest_raw, blob, open_blob, put_manifest) over dicts of manifests and blobs (no tests here; imported
 as `from _fake_registry import FakeRegistry`). The HTTP behaviour of the real client is tested against a real HTTP
 server in test_oci_registry.py.
 
@@ -35,7 +35,6 @@ class FakeRegistry:
         self.refuse_zstd = False  # a registry that predates zstd / OCI media types: the manifest PUT is refused
         self.send_errors: list[Exception] = []  # what the next copies into this registry raise (CopyError)
         self.sends: list[tuple[str, str, str | None, str | None]] = []  # (name, digest, user, password) per copy
-        self.refuse_delete = False  # delete_manifest answers as a registry with deletes turned off (405)
         self.refuse_index = False  # a registry that takes image manifests but no OCI image index
 
     # -- filling it ----------------------------------------------------------------------------------------------
@@ -110,14 +109,6 @@ class FakeRegistry:
         except (ValueError, AttributeError):
             media = "text/html"
         return body, media, digest
-
-    def delete_manifest(self, repository: str, digest: str) -> None:
-        self.calls.append(f"delete {digest}")
-        if self.refuse_delete:
-            raise RegistryError(f"{self.name}: DELETE manifest: HTTP 405: The operation is unsupported.", status=405)
-        self.manifests.pop(digest, None)
-        for key in [k for k, v in self.tags.items() if k[0] == repository and v == digest]:
-            del self.tags[key]
 
     def blob(self, repository: str, digest: str, max_bytes: int = 16 << 20) -> bytes:
         body = self.blobs[digest]

@@ -253,12 +253,6 @@ class RegistryClient:
         self._request("PUT", path, headers={"Content-Type": media_type}, scope=f"repository:{repository}:pull,push",
                       ok=(200, 201, 202), data=body)
 
-    def delete_manifest(self, repository: str, digest: str) -> None:
-        """Delete the manifest `digest` (and with it every tag naming it); RegistryError quoting the registry when it
-        refuses (a registry with deletes turned off answers 405)."""
-        self._request("DELETE", f"/v2/{repository}/manifests/{digest}", scope=f"repository:{repository}:delete",
-                      ok=(200, 202))
-
     def scheme(self) -> str:
         """http or https, as discovered with the `GET /v2/` ping (cosign needs --allow-http-registry for http)."""
         self._discover()
