@@ -96,16 +96,18 @@ def test_a_real_bake_of_the_exported_compose_file(bk_build, cpu_build, tmp_path)
     build's; its layers stand on the OS image build uses) and reports the bake's image ID."""
     result, client, bk_dir = bk_build
     assert result.returncode == 0
-    # the bake re-tags the session's base with its own build (other ids: its layers keep build-time dates); the
-    # session's base goes back on its tag afterwards, so later tests build on the base bk_build made
-    [session_base] = [(r["tag"], r["image_id"]) for r in
-                      json.loads((bk_dir / "report" / "build-report.json").read_text())["images"]
-                      if r["flavor"] == "base"]
+    # the bake re-tags the session's base (its tag and alias) with its own build (another ID: its layers keep
+    # build-time dates); every tag of the session's base goes back afterwards, so later tests build on the base
+    # bk_build made
+    [base_id] = [r["image_id"] for r in json.loads((bk_dir / "report" / "build-report.json").read_text())["images"]
+                 if r["flavor"] == "base"]
+    session_tags = list(client.api.inspect_image(base_id)["RepoTags"])
     try:
         _bake_then_build(client, cpu_build, tmp_path)
     finally:
-        repo, _, tag = session_base[0].rpartition(":")
-        client.api.tag(session_base[1], repo, tag)
+        for ref in session_tags:
+            repo, _, tag = ref.rpartition(":")
+            client.api.tag(base_id, repo, tag)
 
 
 def _bake_then_build(client, cpu_build, tmp_path) -> None:
