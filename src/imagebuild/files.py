@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import re
 import secrets
@@ -305,3 +306,12 @@ def check_output_file(path: Path | str, what: str) -> Path:
     except OSError as exc:
         raise FileProblem(f"{what} {target}: cannot write in {folder} ({exc.strerror or exc})") from None
     return target
+
+
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file, read in 1 MiB blocks (layers and wheels are gigabytes: never whole in memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

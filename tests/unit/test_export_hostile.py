@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from imagebuild.export.squashfs import check, sidecar
 from imagebuild.export.unpack import UnpackError, unpack
-from imagebuild.export.writer import sha256_file
+from imagebuild.files import sha256_file
 
 needs_squashfs = pytest.mark.skipif(not shutil.which("mksquashfs") or not shutil.which("unsquashfs"),
                                     reason="squashfs-tools not installed (scripts/system-deps.sh)")

@@ -209,8 +209,7 @@ def fetch_into_engine(store: ImageStore, ref: str, auth_config: dict[str, Any] |
     """`ref` through skopeo into a docker-archive in a private temporary folder, loaded into the engine, the folder
     removed (credentials in an auth file inside it, never on a command line)."""
     work = Path(tempfile.mkdtemp(prefix="imagebuild-pull-", dir=os.environ.get("IMAGEBUILD_PUSH_TMP")))
-    try:
-        work.chmod(0o700)
+    try:  # mkdtemp made it 0700
         registry = Reference.parse(ref).registry
         store.load(fetch_archive(ref, auth_from_sdk(registry, auth_config), work, plain_http=plain_http))
     finally:

@@ -191,10 +191,9 @@ def platform_choice(value: str | None) -> str | None:
         return None
     from imagebuild.compat import load as load_tables
 
-    known = list(load_tables().platforms)
-    text = value.strip().lower()
-    full = text if "/" in text else f"linux/{text}"
-    if full not in known:
+    tables = load_tables()
+    full = tables.platform(value)
+    if full is None:
         raise UsageError(f"--platform {value!r}: not a platform this project builds; valid choices: "
-                         + ", ".join(known))
+                         + ", ".join(tables.platform_names))
     return full

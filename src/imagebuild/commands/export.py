@@ -64,7 +64,7 @@ def _verify_key(flag: str | None) -> Any:
 
 def _check(path: Path) -> int:
     from imagebuild.export.squashfs import sidecar, verify
-    from imagebuild.export.writer import sha256_file
+    from imagebuild.files import sha256_file
 
     verdict = verify(path, sha256_of=sha256_file)
     if verdict.problems:
@@ -181,9 +181,11 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
         name = cast(str, image)
     image_platform = f"{info.get('Os') or 'linux'}/{info.get('Architecture') or '?'}"
     if platform is not None and image_platform != platform:
+        from imagebuild.pasteable import shell_join
+
+        pull = shell_join(["docker", "pull", "--platform", platform, name])
         raise UsageError(f"{name}: the engine's image is {image_platform}, not {platform}: pull that platform's "
-                         f"image (docker pull --platform {platform} {name}) or export it from its matrix row "
-                         "(--matrix M --platform ...)")
+                         f"image ({pull}) or export it from its matrix row (--matrix M --platform ...)")
     public = _verify_key(verify_key)
     if public is not None:
         from imagebuild.sign.verify import check_image

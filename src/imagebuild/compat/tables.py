@@ -124,6 +124,19 @@ class Tables:
     platforms: dict[str, PlatformInfo] = field(default_factory=dict)  # "linux/arm64" -> its facts
     default_platform: str = DEFAULT_PLATFORM
 
+    @property
+    def platform_names(self) -> list[str]:
+        return list(self.platforms) or [self.default_platform]
+
+    def platform(self, text: object) -> str | None:
+        """`text` as a platform of these tables: `linux/arm64`, or `arm64` as docker --platform reads it (case and
+        spaces aside); None when it names none of them."""
+        if not isinstance(text, str):
+            return None
+        name = text.strip().lower()
+        name = name if "/" in name else f"linux/{name}"
+        return name if name in self.platform_names else None
+
 
 def cuda_tag(cuda: str) -> str:
     """The wheel index / local version label: "cu128", "cu130" or "cpu"."""

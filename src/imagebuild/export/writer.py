@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import secrets
 import shutil
@@ -27,6 +26,7 @@ from imagebuild.errors import ImagebuildError
 from imagebuild.export import squashfs
 from imagebuild.export.enrootfiles import enroot_files
 from imagebuild.export.unpack import UnpackError, add_directory, add_file, pseudo_definitions, unpack
+from imagebuild.files import sha256_file
 from imagebuild.units import format_size
 
 FORMATS = ("squashfs", "docker-archive")
@@ -69,14 +69,6 @@ def _os_error(exc: OSError, what: str) -> ExportError:
         return ExportError(f"{what}: disk full ({exc.filename or 'no space left on device'}); nothing was left "
                            "under the final name")
     return ExportError(f"{what}: {exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else ""))
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class Progress:

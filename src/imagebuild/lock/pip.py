@@ -8,7 +8,6 @@ and no PIP_* variable of this machine: exactly the index, extra indexes, find-li
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ImagebuildError
-from imagebuild.files import certificate_blocks
+from imagebuild.files import certificate_blocks, sha256_file
 from imagebuild.lock.model import PipPin, canonical_name
 from imagebuild.secrets import redact
 
@@ -128,14 +127,6 @@ def _ca_bundle(extra: tuple[str, ...], tmp: Path) -> Path | None:
     return bundle
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def pins_from_report(report: dict[str, Any]) -> list[PipPin]:
     """Every install of a `pip install --report` document as a pin (name, version, sha256, file name)."""
     pins = []
@@ -147,7 +138,7 @@ def pins_from_report(report: dict[str, Any]) -> list[PipPin]:
         file = urllib.parse.unquote(parsed.path.rsplit("/", 1)[-1])
         sha = ((info.get("archive_info") or {}).get("hashes") or {}).get("sha256")
         if parsed.scheme == "file":  # a wheelhouse file: the hash of the bytes the build will read
-            sha = _file_sha256(Path(urllib.parse.unquote(parsed.path)))
+            sha = sha256_file(Path(urllib.parse.unquote(parsed.path)))
         if not sha:
             raise ImagebuildError(f"pip's report gives no sha256 for {meta.get('name')} ({redact(url)})")
         pins.append(PipPin(name=canonical_name(str(meta["name"])), version=str(meta["version"]), sha256=sha,

@@ -232,17 +232,15 @@ def _bootstrap_packages(value: Any, raw: str | None, tables: Tables) -> tuple[st
 
 def _platforms(value: Any, raw: str | None, tables: Tables) -> tuple[str, ...]:
     """A list of OS/architecture pairs; a row of several platforms builds each (one tag, several platforms)."""
-    known = list(tables.platforms) or [tables.default_platform]
+    known = tables.platform_names
     if isinstance(value, str):
         value = [value]  # `platforms: linux/arm64` means the one-element list
     if not isinstance(value, list) or not value:
         raise Bad(f"expected a non-empty list of platforms, got {describe(value)}", "valid choices: " + ", ".join(known))
     out: list[str] = []
     for i, item in enumerate(value):
-        name = item.strip().lower() if isinstance(item, str) else item
-        if isinstance(name, str) and "/" not in name and f"linux/{name}" in known:
-            name = f"linux/{name}"  # `arm64` is linux/arm64, as docker --platform reads it
-        if name not in known:
+        name = tables.platform(item)  # `arm64` is linux/arm64, as docker --platform reads it
+        if name is None:
             raise Bad(f"unknown platform {describe(item)}", suggest(str(item), known), sub=(i,))
         if name in out:
             raise Bad(f"platform {name} is listed twice", sub=(i,))

@@ -143,10 +143,13 @@ def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], 
         key, public_pem = signing
         log(f"push: signing with {key.describe()} (cosign {cosign_version()}, key-based, no transparency log)")
         sign_pushed, sign_index = signer(client, plan, book, settings, key, public_pem,
-                             {t: i for t, i in located.items() if i}, auth_for, log)
+                                         {t: i for t, i in located.items() if i}, auth_for, log)
+
+    def compression(registry: str) -> str:
+        return compression_for(registry, settings, plan)
+
     pushed = push_plan(plan, client=client, auth_for=auth_for, images=[img for img, _ in images],
-                       known=recorded_pushes(book, images, lambda registry: compression_for(registry, settings, plan)),
-                       compression=lambda registry: compression_for(registry, settings, plan),
+                       known=recorded_pushes(book, images, compression), compression=compression,
                        report_rows={tag: row.for_push() for tag, row in rows.items()},
                        require_tests=settings.require_tests, log=lambda m: log(redact(m)), ca_file=settings.ca_file,
                        retries=DEFAULT_RETRIES if settings.retries is None else settings.retries,

@@ -33,6 +33,7 @@ from typing import IO, Any
 import zstandard
 
 from imagebuild.errors import ImagebuildError
+from imagebuild.files import sha256_file
 
 ZSTD_LEVEL = 3  # CoreWeave's ml-containers' level: most of the size gain, compresses ~8x faster than gzip -6
 GZIP_LEVEL = 6
@@ -141,7 +142,7 @@ class LayerCache:
             digest = str(info["digest"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        if _file_digest(blob) != digest:  # damaged on disk: compress again
+        if "sha256:" + sha256_file(blob) != digest:  # damaged on disk: compress again
             return None
         os.utime(meta)  # used now: the last to be pruned
         return Blob(digest, int(info["size"]), blob, reused=True)
@@ -200,25 +201,22 @@ class LayerCache:
             total -= size
 
 
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-    return "sha256:" + h.hexdigest()
-
-
 @dataclass(frozen=True)
-class Compressed:
-    """A saved image as a skopeo `dir:` layout in `layout`: the config bytes as the engine wrote them, its layers
-    compressed (the cache's blobs linked or copied in), the manifest for `compression`."""
+class Prepared:
+    """An image compressed into a skopeo `dir:` folder, ready to be sent by digest (push/skopeo.py sends it)."""
 
     layout: Path
-    manifest: bytes
+    digest: str  # the manifest's digest: what the registry will serve
+    manifest: bytes  # its exact bytes (tags are PUT with these)
     media_type: str
-    config: tuple[str, int]
-    layers: tuple[tuple[str, int, str], ...]
-    reused: int  # layers taken from the cache
+    config: tuple[str, int]  # digest, size
+    layers: tuple[tuple[str, int, str], ...]  # digest, size, media type
+    compression: str
+    reused: int = 0  # layers taken from the compressed-layer cache, not compressed again
+
+    @property
+    def blobs(self) -> list[tuple[str, int]]:
+        return [self.config, *((d, n) for d, n, _ in self.layers)]
 
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -227,7 +225,7 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
 
 
-def compress_archive(archive: Path, layout: Path, compression: str, cache: LayerCache) -> Compressed:
+def compress_archive(archive: Path, layout: Path, compression: str, cache: LayerCache) -> Prepared:
     """A one-image docker-archive (`docker save`) as a `dir:` layout: OCI manifest + media types for zstd, Docker
     schema 2 for gzip; the config's bytes kept (so its digest stays the image ID)."""
     layout.mkdir(parents=True)
@@ -260,8 +258,9 @@ def compress_archive(archive: Path, layout: Path, compression: str, cache: Layer
     body = json.dumps(manifest, separators=(",", ":")).encode()
     (layout / "manifest.json").write_bytes(body)
     cache.prune(keep={str(b.path) for b in blobs})
-    return Compressed(layout, body, str(manifest["mediaType"]), (config_digest, len(config)),
-                      tuple((b.digest, b.size, layer_type) for b in blobs), sum(b.reused for b in blobs))
+    return Prepared(layout, "sha256:" + hashlib.sha256(body).hexdigest(), body, str(manifest["mediaType"]),
+                    (config_digest, len(config)), tuple((b.digest, b.size, layer_type) for b in blobs), compression,
+                    sum(b.reused for b in blobs))
 
 
 def _member(tar: tarfile.TarFile, name: str) -> bytes:

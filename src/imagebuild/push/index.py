@@ -20,9 +20,10 @@ import json
 from dataclasses import dataclass
 
 from imagebuild.models import DEFAULT_PLATFORM, ImagePlan
+from imagebuild.oci.answers import INDEX_TYPES
 from imagebuild.plan.tags import index_references
 
-INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
+INDEX_MEDIA_TYPE = INDEX_TYPES[0]  # the OCI image index (push writes no Docker manifest list)
 
 
 @dataclass(frozen=True)

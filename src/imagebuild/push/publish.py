@@ -9,18 +9,17 @@ index) is one `error:` line and no tag moved.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagebuild.engine.store import ImageStore, as_store
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import DEFAULT_PLATFORM, ImagePlan, ImageResult, Plan
 from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryAuth, RegistryAuthError, RegistryError
-from imagebuild.oci.answers import INDEX_TYPES
+from imagebuild.oci.answers import index_entries, is_index, parse_object
 from imagebuild.plan.tags import references
+from imagebuild.push.compress import OCI_MANIFEST
 from imagebuild.push.index import (
     INDEX_MEDIA_TYPE,
     IndexGroup,
@@ -39,7 +38,7 @@ from imagebuild.push.pusher import (
     SignIndex,
     SignPushed,
 )
-from imagebuild.push.skopeo import DEFAULT_COMPRESSION, Prepared
+from imagebuild.push.skopeo import DEFAULT_COMPRESSION
 from imagebuild.secrets import redact
 
 if TYPE_CHECKING:
@@ -174,7 +173,7 @@ def _publish(group: IndexGroup, results: dict[str, ImageResult], pushers: dict[s
                             f"{push.get('status', 'not pushed')}")
             continue
         members.append(Member(image.variant.platform, str(push["digest"]), int(push.get("size") or 0),
-                              str(push.get("media_type") or "application/vnd.oci.image.manifest.v1+json")))
+                              str(push.get("media_type") or OCI_MANIFEST)))
     if problems:
         rec: dict[str, Any] = {"status": "failed", "tags": list(group.refs),
                                "error": f"{group.refs[0]}: no index published ({'; '.join(problems)}); no tag was "
@@ -193,28 +192,22 @@ def _publish(group: IndexGroup, results: dict[str, ImageResult], pushers: dict[s
 def _registry_member(pusher: Pusher, image: ImagePlan) -> Member | None:
     """`image` as the registry holds it now: another platform's under its own tag; the default platform's (whose
     tag is the index's) as the entry for its platform in the index its tag names, or the manifest its tag names
-    when that is no index yet. None when the registry has neither."""
+    when that is no index yet. None when the registry has neither (or answers something that is neither)."""
     ref = pusher.parse(image.tag)
     try:
         body, media_type, digest = pusher.registry.manifest_raw(ref.repository, str(ref.tag))
+        doc = parse_object(body, str(ref))
+        if not is_index(doc, media_type):
+            return Member(image.variant.platform, digest, len(body), media_type)
+        if image.variant.platform != DEFAULT_PLATFORM:
+            return None  # its own tag names an index: not what push writes for one platform
+        entries = index_entries(doc, str(ref))
     except RegistryAuthError as exc:
         raise PushAuthError(str(exc)) from exc
     except RegistryError:
         return None
-    if media_type not in INDEX_TYPES:
-        return Member(image.variant.platform, digest, len(body), media_type)
-    if image.variant.platform != DEFAULT_PLATFORM:
-        return None  # its own tag names an index: not what push writes for one platform
-    try:
-        entries = json.loads(body).get("manifests") or []
-    except (ValueError, AttributeError):
-        return None
-    for entry in entries:
-        plat = entry.get("platform") or {} if isinstance(entry, dict) else {}
-        if isinstance(plat, dict) and f"{plat.get('os')}/{plat.get('architecture')}" == image.variant.platform:
-            return Member(image.variant.platform, str(entry.get("digest")), int(entry.get("size") or 0),
-                          str(entry.get("mediaType") or ""))
-    return None
+    return next((Member(image.variant.platform, e.digest, e.size, e.media_type) for e in entries
+                 if e.platform_name == image.variant.platform), None)
 
 
 def publish_index(pusher: Pusher, refs: list[str], members: list[Member],
@@ -229,11 +222,7 @@ def publish_index(pusher: Pusher, refs: list[str], members: list[Member],
                            "media_type": INDEX_MEDIA_TYPE, "tags": list(refs), "pushed": [], "unchanged": [],
                            "platforms": {m.platform: m.digest for m in members}, "seconds": 0.0}
     try:
-        by_repo: dict[str, list[Reference]] = {}
-        for ref in refs:
-            parsed = pusher.parse(ref)
-            by_repo.setdefault(parsed.name, []).append(parsed)
-        for name, tags in by_repo.items():
+        for name, tags in pusher.by_repository(refs).items():
             repo_path = tags[0].repository
             pusher.check_auth(repo_path)
             for m in members:
@@ -263,9 +252,7 @@ def publish_index(pusher: Pusher, refs: list[str], members: list[Member],
                         from None
             todo = [t for t in tags if pusher.served(repo_path, str(t.tag)) != digest]
             rec["unchanged"] += [str(t) for t in tags if t not in todo]
-            index = Prepared(layout=Path(), digest=digest, manifest=body, media_type=INDEX_MEDIA_TYPE,
-                             config=("", 0), layers=(), compression="")
-            pusher.point_tags(index, repo_path, todo)
+            pusher.point_tags(repo_path, todo, digest, body, INDEX_MEDIA_TYPE)
             rec["pushed"] += [str(t) for t in todo]
         rec["status"] = "pushed" if rec["pushed"] else "unchanged"
     except PushAuthError:

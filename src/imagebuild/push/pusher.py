@@ -25,7 +25,6 @@ with `imagebuild.oci.RegistryClient`.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from imagebuild.oci import (
     RegistryClient,
     RegistryError,
 )
+from imagebuild.oci.answers import image_manifest, parse_object
 from imagebuild.push.skopeo import DEFAULT_COMPRESSION, CopyError, Prepared, Skopeo, refused_format
 from imagebuild.retry import ENGINE_PUSH, RetryPolicy
 from imagebuild.secrets import redact
@@ -152,10 +152,7 @@ class Pusher:
                                "layers_existing": 0, "seconds": 0.0, "compression": self.compression}
         try:
             image_id = self._image_id(image.tag)
-            by_repo: dict[str, list[Reference]] = {}
-            for ref in refs:
-                parsed = self.parse(ref)
-                by_repo.setdefault(parsed.name, []).append(parsed)
+            by_repo = self.by_repository(refs)
             if known is not None and self._still_served(image, by_repo, known, hold, rec):
                 rec["status"] = "unchanged"
                 rec["seconds"] = round(time.monotonic() - started, 2)
@@ -191,7 +188,7 @@ class Pusher:
                     self._sign(image, name, prepared.digest, rec)
                 if not todo:
                     continue
-                self.point_tags(prepared, repo_path, todo)
+                self.point_tags(repo_path, todo, prepared.digest, prepared.manifest, prepared.media_type)
                 rec["pushed"] += [str(t) for t in todo]
             rec["status"] = "pushed" if rec["pushed"] else "unchanged"
         except PushAuthError:
@@ -220,10 +217,10 @@ class Pusher:
             return False
         if served != digest:
             return False
-        layers = json.loads(body).get("layers") or []
+        layers = image_manifest(parse_object(body, f"{first[0]}@{digest}"), f"{first[0]}@{digest}").layers
         rec.update(digest=digest, size=len(body), media_type=media_type,
-                   layer_media_types=sorted({str(x.get("mediaType") or "") for x in layers if isinstance(x, dict)}),
-                   layers_existing=len(layers), recorded=True)
+                   layer_media_types=sorted({layer.media_type for layer in layers}), layers_existing=len(layers),
+                   recorded=True)
         for name, tags in by_repo.items():
             if self.sign_pushed is not None and "signed" not in rec:
                 self._sign(image, name, digest, rec)
@@ -255,6 +252,14 @@ class Pusher:
         if info is None:
             raise PushError(f"{tag}: not built (no such local image)")
         return str(info["Id"])
+
+    def by_repository(self, refs: list[str]) -> dict[str, list[Reference]]:
+        """`refs` parsed (each checked: this registry, a tag, no digest) and grouped by repository name."""
+        by_repo: dict[str, list[Reference]] = {}
+        for ref in refs:
+            parsed = self.parse(ref)
+            by_repo.setdefault(parsed.name, []).append(parsed)
+        return by_repo
 
     def parse(self, ref: str) -> Reference:
         try:
@@ -334,15 +339,16 @@ class Pusher:
                  f"{sum(n for _, n in missing)} bytes)")
         return prepared.digest
 
-    def point_tags(self, prepared: Prepared, repo_path: str, tags: list[Reference]) -> None:
-        """Each tag -> the manifest already written by digest (a PUT of the same bytes), then checked."""
+    def point_tags(self, repo_path: str, tags: list[Reference], digest: str, manifest: bytes,
+                   media_type: str) -> None:
+        """Each tag -> the manifest (or index) already written by digest (a PUT of the same bytes), then checked."""
         for ref in tags:
             tag = str(ref.tag)
             try:
-                self.registry.put_manifest(repo_path, tag, prepared.manifest, prepared.media_type)
+                self.registry.put_manifest(repo_path, tag, manifest, media_type)
             except RegistryAuthError as exc:
                 raise PushAuthError(str(exc)) from exc
             served = self.served(repo_path, tag)
-            if served != prepared.digest:
-                raise PushError(f"{ref}: tagged {prepared.digest} but the registry serves {served or 'nothing'}")
-            self.log(f"{ref}: -> {prepared.digest}")
+            if served != digest:
+                raise PushError(f"{ref}: tagged {digest} but the registry serves {served or 'nothing'}")
+            self.log(f"{ref}: -> {digest}")

@@ -16,14 +16,12 @@ Two steps, so that a signer can sign the digest before any tag moves:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuild.engine.store import ImageStore
@@ -38,35 +36,13 @@ from imagebuild.oci.skopeo import (
     skopeo_version,
     write_auth_file,
 )
-from imagebuild.push.compress import (
-    LayerCache,
-    LayerError,
-    compress_archive,
-)
+from imagebuild.push.compress import LayerCache, LayerError, Prepared, compress_archive
 
 __all__ = ["COMPRESSIONS", "CopyError", "FormatRefused", "Prepared", "Skopeo", "auth_file_doc",
            "refused_format", "skopeo_message", "skopeo_version"]
 
 COMPRESSIONS = ("zstd", "gzip")
 DEFAULT_COMPRESSION = "zstd"
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """An image compressed into a skopeo `dir:` folder, ready to be sent by digest."""
-
-    layout: Path
-    digest: str  # the manifest's digest: what the registry will serve
-    manifest: bytes  # its exact bytes (tags are PUT with these)
-    media_type: str
-    config: tuple[str, int]  # digest, size
-    layers: tuple[tuple[str, int, str], ...]  # digest, size, media type
-    compression: str
-    reused: int = 0  # layers taken from the compressed-layer cache (push/compress.py), not compressed again
-
-    @property
-    def blobs(self) -> list[tuple[str, int]]:
-        return [self.config, *((d, n) for d, n, _ in self.layers)]
 
 
 class Skopeo:
@@ -117,14 +93,11 @@ class Skopeo:
             with archive.open("wb") as fh:
                 for chunk in self.store.save(image_id):
                     fh.write(chunk)
-            done = compress_archive(archive, layout, compression, self.cache)
+            return compress_archive(archive, layout, compression, self.cache)
         except (LayerError, tarfile.TarError, KeyError, ValueError) as exc:
             raise CopyError(f"{image_id[:19]}: the saved image cannot be compressed: {exc}") from None
         finally:
             archive.unlink(missing_ok=True)
-        return Prepared(layout=layout, digest="sha256:" + hashlib.sha256(done.manifest).hexdigest(),
-                        manifest=done.manifest, media_type=done.media_type, config=done.config, layers=done.layers,
-                        compression=compression, reused=done.reused)
 
     def send(self, prepared: Prepared, name: str, auth: RegistryAuth, *, plain_http: bool,
              ca_file: str | None = None) -> None:

@@ -59,17 +59,26 @@ def already_signed(digest_ref: str, public_key_pem: str, registry: Registry) -> 
     return done.returncode == 0
 
 
+def _signature(digest_ref: str, key: SigningKey, registry: Registry, public_key_pem: str | None,
+               refused: str) -> bool:
+    """`cosign sign` of `digest_ref` unless it verifies with this key already (returned: it did); SignError
+    "REF: <refused>: <cosign's reason>" when cosign refuses."""
+    if "@sha256:" not in digest_ref:
+        raise SignError(f"{digest_ref}: signing needs a digest reference (REPO@sha256:…), never a tag")
+    already = public_key_pem is not None and already_signed(digest_ref, public_key_pem, registry)
+    if not already:
+        done = run_cosign(["sign", *_signing_flags(key, registry), digest_ref], password=key.password,
+                          registry=registry)
+        if done.returncode != 0:
+            raise SignError(f"{digest_ref}: {refused}: {done.error}")
+    return already
+
+
 def sign_digest(digest_ref: str, key: SigningKey, registry: Registry, *, sbom: dict[str, Any],
                 provenance: dict[str, Any], public_key_pem: str | None = None) -> Signed:
     """Sign `digest_ref` (REPO@sha256:…) and attest its SBOM and provenance; SignError naming it on any refusal."""
-    if "@sha256:" not in digest_ref:
-        raise SignError(f"{digest_ref}: signing needs a digest reference (REPO@sha256:…), never a tag")
+    already = _signature(digest_ref, key, registry, public_key_pem, "not signed")
     flags = _signing_flags(key, registry)
-    already = public_key_pem is not None and already_signed(digest_ref, public_key_pem, registry)
-    if not already:
-        done = run_cosign(["sign", *flags, digest_ref], password=key.password, registry=registry)
-        if done.returncode != 0:
-            raise SignError(f"{digest_ref}: not signed: {done.error}")
     with tempfile.TemporaryDirectory(prefix="imagebuild-attest-") as tmp:
         os.chmod(tmp, 0o700)
         for kind, predicate in (("cyclonedx", sbom), ("slsaprovenance1", provenance)):
@@ -85,12 +94,5 @@ def sign_digest(digest_ref: str, key: SigningKey, registry: Registry, *, sbom: d
 def sign_index(digest_ref: str, key: SigningKey, registry: Registry, *, public_key_pem: str | None = None) -> Signed:
     """Sign an image index's digest (REPO@sha256:…) only: what a tag names is signed, and each platform image it
     lists carries its own signature and attestations (verify follows the index to them)."""
-    if "@sha256:" not in digest_ref:
-        raise SignError(f"{digest_ref}: signing needs a digest reference (REPO@sha256:…), never a tag")
-    already = public_key_pem is not None and already_signed(digest_ref, public_key_pem, registry)
-    if not already:
-        done = run_cosign(["sign", *_signing_flags(key, registry), digest_ref], password=key.password,
-                          registry=registry)
-        if done.returncode != 0:
-            raise SignError(f"{digest_ref}: index not signed: {done.error}")
+    already = _signature(digest_ref, key, registry, public_key_pem, "index not signed")
     return Signed(digest_ref, key.describe(), (), already)

@@ -25,7 +25,7 @@ from typing import Any
 
 from imagebuild.errors import ImagebuildError
 from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryClient, RegistryError
-from imagebuild.oci.answers import INDEX_TYPES
+from imagebuild.oci.answers import index_entries, is_index, parse_object
 from imagebuild.sign.cosign import CosignMissing, Registry, cosign_registry, run_cosign
 from imagebuild.sign.keys import PublicKey
 from imagebuild.sign.signer import PREDICATE_TYPES
@@ -161,24 +161,22 @@ def verify_reference(reference: str, key: PublicKey, registry: Registry, client:
 
 def index_members(client: RegistryClient, repository: str, digest: str, shown: str) -> dict[str, str]:
     """platform -> manifest digest when `digest` is an image index (push/index.py writes one per multi-platform
-    image); {} for an image manifest."""
-    found = client.manifest(repository, digest)
-    if found is None:
-        raise VerifyError(f"{shown}: the registry no longer serves {digest}")
-    doc = found[1]
-    if doc.get("mediaType") not in INDEX_TYPES and "manifests" not in doc:
+    image); {} for an image manifest. Read with oci/answers' checks (RegistryError naming the field otherwise)."""
+    try:
+        body, media_type, _ = client.manifest_raw(repository, digest)
+    except RegistryError as exc:
+        if exc.status == 404:
+            raise VerifyError(f"{shown}: the registry no longer serves {digest}") from None
+        raise
+    doc = parse_object(body, f"{shown} ({digest})")
+    if not is_index(doc, media_type):
         return {}
     members: dict[str, str] = {}
-    listed = doc.get("manifests")
-    for entry in listed if isinstance(listed, list) else []:
-        if not isinstance(entry, dict):
-            continue
-        raw = entry.get("platform")
-        plat: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        if plat.get("os") == "unknown" or plat.get("architecture") == "unknown":
+    for entry in index_entries(doc, f"{shown} ({digest})"):
+        if "unknown" in (entry.platform.get("os"), entry.platform.get("architecture")):
             continue  # BuildKit's attestation manifests: not an image a node runs
-        name = "/".join(str(plat[k]) for k in ("os", "architecture", "variant") if plat.get(k))
-        members[name or str(entry.get("digest"))] = str(entry.get("digest") or "")
+        name = "/".join(entry.platform[k] for k in ("os", "architecture", "variant") if entry.platform.get(k))
+        members[name or entry.digest] = entry.digest
     if not members:
         raise VerifyError(f"{shown}: {digest} is an image index that lists no platform image")
     return members
