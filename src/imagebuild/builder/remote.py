@@ -27,15 +27,13 @@ from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
 from imagebuild.engine.store import ImageStore
 from imagebuild.models import ImagePlan, ImageResult
 from imagebuild.oci import Reference, ReferenceSyntaxError
+from imagebuild.oci.answers import INDEX_TYPES
 from imagebuild.oci.registry import RegistryClient, RegistryError
 from imagebuild.oci.skopeo import auth_from_sdk, fetch_archive
 from imagebuild.secrets import redact
 
 if TYPE_CHECKING:
     from imagebuild.builder.state import RunState
-
-INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
-               "application/vnd.docker.distribution.manifest.list.v2+json")
 
 
 class RegistryUnavailable(Exception):
