@@ -39,10 +39,11 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from imagebuild.builder import BuildOptions, build_plan  # noqa: E402
+from imagebuild.builder.bootstrap import spec_for  # noqa: E402
 from imagebuild.builder.buildargs import proxy_build_args  # noqa: E402
 from imagebuild.builder.context import build_context  # noqa: E402
 from imagebuild.builder.progress import Progress  # noqa: E402
-from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL  # noqa: E402
+from imagebuild.builder.uptodate import INPUTS_LABEL  # noqa: E402
 from imagebuild.engine import connect  # noqa: E402
 from imagebuild.inputs import BuildInputs  # noqa: E402
 from imagebuild.models import Plan  # noqa: E402
@@ -111,7 +112,7 @@ def docker_build_warm(client, plan: Plan, tmp: Path) -> tuple[float, int, list[s
     for img in plan.images:
         info = client.api.inspect_image(img.tag)
         labels = info["Config"]["Labels"] or {}
-        base_id = ids.get(img.parent) if img.parent else labels.get(BASE_LABEL)
+        base_id = ids.get(img.parent) if img.parent else client.api.inspect_image(spec_for(img.variant).tag)["Id"]
         ctx = tmp / img.id
         ctx.mkdir(parents=True)
         f = build_context(img)
@@ -128,7 +129,7 @@ def docker_build_warm(client, plan: Plan, tmp: Path) -> tuple[float, int, list[s
                "--build-arg", f"REVISION={labels.get('org.opencontainers.image.revision', '')}"]
         for k, v in {**img.build_args, **img.secret_build_args, **proxy_build_args()}.items():
             cmd += ["--build-arg", f"{k}={v}"]
-        for k, v in {**img.labels, INPUTS_LABEL: img.inputs_hash, BASE_LABEL: base_id}.items():
+        for k, v in {**img.labels, INPUTS_LABEL: img.inputs_hash}.items():
             cmd += ["--label", f"{k}={v}"]
         t0 = time.monotonic()
         out = subprocess.run([*cmd, str(ctx)], capture_output=True, text=True, env=env)

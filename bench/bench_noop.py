@@ -39,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from imagebuild.builder.bootstrap import spec_for  # noqa: E402
 from imagebuild.inputs import BuildInputs  # noqa: E402
 from imagebuild.models import ImagePlan, Plan  # noqa: E402
 from imagebuild.plan import make_plan  # noqa: E402
@@ -46,7 +47,6 @@ from imagebuild.plan.assemble import select  # noqa: E402
 
 DEBIAN_DOCKER = "/usr/bin/docker"  # Debian's docker.io CLI (20.10), not a newer CLI elsewhere on PATH
 BUILDKIT_REPO = "ibnoop-buildkit"
-BASE_LABEL = "io.imagebuild.base-id"  # what imagebuild's base image records as its FROM (the OS image ID)
 
 
 @dataclass
@@ -205,7 +205,7 @@ def measure(args: argparse.Namespace, plan: Plan) -> tuple[Timings, int]:
     print(f"setup: imagebuild build {seconds:.1f} s", file=sys.stderr)
     images = select(plan, tuple(args.only))
     base = next(i for i in images if i.parent is None)
-    base_from = os_image_tag(docker_inspect(base.tag)["Config"]["Labels"][BASE_LABEL])
+    base_from = os_image_tag(docker_inspect(spec_for(base.variant).tag)["Id"])  # the bootstrap image build FROMs
     cmds = buildkit_commands(images, base_from, args.work)
     try:
         return timed_runs(args, cli, env, cmds, bk_env, images), len(images)

@@ -12,6 +12,7 @@ import json
 import pytest
 from _helpers import imagebuild
 
+from imagebuild.builder.bootstrap import spec_for
 from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
 
 pytestmark = pytest.mark.integration
@@ -59,12 +60,13 @@ def test_labels_and_from_chain_by_image_id(built):
         assert labels.get("io.imagebuild.torch") == (None if img.flavor == "base" else "2.13.0")
         assert labels["io.imagebuild.python"] == "3.11" and labels["io.imagebuild.os"] == "debian12"
         assert labels["org.opencontainers.image.created"] and labels["org.opencontainers.image.revision"]
-        if img.parent:
-            assert labels[BASE_LABEL] == ids[img.parent]
-            assert ids[img.parent] in {h["Id"] for h in client.api.history(img.tag)}
+        below = client.api.inspect_image(ids[img.parent] if img.parent else spec_for(img.variant).tag)
+        assert info["RootFS"]["Layers"][:len(below["RootFS"]["Layers"])] == below["RootFS"]["Layers"]  # stands on it
+        assert below["Id"] in {h["Id"] for h in client.api.history(img.tag)}  # FROM its image ID
+        if not img.parent:  # a root names the OS image it was built on; a child names no parent
+            assert below["Config"]["Labels"]["io.imagebuild.bootstrap-hash"] and labels[BASE_LABEL] == below["Id"]
         else:
-            boot = client.api.inspect_image(labels[BASE_LABEL])
-            assert boot["Config"]["Labels"]["io.imagebuild.bootstrap-hash"]
+            assert BASE_LABEL not in labels
 
 
 def test_inside_runtime_and_dev(built):

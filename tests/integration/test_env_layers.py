@@ -1,10 +1,10 @@
 """The runtime's Python environment in layers that follow change (issue 24, item 1), on real engines.
 
 On each backend the session's CPU runtime (conftest.cpu_build on the classic engine, conftest.bk_build on the modern
-one: images/cpu.yaml, torch 2.13.0 CPU from the wheelhouse, tiers torch + matrix) is rebuilt ONCE with one package
-(six) added to the matrix's pip_packages: every layer up to the torch tier keeps its diff ID and only the matrix tier
-(and the small steps above it) changes; the tiers' file sets are disjoint (no upper layer rewrites a lower one's
-file); `pip check` passes in the rebuilt image; its build report names each environment layer with its size. One
+one: images/cpu.yaml, torch 2.13.0 CPU from the wheelhouse, tiers torch + matrix-numpy: one layer per matrix package)
+is rebuilt ONCE with one package (six) added to the matrix's pip_packages: every layer up to numpy's keeps its diff ID,
+six's layer comes next and only it (and the small steps above it) is new; the tiers' file sets are disjoint (no upper
+layer rewrites a lower one's file); `pip check` passes in the rebuilt image; its build report names each environment layer with its size. One
 runtime build per backend in CI (the base is up to date: same inputs hash). The rebuild has its own records and
 registry namespace, so the session's tags and records still name the images/cpu.yaml builds.
 
@@ -22,7 +22,8 @@ from _helpers import BK_CONFIG, BK_HOST, ROOT, imagebuild
 
 from imagebuild.report.layers import tier_steps
 
-TIERS = ("torch", "matrix")  # the CPU runtime's tiers, in layer order (no nvidia wheels, no torch family, no TE)
+TIERS = ("torch", "matrix-numpy")  # the CPU runtime's tiers, in layer order (no nvidia wheels, torch family or TE)
+PLUS_SIX = (*TIERS, "matrix-six")  # its rebuild with six: one layer more, six's
 INPUTS_HASH = "io.imagebuild.inputs-hash"
 
 
@@ -62,7 +63,8 @@ def _first_runtime(client, image_id: str, inputs_hash: str) -> str:
     return image_id
 
 
-def _saved_layers(client, image_id: str, tmp: Path) -> tuple[list[str], dict[str, int], dict[str, set[str]]]:
+def _saved_layers(client, image_id: str, tmp: Path,
+                  tiers: tuple[str, ...] = TIERS) -> tuple[list[str], dict[str, int], dict[str, set[str]]]:
     """`docker save` of the image: (diff IDs, tier -> index into them, tier -> the files its layer holds)."""
     archive = tmp / "image.tar"
     with archive.open("wb") as f:
@@ -74,32 +76,35 @@ def _saved_layers(client, image_id: str, tmp: Path) -> tuple[list[str], dict[str
         made = [h.get("created_by") for h in config["history"] if not h.get("empty_layer")]
         diff_ids = config["rootfs"]["diff_ids"]
         assert len(made) == len(diff_ids) == len(manifest["Layers"])
-        steps = tier_steps(made, len(TIERS))
+        steps = tier_steps(made, len(tiers))
         assert steps is not None, made
         files: dict[str, set[str]] = {}
-        for tier, index in zip(TIERS, steps, strict=True):
+        for tier, index in zip(tiers, steps, strict=True):
             with tarfile.open(fileobj=tar.extractfile(manifest["Layers"][index]), mode="r|*") as layer:
                 files[tier] = {m.name.lstrip("./") for m in layer if not m.isdir()}
     archive.unlink()
-    return diff_ids, dict(zip(TIERS, steps, strict=True)), files
+    return diff_ids, dict(zip(tiers, steps, strict=True)), files
 
 
 def _check_layers(client, first_id: str, second: dict, tmp: Path) -> None:
     """first_id: the session's runtime; second: the report row of its rebuild with one package more."""
     diff_ids, index, files = _saved_layers(client, first_id, tmp)
     # no upper layer rewrites a lower one's file; each tier's own list of what it holds is in its layer
-    assert not files["torch"] & files["matrix"], sorted(files["torch"] & files["matrix"])[:10]
+    assert not files["torch"] & files["matrix-numpy"], sorted(files["torch"] & files["matrix-numpy"])[:10]
     assert "opt/venv/.imagebuild-layers/torch.txt" in files["torch"]
-    assert "opt/venv/.imagebuild-layers/matrix.txt" in files["matrix"]
+    assert "opt/venv/.imagebuild-layers/matrix-numpy.txt" in files["matrix-numpy"]
     assert any("/site-packages/torch/" in f for f in files["torch"])
-    assert any("/site-packages/numpy/" in f for f in files["matrix"])
+    assert any("/site-packages/numpy/" in f for f in files["matrix-numpy"])
     assert not any("/site-packages/numpy/" in f for f in files["torch"])
-    after = client.api.inspect_image(second["image_id"])["RootFS"]["Layers"]
+    after, index_after, files_after = _saved_layers(client, second["image_id"], tmp, PLUS_SIX)
+    six = index_after["matrix-six"]
+    assert six == index["matrix-numpy"] + 1 and any("/site-packages/six" in f for f in files_after["matrix-six"])
+    assert not files_after["matrix-six"] & (files["torch"] | files["matrix-numpy"])
     changed = [n for n, (a, b) in enumerate(zip(diff_ids, after, strict=False)) if a != b]
-    assert changed and changed[0] == index["matrix"], (changed, index)  # everything below the matrix tier kept
-    assert diff_ids[: index["matrix"]] == after[: index["matrix"]]
+    assert changed and changed[0] == six, (changed, index_after)  # every layer up to numpy's kept, six's is new
+    assert diff_ids[:six] == after[:six]
     # the report names each environment layer and its size, from the built image
-    assert [layer["tier"] for layer in second["env_layers"]] == list(TIERS)
+    assert [layer["tier"] for layer in second["env_layers"]] == list(PLUS_SIX)
     assert all(layer["size"] > 0 for layer in second["env_layers"])
     # pip check in the image: the tiers installed with --no-deps still make one consistent environment
     out = client.containers.run(second["image_id"], ["-m", "pip", "check"], entrypoint="/opt/venv/bin/python",
@@ -131,4 +136,5 @@ def test_buildkit_keeps_every_layer_below_the_changed_tier(cpu_build, bk_build, 
     bk = {"DOCKER_HOST": BK_HOST, "DOCKER_CONFIG": BK_CONFIG}
     second = _rebuild(cpu_build, tmp_path, bk, "--backend", "buildkit")
     _check_layers(bk_client, first_id, second, tmp_path)
-    assert first["env_layers"][0]["size"] == second["env_layers"][0]["size"]  # the torch tier: the same layer
+    # the torch and numpy tiers: the same layers
+    assert [x["size"] for x in first["env_layers"]] == [x["size"] for x in second["env_layers"][:2]]

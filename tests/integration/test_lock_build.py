@@ -115,7 +115,7 @@ def test_locked_cpu_runtime_installs_exactly_the_locked_files(engine, tmp_path):
     log = "".join(p.read_text() for p in (tmp_path / "logs").glob(f"*{runtime_id}*"))
     # the lock's files, tier by tier: each environment layer installs its part of the lock with --require-hashes
     assert "--lock /tmp/imagebuild-lock.txt" in log
-    for tier in ("torch", "matrix"):
+    for tier in ("torch", "matrix-numpy"):
         assert f"--require-hashes -r /opt/stage/opt/venv/.imagebuild-layers/{tier}.txt" in log, tier
 
     # every locked pip file (base + runtime) is installed at its locked version, every apt package at its version

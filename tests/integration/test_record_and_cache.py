@@ -144,5 +144,6 @@ def test_fresh_engine_takes_unchanged_images_from_the_registry(tested_build, eng
     have = {i["Id"] for i in client_b.api.images(all=True)}
     assert ids_a["runtime"] in have and ids_a["base"] not in have and ids_a["dev"] not in have
     dev = client_b.api.inspect_image(rows["dev"]["image_id"])
-    assert dev["Config"]["Labels"]["io.imagebuild.base-id"] == ids_a["runtime"]
+    below = client_b.api.inspect_image(ids_a["runtime"])["RootFS"]["Layers"]
+    assert dev["RootFS"]["Layers"][:len(below)] == below  # built on the pulled runtime
     print(f"registry cache (b) dev-only change: {seconds_b:.1f}s, runtime pulled once, dev built")

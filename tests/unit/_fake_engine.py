@@ -92,6 +92,8 @@ class FakeEngine:
                 if tag:
                     self.tags[tag] = iid
                 return iid
+            # an image has layers: one of its own unless given (a build's: its parent's and one more, _stream)
+            info.setdefault("RootFS", {"Layers": [_layer(iid)]})
             self.images_by_id[iid] = {"Id": iid, "Size": size, "Config": {"Labels": dict(labels)},
                                       "RepoDigests": list(repo_digests), **info}
             if tag:
@@ -234,11 +236,13 @@ class FakeEngine:
             call = FakeBuildCall(lambda: iter(chunks), self.build_error)
         else:
             steps = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
-            call = FakeBuildCall(lambda: self._stream(steps, tag, labels), self.build_error)
+            parent = self.inspect(build_args.get("BASE_IMAGE", "")) if build_args.get("BASE_IMAGE") else None
+            call = FakeBuildCall(lambda: self._stream(steps, tag, labels, parent), self.build_error)
         self.build_calls.append(call)
         return call
 
-    def _stream(self, steps: list[str], tag: str, labels: Mapping[str, str]) -> Iterator[dict]:
+    def _stream(self, steps: list[str], tag: str, labels: Mapping[str, str],
+                parent: Mapping[str, Any] | None = None) -> Iterator[dict]:
         with self.lock:
             self.active += 1
             self.max_active = max(self.max_active, self.active)
@@ -254,7 +258,10 @@ class FakeEngine:
                                                                     "non-zero code: 1"},
                                "error": "The command '/bin/sh -c false' returned a non-zero code: 1"}
                         return
-            extra = {"RootFS": {"Layers": self.layers_of(labels)}} if self.layers_of else {}
+            # the layers a classic build makes: its FROM image's, then one new (a rebuild: another new one)
+            below = list(((parent or {}).get("RootFS") or {}).get("Layers") or [])
+            layers = self.layers_of(labels) if self.layers_of else [*below, _layer(f"build-{next(self.counter)}")]
+            extra = {"RootFS": {"Layers": layers}}
             iid = self.add_image(tag, labels, **extra)
             yield {"aux": {"ID": iid}}
             yield {"stream": f"Successfully built {iid[7:19]}\n"}
@@ -264,3 +271,8 @@ class FakeEngine:
 
     def info(self) -> dict[str, Any]:
         return {"DockerRootDir": self.root or "/nonexistent"}
+
+
+def _layer(seed: str) -> str:
+    """A diff ID of its own for `seed`."""
+    return "sha256:" + hashlib.sha256(f"layer:{seed}".encode()).hexdigest()

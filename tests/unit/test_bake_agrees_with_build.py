@@ -1,7 +1,8 @@
 """The bake export is one more consumer of the plan: each target carries exactly the build args and labels `build`
 passes for the same image (compared with the builder's own requests to the one fake engine), and the images a bake
-makes are up to date for the next `build`. Only the base-id label differs: bake cannot know the parent's ID
-(builder/uptodate.py)."""
+makes are up to date for the next `build`: the same labels exactly (a root's base-id is the OS image's ID, which the
+export reads as build does; no label names a child's parent: builder/uptodate.py), each target exported as the
+BuildKit backend exports (rewrite-timestamp)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,15 @@ import yaml
 from _bake_cases import make_plan
 from _fake_engine import FakeEngine
 
-from imagebuild.builder.bake import planned_source_dates, write_bake
+from imagebuild.builder.bake import planned_base_ids, planned_source_dates, write_bake
 from imagebuild.builder.bootstrap import HASH_LABEL, spec_for
 from imagebuild.builder.executor import build_plan
 from imagebuild.builder.options import BuildOptions
 from imagebuild.builder.progress import Progress
-from imagebuild.builder.uptodate import BASE_LABEL
 
 BOOT_DATE, REG_DATE = 1761955200, 1700000000  # two OS images, two source dates: one per chain
 OS_LAYERS = ["sha256:" + "0" * 64]
+REG_LAYERS = ["sha256:" + "1" * 64]  # the registry base's (another OS image: other layers)
 
 
 def engine_with_os_images(plan) -> FakeEngine:
@@ -28,7 +29,7 @@ def engine_with_os_images(plan) -> FakeEngine:
     spec = spec_for(boot)
     fake.add_image(spec.tag, {HASH_LABEL: spec.hash()}, Created="2025-11-01T00:00:00Z",
                    RootFS={"Layers": OS_LAYERS})
-    fake.add_image(reg.base.ref, {}, Created="2023-11-14T22:13:20Z", RootFS={"Layers": OS_LAYERS})
+    fake.add_image(reg.base.ref, {}, Created="2023-11-14T22:13:20Z", RootFS={"Layers": REG_LAYERS})
     return fake
 
 
@@ -44,7 +45,7 @@ def resolved(value: str, env: dict[str, str]) -> str:
 def baked_targets(plan, fake, tmp_path, opts, env=None):
     dates, unread = planned_source_dates(plan, fake)
     doc = write_bake(plan, tmp_path / "docker-bake.yml", source_dates=dates, created=opts.created,
-                     revision=opts.revision or "")
+                     revision=opts.revision or "", base_ids=planned_base_ids(plan, fake))
     assert doc == yaml.safe_load((tmp_path / "docker-bake.yml").read_text())
     by_tag = {}
     for service in doc["services"].values():
@@ -67,8 +68,7 @@ def compare(plan, built, baked):
         skip = {"BASE_IMAGE", *img.secret_build_args}
         assert {k: v for k, v in args.items() if k not in skip} == \
             {k: v for k, v in call["buildargs"].items() if k not in skip}, img.tag
-        assert labels[BASE_LABEL] == "" and call["labels"][BASE_LABEL].startswith("sha256:")
-        assert {**labels, BASE_LABEL: "x"} == {**call["labels"], BASE_LABEL: "x"}, img.tag
+        assert labels == call["labels"], img.tag
 
 
 def test_every_target_carries_the_build_args_and_labels_build_passes(tmp_path):
@@ -109,12 +109,12 @@ def test_without_the_os_image_the_date_is_a_guess_and_says_so(tmp_path):
 
 
 def baked_into(fake, plan, baked, bad: str | None = None) -> dict[str, str]:
-    """The bake's images in the engine (its labels, base-id empty, its own layers on its parent's); `bad`: this
+    """The bake's images in the engine (its labels, its own layers on its parent's); `bad`: this
     tag's layers do not begin with its parent's (baked on another parent)."""
     ids = {}
     for n, img in enumerate(plan.images):
         depth = ["base", "runtime", "dev"].index(img.flavor) + 1
-        layers = OS_LAYERS + [f"sha256:{n // 3}{k}" + "f" * 62 for k in range(depth)]
+        layers = (REG_LAYERS if n // 3 else OS_LAYERS) + [f"sha256:{n // 3}{k}" + "f" * 62 for k in range(depth)]
         if img.tag == bad:
             layers = [*OS_LAYERS, "sha256:" + "9" * 64]
         ids[img.tag] = fake.add_image(img.tag, baked[img.tag][1], RootFS={"Layers": layers})
@@ -163,3 +163,27 @@ def test_a_target_of_another_platform_names_it_as_build_does(tmp_path):
         assert compose["services"][name]["build"].get("platforms") == want, name
         assert bake_json["target"][name].get("platforms") == want, name
     assert json.loads((tmp_path / "j" / "docker-bake.json").read_text()) == bake_json
+
+
+def test_each_target_exports_as_the_buildkit_backend_exports(tmp_path):
+    """The same layer bytes as build's need rewrite-timestamp: an archive per target on the docker driver with the
+    containerd store (its image exporter refuses the option), type=docker elsewhere, the builder's own otherwise."""
+    from imagebuild.builder.bake import OUTPUT_ARCHIVE, OUTPUT_ENGINE, OUTPUT_LOAD, archives
+
+    plan = make_plan()
+    fake = engine_with_os_images(plan)
+    dates, _ = planned_source_dates(plan, fake)
+    want = {OUTPUT_ARCHIVE: "type=docker,dest=bake-images/{}.tar,rewrite-timestamp=true",
+            OUTPUT_LOAD: "type=docker,rewrite-timestamp=true", OUTPUT_ENGINE: None}
+    for outputs, spec in want.items():
+        for name in ("docker-bake.yml", "docker-bake.json"):
+            doc = write_bake(plan, tmp_path / outputs / name, source_dates=dates, outputs=outputs)
+            if name.endswith(".yml"):
+                got = {k: (s["build"].get("x-bake") or {}).get("output") for k, s in doc["services"].items()}
+            else:
+                got = {k: t.get("output") for k, t in doc["target"].items()}
+            assert got == {k: [spec.format(k)] if spec else None for k in got}, (outputs, name)
+            found = archives(doc)
+            assert found == ([f"bake-images/{k}.tar" for k in got] if outputs == OUTPUT_ARCHIVE else [])
+            # buildx opens each archive's file without making its folder: the export makes it
+            assert (tmp_path / outputs / "bake-images").is_dir() == (outputs == OUTPUT_ARCHIVE)

@@ -48,7 +48,10 @@ def test_shape_targets_and_tags_equal_plan():
         # each target's own up-to-date labels, so a child never shows its parent's (LABEL is inherited)
         # a default per target: the date `build` gives it (0: none given here), SOURCE_DATE_EPOCH at bake time wins
         sde = '${SOURCE_DATE_EPOCH != "" ? SOURCE_DATE_EPOCH : "0"}'
-        assert t["labels"] == {**img.labels, "io.imagebuild.inputs-hash": img.inputs_hash, "io.imagebuild.base-id": "",
+        # a root's base-id: the OS image ID the export found (none here: empty), a variable of its OS at bake time
+        var = "OS_IMAGE_ID_" + target_name(img.variant.os.id)
+        root = {} if img.parent else {"io.imagebuild.base-id": "${" + f'{var} != "" ? {var} : ""' + "}"}
+        assert t["labels"] == {**img.labels, "io.imagebuild.inputs-hash": img.inputs_hash, **root,
                                "io.imagebuild.source-date-epoch": sde}
         assert t["args"]["SOURCE_DATE_EPOCH"] == sde
         assert t["context"] == f"ctx/{img.id}" and t["dockerfile"] == "Dockerfile"

@@ -19,7 +19,7 @@ from imagebuild.builder.executor import build_plan
 from imagebuild.builder.options import BuildOptions
 from imagebuild.builder.progress import Progress
 from imagebuild.builder.state import RunState
-from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
+from imagebuild.builder.uptodate import INPUTS_LABEL
 from imagebuild.engine.stream import EngineError
 from imagebuild.errors import UsageError
 from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions
@@ -248,7 +248,7 @@ def test_executor_builds_through_the_backend_protocol(tmp_path):
     assert first.request.secret_build_args == {"PIP_INDEX_URL": "https://u:s3cr3t@idx/"}
     assert second.request.parents["BASE_IMAGE"] == base_id
     assert second.request.labels == {"io.imagebuild.flavor": "runtime", INPUTS_LABEL: "sha256:runtime",
-                                     BASE_LABEL: base_id, "io.imagebuild.source-date-epoch": "0"}
+                                     "io.imagebuild.source-date-epoch": "0"}
     assert first.dockerfile == base.dockerfile and first.request.timeout == BuildOptions().build_timeout
     log = (tmp_path / "k-base.log").read_text()
     assert log.startswith(f"# {base.tag}\n# inputs hash sha256:base\n# BASE_IMAGE={OS_ID}\n")

@@ -93,11 +93,13 @@ def test_second_run_is_all_up_to_date_and_force_rebuilds(client, tmp_path):
     assert len(client.builds) == 2 * n
 
 
-def test_up_to_date_needs_same_base_id(client, tmp_path):
+def test_up_to_date_needs_the_layers_of_the_same_base(client, tmp_path):
     a = chain("a")
     run(client, plan_of(a), tmp_path)
-    # the base was rebuilt elsewhere with the same inputs: a new ID, so the children are stale
-    new_base = client.add_image(a[0].tag, {INPUTS_LABEL: a[0].inputs_hash, BASE_LABEL: client.tags[BASE_REF]})
+    # the base was rebuilt elsewhere with the same inputs on the same OS image: new layers, so the children are stale
+    os_layers = client.inspect(BASE_REF)["RootFS"]["Layers"]
+    new_base = client.add_image(a[0].tag, {INPUTS_LABEL: a[0].inputs_hash, BASE_LABEL: client.tags[BASE_REF]},
+                                RootFS={"Layers": [*os_layers, "sha256:" + "e" * 64]})
     results = run(client, plan_of(a), tmp_path)
     assert [r.status for r in results] == ["up-to-date", "built", "built"]
     assert client.builds[-2]["buildargs"]["BASE_IMAGE"] == new_base
@@ -157,8 +159,8 @@ def test_independent_images_build_in_parallel(client, tmp_path):
 
     orig = client._stream
 
-    def slow(steps, tag, labels):
-        for chunk in orig(steps, tag, labels):
+    def slow(steps, tag, labels, parent=None):
+        for chunk in orig(steps, tag, labels, parent):
             time.sleep(0.02)
             yield chunk
 

@@ -33,13 +33,20 @@ BASE = plan_image("base")
 RUNTIME = plan_image("runtime", BASE.tag)
 
 
-def put(reg: FakeRegistry, img: ImagePlan, labels: dict, arch: str = "amd64", base_id: str | None = None,
+OS_LAYERS = ["sha256:" + "a" * 64]
+
+
+def layers(img: ImagePlan, on: list[str] | None = None) -> list[str]:
+    """The diff IDs of `img` built on an image with layers `on` (default: the OS image's)."""
+    return [*(OS_LAYERS if on is None else on), "sha256:" + img.flavor.encode().hex().ljust(64, "0")]
+
+
+def put(reg: FakeRegistry, img: ImagePlan, labels: dict, arch: str = "amd64", on: list[str] | None = None,
         config_override: bytes | None = None) -> str:
-    """`img`'s tag in the registry: a manifest whose config carries `labels`; the config digest."""
-    labels = dict(labels)
-    if base_id:
-        labels["io.imagebuild.base-id"] = base_id
-    config = json.dumps({"os": "linux", "architecture": arch, "config": {"Labels": labels}}).encode()
+    """`img`'s tag in the registry: a manifest whose config carries `labels` and `img`'s own layer on `on` (see
+    `layers`); the config digest."""
+    config = json.dumps({"os": "linux", "architecture": arch, "config": {"Labels": dict(labels)},
+                         "rootfs": {"type": "layers", "diff_ids": layers(img, on)}}).encode()
     ref = Reference.parse(img.tag)
     digest = reg.put_image(ref.repository, ref.tag, config, [("sha256:l1", 1000), ("sha256:l2", 234)])
     if config_override is not None:
@@ -51,9 +58,9 @@ def full_labels(img: ImagePlan) -> dict:
     return {**img.labels, "io.imagebuild.inputs-hash": img.inputs_hash}
 
 
-def lookup(reg: FakeRegistry, images=(BASE, RUNTIME), local_id=None, arch="amd64"):
+def lookup(reg: FakeRegistry, images=(BASE, RUNTIME), local_layers=None, arch="amd64"):
     logs: list[str] = []
-    found = find_in_registry(list(images), lambda r: _Auth(), logs.append, local_id=local_id,
+    found = find_in_registry(list(images), lambda r: _Auth(), logs.append, local_layers=local_layers,
                              make_client=lambda auth: reg, arch=arch)
     return found, logs
 
@@ -66,7 +73,7 @@ class _Auth:
 def test_both_up_to_date_in_the_registry():
     reg = FakeRegistry()
     base_id = put(reg, BASE, full_labels(BASE))
-    rt_id = put(reg, RUNTIME, full_labels(RUNTIME), base_id=base_id)
+    rt_id = put(reg, RUNTIME, full_labels(RUNTIME), on=layers(BASE))
     found, logs = lookup(reg)
     assert found[BASE.tag].image_id == base_id and found[RUNTIME.tag].image_id == rt_id
     assert found[RUNTIME.tag].compressed == 1234 and found[RUNTIME.tag].ref.startswith(f"{REG}/pytorch@sha256:")
@@ -101,8 +108,8 @@ def test_config_that_does_not_hash_to_its_digest_means_a_local_build():
 
 def test_registry_error_mid_lookup_discards_everything():
     reg = FakeRegistry()
-    base_id = put(reg, BASE, full_labels(BASE))
-    put(reg, RUNTIME, full_labels(RUNTIME), base_id=base_id)
+    put(reg, BASE, full_labels(BASE))
+    put(reg, RUNTIME, full_labels(RUNTIME), on=layers(BASE))
     reg.fail_on = RUNTIME.tag.split(":")[-1]
     with pytest.raises(RegistryUnavailable, match="HTTP 500"):
         lookup(reg)
@@ -122,17 +129,17 @@ def test_refused_credentials_mean_a_local_build():
 def test_child_built_on_another_parent_is_rebuilt():
     reg = FakeRegistry()
     put(reg, BASE, full_labels(BASE))
-    put(reg, RUNTIME, full_labels(RUNTIME), base_id="sha256:" + "0" * 64)
+    put(reg, RUNTIME, full_labels(RUNTIME), on=layers(BASE, on=["sha256:" + "0" * 64]))  # on another OS image
     found, logs = lookup(reg)
     assert BASE.tag in found and RUNTIME.tag not in found
-    assert any("built on 000000000000" in line for line in logs)
+    assert any("do not begin with the layers of its parent" in line for line in logs)
 
 
 def test_child_on_a_local_parent_and_missing_tags():
     reg = FakeRegistry()
-    local = "sha256:" + "1" * 64
-    put(reg, RUNTIME, full_labels(RUNTIME), base_id=local)
-    found, logs = lookup(reg, local_id=lambda img: local)  # base not in the registry, but here with that ID
+    local = ["sha256:" + "1" * 64, "sha256:" + "2" * 64]
+    put(reg, RUNTIME, full_labels(RUNTIME), on=local)
+    found, logs = lookup(reg, local_layers=lambda img: local)  # base not in the registry, but here with those layers
     assert list(found) == [RUNTIME.tag]
     assert any("not in reg.example:5000/ml" in line for line in logs)
 
@@ -169,9 +176,9 @@ def test_use_remote_pulls_only_what_a_child_builds_on(monkeypatch):
     assert len(pulls) == 1  # nothing builds on it: not pulled
 
 
-def put_zstd(reg: FakeRegistry, img: ImagePlan, labels: dict, base_id: str | None = None) -> str:
+def put_zstd(reg: FakeRegistry, img: ImagePlan, labels: dict, on: list[str] | None = None) -> str:
     """`img` pushed as `imagebuild push` writes it: an OCI manifest with zstd layers."""
-    cfg = put(reg, img, labels, base_id=base_id)
+    cfg = put(reg, img, labels, on=on)
     ref = Reference.parse(img.tag)
     manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
                 "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cfg, "size": 1},
@@ -183,7 +190,7 @@ def put_zstd(reg: FakeRegistry, img: ImagePlan, labels: dict, base_id: str | Non
 
 def test_a_zstd_parent_is_marked_for_skopeo_only_on_an_engine_that_cannot_inflate_zstd():
     reg = FakeRegistry()
-    base_id = put_zstd(reg, BASE, full_labels(BASE))
+    put_zstd(reg, BASE, full_labels(BASE))
     logs: list[str] = []
     found = find_in_registry([BASE, RUNTIME], lambda r: _Auth(), logs.append, make_client=lambda auth: reg,
                              arch="amd64", pulls_zstd=False)
@@ -192,7 +199,7 @@ def test_a_zstd_parent_is_marked_for_skopeo_only_on_an_engine_that_cannot_inflat
     modern = find_in_registry([BASE, RUNTIME], lambda r: _Auth(), logs.append, make_client=lambda auth: reg,
                               arch="amd64", pulls_zstd=True)
     assert BASE.tag in modern and not modern[BASE.tag].zstd
-    put_zstd(reg, RUNTIME, full_labels(RUNTIME), base_id=base_id)
+    put_zstd(reg, RUNTIME, full_labels(RUNTIME), on=layers(BASE))
     both = find_in_registry([BASE, RUNTIME], lambda r: _Auth(), logs.append, make_client=lambda auth: reg,
                             arch="amd64", pulls_zstd=False)
     assert set(both) == {BASE.tag, RUNTIME.tag}

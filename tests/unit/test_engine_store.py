@@ -3,7 +3,8 @@ place the unit tests look below the store protocol. Every other test fakes the s
 
 What is checked here is the translation: the build request the classic builder gets, cancel shutting the streaming
 response, error chunks inside HTTP-200 streams (pull, push, load) raising the engine's own text, "no such image"
-answering None."""
+answering None; an inspect answer kept until anything (a store write, a docker CLI call that may change images, a
+build process still running) could have changed it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import docker
 import pytest
 from _fake_engine import FakeEngine
 
+from imagebuild.engine import cli
+from imagebuild.engine import store as store_mod
 from imagebuild.engine.build import shutdown_response
 from imagebuild.engine.store import DockerImageStore, ImageStore, as_store
 from imagebuild.engine.stream import EngineError, EngineStreamError, error_text, read_stream
@@ -75,7 +78,11 @@ class LowLevelAPI:
         self.calls.append(("inspect", {"ref": ref}))
         if self.error:
             raise self.error
-        return {"Id": FULL_ID}
+        return {"Id": FULL_ID, "RepoTags": [ref]}
+
+    def tag(self, image, repository, tag, force=False):
+        self.calls.append(("tag", {"image": image, "repository": repository, "tag": tag}))
+        return True
 
 
 class Client:
@@ -216,3 +223,69 @@ def test_error_text_and_read_stream_read_every_chunk():
     with pytest.raises(EngineStreamError) as err:
         read_stream([{"error": "one"}, {"status": "s"}, {"error": "two"}, {"error": "one"}], seen.append)
     assert err.value.messages == ["one", "two"] and str(err.value) == "one; two" and seen == [{"status": "s"}]
+
+
+def _inspects(api: LowLevelAPI) -> list[str]:
+    return [kw["ref"] for name, kw in api.calls if name == "inspect"]
+
+
+def test_an_inspect_answer_is_kept_until_this_process_changes_the_engine():
+    s, api = store()
+    assert s.inspect("x:1") == {"Id": FULL_ID, "RepoTags": ["x:1"]} and s.image_id("x:1") == FULL_ID
+    assert DockerImageStore(s.client).inspect("x:1")["Id"] == FULL_ID  # another store on the same connection
+    assert _inspects(api) == ["x:1"]
+    s.inspect("y:1")
+    assert _inspects(api) == ["x:1", "y:1"]
+    s.tag(FULL_ID, "x", "2")  # a write: every answer read before it is asked again
+    s.inspect("x:1")
+    s.inspect("x:1")
+    assert _inspects(api) == ["x:1", "y:1", "x:1"]
+    other, other_api = store()
+    other.inspect("x:1")
+    assert _inspects(other_api) == ["x:1"]  # another connection: answers of its own
+
+
+def test_a_kept_answer_is_a_copy_and_not_found_is_kept_but_errors_are_not():
+    s, _ = store()
+    s.inspect("x:1")["RepoTags"].append("changed:by-a-caller")
+    assert s.inspect("x:1")["RepoTags"] == ["x:1"]
+    gone, gone_api = store(error=docker.errors.ImageNotFound("No such image: x:1"))
+    assert gone.inspect("x:1") is None and gone.image_id("x:1") is None and _inspects(gone_api) == ["x:1"]
+    broken, broken_api = store(error=docker.errors.APIError("500", explanation="engine broke"))
+    for _ in range(2):
+        with pytest.raises(EngineError):
+            broken.inspect("x:1")
+    assert _inspects(broken_api) == ["x:1", "x:1"]
+
+
+def test_an_answer_older_than_the_limit_is_asked_again(monkeypatch):
+    s, api = store()
+    monkeypatch.setattr(store_mod, "ANSWER_SECONDS", -1.0)  # every kept answer too old
+    s.inspect("x:1")
+    s.inspect("x:1")
+    assert _inspects(api) == ["x:1", "x:1"]
+
+
+def test_docker_cli_calls_that_may_change_images_void_the_kept_answers(monkeypatch, tmp_path):
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = buildx ] && [ \"$2\" = build ] && sleep 0.3\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("IMAGEBUILD_DOCKER_CLI", str(fake))
+    s, api = store()
+    s.inspect("x:1")
+    assert cli.run(["version"]).ok and cli.run(["image", "inspect", "x:1"]).ok  # questions only
+    s.inspect("x:1")
+    assert _inspects(api) == ["x:1"]
+    assert cli.run(["image", "tag", FULL_ID, "x:2"]).ok  # a change
+    s.inspect("x:1")
+    assert _inspects(api) == ["x:1", "x:1"]
+    process = cli.start(["buildx", "build", "."])  # runs on: nothing kept while it does
+    s.inspect("x:1")
+    s.inspect("x:1")
+    assert process.wait(timeout=10) == 0
+    assert _inspects(api) == ["x:1"] * 4
+    s.inspect("x:1")
+    s.inspect("x:1")
+    assert _inspects(api) == ["x:1"] * 5
+    assert cli.reads_only(["buildx", "inspect"]) and not cli.reads_only(["buildx", "inspect", "--bootstrap", "b"])
+    assert not cli.reads_only(["image", "load", "--input", "a.tar"])

@@ -133,10 +133,16 @@ def test_main_writes_one_file_per_tier(tmp_path, monkeypatch):
 
 def test_the_render_has_only_the_tiers_with_something_to_hold():
     cpu = render_image(replace(CPU, pip_packages={"runtime": ("numpy",)}), "runtime")
-    assert [name for name, _ in cpu.env_layers] == ["torch", "matrix"]
-    assert "AS tier-nvidia" not in cpu.dockerfile and "COPY --from=tier-matrix /opt/stage/ /" in cpu.dockerfile
+    assert [name for name, _ in cpu.env_layers] == ["torch", "matrix-numpy"]
+    assert "AS tier-nvidia" not in cpu.dockerfile and "COPY --from=tier-matrix-numpy /opt/stage/ /" in cpu.dockerfile
     spec = json.loads(cpu.context_files[tiers.SPEC])
     assert [t["requires"] for t in spec["tiers"]] == [["torch==2.13.0+cpu"], ["numpy"]]
+    # each matrix package in a layer of its own, by name: one more package is one more layer, the others unchanged
+    two = render_image(replace(CPU, pip_packages={"runtime": ("six==1.17.0", "numpy", "Py_YAML>=6")}), "runtime")
+    assert [name for name, _ in two.env_layers] == ["torch", "matrix-numpy", "matrix-py-yaml", "matrix-six"]
+    spec = json.loads(two.context_files[tiers.SPEC])
+    assert [t["requires"] for t in spec["tiers"]] == [["torch==2.13.0+cpu"], ["numpy"], ["Py_YAML>=6"],
+                                                      ["six==1.17.0"]]
     assert cpu.context_files[tiers.SCRIPT] == tiers.script_file()
     no_pip = replace(CPU, pip_packages={})
     assert [name for name, _ in render_image(no_pip, "runtime").env_layers] == ["torch"]
@@ -200,7 +206,7 @@ def test_plan_shows_each_runtime_layer_not_built_without_an_image(tmp_path):
                               check=True).stdout
 
     rows = {row["flavor"]: row for row in json.loads(plan("--json"))}
-    assert [(x["tier"], x["size"]) for x in rows["runtime"]["layers"]] == [("torch", None), ("matrix", None)]
+    assert [(x["tier"], x["size"]) for x in rows["runtime"]["layers"]] == [("torch", None), ("matrix-numpy", None)]
     assert "layers" not in rows["base"] and "layers" not in rows["dev"]
     text = plan()
     assert "environment layers, least changing first" in text and "not built" in text

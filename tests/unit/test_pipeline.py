@@ -125,7 +125,7 @@ def test_registry_cache_is_not_asked_when_the_engine_holds_every_selected_image(
     engine = FakeEngine()
     asked: list[list[str]] = []
 
-    def find(imgs, auth, log, local_id=None, pulls_zstd=True):
+    def find(imgs, auth, log, local_layers=None, pulls_zstd=True):
         asked.append([i.tag for i in imgs])
         return {}
 
@@ -133,7 +133,7 @@ def test_registry_cache_is_not_asked_when_the_engine_holds_every_selected_image(
     selection = Selection((), list(images), list(images))
     engine.add_image(images[0].tag, {"io.imagebuild.inputs-hash": images[0].inputs_hash})
     assert building.registry_lookup(selection, building.locate_all(engine, selection, None), False, print) == {}
-    assert asked == [[i.tag for i in images]]  # the runtime is missing: asked, the local base passed as local_id
+    assert asked == [[i.tag for i in images]]  # the runtime is missing: asked, the local base's layers passed as local_layers
     engine.add_image(images[1].tag, {"io.imagebuild.inputs-hash": images[1].inputs_hash})
     assert building.registry_lookup(selection, building.locate_all(engine, selection, None), False, print) == {}
     assert len(asked) == 1  # everything here: not asked again

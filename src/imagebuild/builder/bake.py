@@ -8,8 +8,17 @@ buildargs.dated_build_args, uptodate.planned_labels), so a bake followed by a bu
 is the date of the OS image the target's chain starts from, read from the engine as build reads it
 (sourcedate.source_date_epoch; a child's is its parent's), CREATED that date unless asked otherwise, REVISION the
 checkout's HEAD. Each is a bake variable whose per-target default is that value (set it in the environment to
-override). The base-id label alone stays empty: bake alone knows the ID of the parent it built (uptodate.py says how
-build still finds such an image up to date, and why the label is not guessed).
+override). A root image's base-id label is the ID of the OS image the export found (a variable OS_IMAGE_ID_<os> too);
+no label names a child's parent (uptodate.py: bake knows it only once built), so the labels are build's.
+The same image IDs as `build` also need the same layer bytes: build exports with `rewrite-timestamp=true` (every file
+dated SOURCE_DATE_EPOCH at most), and so does each target's `output` (OUTPUT_*, chosen as build chooses for the
+builder the export finds: pipeline/export.bake_outputs): the engine's docker driver on the containerd image store
+refuses that option for an image it unpacks, so there each target writes a docker archive `bake-images/<target>.tar`
+to `docker load` after the bake (what build does with its own archive); any other driver loads `type=docker` itself;
+the docker driver without the containerd store keeps build-time dates (build too). Context files are written with
+the mode and date build's context tar gives them (context.py). Measured: the base is build's very image; a child
+still differs in one layer (BuildKit's COPY diff against a `target:` parent keeps 8 files it leaves out against the
+loaded parent build chains to: docs/backends.md).
 Credentialed index URLs are build secrets by id, read from the environment at bake time (never in the file).
 
 Shape (https://docs.docker.com/build/bake/reference/):
@@ -50,7 +59,8 @@ from typing import Any
 
 from imagebuild.builder.backends.buildkit.argv import secret_id
 from imagebuild.builder.buildargs import dated_build_args
-from imagebuild.builder.uptodate import UNKNOWN_BASE, planned_labels
+from imagebuild.builder.context import MTIME, file_mode
+from imagebuild.builder.uptodate import BASE_LABEL, planned_labels
 from imagebuild.dates import SOURCE_DATE_LABEL
 from imagebuild.engine.store import ImageStore
 from imagebuild.errors import UsageError
@@ -61,6 +71,11 @@ from imagebuild.secrets import strip_credentials
 
 PARENT_CONTEXT = "imagebuild-parent"
 OS_CONTEXT = "imagebuild-os"
+IMAGES_DIR = "bake-images"  # beside the bake file: the archives of OUTPUT_ARCHIVE
+# what each target's `output` is (bake_outputs picks one for the builder, as the BuildKit backend does for `build`)
+OUTPUT_ARCHIVE = "archive"  # the docker driver on the containerd store: a docker archive per target, loaded after
+OUTPUT_LOAD = "load"  # any other driver: the image into the engine, dates rewritten
+OUTPUT_ENGINE = "engine"  # the docker driver without the containerd store: its own exporter (build-time dates)
 _BAD = re.compile(r"[^a-zA-Z0-9_-]")
 
 
@@ -99,17 +114,22 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
                   os_images: dict[str, str] | None = None, source_dates: Mapping[str, int] | None = None,
                   created: str | None = None, revision: str = "unknown",
                   secrets: bool = False, esc: Callable[[str], str] = _esc,
-                  var: Callable[[str, str | None], str] = _var) -> dict[str, Any]:
+                  var: Callable[[str, str | None], str] = _var, outputs: str = OUTPUT_LOAD,
+                  base_ids: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The bake JSON for `plan`. `contexts`: image id -> context path as it should appear in the file;
     `dockerfiles`: image id -> dockerfile path (relative to the context), default "Dockerfile";
     `os_images`: os id -> default reference for bootstrapped bases; `source_dates`: image id -> its source date
     (`planned_source_dates`; 0 when absent); `created`/`revision`: the run's (buildargs.created_arg/revision_arg);
     `secrets`: the credentialed build args as build secrets read from the same-named environment variables (a plan
     rendered for BuildKit reads them so; a classic one needs `--set '*.args.NAME=...'`).
-    `esc`/`var`: how a literal value and a variable reference are written (bake_compose.py writes compose's)."""
+    `esc`/`var`: how a literal value and a variable reference are written (bake_compose.py writes compose's);
+    `outputs`: OUTPUT_ARCHIVE, OUTPUT_LOAD or OUTPUT_ENGINE (module doc); `base_ids`: a root image's id -> the ID of
+    the OS/registry image it is built on (`planned_base_ids`; "" when unknown: build then builds it again), the
+    default of its OS_IMAGE_ID_<os> variable (set it with OS_IMAGE_<os> to bake on another OS image)."""
     dockerfiles = dockerfiles or {}
     os_images = os_images or {}
     source_dates = source_dates or {}
+    base_ids = base_ids or {}
     names: dict[str, str] = {}
     for image in plan.images:
         name = target_name(image.id)
@@ -147,8 +167,12 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
         epoch = source_dates.get(image.id, 0)
         for k, v in dated_build_args(epoch, created, revision).items():  # what build passes, after the plan's
             args[k] = var(k, esc(v))
-        labels = {k: esc(v) for k, v in planned_labels(image, UNKNOWN_BASE, str(epoch)).items()}
+        labels = {k: esc(v) for k, v in planned_labels(image, base_ids.get(image.id, ""), str(epoch)).items()}
         labels[SOURCE_DATE_LABEL] = var("SOURCE_DATE_EPOCH", str(epoch))
+        if image.parent is None:  # a root: the ID of the image it starts from (uptodate.py), overridable with it
+            id_var = "OS_IMAGE_ID_" + target_name(image.variant.os.id)
+            variables.setdefault(id_var, {"default": ""})
+            labels[BASE_LABEL] = var(id_var, esc(base_ids.get(image.id, "")))
         targets[name] = {
             "context": contexts[image.id],
             "dockerfile": dockerfiles.get(image.id, "Dockerfile"),
@@ -157,6 +181,9 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
             "tags": [esc(t) for t in references(image)],
             "labels": labels,
         }
+        output = target_output(name, outputs)
+        if output:
+            targets[name]["output"] = [output]
         if platform_to_ask(image.variant.platform):  # what build asks BuildKit for (an arm64 image on amd64: QEMU)
             targets[name]["platforms"] = [image.variant.platform]
         if image.secret_build_args and secrets:  # buildkit templates read them from /run/secrets/<id>
@@ -170,6 +197,26 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
             ordered_groups[flavor] = groups.pop(flavor)
     ordered_groups.update(groups)
     return {"variable": variables, "group": ordered_groups, "target": targets}
+
+
+def target_output(name: str, outputs: str) -> str | None:
+    """A target's `output` entry (None: the builder's default exporter, OUTPUT_ENGINE)."""
+    if outputs == OUTPUT_ARCHIVE:
+        return f"type=docker,dest={IMAGES_DIR}/{name}.tar,rewrite-timestamp=true"
+    if outputs == OUTPUT_LOAD:
+        return "type=docker,rewrite-timestamp=true"
+    return None
+
+
+def archives(doc: Mapping[str, Any]) -> list[str]:
+    """The docker archives a bake of `doc` (bake JSON or compose form) writes, in target order: what to `docker load`
+    after it (empty unless OUTPUT_ARCHIVE)."""
+    found = []
+    for target in (doc.get("target") or {}).values():
+        found += list(target.get("output") or [])
+    for service in (doc.get("services") or {}).values():
+        found += list(((service.get("build") or {}).get("x-bake") or {}).get("output") or [])
+    return [part.split("=", 1)[1] for spec in found for part in spec.split(",") if part.startswith("dest=")]
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -189,29 +236,15 @@ def planned_source_dates(plan: Plan, store: ImageStore | None, os_images: Mappin
     --os-image reference, the bootstrap image build found or made, the registry base) in the engine `store`. Where
     there is no engine or no such image there, a bake has no date `build` would agree with: the newest bootstrap
     snapshot of the plan, else the time of the export, and the OS is named in the second value."""
-    from imagebuild.builder.bootstrap import find_existing, spec_for
     from imagebuild.builder.sourcedate import source_date_epoch
     from imagebuild.dates import from_environment
 
-    by_tag = plan.by_tag()
     roots: dict[str, int] = {}
     unread: list[str] = []
     out: dict[str, int] = {}
-    for image in plan.images:
-        root = image
-        while root.parent is not None and root.parent in by_tag:
-            root = by_tag[root.parent]
+    for image, root in _with_roots(plan):
         if root.tag not in roots:
-            base = root.variant.base
-            if base.kind == "registry":
-                ref: str | None = base.ref
-            else:
-                ref = (os_images or {}).get(root.variant.os.id)
-                if ref is None and store is not None:
-                    try:
-                        ref = find_existing(store, spec_for(root.variant))
-                    except Exception:  # an incomplete variant: no bootstrap image to read
-                        ref = None
+            ref = _root_ref(root, store, os_images)
             env = from_environment()
             epoch = env if env is not None else (source_date_epoch(store, ref) if store is not None and ref else 0)
             if not epoch:
@@ -220,6 +253,49 @@ def planned_source_dates(plan: Plan, store: ImageStore | None, os_images: Mappin
             roots[root.tag] = epoch
         out[image.id] = roots[root.tag]
     return out, sorted(set(unread))
+
+
+def planned_base_ids(plan: Plan, store: ImageStore | None, os_images: Mapping[str, str] | None = None,
+                     ) -> dict[str, str]:
+    """root image id -> the ID of the OS/registry image `build` would build it on, as the engine `store` has it (the
+    same reference planned_source_dates reads); absent where nothing here has it."""
+    out: dict[str, str] = {}
+    for image, root in _with_roots(plan):
+        if image is root and store is not None:
+            ref = _root_ref(root, store, os_images)
+            found = store.image_id(ref) if ref else None
+            if found:
+                out[image.id] = found
+    return out
+
+
+def _with_roots(plan: Plan) -> list[tuple[ImagePlan, ImagePlan]]:
+    """(image, the root of its chain: the image whose parent is outside the plan) in plan order."""
+    by_tag = plan.by_tag()
+    pairs = []
+    for image in plan.images:
+        root = image
+        while root.parent is not None and root.parent in by_tag:
+            root = by_tag[root.parent]
+        pairs.append((image, root))
+    return pairs
+
+
+def _root_ref(root: ImagePlan, store: ImageStore | None, os_images: Mapping[str, str] | None) -> str | None:
+    """The reference of the image a root is built on: the registry base, the --os-image given, or the bootstrap
+    image build found or made in `store`."""
+    from imagebuild.builder.bootstrap import find_existing, spec_for
+
+    base = root.variant.base
+    if base.kind == "registry":
+        return base.ref
+    ref = (os_images or {}).get(root.variant.os.id)
+    if ref is None and store is not None:
+        try:
+            ref = find_existing(store, spec_for(root.variant))
+        except Exception:  # an incomplete variant: no bootstrap image to read
+            ref = None
+    return ref
 
 
 def _fallback_source_date(plan: Plan) -> int:
@@ -233,7 +309,8 @@ def _fallback_source_date(plan: Plan) -> int:
 def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = None,
                os_images: dict[str, str] | None = None, secrets: bool = False,
                source_dates: Mapping[str, int] | None = None, created: str | None = None,
-               revision: str = "unknown") -> dict[str, Any]:
+               revision: str = "unknown", outputs: str = OUTPUT_LOAD,
+               base_ids: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Write each image's build context (Dockerfile, rendered context files, hard links to big context folders such as
     the wheelhouse) under `context_dir` (default: <output folder>/bake-context) and the bake file to `output`: a
     compose file when it ends in .yml/.yaml (bake_compose.py), else bake JSON.
@@ -242,7 +319,7 @@ def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = 
     following a symbolic link (a planted `bake-context/<id>` link is refused), files are replaced by rename (a hard
     link into the wheelhouse is never written through), and an input folder that overlaps a context (a wheelhouse
     inside its own bake context, which refreshing the context would delete) is refused before anything is written.
-    `source_dates`, `created`, `revision`: as bake_document takes them."""
+    `source_dates`, `created`, `revision`, `outputs`, `base_ids`: as bake_document takes them."""
     output = Path(output)
     base_dir = output.parent if str(output.parent) else Path(".")
     # the default context root is made below the bake file's folder, so a link planted as bake-context is refused
@@ -259,7 +336,10 @@ def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = 
         folder = make_dirs_inside(ctx_base, ctx_rel / image.id, "bake context")
         write_inside(folder, "Dockerfile", image.dockerfile.encode(), "bake context")
         for rel, data in sorted(image.context_files.items()):
-            write_inside(folder, rel, data, "bake context")
+            # the mode and date build's context gives the file (context.py): a file a COPY puts in the image (the
+            # entrypoint, the TF32 hook) then makes the same layer bytes, so the same image ID
+            written = write_inside(folder, rel, data, "bake context", mode=file_mode(data))
+            os.utime(written, (MTIME, MTIME))
         for rel, src in sorted({**image.context_dirs, **te_dirs.get(image.tag, {})}.items()):
             target = folder / rel
             if Path(rel).parent != Path("."):
@@ -272,6 +352,8 @@ def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = 
         rel_path = os.path.relpath(folder, base_dir.resolve() if folder.is_absolute() else base_dir)
         contexts[image.id] = Path(rel_path).as_posix()
     output.parent.mkdir(parents=True, exist_ok=True)
+    if outputs == OUTPUT_ARCHIVE:  # buildx opens each archive's file and does not make its folder
+        make_dirs_inside(base_dir, Path(IMAGES_DIR), "bake images")
     if output.suffix in (".yml", ".yaml"):
         import yaml
 
@@ -279,11 +361,12 @@ def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = 
 
         doc = compose_document(bake_document(plan, contexts, os_images=os_images, source_dates=source_dates,
                                              created=created, revision=revision, secrets=secrets,
-                                             esc=compose_esc, var=compose_var))
+                                             esc=compose_esc, var=compose_var, outputs=outputs,
+                                             base_ids=base_ids))
         _write_output(output, yaml.safe_dump(doc, sort_keys=False, width=120))
         return doc
     doc = bake_document(plan, contexts, os_images=os_images, source_dates=source_dates, created=created,
-                        revision=revision, secrets=secrets)
+                        revision=revision, secrets=secrets, outputs=outputs, base_ids=base_ids)
     _write_output(output, json.dumps(doc, indent=2) + "\n")
     return doc
 

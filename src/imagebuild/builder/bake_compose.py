@@ -3,8 +3,9 @@
 buildx reads a compose file as bake targets (one service = one target): `build.additional_contexts` are the named
 contexts (`target:<parent>` chains a child to the parent bake builds), `build.secrets` name top-level `secrets` that
 read the environment at bake time (`environment: PIP_EXTRA_INDEX_URL`), `build.network: host` reaches the JSON form's
-lost network. Variables are compose interpolation with the export's defaults inline (`${SOURCE_DATE_EPOCH:-...}`);
-a literal `$` is `$$`. Compose has no groups: every service is in the default group, one is built by its name.
+lost network, `build.x-bake.output` the target's output (compose has no key for it). Variables are compose
+interpolation with the export's defaults inline (`${SOURCE_DATE_EPOCH:-...}`); a literal `$` is `$$`. Compose has no
+groups: every service is in the default group, one is built by its name.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def compose_document(doc: dict[str, Any]) -> dict[str, Any]:
         }
         if "platforms" in target:
             build["platforms"] = target["platforms"]
+        if "output" in target:  # compose has no output key: bake reads it from its own extension
+            build["x-bake"] = {"output": target["output"]}
         ids = []
         for spec in target.get("secret", []):
             fields = dict(part.split("=", 1) for part in spec.split(","))

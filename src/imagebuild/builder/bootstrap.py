@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from imagebuild.builder import ociarchive
 from imagebuild.engine.store import ImageStore, as_store
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ResolvedVariant, platform_arch
@@ -410,6 +409,9 @@ def image_labels(spec: BootstrapSpec, h: str) -> dict[str, str]:
 
 def bootstrap_config(spec: BootstrapSpec, h: str, diff_id: str, epoch: int, tool: str, architecture: str) -> bytes:
     """The bootstrap image's config: dated SOURCE_DATE_EPOCH, not the import time, so its ID is reproducible."""
+    # ociarchive (and tarfile) only to make an image: finding the one a run reuses loads neither
+    from imagebuild.builder import ociarchive
+
     return ociarchive.image_config(
         diff_id=diff_id, epoch=epoch, architecture=architecture, labels=image_labels(spec, h),
         env=[f"PATH={DEFAULT_PATH}", "LANG=C.UTF-8"], cmd=["bash"],
@@ -421,6 +423,8 @@ def bootstrap_config(spec: BootstrapSpec, h: str, diff_id: str, epoch: int, tool
 def _import(store: ImageStore, tar_path: Path, spec: BootstrapSpec, h: str, epoch: int, tool: str) -> str:
     """Load the rootfs tar as a one-layer image whose config we write (ociarchive): the same tar and inputs give the
     same image ID on any engine."""
+    from imagebuild.builder import ociarchive
+
     config = bootstrap_config(spec, h, ociarchive.file_digest(tar_path), epoch, tool, spec.architecture)
     archive = tar_path.with_name("image.tar")
     ociarchive.write_docker_archive(archive, tar_path, config, spec.tag)

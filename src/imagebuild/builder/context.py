@@ -20,6 +20,11 @@ MTIME = 0  # 1970-01-01: the image's own dates come from the CREATED build arg, 
 SPOOL_BYTES = 64 * 1024 * 1024
 
 
+def file_mode(data: bytes) -> int:
+    """A context file's mode: executable when it is a script (#!), else 0644 (bake.py writes the same)."""
+    return 0o755 if data.startswith(b"#!") else 0o644
+
+
 def _clean(rel: str) -> str:
     p = PurePosixPath(rel.replace("\\", "/"))
     if p.is_absolute() or ".." in p.parts or not p.parts:
@@ -93,8 +98,7 @@ def tar_context(dockerfile: str, context_files: dict[str, bytes], context_dirs: 
             if parent != ".":
                 _add_parents(tar, parent, seen)
             data = files[rel]
-            mode = 0o755 if data.startswith(b"#!") else 0o644
-            tar.addfile(_info(rel, len(data), mode), io.BytesIO(data))
+            tar.addfile(_info(rel, len(data), file_mode(data)), io.BytesIO(data))
             seen.add(rel)
         for ctx in sorted(context_dirs):
             _add_dir(tar, _clean(ctx), context_dirs[ctx], seen)

@@ -1,7 +1,9 @@
 """After an image is built or found up to date: fill its result row (size, 5 largest layers, the environment's
 layers) and tag its aliases.
 
-Best effort: a failure here is a warning, never a failed image; the image itself is fine.
+Best effort: a failure here is a warning, never a failed image; the image itself is fine. An alias the image's
+inspect data already lists (RepoTags) is not tagged again: an up-to-date image asks the engine for nothing but its
+inspect and history (the whole-process no-op).
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ if TYPE_CHECKING:
 def describe(run: RunState, res: ImageResult) -> None:
     """size, 5 largest layers, aliases."""
     img = run.plan.by_tag()[res.tag]
+    tagged: set[str] = set()  # the references the engine says name the image already
     try:
         info = run.store.inspect(res.image_id or "")
         if info is None:
             raise LookupError(f"no image {res.image_id} in the engine")
+        tagged = {str(t) for t in info.get("RepoTags") or ()}
         hist = run.store.history(res.image_id or "")
         # the unpacked size: the classic store's `Size`; the containerd image store (dockerd 26.1, the BuildKit
         # backend's engine) reports the compressed content there, its history keeps the unpacked layer sizes
@@ -44,6 +48,8 @@ def describe(run: RunState, res: ImageResult) -> None:
         for alias in references(img)[1:]:
             try:
                 ref = Reference.parse(alias)
+                if f"{ref.name}:{ref.tag or 'latest'}" in tagged:
+                    continue
                 run.store.tag(res.image_id or "", ref.name, ref.tag or "latest")
             except Exception as exc:
                 run.warn(f"{res.tag}: could not tag alias {alias}: {exc}")

@@ -4,8 +4,8 @@ classic builder; the table imagebuild/backends.py names them), every image look-
 - Each parent is built once; children get build arg `BASE_IMAGE=<parent image ID>` (never a moving tag); the base
   flavor gets the bootstrap image ID (or the pulled registry base's ID).
 - Independent images build in parallel (`jobs`).
-- An image is "up to date" when an image carrying `io.imagebuild.inputs-hash == plan.inputs_hash` (and built on the
-  same base image ID, label `io.imagebuild.base-id`) exists: its tag is (re)pointed at it, nothing is built.
+- An image is "up to date" when an image carrying `io.imagebuild.inputs-hash == plan.inputs_hash` whose layers begin
+  with its parent's layers exists (uptodate.py): its tag is (re)pointed at it, nothing is built.
 - Every `error`/`errorDetail` chunk fails that image; the failing step, the last lines and the log path are kept.
 - Interrupts (SIGINT/SIGTERM): the running builds are cancelled (classic builder: the connection is shut and the
   engine cancels the build), the builds' intermediate containers are removed, `KeyboardInterrupt` propagates (exit 130). A rerun continues from the cache.

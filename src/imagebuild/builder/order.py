@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from imagebuild.errors import UsageError
 from imagebuild.models import ImagePlan, Plan
-from imagebuild.plan.assemble import matches, select
+from imagebuild.plan.only import matches, select
 
 
 def order_images(images: list[ImagePlan]) -> list[ImagePlan]:

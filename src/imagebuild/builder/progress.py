@@ -11,15 +11,18 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
 from imagebuild.models import ImageResult
 from imagebuild.units import format_size
+
+if TYPE_CHECKING:
+    from rich.live import Live
 
 STYLES = {
     "waiting": "dim",
@@ -158,6 +161,8 @@ class LiveProgress(Progress):
         self._live: Live | None = None
 
     def start(self, images: list[tuple[str, str]]) -> None:
+        from rich.live import Live  # a terminal's live view only: --plain (and no TTY) never loads it
+
         super().start(images)
         self._live = Live(self, console=self.console, refresh_per_second=4, transient=False)
         self._live.start()

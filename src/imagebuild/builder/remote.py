@@ -5,8 +5,9 @@ An image is *up to date in R* only when everything agrees, checked through the r
 - its config blob hashes to the manifest's config digest (a config that does not match is not trusted);
 - the config carries every deterministic label of the plan, the inputs hash included (a manifest without the
   label, or with other versions, is not up to date), for this machine's OS/architecture;
-- a child's `io.imagebuild.base-id` is the image ID its parent resolves to in this run (the parent's config digest
-  in R, or the parent's local image), so a child is never reused on a parent it was not built on.
+- a child's layers (its config's `rootfs.diff_ids`) begin with exactly the layers of the image its parent resolves
+  to in this run (the parent's config in R, or the parent's local image): a child is never reused on a parent it was
+  not built on (uptodate.stands_on, the local rule).
 Any registry error during the look-up (unreachable, refused credentials, 5xx mid-way) raises RegistryUnavailable
 and the caller builds locally: a partial answer is never used.
 """
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imagebuild.builder.uptodate import BASE_LABEL, INPUTS_LABEL
+from imagebuild.builder.uptodate import INPUTS_LABEL, stands_on
 from imagebuild.engine.store import ImageStore
 from imagebuild.models import ImagePlan, ImageResult
 from imagebuild.oci import Reference, ReferenceSyntaxError
@@ -51,6 +52,7 @@ class RemoteImage:
     auth_config: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # for the engine's pull
     zstd: bool = False  # some layer is zstd-compressed: Docker < 23 pulls it through skopeo (pull_by_digest)
     plain_http: bool = False  # the registry answered over http (skopeo must be told)
+    diff_ids: tuple[str, ...] = ()  # its config's rootfs.diff_ids: what a child's layers must begin with
 
 
 def machine_arch() -> str:
@@ -69,8 +71,13 @@ def _pick(rc: RegistryClient, repo: str, digest: str, doc: dict[str, Any], arch:
     return digest, doc
 
 
-def check_config(img: ImagePlan, config: dict[str, Any], arch: str, parent_id: str | None) -> str | None:
-    """Why this config is not `img` as planned (None: it is)."""
+def diff_ids(config: dict[str, Any]) -> list[str]:
+    return [str(d) for d in ((config.get("rootfs") or {}).get("diff_ids") or [])]
+
+
+def check_config(img: ImagePlan, config: dict[str, Any], arch: str, parent_layers: list[str] | None) -> str | None:
+    """Why this config is not `img` as planned (None: it is). `parent_layers`: the diff IDs of the image its parent
+    resolves to in this run (None: a base image, no parent to stand on)."""
     labels = (config.get("config") or {}).get("Labels") or {}
     if labels.get(INPUTS_LABEL) != img.inputs_hash:
         have = labels.get(INPUTS_LABEL)
@@ -80,13 +87,13 @@ def check_config(img: ImagePlan, config: dict[str, Any], arch: str, parent_id: s
     for key, value in img.labels.items():
         if labels.get(key) != value:
             return f"label {key}={labels.get(key)!r} (planned {value!r})"
-    if parent_id is not None and labels.get(BASE_LABEL) != parent_id:
-        return f"built on {str(labels.get(BASE_LABEL))[7:19]}, its parent here is {parent_id[7:19]}"
+    if parent_layers is not None and not stands_on(diff_ids(config), parent_layers):
+        return "its layers do not begin with the layers of its parent here"
     return None
 
 
 def find_in_registry(images: list[ImagePlan], resolve_auth: Callable[..., Any], log: Callable[[str], None],
-                     local_id: Callable[[ImagePlan], str | None] | None = None,
+                     local_layers: Callable[[ImagePlan], list[str] | None] | None = None,
                      make_client: Callable[..., RegistryClient] | None = None,
                      arch: str | None = None, pulls_zstd: bool = True) -> dict[str, RemoteImage]:
     """planned tag -> RemoteImage for every image (parents first) the registry holds exactly as planned.
@@ -134,15 +141,16 @@ def find_in_registry(images: list[ImagePlan], resolve_auth: Callable[..., Any], 
             raise RegistryUnavailable(text if text.startswith(registry) else f"{registry}: {text}") from None
         except ValueError as exc:
             raise RegistryUnavailable(f"{registry}: {img.tag}: config is not JSON ({exc})") from None
-        parent_id = None
+        parent_layers = None
         if img.parent is not None:
             parent = found.get(img.parent)
             parent_img = by_tag.get(img.parent)
-            parent_id = parent.image_id if parent else (local_id(parent_img) if local_id and parent_img else None)
-            if parent_id is None:
+            parent_layers = (list(parent.diff_ids) if parent else
+                             (local_layers(parent_img) if local_layers and parent_img else None))
+            if not parent_layers:
                 log(f"registry cache: {img.tag}: its parent is neither in {prefix} nor built here yet: rebuilt")
                 continue
-        why = check_config(img, config, arch, parent_id)
+        why = check_config(img, config, arch, parent_layers)
         if why:
             log(f"registry cache: {img.tag}: {prefix} holds another image ({why}): rebuilt")
             continue
@@ -150,7 +158,7 @@ def find_in_registry(images: list[ImagePlan], resolve_auth: Callable[..., Any], 
         size = sum(int(layer.get("size") or 0) for layer in manifest.get("layers") or [])
         found[img.tag] = RemoteImage(img.tag, f"{ref.name}@{digest}", digest, cfg_digest, prefix, size,
                                     auths.get(registry), zstd=has_zstd and not pulls_zstd,
-                                    plain_http=rc.scheme() == "http")
+                                    plain_http=rc.scheme() == "http", diff_ids=tuple(diff_ids(config)))
     return found
 
 

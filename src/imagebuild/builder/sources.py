@@ -19,9 +19,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-
 from imagebuild.models import ImagePlan
 from imagebuild.oci import DOCKER_HUB, Reference, ReferenceSyntaxError
 from imagebuild.oci.registry import HUB_API_HOST
@@ -67,6 +64,10 @@ _FROM_TORCH_INDEX = ("torch", "torchvision", "torchaudio")  # what render asks t
 def _wheelhouse_holds_index_wheels(image: ImagePlan) -> bool:
     """The image's --wheelhouse holds a wheel for each torch-index requirement it installs (torch, and torchvision /
     torchaudio when planned) for its Python: pip finds them there (--find-links), the index is not needed."""
+    # packaging here, not at import: only an image about to be built is asked about (never on a no-op)
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
     folder = image.context_dirs.get("wheelhouse")
     if folder is None or not Path(folder).is_dir():
         return False

@@ -37,13 +37,23 @@ class RunState:
         self.hash_locks: dict[str, threading.Lock] = {}  # inputs hash -> lock: identical entries build once
         self.te_rebuilt: set[str] = set()  # TE wheel keys this run built (--force rebuilds each key once)
         self.created = created_arg(options)
-        self.revision = revision_arg(options)
+        self._revision: str | None = None  # revision_arg, asked (git) when the first image is built: see `revision`
+        self._revision_lock = threading.Lock()
         self.proxies = proxy_build_args() if options.proxies is None else dict(options.proxies)
         for v in self.proxies.values():
             register_url_credentials(v)
         self.log_dir = Path(options.log_dir)
         self.running: dict[cf.Future[ImageResult], ImagePlan] = {}  # shared with the interrupt path, which waits on them
         self.pool: cf.ThreadPoolExecutor | None = None
+
+    @property
+    def revision(self) -> str:
+        """The REVISION build arg of the run's builds (revision_arg: the option, else the checkout's HEAD), found
+        once, when the first build asks: a run whose images are all up to date starts no `git`."""
+        with self._revision_lock:  # not `lock`: `git` may take seconds, and a holder of `lock` may ask
+            if self._revision is None:
+                self._revision = revision_arg(self.options)
+            return self._revision
 
     def result(self, img: ImagePlan) -> ImageResult:
         """The image's result row, created on first use."""

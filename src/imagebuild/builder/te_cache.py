@@ -16,7 +16,6 @@ import io
 import json
 import os
 import shutil
-import tarfile
 import tempfile
 import threading
 import time
@@ -121,6 +120,8 @@ def _build_wheel(run: RunState, img: ImagePlan, plan: TEWheelPlan, base_id: str,
 def _extract(run: RunState, image_id: str, key: str, started: float) -> tuple[str, float]:
     """Copy /te-wheels/*.whl out of the built scratch image into the cache (atomically: a temp folder renamed, its
     meta.json written once, with the build's seconds); (wheel file name, seconds since `started`)."""
+    import tarfile  # here, not at import: a run that builds no TE wheel (every no-op) does not load it
+
     data = run.store.copy_out(image_id, "/te-wheels")
     target = wheel_dir(key)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,19 +1,23 @@
 """Is an image already here? The labels that say so, and the one look-up of the local image store that answers it.
 
 An image holds a plan row's inputs when it carries `INPUTS_LABEL == plan.inputs_hash`; it is up to date to build on
-when it also stands on the base image ID it would be built on: the inputs hash alone is not enough, since a rebuilt
-parent (new ID, same inputs) must make its children stale. `build` writes that ID as `BASE_LABEL`. A `docker buildx
-bake` of the export (bake.py) cannot: the parent's ID exists only once bake has built it, so its targets carry an
-empty `BASE_LABEL` (unknown, never a guess). Such an image counts as standing on `base_id` only when its own layers
-begin with exactly `base_id`'s layers (content-addressed diff IDs: the parent's filesystem, whatever its label says).
-That keeps state from lying: a label names an image ID only where the ID was known, and the one claim made without
-it is proved by the image's bytes. The other choice, a base label bake can know in advance (the parent's inputs
-hash), would say "built on some image with these inputs" where a rebuilt parent with new bytes has the same hash,
-and would change what every image built so far carries.
+when it also stands on the image it would be built on. The inputs hash alone is not enough: a rebuilt parent (same
+inputs, other bytes) must make its children stale. How "stands on" is proved depends on what it stands on:
+
+- a CHILD (its parent is a plan image): its own layers begin with exactly the parent's layers (content-addressed
+  diff IDs: the parent's filesystem), locally from the engine's RootFS layers and in a registry from the config's
+  `rootfs.diff_ids` (remote.py). No label names the parent's ID: `build` and a `docker buildx bake` of the export
+  (bake.py) give a child the same labels, and bake knows a parent's ID only once it has built it.
+- a ROOT (the base flavor: its parent is the bootstrapped OS image or the registry base) carries that image's ID as
+  `BASE_LABEL`: the layers cannot say it, because BuildKit's `rewrite-timestamp` re-dates the OS image's own layer in
+  the exported image (another diff ID: measured on dockerd 26.1.5), and the export can know the ID (it reads the OS
+  image from the engine, as it reads its date), so a bake's root carries the same label.
+
+Images built before carry `BASE_LABEL` on children too (their parent's ID); it is read on roots only, so they stay up
+to date where their layers say so.
 
 `local_image` is the one answer for every caller (the executor's up-to-date test, the record's `locate`, the disk
-estimate); the registry's answer is remote.py's (which keeps the strict `BASE_LABEL` test: it has no layers of a
-local parent to compare).
+estimate); the registry's answer is remote.py's.
 """
 
 from __future__ import annotations
@@ -27,20 +31,28 @@ from imagebuild.models import ImagePlan
 from imagebuild.oci import Reference
 
 INPUTS_LABEL = "io.imagebuild.inputs-hash"
-BASE_LABEL = "io.imagebuild.base-id"
-UNKNOWN_BASE = ""  # BASE_LABEL of a bake export's image: bake alone knows the ID of the parent it built on
+BASE_LABEL = "io.imagebuild.base-id"  # a root image's OS/registry base image ID (module doc)
 
 
 def planned_labels(img: ImagePlan, base_id: str, source_date: str) -> dict[str, str]:
-    """The labels an image of `img` carries: the plan's, then the up-to-date ones. One home for `build`
-    (one_image.build_request) and the bake export (`base_id` UNKNOWN_BASE), so their images carry the same set."""
-    return {**img.labels, INPUTS_LABEL: img.inputs_hash, BASE_LABEL: base_id, SOURCE_DATE_LABEL: source_date}
+    """The labels an image of `img` carries: the plan's, then the up-to-date ones (`base_id`: the image it is built
+    on; a label on a root image only). One home for `build` (one_image.build_request) and the bake export, so the
+    images of both carry the same set (the same image ID)."""
+    labels = {**img.labels, INPUTS_LABEL: img.inputs_hash}
+    if img.parent is None:
+        labels[BASE_LABEL] = base_id
+    return {**labels, SOURCE_DATE_LABEL: source_date}
 
 
-def holds_inputs(labels: Mapping[str, Any] | None, img: ImagePlan, base_id: str | None = None) -> bool:
-    """Do these image labels say the image holds `img`'s planned inputs (built on `base_id`, when given)?"""
-    labels = labels or {}
-    return labels.get(INPUTS_LABEL) == img.inputs_hash and (base_id is None or labels.get(BASE_LABEL) == base_id)
+def holds_inputs(labels: Mapping[str, Any] | None, img: ImagePlan) -> bool:
+    """Do these image labels say the image holds `img`'s planned inputs?"""
+    return (labels or {}).get(INPUTS_LABEL) == img.inputs_hash
+
+
+def stands_on(own: list[str], base: list[str]) -> bool:
+    """Do an image's layers (diff IDs, bottom first) begin with exactly its parent's? The one rule of the module doc,
+    for the local store (`_stands_on`) and the registry (remote.check_config)."""
+    return bool(base) and own[:len(base)] == base
 
 
 def labels_of(info: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -70,14 +82,16 @@ def local_image(store: ImageStore, img: ImagePlan, *, base_id: str | None = None
 
 def _stands_on(store: ImageStore, info: Mapping[str, Any], labels: Mapping[str, Any] | None, img: ImagePlan,
                base_id: str | None) -> bool:
-    """`holds_inputs`, or a bake's image (UNKNOWN_BASE) whose layers begin with `base_id`'s (module doc)."""
-    if holds_inputs(labels, img, base_id):
-        return True
-    if base_id is None or not holds_inputs(labels, img) or (labels or {}).get(BASE_LABEL) != UNKNOWN_BASE:
+    """`holds_inputs`, and (with `base_id`) it stands on `base_id` (module doc): a root by its label, a child by its
+    layers."""
+    if not holds_inputs(labels, img):
         return False
+    if base_id is None:
+        return True
+    if img.parent is None:
+        return (labels or {}).get(BASE_LABEL) == base_id
     own = layers_of(info if "RootFS" in info else store.inspect(str(info["Id"])))
-    base = layers_of(store.inspect(base_id))
-    return bool(base) and own[:len(base)] == base
+    return stands_on(own, layers_of(store.inspect(base_id)))
 
 
 def layers_of(info: Mapping[str, Any] | None) -> list[str]:

@@ -36,7 +36,7 @@ def matrix_option(func: F) -> F:
 
 
 def only_option(func: F) -> F:
-    """--only, spelled and matched the same in build, test, push, bake, run (plan.assemble.matches)."""
+    """--only, spelled and matched the same in build, test, push, bake, run (plan.only.matches)."""
     return click.option(
         "--only", "only", multiple=True, metavar="PATTERN",
         help="Only images whose id, tag, short tag, variant or flavor matches: a glob (`*2.9.1*runtime`) or plain "
@@ -77,10 +77,10 @@ def registry_option(func: F) -> F:
 
 
 def _layer_limit(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    if value is None:  # click calls this for every run: without the flag, the matrix package stays unloaded
+        return None
     from imagebuild.matrix.schema import parse_size  # the one size grammar (matrix size_budget / layer_limit)
 
-    if value is None:
-        return None
     try:
         size = parse_size(value)
     except ValueError:

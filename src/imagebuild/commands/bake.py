@@ -3,6 +3,8 @@ networking; `-o x.json` writes bake JSON), rendered for BuildKit unless `--backe
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -48,7 +50,7 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, output: str,
     A credentialed index is a build secret read from the environment at bake time (PIP_INDEX_URL /
     PIP_EXTRA_INDEX_URL with the value given here), never written into the file.
     """
-    from imagebuild.pipeline.export import bake_file  # the stages: not for --help
+    from imagebuild.pipeline.export import archives, bake_file  # the stages: not for --help
 
     mapping: dict[str, str] = {}
     for item in os_images:
@@ -60,5 +62,9 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, output: str,
                          state_dir=state_dir)
     doc = bake_file(options, output, context_dir, mapping, lambda m: click.echo(m, err=True))
     targets = doc.get("target") or doc.get("services") or {}
-    click.echo(f"{output}: {len(targets)} targets; run `docker buildx bake -f {output}` from its folder", err=True)
+    name = shlex.quote(Path(output).name)
+    loads = archives(doc)
+    then = (f", then load its images: `for t in {' '.join(shlex.quote(a) for a in loads)}; do docker load -i \"$t\"; "
+            "done` (this engine's docker driver exports them as archives to keep build's image IDs)") if loads else ""
+    click.echo(f"{output}: {len(targets)} targets; run `docker buildx bake -f {name}` from its folder{then}", err=True)
     return 0

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from imagebuild.engine.changes import changing
 from imagebuild.engine.stream import EngineError
 
 
@@ -89,15 +90,16 @@ class EngineBuild:
 
         if self.cancelled:
             raise InterruptedError("cancelled before the build started")
-        try:
-            gen = self._api.build(**self._kwargs)
-        except docker.errors.APIError as exc:
-            raise EngineError(str(exc.explanation or exc), exc.status_code) from None
-        self._hold(response_of(gen))
-        try:
-            yield from gen
-        except docker.errors.APIError as exc:
-            raise EngineError(str(exc.explanation or exc), exc.status_code) from None
-        finally:
-            with self._lock:
-                self._response = None
+        with changing():  # the build tags its image when its stream ends (changes.py)
+            try:
+                gen = self._api.build(**self._kwargs)
+            except docker.errors.APIError as exc:
+                raise EngineError(str(exc.explanation or exc), exc.status_code) from None
+            self._hold(response_of(gen))
+            try:
+                yield from gen
+            except docker.errors.APIError as exc:
+                raise EngineError(str(exc.explanation or exc), exc.status_code) from None
+            finally:
+                with self._lock:
+                    self._response = None

@@ -2,7 +2,9 @@
 secrets, named contexts and cache export) and the few image calls a BuildKit build makes around it (tag, inspect,
 load). Every `docker ...` process of the package starts here, so the binary, the environment it sees (DOCKER_HOST,
 DOCKER_CONFIG: the same engine and buildx plugin the SDK and the user reach), the timeouts and the reading of its
-error text are one place (tests/unit/test_import_rules.py: no other module starts a process naming docker).
+error text are one place (tests/unit/test_import_rules.py: no other module starts a process naming docker). A
+call that may change the engine's images (all but the few that only ask: READS) is told to changes.py, so the image
+store does not answer from what it read before it (store.py).
 
     out = run(["version", "--format", "{{.Server.Version}}"], purpose="inspect")
     if not out.ok: say(out.reason)                          # the last stderr line, or why it did not run
@@ -17,6 +19,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+
+from imagebuild.engine.changes import changing, started
 
 CliPurpose = Literal["inspect", "bootstrap", "load"]
 # seconds a short call may take: an answer about the engine or an image; bringing a buildx builder up (a
@@ -100,13 +104,30 @@ def _work(args: Sequence[str], pending: _Prefetched, env: dict[str, str], binary
         pending.done.set()
 
 
+# the calls that only ask (no image changes): every other call counts as a change (changes.py)
+READS = (("version",), ("info",), ("image", "inspect"), ("buildx", "version"), ("buildx", "ls"), ("buildx", "inspect"))
+
+
+def reads_only(args: Sequence[str]) -> bool:
+    """Does `docker ARGS` only ask? (`buildx inspect --bootstrap` starts a builder: a docker-container driver pulls
+    its BuildKit image.)"""
+    given = tuple(args)
+    if given[:2] == ("buildx", "inspect") and "--bootstrap" in given:
+        return False
+    return any(given[:len(r)] == r for r in READS)
+
+
 def run(args: Sequence[str], purpose: CliPurpose = "inspect", timeout: float | None = None) -> CliResult:
     """`docker ARGS` to its end; `timeout` overrides the purpose's seconds (a load gets the build's timeout)."""
     with _prefetch_lock:
         pending = _prefetched.pop(_key(args), None)
     if pending is not None:
         return pending.result()
-    return _run(args, timeout if timeout is not None else CLI_TIMEOUTS[purpose])
+    seconds = timeout if timeout is not None else CLI_TIMEOUTS[purpose]
+    if reads_only(args):
+        return _run(args, seconds)
+    with changing():
+        return _run(args, seconds)
 
 
 def _run(args: Sequence[str], seconds: float, env: Mapping[str, str] | None = None,
@@ -126,8 +147,11 @@ def start(args: Sequence[str], env: Mapping[str, str] | None = None) -> Process:
     """`docker ARGS` as a process in its own session (a cancel terminates it, and only it) whose stderr the caller
     streams; `env` adds variables (build secrets passed by name, never on the command line). OSError when the
     binary does not run."""
-    return subprocess.Popen([docker_binary(), *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, start_new_session=True)
+    process = subprocess.Popen([docker_binary(), *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, start_new_session=True)
+    if not reads_only(args):
+        started(process)  # a build tags or loads its image when it ends
+    return process
 
 
 ENGINE_VERSION = ("version", "--format", "{{.Server.Version}}")

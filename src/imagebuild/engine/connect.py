@@ -9,8 +9,10 @@ purpose instead of a number, so the figures live here and nowhere else.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
+from imagebuild.engine.stream import EngineError
+from imagebuild.engine.unix import EngineSocket, LazyClient, socket_path
 from imagebuild.errors import EngineUnavailable
 
 if TYPE_CHECKING:
@@ -32,18 +34,28 @@ def describe_host() -> str:
     return f"DOCKER_HOST={host}" if host else "the default socket unix:///var/run/docker.sock"
 
 
-def connect(purpose: Purpose = "build", *, timeout: int | None = None) -> docker.DockerClient:
+def connect(purpose: Purpose = "build", *, timeout: int | None = None, lazy: bool = False) -> docker.DockerClient:
     """A `docker.DockerClient` that has answered a ping; `EngineUnavailable` (one line) otherwise.
 
-    `timeout` overrides the purpose's read timeout (tests use short ones)."""
-    import docker
-
+    `timeout` overrides the purpose's read timeout (tests use short ones). `lazy` (a build run): on a unix socket,
+    a client whose image store asks the engine over the socket itself and which makes the SDK client on first use
+    of anything else (unix.py: a no-op build never loads the SDK); the engine has answered its /version."""
     seconds = timeout if timeout is not None else TIMEOUTS[purpose]
+    path = socket_path() if lazy else None
     try:
+        if path is not None:
+            engine = EngineSocket(path, seconds)
+            engine.negotiate()
+            return cast("docker.DockerClient", LazyClient(engine, seconds))
+        import docker
+
         client = docker.from_env(timeout=seconds)
         client.ping()
     except Exception as exc:  # DockerException, requests errors, socket errors, bad DOCKER_HOST values
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        said: BaseException = exc
+        if isinstance(exc, EngineError) and exc.connection and exc.__cause__ is not None:
+            said = exc.__cause__  # the socket's own words (unix.py): the line below already names the host
+        reason = str(said).splitlines()[0] if str(said) else type(said).__name__
         if len(reason) > 160:
             reason = reason[:157] + "..."
         raise EngineUnavailable(f"no Docker engine answers at {describe_host()} ({reason}); {START_HINT}") from None

@@ -6,6 +6,11 @@ One protocol (`ImageStore`) and one implementation over the docker SDK (`DockerI
 `engine.stream`, so an error chunk inside an HTTP-200 answer is never missed. The unit tests fake this protocol
 once (tests/unit/_fake_engine.py).
 
+An inspect answer is kept (per engine connection) while nothing could have changed it: no change of this process
+since it was read (changes.py: every write below, every docker CLI call that may change images) and at most
+ANSWER_SECONDS ago (another process may change the engine too). A run that finds every image up to date asks
+about each tag and image once, not once per step that looks (record, disk estimate, up-to-date test, size).
+
     store = as_store(connect("build"))
     image_id = store.image_id("ml/pytorch:2.9-runtime")      # None: not here
     store.tag(image_id, "ml/pytorch", "latest")
@@ -13,14 +18,21 @@ once (tests/unit/_fake_engine.py).
 
 from __future__ import annotations
 
+import copy
+import json
+import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import IO, TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from imagebuild.engine.build import BuildCall, EngineBuild
+from imagebuild.engine.changes import changing, stamp
 from imagebuild.engine.connect import local_root_dir
 from imagebuild.engine.stream import EngineError, read_stream
+from imagebuild.engine.unix import LazyClient, NotFound
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -99,6 +111,46 @@ class ImageStore(Protocol):
         ...
 
 
+ANSWER_SECONDS = 2.0  # the longest an inspect answer is kept, whatever this process did (module doc)
+
+
+class _Answers:
+    """The inspect answers of one engine connection, each under the changes stamp it was read with (changes.py)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: dict[str, tuple[int, float, ImageInfo | None]] = {}
+
+    def get(self, ref: str, now: int) -> tuple[bool, ImageInfo | None]:
+        """(True, a copy of the answer) when one read under stamp `now` is kept, else (False, None)."""
+        with self._lock:
+            kept = self._kept.get(ref)
+        if kept is None or kept[0] != now or time.monotonic() - kept[1] > ANSWER_SECONDS:
+            return False, None
+        return True, copy.deepcopy(kept[2])
+
+    def put(self, ref: str, read: int, info: ImageInfo | None) -> None:
+        """Keep an answer read under stamp `read` (taken before asking: a change that began meanwhile voids it)."""
+        with self._lock:
+            self._kept[ref] = (read, time.monotonic(), copy.deepcopy(info))
+
+
+_answers: weakref.WeakKeyDictionary[Any, _Answers] = weakref.WeakKeyDictionary()
+_answers_lock = threading.Lock()
+
+
+def _answers_of(client: Any) -> _Answers | None:
+    """The kept answers of `client`'s engine connection (shared by every store on it); None: not kept."""
+    with _answers_lock:
+        try:
+            found = _answers.get(client)
+            if found is None:
+                found = _answers[client] = _Answers()
+        except TypeError:  # a client that cannot be weakly referenced: nothing kept
+            return None
+        return found
+
+
 def _engine_error(exc: Exception) -> EngineError:
     explanation = getattr(exc, "explanation", None)
     return EngineError(str(explanation or exc), getattr(exc, "status_code", None))
@@ -109,9 +161,24 @@ class DockerImageStore:
 
     def __init__(self, client: docker.DockerClient) -> None:
         self.client = client
-        self._api = client.api
+
+    @property
+    def _api(self) -> Any:
+        return self.client.api
 
     def inspect(self, ref: str) -> ImageInfo | None:
+        answers, read = _answers_of(self.client), stamp()
+        if answers is not None and read is not None:
+            found, kept = answers.get(ref, read)
+            if found:
+                return kept
+        info = self._inspect(ref)
+        if answers is not None and read is not None:
+            answers.put(ref, read, info)
+        return info
+
+    def _inspect(self, ref: str) -> ImageInfo | None:
+        """The engine's inspect answer now (None: no such image)."""
         import docker
 
         try:
@@ -131,10 +198,12 @@ class DockerImageStore:
         return found
 
     def tag(self, image: str, repository: str, tag: str, *, force: bool = False) -> None:
-        self._call(self._api.tag, image, repository, tag, force=force)
+        with changing():
+            self._call(self._api.tag, image, repository, tag, force=force)
 
     def remove(self, ref: str, *, noprune: bool = False) -> None:
-        self._call(self._api.remove_image, ref, noprune=noprune)
+        with changing():
+            self._call(self._api.remove_image, ref, noprune=noprune)
 
     def history(self, image: str) -> list[dict[str, Any]]:
         steps: list[dict[str, Any]] = self._call(self._api.history, image) or []
@@ -148,7 +217,8 @@ class DockerImageStore:
         if auth_config is not None:
             kw["auth_config"] = dict(auth_config)
         try:
-            read_stream(self._api.pull(repository, **kw), on_chunk)
+            with changing():
+                read_stream(self._api.pull(repository, **kw), on_chunk)
         except docker.errors.APIError as exc:
             raise _engine_error(exc) from None
 
@@ -163,7 +233,7 @@ class DockerImageStore:
                 lines.append(text)
 
         try:
-            with open(archive, "rb") as fh:
+            with open(archive, "rb") as fh, changing():
                 read_stream(self._api.load_image(fh, quiet=True), keep)
         except docker.errors.APIError as exc:
             raise _engine_error(exc) from None
@@ -175,6 +245,10 @@ class DockerImageStore:
         return saved_image(self.client, image)
 
     def copy_out(self, image: str, path: str) -> bytes:
+        with changing():  # a container, not an image; counted all the same: every engine write is (changes.py)
+            return self._copy_out(image, path)
+
+    def _copy_out(self, image: str, path: str) -> bytes:
         container = self._call(self._api.create_container, image, command=["/none"])  # a scratch image runs nothing
         try:
             stream, _ = self._call(self._api.get_archive, container["Id"], path)
@@ -184,6 +258,11 @@ class DockerImageStore:
 
     @contextmanager
     def export(self, image: str, *, name: str, labels: Mapping[str, str]) -> Iterator[Iterator[bytes]]:
+        with changing(), self._export(image, name=name, labels=labels) as chunks:
+            yield chunks
+
+    @contextmanager
+    def _export(self, image: str, *, name: str, labels: Mapping[str, str]) -> Iterator[Iterator[bytes]]:
         import docker
         import requests
 
@@ -220,7 +299,8 @@ class DockerImageStore:
         import docker
 
         try:
-            self._api.remove_container(container_id, force=True)
+            with changing():
+                self._api.remove_container(container_id, force=True)
         except docker.errors.NotFound:
             return False
         except docker.errors.APIError as exc:
@@ -247,8 +327,50 @@ class DockerImageStore:
             raise _engine_error(exc) from None
 
 
+class SocketImageStore(DockerImageStore):
+    """The store of a `connect(purpose, lazy=True)` client (unix.py): its questions (inspect, history, images by
+    label, the engine's version) and an alias tag over the engine's socket, without the docker SDK; every other
+    call through the SDK client, made then."""
+
+    def __init__(self, client: LazyClient) -> None:
+        super().__init__(cast("docker.DockerClient", client))
+        self.engine = client.engine
+
+    def _inspect(self, ref: str) -> ImageInfo | None:
+        if not ref:
+            raise EngineError("Resource ID was not provided")  # the SDK's refusal of an empty reference
+        try:
+            info: ImageInfo = self.engine.get("/images/{}/json", ref)
+        except NotFound as exc:
+            if not exc.image:
+                raise
+            return None
+        return info
+
+    def find(self, labels: Mapping[str, str]) -> list[ImageInfo]:
+        filters = json.dumps({"label": [f"{k}={v}" for k, v in labels.items()]})
+        found: list[ImageInfo] = self.engine.get("/images/json", params={"only_ids": 0, "all": 0, "filters": filters})
+        return found
+
+    def tag(self, image: str, repository: str, tag: str, *, force: bool = False) -> None:
+        with changing():
+            self.engine.post("/images/{}/tag", image, params={"tag": tag, "repo": repository, "force": int(force)})
+
+    def history(self, image: str) -> list[dict[str, Any]]:
+        steps: list[dict[str, Any]] = self.engine.get("/images/{}/history", image) or []
+        return steps
+
+    def pulls_zstd(self) -> bool:
+        try:
+            return int((self.engine.engine_version or "0").split(".", 1)[0]) >= 23
+        except ValueError:
+            return False
+
+
 def as_store(engine: ImageStore | EngineClient) -> ImageStore:
     """`engine` itself when it is a store already, else the store of the engine the docker client talks to."""
+    if isinstance(engine, LazyClient):  # first: a Protocol's isinstance probes attributes
+        return SocketImageStore(engine)
     if isinstance(engine, ImageStore):
         return engine
     return DockerImageStore(engine)

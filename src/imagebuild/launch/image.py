@@ -42,7 +42,7 @@ def inspect(client: Any, ref: str) -> ImageInfo:
 
 
 def _matches(img: ImagePlan, pattern: str) -> bool:
-    from imagebuild.plan.assemble import matches  # the one --only matcher
+    from imagebuild.plan.only import matches  # the one --only matcher
 
     return matches(img, pattern)
 

@@ -18,16 +18,17 @@ from imagebuild.builder.backends import DeferredBackend, choose_auto, preflight
 from imagebuild.builder.progress import Progress
 from imagebuild.builder.remote import RegistryUnavailable, RemoteImage, find_in_registry
 from imagebuild.builder.sources import blocked_tags, unreachable
+from imagebuild.builder.uptodate import layers_of
 from imagebuild.engine.store import as_store
 from imagebuild.errors import EXIT_FAILED, UsageError
 from imagebuild.inputs import BuildInputs
-from imagebuild.matrix import load_matrix
 from imagebuild.models import ImagePlan, ImageResult, Plan
 from imagebuild.oci import resolve_auth
 from imagebuild.pipeline.loaded import Say
 from imagebuild.pipeline.located import locate
 from imagebuild.pipeline.selection import Selection
 from imagebuild.pipeline.settings import BuildSettings
+from imagebuild.plan.cache import matrix_backends
 from imagebuild.record import Record
 
 
@@ -66,15 +67,22 @@ def locate_all(client: Any, selection: Selection, rec: Record | None) -> dict[st
 
 
 def registry_lookup(selection: Selection, here: dict[str, str | None], require: bool,
-                    say: Say, pulls_zstd: bool = True) -> dict[str, RemoteImage]:
+                    say: Say, pulls_zstd: bool = True,
+                    layers: Callable[[str], list[str]] | None = None) -> dict[str, RemoteImage]:
     """--registry-cache: which selected images the registry already holds with exactly the planned inputs.
 
     Asked only when this engine lacks one of them (`here`, locate_all): a no-op makes no network request (a
-    registry that does not resolve would cost every no-op its DNS time)."""
+    registry that does not resolve would cost every no-op its DNS time). `layers`: a local image ID's diff IDs (what a
+    child in the registry must stand on when its parent is here)."""
     if all(here.values()):
         return {}
+
+    def local_layers(img: ImagePlan) -> list[str] | None:
+        image_id = here.get(img.tag)
+        return layers(image_id) if image_id and layers else None
+
     try:
-        return find_in_registry(selection.with_parents, resolve_auth, log=say, local_id=lambda img: here.get(img.tag),
+        return find_in_registry(selection.with_parents, resolve_auth, log=say, local_layers=local_layers,
                                 pulls_zstd=pulls_zstd)
     except RegistryUnavailable as exc:
         if require:
@@ -135,7 +143,7 @@ def concrete_backend(matrix_path: Path, inputs: BuildInputs, settings: BuildSett
     if inputs.backend not in (None, AUTO):
         return inputs
     if inputs.backend is None:  # the matrix's rows (parsed, not resolved: nothing renders before this answer)
-        named = {v.values.get("backend", AUTO) for v in load_matrix(matrix_path).variants}
+        named = matrix_backends(matrix_path, lambda: _named_backends(matrix_path))  # cached like the plan
         if named and AUTO not in named:  # every row names its backend
             return inputs
     wanted = [(s.name, o.flag) for s in BACKENDS.values() for o in s.options if settings.backend_options.get(o.setting)]
@@ -146,6 +154,12 @@ def concrete_backend(matrix_path: Path, inputs: BuildInputs, settings: BuildSett
         name, line = choose_auto()
     say(line)
     return replace(inputs, backend=name)
+
+
+def _named_backends(matrix_path: Path) -> set[str]:
+    from imagebuild.matrix import load_matrix  # on a cache miss only (plan/cache.py: matrix_backends)
+
+    return {v.values.get("backend", AUTO) for v in load_matrix(matrix_path).variants}
 
 
 def chosen_backend(plan: Plan, inputs: BuildInputs, settings: BuildSettings) -> tuple[str, dict[str, Any]]:
@@ -174,12 +188,14 @@ def platform_preflight(client: Any, selected: list[ImagePlan], name: str, own: d
     `features.other_platforms` says, after its preflight, what its builder's nodes list (`platforms`) and whether it
     is the engine's own docker driver (`docker_driver`); `own` holds its run options (the builder's name)."""
     from imagebuild.compat import load as load_tables
-    from imagebuild.engine.connect import engine_machine
-    from imagebuild.pipeline.platforms import check_platforms, engine_platform
 
     tables = load_tables()
     if all(i.variant.platform == tables.default_platform for i in selected):
         return  # nothing to ask the engine: a plan of the default platform builds as before
+    # another platform: only now the engine's machine and pipeline/platforms.py (with host/)
+    from imagebuild.engine.connect import engine_machine
+    from imagebuild.pipeline.platforms import check_platforms, engine_platform
+
     cross = spec(name).features.other_platforms
     backend = preflight(name, own)(as_store(client)) if cross else None
     check_platforms(selected, tables, engine_platform(tables, engine_machine(client)), cross, own.get("builder"),
@@ -200,9 +216,11 @@ def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSet
     if backend is not None:
         everything_here = here is not None and all(here.values())
         chosen = DeferredBackend(backend[1]) if everything_here else backend[1]()
-    if here is not None and settings.registry_cache:
-        remote = registry_lookup(selection, here, settings.require_registry, say,
-                                 pulls_zstd=as_store(client).pulls_zstd())
+    # every selected image here (a no-op): neither the registry nor the engine's version (pulls_zstd) is asked
+    if here is not None and settings.registry_cache and not all(here.values()):
+        store = as_store(client)
+        remote = registry_lookup(selection, here, settings.require_registry, say, pulls_zstd=store.pulls_zstd(),
+                                 layers=lambda image_id: layers_of(store.inspect(image_id)))
     buildable, blocked = preflight_sources(client, plan, selection, settings.keep_going, here, remote, say)
     options = BuildOptions(force=settings.force, only=selection.only, keep_going=settings.keep_going,
                            log_dir=log_dir, remote=remote, created=settings.created)

@@ -1,6 +1,7 @@
 """`bake`: the run's plan (its record's inputs unless flags are given), narrowed by the run's --only selection (with
 the parents the images need), written as a buildx bake file by builder.bake with the source dates, CREATED and
-REVISION `build` would use (read from the engine, when one answers, as build reads them)."""
+REVISION `build` would use (read from the engine, when one answers, as build reads them), and each target's output as
+the BuildKit backend exports for the builder found here (builder.bake's OUTPUT_*)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ from dataclasses import replace
 from typing import Any
 
 from imagebuild.backends import AUTO, BUILDKIT, spec
-from imagebuild.builder.bake import planned_source_dates, write_bake
+from imagebuild.builder.bake import (
+    OUTPUT_ARCHIVE,
+    OUTPUT_ENGINE,
+    OUTPUT_LOAD,
+    planned_base_ids,
+    planned_source_dates,
+    write_bake,
+)
 from imagebuild.builder.buildargs import created_arg, revision_arg
 from imagebuild.builder.options import BuildOptions
 from imagebuild.engine.store import ImageStore
@@ -30,14 +38,40 @@ def bake_file(options: RunOptions, output: str, context_dir: str | None, os_imag
     _check_os_images(os_images, plan)  # the matrix's OSes: a key of an image --only leaves out is not a typo
     if options.only:
         plan = Plan(matrix_file=plan.matrix_file, images=select_images(plan, options.only, loaded.path).with_parents)
-    source_dates, unread = planned_source_dates(plan, _engine_store(say), os_images)
+    store = _engine_store(say)
+    source_dates, unread = planned_source_dates(plan, store, os_images)
     if unread:
         say(f"bake: no image of {', '.join(unread)} in the engine to read its source date from: SOURCE_DATE_EPOCH "
             "defaults to the snapshot or export time, so `imagebuild build` will not find the baked images up to "
             "date (bootstrap or pull the OS image first, or set SOURCE_DATE_EPOCH)")
     defaults = BuildOptions()  # `build` without --created: CREATED is each image's source date
     return write_bake(plan, output, context_dir, os_images, secrets=spec(backend).features.build_secrets,
-                      source_dates=source_dates, created=created_arg(defaults), revision=revision_arg(defaults))
+                      source_dates=source_dates, created=created_arg(defaults), revision=revision_arg(defaults),
+                      outputs=bake_outputs(say), base_ids=planned_base_ids(plan, store, os_images))
+
+
+def bake_outputs(say: Say) -> str:
+    """How a bake on buildx's current builder must export so its images are build's (builder/bake.py's module doc):
+    asked as the BuildKit backend's preflight asks before `build`. Where no builder answers (no buildx, an engine
+    too old, none at all: an export for another machine), OUTPUT_LOAD, what a remote builder does, and one line."""
+    from imagebuild.builder.backends import bake_outputs as outputs_of
+
+    try:
+        found = outputs_of(BUILDKIT)
+    except UsageError as exc:
+        say(f"bake: no builder here to export for ({exc}); each target's output is type=docker,rewrite-timestamp=true "
+            "(a docker-container or remote builder's)")
+        return OUTPUT_LOAD
+    if found not in (OUTPUT_ARCHIVE, OUTPUT_ENGINE, OUTPUT_LOAD):
+        raise AssertionError(f"bake output {found!r}")
+    return found
+
+
+def archives(doc: dict[str, Any]) -> list[str]:
+    """The docker archives a bake of `doc` writes, to `docker load` after it (builder/bake.py)."""
+    from imagebuild.builder.bake import archives as found
+
+    return found(doc)
 
 
 def _engine_store(say: Say) -> ImageStore | None:

@@ -5,13 +5,16 @@
     push_run:  locate -> push -> report   (or a dry run: what would go where)
 
 Each returns a RunResult; the command turns `ok` into the exit code. Output: `say` (stderr) for progress and notes,
-`show` (stdout) for what the user asked to see (the build summary is the builder's own)."""
+`show` (stdout) for what the user asked to see (the build summary is the builder's own).
+
+The steps a run does not take are imported where they start (test: smoke's runner; push: push, sign, the layer
+limit), so a build without --test/--push, above all the whole-process no-op, does not load them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagebuild import __version__, engine
 from imagebuild.builder import make_progress
@@ -19,7 +22,6 @@ from imagebuild.engine.store import as_store
 from imagebuild.errors import UsageError
 from imagebuild.files import check_output_dir
 from imagebuild.models import ImagePlan, ImageResult
-from imagebuild.oci import Reference, ReferenceSyntaxError
 from imagebuild.pipeline.building import (
     backend_maker,
     build_step,
@@ -28,10 +30,8 @@ from imagebuild.pipeline.building import (
     finish,
     platform_preflight,
 )
-from imagebuild.pipeline.layers import LayerLimitError
 from imagebuild.pipeline.loaded import Loaded, Say, load
 from imagebuild.pipeline.located import Located, locate, plan_registry
-from imagebuild.pipeline.pushing import PushRun, gate_reason, gate_rows, push_step
 from imagebuild.pipeline.selection import select_images
 from imagebuild.pipeline.settings import (
     RunOptions,
@@ -42,15 +42,15 @@ from imagebuild.pipeline.settings import (
     require_lock,
     resolve_matrix_path,
 )
-from imagebuild.pipeline.signing import open_signing_key
 from imagebuild.pipeline.supply import diff_rebuilds, previous_ids, write_sboms
-from imagebuild.pipeline.testing import TestedImage, test_step
-from imagebuild.plan.tags import references
 from imagebuild.record import now
 from imagebuild.record.store import state_dir as record_state_dir
 from imagebuild.record.update import fill_row, record_build
 from imagebuild.report import write_reports
-from imagebuild.smoke import runner
+
+if TYPE_CHECKING:
+    from imagebuild.pipeline.pushing import PushRun
+    from imagebuild.pipeline.testing import TestedImage
 
 
 @dataclass
@@ -87,6 +87,8 @@ def _located(client: Any, images: list[ImagePlan], loaded: Loaded) -> list[tuple
 
 
 def _summary(tested: list[TestedImage]) -> str:
+    from imagebuild.smoke import runner
+
     return runner.summary_table([(t.image.tag, t.tests) for t in tested])
 
 
@@ -107,14 +109,18 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     selection = select_images(plan, options.only, loaded.path)
     report_dir = _check_outputs(options, loaded, settings.log_dir)
     if options.push is not None:
+        from imagebuild.pipeline.signing import open_signing_key
+
         open_signing_key(options.push, selection.named)  # a key that cannot sign: said before an hour of building
     backend, own = chosen_backend(plan, loaded.inputs, settings)  # another backend's options: refused here
-    client = engine.connect("build")  # its timeout also fits --push of multi-GB layers
+    # its timeout also fits --push of multi-GB layers; lazy: the SDK only once something but the image store's
+    # questions is asked (a run whose images are all up to date never loads it)
+    client = engine.connect("build", lazy=True)
     for line in auto_lines:
         say(line)
     platform_preflight(client, selection.with_parents, backend, own)  # before anything builds
     progress = make_progress(plain=settings.plain, verbose=settings.verbose)
-    before = previous_ids(client, plan) if settings.sbom else {}
+    before = previous_ids(client, selection.with_parents) if settings.sbom else {}
     built = build_step(client, plan, selection, settings, loaded.record, progress,
                        settings.log_dir or (report_dir / "logs"), say,
                        (backend, backend_maker(backend, own, as_store(client))))  # preflight unless all up to date
@@ -131,6 +137,8 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     by_tag = built.by_tag()
     ready = [(img, Located(by_tag[img.tag].image_id, "no image ID")) for img in built.ready]
     if options.test is not None and ready and (built.ok or settings.keep_going):
+        from imagebuild.pipeline.testing import test_step
+
         result.steps.append(Step.TEST)
         test_settings = replace(options.test, junit_dir=options.test.junit_dir or report_dir / "junit",
                                 result_dir=options.test.result_dir or report_dir / "tests")
@@ -140,6 +148,9 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
         show(_summary(result.tested))
         result.ok = result.ok and not any(t.failed for t in result.tested)
     if options.push is not None and result.ok:
+        from imagebuild.pipeline.layers import LayerLimitError
+        from imagebuild.pipeline.pushing import push_step
+
         result.steps.append(Step.PUSH)
         try:
             result.pushed = push_step(client, plan, ready, loaded.book, options.push, say)
@@ -156,6 +167,9 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
 
 def test_run(options: RunOptions, say: Say) -> RunResult:
     """`test --matrix`: the planned images the record (or the engine's labels) holds, by image ID."""
+    from imagebuild.pipeline.testing import test_step
+    from imagebuild.smoke import runner
+
     settings = options.test
     assert settings is not None
     started = now()
@@ -180,6 +194,8 @@ test_run.__test__ = False  # type: ignore[attr-defined]  # not a pytest test des
 
 def test_image(ref: str, flavor: str | None, settings: TestSettings, say: Say) -> RunResult:
     """`test --image`: the suite in one image someone already has (no plan, no record, no report)."""
+    from imagebuild.smoke import runner
+
     tests = runner.run_smoke(ref, flavor, dict(settings.expect), client=runner.docker_client(),
                              require_gpu=settings.require_gpu, perf=settings.perf, junit_dir=settings.junit_dir,
                              result_dir=settings.result_dir, timeout=settings.timeout,
@@ -192,6 +208,8 @@ test_image.__test__ = False  # type: ignore[attr-defined]
 
 def push_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     """`push --matrix`: the planned images this engine holds, tested (unless --untested), to their registry."""
+    from imagebuild.pipeline.pushing import push_step
+
     settings = options.push
     assert settings is not None
     started = now()
@@ -215,6 +233,10 @@ def push_run(options: RunOptions, say: Say, show: Say) -> RunResult:
 
 
 def _dry_run(images: list[tuple[ImagePlan, Located]], loaded: Loaded, require_tests: bool, show: Say) -> None:
+    from imagebuild.oci import Reference, ReferenceSyntaxError
+    from imagebuild.pipeline.pushing import gate_reason, gate_rows
+    from imagebuild.plan.tags import references
+
     rows = gate_rows(images, loaded.record)
     for image, _ in images:
         reason = gate_reason(image, rows[image.tag], require_tests)
@@ -232,4 +254,6 @@ def _dry_run(images: list[tuple[ImagePlan, Located]], loaded: Loaded, require_te
 
 def summary_table(rows: list[tuple[str, dict[str, Any]]]) -> str:
     """The test summary (one row per image, a line per failed check) the commands print."""
+    from imagebuild.smoke import runner
+
     return runner.summary_table(rows)

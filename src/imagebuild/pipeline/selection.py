@@ -1,4 +1,4 @@
-"""`--only`, selected once per run: what the patterns name (plan.assemble.matches, the one matcher) and, for a build,
+"""`--only`, selected once per run: what the patterns name (plan.only.matches, the one matcher) and, for a build,
 the parents those images need. Every stage of the run takes the images from here."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from imagebuild.errors import UsageError
 from imagebuild.models import ImagePlan, Plan
-from imagebuild.plan.assemble import matches, matching, select
+from imagebuild.plan.only import matches, matching, select
 
 
 @dataclass(frozen=True)

@@ -14,18 +14,19 @@ from typing import Any
 
 from imagebuild.engine.store import as_store
 from imagebuild.files import write_text_atomic
-from imagebuild.lock.model import canonical_name, parse
 from imagebuild.models import ImagePlan, ImageResult, Plan
 from imagebuild.pipeline.building import HERE, BuildStatus
 
 DIFF_TEXT_MAX = 6000
 
 
-def previous_ids(client: Any, plan: Plan) -> dict[str, str]:
-    """tag -> the image ID each planned tag points at before the build (what a rebuild is compared with)."""
+def previous_ids(client: Any, images: list[ImagePlan]) -> dict[str, str]:
+    """tag -> the image ID each of `images` (the ones this run may build: the selection and the parents it needs)
+    points at before the build (what a rebuild is compared with); an image outside them is not built, so it is not
+    asked about."""
     out = {}
     store = as_store(client)
-    for img in plan.images:
+    for img in images:
         image_id = store.image_id(img.tag)
         if image_id is not None:  # not there yet: nothing to compare with
             out[img.tag] = image_id
@@ -33,6 +34,8 @@ def previous_ids(client: Any, plan: Plan) -> dict[str, str]:
 
 
 def lock_hashes(plan: Plan) -> dict[tuple[str, str], str]:
+    from imagebuild.lock.model import canonical_name, parse  # read only for an SBOM to make (not on a no-op)
+
     if not plan.lock_file:
         return {}
     try:
@@ -48,7 +51,7 @@ def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir:
 
     `recorded`: plan id -> the record's sbom entry (path, sha256, image_id) from an earlier run."""
     by_tag = plan.by_tag()
-    hashes = lock_hashes(plan)
+    hashes: dict[tuple[str, str], str] | None = None  # the lock's, read for the first SBOM made
     folder = Path(report_dir) / "sbom"
     for res in results:
         img: ImagePlan | None = by_tag.get(res.tag)
@@ -65,6 +68,8 @@ def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir:
         # not for a no-op (its SBOMs are recorded): inventory loads the tar and CycloneDX readers
         from imagebuild.inventory import dump_sbom, make_sbom, read_local
 
+        if hashes is None:
+            hashes = lock_hashes(plan)
         try:
             inv = read_local(client, res.image_id)
             text = dump_sbom(make_sbom(inv, hashes))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +22,11 @@ from imagebuild.oci import ReferenceSyntaxError, check_registry
 from imagebuild.oci.reference import check_repository_room
 from imagebuild.plan import tags
 from imagebuild.plan.hashing import inputs_hash, save_cache
+from imagebuild.plan.only import (
+    matches as matches,  # --only's matcher (plan/only.py), importable here as before
+)
+from imagebuild.plan.only import matching as matching
+from imagebuild.plan.only import select as select
 from imagebuild.plan.paths import (
     default_render_dir as default_render_dir,  # commands/render imports it from here
 )
@@ -146,45 +150,6 @@ def assemble_plan(matrix_path: str | Path, inputs: BuildInputs, registry: str | 
     lock = load(path) if use_lock and path.is_file() else None
     return plan_from_variants(variants, inputs, registry=registry, matrix_file=str(matrix_path),
                               render_dir=render_dir, lock=lock)
-
-
-def _patterns(patterns: str | tuple[str, ...]) -> list[str]:
-    items = (patterns,) if isinstance(patterns, str) else patterns
-    return [p.strip() for item in items for p in item.split(",") if p.strip()]
-
-
-def matches(image: ImagePlan, patterns: str | tuple[str, ...]) -> bool:
-    """`--only`, the same in every command: does any pattern match the image's id, tag, short tag, variant key or
-    flavor? A pattern with glob characters (`*?[`) is an fnmatch glob; plain text matches as a substring. Commas
-    separate alternatives inside one pattern (`--only base,dev`), and --only is repeatable."""
-    names = (image.id, image.tag, image.short_tag, image.variant.key, image.flavor)
-    for pat in _patterns(patterns):
-        glob = any(c in pat for c in "*?[")
-        if any(fnmatch.fnmatchcase(n, pat) if glob else pat in n for n in names):
-            return True
-    return False
-
-
-def matching(plan: Plan, patterns: str | tuple[str, ...] | None) -> list[ImagePlan]:
-    """The images --only selects (no parents), in plan order; all of them without patterns."""
-    if not patterns or not _patterns(patterns):
-        return list(plan.images)
-    return [i for i in plan.images if matches(i, patterns)]
-
-
-def select(plan: Plan, patterns: str | tuple[str, ...] | None) -> list[ImagePlan]:
-    """Images matching any pattern (see `matches`), plus the parents they need, in plan order."""
-    if not patterns or not _patterns(patterns):
-        return list(plan.images)
-    by_tag = plan.by_tag()
-    chosen: set[str] = set()
-    for image in plan.images:
-        if matches(image, patterns):
-            node: ImagePlan | None = image
-            while node is not None and node.tag not in chosen:
-                chosen.add(node.tag)
-                node = by_tag.get(node.parent) if node.parent else None
-    return [i for i in plan.images if i.tag in chosen]
 
 
 def _te_wheel_plan(rendered: RenderedImage | None) -> TEWheelPlan | None:

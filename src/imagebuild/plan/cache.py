@@ -14,15 +14,19 @@ miss: $IMAGEBUILD_CACHE_DIR/plans/ (else $XDG_CACHE_HOME/imagebuild, else ~/.cac
 unwritable folder means planning again next time. The entry is a pickle of the Plan, written and read only by this
 user, like the bytecode caches of other tools; a plan that carries credentials (secret build args) is never written.
 IMAGEBUILD_NO_PLAN_CACHE=1 turns the cache off.
+
+Beside each plan, the same way: which backends the matrix's rows name (`matrix_backends`), the question `build
+--backend auto` asks before anything is planned, so a no-op does not load and check the matrix file for it either.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from imagebuild import __version__
@@ -132,3 +136,38 @@ def save(plan: Plan, matrix: str | Path, inputs: BuildInputs, registry: str | No
         os.replace(tmp, path)
     except OSError:
         pass  # a cache only
+
+
+def matrix_backends(matrix: str | Path, read: Callable[[], Iterable[str]]) -> set[str]:
+    """The `backend` values the matrix file's rows name: `read()` (which loads and checks the file) once, then
+    from the cache while the fingerprint of what a plan of it is made from (the matrix and its lock by content, the
+    package's code and data, the templates) stays the same. Whatever `read` raises (a matrix that does not parse)
+    is raised as before: a file that changed is read again."""
+    path = Path(matrix)
+    if not enabled():
+        return set(read())
+    key = repr(("backends", str(path.resolve()), os.getcwd(), str(_PACKAGE)))
+    entry_path = _root() / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".backends.json")
+    arguments = hashlib.sha256(repr((FORMAT, __version__, str(matrix))).encode()).hexdigest()
+    try:
+        files = _files(path, [])
+    except OSError:  # the matrix cannot be read: `read` says so
+        return set(read())
+    try:
+        entry = json.loads(entry_path.read_text(encoding="utf-8"))
+        names = entry["backends"]
+        if entry["arguments"] == arguments and entry["files"] == files and isinstance(names, list) \
+                and all(isinstance(n, str) for n in names):
+            return set(names)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    found = set(read())
+    try:
+        entry_path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=entry_path.parent, prefix=".backends-")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"arguments": arguments, "files": files, "backends": sorted(found)}, fh)
+        os.replace(tmp, entry_path)
+    except OSError:
+        pass  # a cache only
+    return found

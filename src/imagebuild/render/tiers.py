@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,10 +59,27 @@ def runtime_tiers(variant: ResolvedVariant, torch_pins: Sequence[str], te_requir
         tiers.append(Tier("transformer-engine", "transformer_engine (its wheels, the torch extension built here)",
                           owns=("transformer-engine", "transformer-engine-*"), requires=tuple(te_requirements),
                           te_wheels=True))
-    if matrix_packages:
-        tiers.append(Tier("matrix", "the matrix's own packages (pip_packages) and what only they need",
-                          requires=tuple(matrix_packages)))
+    tiers += matrix_tiers(matrix_packages)
     return tiers
+
+
+_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def matrix_tiers(packages: Sequence[str]) -> list[Tier]:
+    """The matrix's own packages (pip_packages), one layer each, in the order of their names: what changes most, on
+    top. One layer per package, not one for all of them: adding, removing or bumping one package replaces that
+    package's layer (and what only it needs) and no other, so a node that had the image pulls that much alone (one
+    shared layer made a one-package change re-send numpy with it: 5.1% of the CPU runtime). A dependency two of them
+    share sits in the lowest of their layers (tiering.assign). Tier names are `matrix-<canonical name>` (a stage name
+    and a file name: lowercase letters, digits and `-`)."""
+    named: dict[str, list[str]] = {}
+    for requirement in packages:
+        m = _NAME.match(requirement)
+        key = re.sub(r"[-_.]+", "-", m.group(1)).lower() if m else "other"
+        named.setdefault(key, []).append(requirement)  # one package named twice: one layer, both requirements
+    return [Tier(f"matrix-{key}", f"the matrix's package {', '.join(reqs)} and what only it needs",
+                 requires=tuple(reqs)) for key, reqs in sorted(named.items())]
 
 
 def spec_file(tiers: Sequence[Tier]) -> bytes:

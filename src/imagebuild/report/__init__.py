@@ -5,7 +5,8 @@
     msg = check_size_budget(result, budget_bytes)  # None or a failure naming the largest layers
 """
 
-from imagebuild.matrix.schema import parse_size  # the one size grammar (matrix `size_budget`)
+from typing import TYPE_CHECKING
+
 from imagebuild.report.budget import check_size_budget, describe_step, largest_layers
 from imagebuild.report.writer import (
     JSON_NAME,
@@ -19,6 +20,18 @@ from imagebuild.report.writer import (
     write_reports,
 )
 from imagebuild.units import format_size  # budget.py's own import of it (not re-exported there)
+
+if TYPE_CHECKING:
+    from imagebuild.matrix.schema import parse_size  # the one size grammar (matrix `size_budget`)
+
+
+def __getattr__(name: str) -> object:
+    if name == "parse_size":  # loaded when asked for: writing a report (every build) needs no matrix package
+        from imagebuild.matrix.schema import parse_size
+
+        return parse_size
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "JSON_NAME", "JUNIT_NAME", "MD_NAME", "check_size_budget", "describe_step", "format_size", "largest_layers",

@@ -56,6 +56,15 @@ def preflight(name: str, settings: Mapping[str, Any] | None = None) -> BackendFa
     return plugin(name).preflight(dict(settings or {}))
 
 
+def bake_outputs(name: str, settings: Mapping[str, Any] | None = None) -> str:
+    """How a bake on backend `name`'s builder exports each target (builder/bake.py's OUTPUT_*: what that backend's
+    builds do, so a bake gives their image IDs); UsageError when the backend has no bake or cannot build here."""
+    found = getattr(plugin(name), "bake_outputs", None)
+    if found is None:
+        raise UsageError(f"the {spec(name).title} has no bake export")
+    return str(found(dict(settings or {})))
+
+
 def make_backend(name: str, store: ImageStore, settings: Mapping[str, Any] | None = None) -> BuildBackend:
     """The backend `name` building into `store`, after its preflight."""
     return preflight(name, settings)(store)

@@ -4,11 +4,13 @@ progress.py its rawjson progress, checks.py what the builder must answer before 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.builder.backends.buildkit import checks
-from imagebuild.builder.backends.buildkit.build import BuildxBackend
 from imagebuild.engine.store import ImageStore
+
+if TYPE_CHECKING:  # loaded by checks.preflight, when the backend is made (auto asks answers() only)
+    from imagebuild.builder.backends.buildkit.build import BuildxBackend
 
 
 def answers() -> tuple[bool, str]:
@@ -21,3 +23,14 @@ def preflight(settings: Mapping[str, Any]) -> Callable[[ImageStore], BuildxBacke
     The backend drives the docker CLI, not the store."""
     backend = checks.preflight(settings.get("builder"), settings.get("buildkit_cache"))
     return lambda store: backend
+
+
+def bake_outputs(settings: Mapping[str, Any]) -> str:
+    """How a `docker buildx bake` on this builder must export to give the image IDs `build` gives (builder/bake.py's
+    OUTPUT_* values): as build.py exports (argv.py says why): an archive to load on the docker driver with the
+    containerd image store, `type=docker` on any other driver, the driver's own exporter on the docker driver without
+    the containerd store. The preflight's one line when the builder cannot build here."""
+    backend = checks.preflight(settings.get("builder"), None)
+    if backend.via_archive:
+        return "archive"
+    return "engine" if backend.docker_driver else "load"

@@ -14,10 +14,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from imagebuild.builder.backends.buildkit.build import BuildxBackend
 from imagebuild.engine import cli
 from imagebuild.errors import UsageError
+
+if TYPE_CHECKING:
+    from imagebuild.builder.backends.buildkit.build import BuildxBackend
 
 MIN_ENGINE = (23, 0)  # Docker Engine with named contexts in its embedded BuildKit
 MIN_BUILDKIT = (0, 10)  # BuildKit with named contexts (moby.buildkit.frontend.contexts)
@@ -91,6 +94,10 @@ def check_cache_export(builder: Builder, driver_status: str) -> None:
 
 def preflight(builder_name: str | None = None, cache_repository: str | None = None) -> BuildxBackend:
     """The BuildKit backend for `builder_name` (None: buildx's current builder), or one BuilderUnavailable line."""
+    # the backend itself (build.py and its command line, progress and diagnosis readers) only once it is made:
+    # `auto` asks answers() only, and a no-op defers this preflight (DeferredBackend)
+    from imagebuild.builder.backends.buildkit.build import BuildxBackend
+
     version = cli.buildx_version()
     if not version.ok:
         raise BuilderUnavailable(
