@@ -182,7 +182,7 @@ def test_chain_builds_from_parent_ids_then_all_up_to_date(client, tiny_os, tmp_p
         assert labels[INPUTS_LABEL] == img.inputs_hash
         below = client.api.inspect_image(ids[i - 1] if i else os_id)["RootFS"]["Layers"]
         assert info["RootFS"]["Layers"][:len(below)] == below  # its layers stand on its parent's
-        assert labels.get(BASE_LABEL) == (None if i else os_id)  # only the root names what it was built on
+        assert labels[BASE_LABEL] == ("" if i else os_id)  # only the root names what it was built on
         history_ids = {h["Id"] for h in client.api.history(img.tag)}
         assert (ids[i - 1] if i else os_id) in history_ids  # FROM the parent's image ID
         assert results[i].size and results[i].size > 0 and results[i].layers

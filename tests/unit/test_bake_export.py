@@ -48,9 +48,10 @@ def test_shape_targets_and_tags_equal_plan():
         # each target's own up-to-date labels, so a child never shows its parent's (LABEL is inherited)
         # a default per target: the date `build` gives it (0: none given here), SOURCE_DATE_EPOCH at bake time wins
         sde = '${SOURCE_DATE_EPOCH != "" ? SOURCE_DATE_EPOCH : "0"}'
-        # a root's base-id: the OS image ID the export found (none here: empty), a variable of its OS at bake time
+        # a root's base-id: the OS image ID the export found (none here: empty), a variable of its OS at bake time;
+        # a child's: empty (not the root's, inherited)
         var = "OS_IMAGE_ID_" + target_name(img.variant.os.id)
-        root = {} if img.parent else {"io.imagebuild.base-id": "${" + f'{var} != "" ? {var} : ""' + "}"}
+        root = {"io.imagebuild.base-id": "" if img.parent else "${" + f'{var} != "" ? {var} : ""' + "}"}
         assert t["labels"] == {**img.labels, "io.imagebuild.inputs-hash": img.inputs_hash, **root,
                                "io.imagebuild.source-date-epoch": sde}
         assert t["args"]["SOURCE_DATE_EPOCH"] == sde

@@ -248,7 +248,7 @@ def test_executor_builds_through_the_backend_protocol(tmp_path):
     assert first.request.secret_build_args == {"PIP_INDEX_URL": "https://u:s3cr3t@idx/"}
     assert second.request.parents["BASE_IMAGE"] == base_id
     assert second.request.labels == {"io.imagebuild.flavor": "runtime", INPUTS_LABEL: "sha256:runtime",
-                                     "io.imagebuild.source-date-epoch": "0"}
+                                     "io.imagebuild.base-id": "", "io.imagebuild.source-date-epoch": "0"}
     assert first.dockerfile == base.dockerfile and first.request.timeout == BuildOptions().build_timeout
     log = (tmp_path / "k-base.log").read_text()
     assert log.startswith(f"# {base.tag}\n# inputs hash sha256:base\n# BASE_IMAGE={OS_ID}\n")

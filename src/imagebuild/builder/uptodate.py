@@ -9,7 +9,7 @@ inputs, other bytes) must make its children stale. How "stands on" is proved dep
   `rootfs.diff_ids` (remote.py). No label names the parent's ID: `build` and a `docker buildx bake` of the export
   (bake.py) give a child the same labels, and bake knows a parent's ID only once it has built it.
 - a ROOT (the base flavor: its parent is the bootstrapped OS image or the registry base) carries that image's ID as
-  `BASE_LABEL`: the layers cannot say it, because BuildKit's `rewrite-timestamp` re-dates the OS image's own layer in
+  `BASE_LABEL` (a child's is empty, so it does not inherit the root's): the layers cannot say it, because BuildKit's `rewrite-timestamp` re-dates the OS image's own layer in
   the exported image (another diff ID: measured on dockerd 26.1.5), and the export can know the ID (it reads the OS
   image from the engine, as it reads its date), so a bake's root carries the same label.
 
@@ -38,9 +38,9 @@ def planned_labels(img: ImagePlan, base_id: str, source_date: str) -> dict[str, 
     """The labels an image of `img` carries: the plan's, then the up-to-date ones (`base_id`: the image it is built
     on; a label on a root image only). One home for `build` (one_image.build_request) and the bake export, so the
     images of both carry the same set (the same image ID)."""
-    labels = {**img.labels, INPUTS_LABEL: img.inputs_hash}
-    if img.parent is None:
-        labels[BASE_LABEL] = base_id
+    # a child's is empty, never inherited: a LABEL passes to every image built FROM it, and the root's OS image ID
+    # on a runtime would name an image it is not built on
+    labels = {**img.labels, INPUTS_LABEL: img.inputs_hash, BASE_LABEL: base_id if img.parent is None else ""}
     return {**labels, SOURCE_DATE_LABEL: source_date}
 
 
