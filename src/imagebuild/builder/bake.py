@@ -227,7 +227,7 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 
 def planned_source_dates(plan: Plan, store: ImageStore | None, os_images: Mapping[str, str] | None = None,
-                         ) -> tuple[dict[str, int], list[str]]:
+                         refs: Mapping[str, str | None] | None = None) -> tuple[dict[str, int], list[str]]:
     """image id -> the SOURCE_DATE_EPOCH `build` gives it, and the OS images whose date nothing here could read.
 
     Build reads it with sourcedate.source_date_epoch from the image it builds on: the caller's SOURCE_DATE_EPOCH,
@@ -235,16 +235,18 @@ def planned_source_dates(plan: Plan, store: ImageStore | None, os_images: Mappin
     the OS image's `created`. So the export reads the same function on the OS image each chain starts from (the
     --os-image reference, the bootstrap image build found or made, the registry base) in the engine `store`. Where
     there is no engine or no such image there, a bake has no date `build` would agree with: the newest bootstrap
-    snapshot of the plan, else the time of the export, and the OS is named in the second value."""
+    snapshot of the plan, else the time of the export, and the OS is named in the second value. `refs`: root_refs's
+    answer when the caller has it (else asked here)."""
     from imagebuild.builder.sourcedate import source_date_epoch
     from imagebuild.dates import from_environment
 
+    refs = root_refs(plan, store, os_images) if refs is None else refs
     roots: dict[str, int] = {}
     unread: list[str] = []
     out: dict[str, int] = {}
     for image, root in _with_roots(plan):
         if root.tag not in roots:
-            ref = _root_ref(root, store, os_images)
+            ref = refs.get(root.tag)
             env = from_environment()
             epoch = env if env is not None else (source_date_epoch(store, ref) if store is not None and ref else 0)
             if not epoch:
@@ -256,17 +258,26 @@ def planned_source_dates(plan: Plan, store: ImageStore | None, os_images: Mappin
 
 
 def planned_base_ids(plan: Plan, store: ImageStore | None, os_images: Mapping[str, str] | None = None,
-                     ) -> dict[str, str]:
+                     refs: Mapping[str, str | None] | None = None) -> dict[str, str]:
     """root image id -> the ID of the OS/registry image `build` would build it on, as the engine `store` has it (the
-    same reference planned_source_dates reads); absent where nothing here has it."""
+    same reference planned_source_dates reads; `refs` as it takes them); absent where nothing here has it."""
+    if store is None:
+        return {}
+    refs = root_refs(plan, store, os_images) if refs is None else refs
     out: dict[str, str] = {}
     for image, root in _with_roots(plan):
-        if image is root and store is not None:
-            ref = _root_ref(root, store, os_images)
-            found = store.image_id(ref) if ref else None
-            if found:
-                out[image.id] = found
+        ref = refs.get(root.tag) if image is root else None
+        found = store.image_id(ref) if ref else None
+        if found:
+            out[image.id] = found
     return out
+
+
+def root_refs(plan: Plan, store: ImageStore | None, os_images: Mapping[str, str] | None = None,
+              ) -> dict[str, str | None]:
+    """root tag -> the reference of the image it is built on (_root_ref), each root asked once: what
+    planned_source_dates and planned_base_ids read."""
+    return {root.tag: _root_ref(root, store, os_images) for image, root in _with_roots(plan) if image is root}
 
 
 def _with_roots(plan: Plan) -> list[tuple[ImagePlan, ImagePlan]]:
@@ -339,7 +350,7 @@ def write_bake(plan: Plan, output: str | Path, context_dir: str | Path | None = 
             # the mode and date build's context gives the file (context.py): a file a COPY puts in the image (the
             # entrypoint, the TF32 hook) then makes the same layer bytes, so the same image ID
             written = write_inside(folder, rel, data, "bake context", mode=file_mode(data))
-            os.utime(written, (MTIME, MTIME))
+            os.utime(written, (MTIME, MTIME), follow_symlinks=False)  # never through a link planted there
         for rel, src in sorted({**image.context_dirs, **te_dirs.get(image.tag, {})}.items()):
             target = folder / rel
             if Path(rel).parent != Path("."):

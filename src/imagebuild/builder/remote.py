@@ -28,7 +28,7 @@ from imagebuild.builder.uptodate import INPUTS_LABEL, stands_on
 from imagebuild.engine.store import ImageStore
 from imagebuild.models import ImagePlan, ImageResult
 from imagebuild.oci import Reference, ReferenceSyntaxError
-from imagebuild.oci.answers import INDEX_TYPES
+from imagebuild.oci.answers import INDEX_TYPES, config_diff_ids
 from imagebuild.oci.registry import RegistryClient, RegistryError
 from imagebuild.oci.skopeo import auth_from_sdk, fetch_archive
 from imagebuild.secrets import redact
@@ -71,10 +71,6 @@ def _pick(rc: RegistryClient, repo: str, digest: str, doc: dict[str, Any], arch:
     return digest, doc
 
 
-def diff_ids(config: dict[str, Any]) -> list[str]:
-    return [str(d) for d in ((config.get("rootfs") or {}).get("diff_ids") or [])]
-
-
 def check_config(img: ImagePlan, config: dict[str, Any], arch: str, parent_layers: list[str] | None) -> str | None:
     """Why this config is not `img` as planned (None: it is). `parent_layers`: the diff IDs of the image its parent
     resolves to in this run (None: a base image, no parent to stand on)."""
@@ -87,7 +83,7 @@ def check_config(img: ImagePlan, config: dict[str, Any], arch: str, parent_layer
     for key, value in img.labels.items():
         if labels.get(key) != value:
             return f"label {key}={labels.get(key)!r} (planned {value!r})"
-    if parent_layers is not None and not stands_on(diff_ids(config), parent_layers):
+    if parent_layers is not None and not stands_on(config_diff_ids(config), parent_layers):
         return "its layers do not begin with the layers of its parent here"
     return None
 
@@ -158,7 +154,7 @@ def find_in_registry(images: list[ImagePlan], resolve_auth: Callable[..., Any], 
         size = sum(int(layer.get("size") or 0) for layer in manifest.get("layers") or [])
         found[img.tag] = RemoteImage(img.tag, f"{ref.name}@{digest}", digest, cfg_digest, prefix, size,
                                     auths.get(registry), zstd=has_zstd and not pulls_zstd,
-                                    plain_http=rc.scheme() == "http", diff_ids=tuple(diff_ids(config)))
+                                    plain_http=rc.scheme() == "http", diff_ids=tuple(config_diff_ids(config)))
     return found
 
 

@@ -9,9 +9,10 @@ inputs, other bytes) must make its children stale. How "stands on" is proved dep
   `rootfs.diff_ids` (remote.py). No label names the parent's ID: `build` and a `docker buildx bake` of the export
   (bake.py) give a child the same labels, and bake knows a parent's ID only once it has built it.
 - a ROOT (the base flavor: its parent is the bootstrapped OS image or the registry base) carries that image's ID as
-  `BASE_LABEL` (a child's is empty, so it does not inherit the root's): the layers cannot say it, because BuildKit's `rewrite-timestamp` re-dates the OS image's own layer in
-  the exported image (another diff ID: measured on dockerd 26.1.5), and the export can know the ID (it reads the OS
-  image from the engine, as it reads its date), so a bake's root carries the same label.
+  `BASE_LABEL` (a child's is empty, so it does not inherit the root's): the layers cannot say it, because
+  BuildKit's `rewrite-timestamp` re-dates the OS image's own layer in the exported image (another diff ID: measured
+  on dockerd 26.1.5), and the export can know the ID (it reads the OS image from the engine, as it reads its date),
+  so a bake's root carries the same label.
 
 Images built before carry `BASE_LABEL` on children too (their parent's ID); it is read on roots only, so they stay up
 to date where their layers say so.

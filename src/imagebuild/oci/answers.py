@@ -120,6 +120,12 @@ def _text(value: object, what: str) -> str | None:
     raise RegistryError(f"{what} is not a string ({type(value).__name__})")
 
 
+def config_diff_ids(doc: dict[str, Any]) -> list[str]:
+    """An image config's `rootfs.diff_ids` as they stand, unchecked (image_config checks them): the layers it lists,
+    bottom first."""
+    return [str(d) for d in ((doc.get("rootfs") or {}).get("diff_ids") or [])]
+
+
 def image_config(doc: dict[str, Any], what: str) -> ImageConfig:
     """The fields of an image config the tool reads, typed; RegistryError naming the field otherwise."""
     inner = doc.get("config") or {}

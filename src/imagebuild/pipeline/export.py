@@ -15,6 +15,7 @@ from imagebuild.builder.bake import (
     OUTPUT_LOAD,
     planned_base_ids,
     planned_source_dates,
+    root_refs,
     write_bake,
 )
 from imagebuild.builder.buildargs import created_arg, revision_arg
@@ -39,7 +40,8 @@ def bake_file(options: RunOptions, output: str, context_dir: str | None, os_imag
     if options.only:
         plan = Plan(matrix_file=plan.matrix_file, images=select_images(plan, options.only, loaded.path).with_parents)
     store = _engine_store(say)
-    source_dates, unread = planned_source_dates(plan, store, os_images)
+    refs = root_refs(plan, store, os_images)  # the OS image of each chain, found once for its date and its ID
+    source_dates, unread = planned_source_dates(plan, store, os_images, refs)
     if unread:
         say(f"bake: no image of {', '.join(unread)} in the engine to read its source date from: SOURCE_DATE_EPOCH "
             "defaults to the snapshot or export time, so `imagebuild build` will not find the baked images up to "
@@ -47,7 +49,7 @@ def bake_file(options: RunOptions, output: str, context_dir: str | None, os_imag
     defaults = BuildOptions()  # `build` without --created: CREATED is each image's source date
     return write_bake(plan, output, context_dir, os_images, secrets=spec(backend).features.build_secrets,
                       source_dates=source_dates, created=created_arg(defaults), revision=revision_arg(defaults),
-                      outputs=bake_outputs(say), base_ids=planned_base_ids(plan, store, os_images))
+                      outputs=bake_outputs(say), base_ids=planned_base_ids(plan, store, os_images, refs))
 
 
 def bake_outputs(say: Say) -> str:

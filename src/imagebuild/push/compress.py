@@ -34,6 +34,7 @@ import zstandard
 
 from imagebuild.errors import ImagebuildError
 from imagebuild.files import sha256_file
+from imagebuild.oci.answers import config_diff_ids
 
 ZSTD_LEVEL = 3  # CoreWeave's ml-containers' level: most of the size gain, compresses ~8x faster than gzip -6
 GZIP_LEVEL = 6
@@ -232,7 +233,7 @@ def compress_archive(archive: Path, layout: Path, compression: str, cache: Layer
     with tarfile.open(archive) as tar:
         [entry] = json.loads(_member(tar, "manifest.json"))
         config = _member(tar, str(entry["Config"]))
-        diff_ids = [str(d) for d in (json.loads(config).get("rootfs") or {}).get("diff_ids") or []]
+        diff_ids = config_diff_ids(json.loads(config))
         names = [str(n) for n in entry.get("Layers") or []]
         if len(names) != len(diff_ids):
             raise LayerError(f"the saved image lists {len(names)} layers, its config {len(diff_ids)} diff IDs")

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuild.lock.model import canonical_name
 from imagebuild.models import ResolvedVariant
 
 SCRIPT = "files/imagebuild-tiers.py"  # context paths of the resolve stage's script and spec
@@ -76,7 +77,7 @@ def matrix_tiers(packages: Sequence[str]) -> list[Tier]:
     named: dict[str, list[str]] = {}
     for requirement in packages:
         m = _NAME.match(requirement)
-        key = re.sub(r"[-_.]+", "-", m.group(1)).lower() if m else "other"
+        key = canonical_name(m.group(1)) if m else "other"
         named.setdefault(key, []).append(requirement)  # one package named twice: one layer, both requirements
     return [Tier(f"matrix-{key}", f"the matrix's package {', '.join(reqs)} and what only it needs",
                  requires=tuple(reqs)) for key, reqs in sorted(named.items())]
