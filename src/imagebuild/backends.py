@@ -29,12 +29,17 @@ class Features:
     build_secrets: `RUN --mount=type=secret` (index URLs with credentials, never a build argument);
     named_contexts: a parent given as an exact image (a child builds on its parent's image ID);
     other_platforms: builds images of another platform than the engine's (`--platform`, natively on a builder's node
-    of that platform or through QEMU); without it a plan of another platform is refused before anything builds."""
+    of that platform or through QEMU); without it a plan of another platform is refused before anything builds;
+    linked_copies: `COPY --link` for a stage's /opt/stage: the layer holds exactly the stage's files, whatever the
+    parent holds. Without it BuildKit diffs the copy against the parent's snapshot and leaves out a file equal to the
+    parent's in content and date: a loaded parent (dates clamped by rewrite-timestamp) and the same parent unexported
+    inside one bake (dates not yet clamped) then give two different layers from one input."""
 
     cache_mounts: bool = False
     build_secrets: bool = False
     named_contexts: bool = False
     other_platforms: bool = False
+    linked_copies: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,8 @@ BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (
     BackendSpec(CLASSIC, "the classic builder", "the engine's classic builder through the SDK (any engine; deprecated by Docker)",
                 Features(), "imagebuild.builder.backends.classic"),
     BackendSpec(BUILDKIT, "BuildKit", "BuildKit through `docker buildx build` (engine >= 23 or a buildx builder)",
-                Features(cache_mounts=True, build_secrets=True, named_contexts=True, other_platforms=True),
+                Features(cache_mounts=True, build_secrets=True, named_contexts=True, other_platforms=True,
+                         linked_copies=True),
                 "imagebuild.builder.backends.buildkit",
                 options=(RunOption("builder", "--builder", "NAME",
                                    "The buildx builder (BuildKit's option: chooses BuildKit under the default auto, "

@@ -93,10 +93,11 @@ def test_the_20_10_engine_is_refused_before_anything_builds(cpu_build, tmp_path)
 def test_a_real_bake_of_the_exported_compose_file_agrees_with_build(bk_build, cpu_build, tmp_path):
     """`imagebuild bake` -> `docker buildx bake` on the modern engine (no bridge: host networking) of the whole CPU
     matrix, with the inputs bk_build built it from. The engine's docker driver exports each target as an archive
-    (rewrite-timestamp, as build does), loaded here under tags of the test's own so the session's tags stay. The base
-    image is the very image build made (the same ID); every image carries exactly build's labels (source date,
-    CREATED, REVISION: no parent ID among them) and stands on the bake's parent by its layers, which is what
-    `imagebuild build` asks of an image to find it up to date. A credentialed index never reaches the file."""
+    (rewrite-timestamp, as build does), loaded here under tags of the test's own so the session's tags stay. Each
+    image is the very image build made (the same ID: the tier copies are `COPY --link`, so a child's layers do not
+    depend on whether its parent was loaded or chained inside the bake); every image carries exactly build's labels
+    (source date, CREATED, REVISION: no parent ID among them) and stands on the bake's parent by its layers, which is
+    what `imagebuild build` asks of an image to find it up to date. A credentialed index never reaches the file."""
     import yaml
 
     result, client, bk_dir = bk_build
@@ -137,7 +138,7 @@ def test_a_real_bake_of_the_exported_compose_file_agrees_with_build(bk_build, cp
         info = {flavor_of[name]: client.api.inspect_image(tag) for name, tag in own.items()}
         ids = {flavor: i["Id"] for flavor, i in info.items()}
         print("\n[bake] image IDs bake / build: " + ", ".join(f"{f} {ids[f][7:19]} / {built[f][7:19]}" for f in ids))
-        assert ids["base"] == built["base"]  # the very image build made
+        assert ids == built  # the very images build made, all three
         for flavor, parent in (("runtime", "base"), ("dev", "runtime")):
             mine = client.api.inspect_image(built[flavor])
             assert info[flavor]["Config"]["Labels"] == mine["Config"]["Labels"], flavor  # build's labels exactly

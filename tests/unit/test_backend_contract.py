@@ -187,7 +187,8 @@ TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 # what each feature puts into a rendered Dockerfile (BuildKit syntax the classic builder refuses)
 FEATURE_SYNTAX = {"cache_mounts": "--mount=type=cache", "build_secrets": "--mount=type=secret",
                   "named_contexts": None,  # a build-time choice (the parent as a named context), not rendered
-                  "other_platforms": None}  # a build-time choice (--platform), not rendered
+                  "other_platforms": None,  # a build-time choice (--platform), not rendered
+                  "linked_copies": "COPY --link --from=tier-"}
 
 
 def test_every_feature_the_templates_ask_for_is_declared_by_the_table():

@@ -16,9 +16,9 @@ builder the export finds: pipeline/export.bake_outputs): the engine's docker dri
 refuses that option for an image it unpacks, so there each target writes a docker archive `bake-images/<target>.tar`
 to `docker load` after the bake (what build does with its own archive); any other driver loads `type=docker` itself;
 the docker driver without the containerd store keeps build-time dates (build too). Context files are written with
-the mode and date build's context tar gives them (context.py). Measured: the base is build's very image; a child
-still differs in one layer (BuildKit's COPY diff against a `target:` parent keeps 8 files it leaves out against the
-loaded parent build chains to: docs/backends.md).
+the mode and date build's context tar gives them (context.py), and a stage's files reach the image by `COPY --link`
+(backends.Features.linked_copies: the same layer whatever the parent's dates). Measured: base, runtime and dev are
+build's very images (the same image IDs: docs/backends.md).
 Credentialed index URLs are build secrets by id, read from the environment at bake time (never in the file).
 
 Shape (https://docs.docker.com/build/bake/reference/):
