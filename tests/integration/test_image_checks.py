@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_cli")]
 
 # the checks under test, named as the probe and its table name them (section.check)
 # (libraries/one_copy[*] skip on the CPU images, which carry no CUDA library: only its broken image names it)
-CHECKS = ("pip.check", "ldd.resolve", "locale.utf8", "locale.python",
+CHECKS = ("pip.check", "ldd.resolve", "ldd.machine", "locale.utf8", "locale.python",
           "hygiene.ssh_host_keys", "hygiene.tmp", "hygiene.pip_cache",
           "hygiene.apt_cache", "uid.home_writable",
           "uid.tmp_writable", "uid.torch_import", "system.ca_bundle")
@@ -60,6 +60,15 @@ RUN set -eux; d="{site}/ibbroken_native"; mkdir -p "$d" /tmp/ibdep; \\
     rm -rf /tmp/ibdep
 USER 1000
 """, "ldd.resolve", "ibbroken_native/libibbroken.so: libibdep.so not found"),
+    # an extension module of another machine (an aarch64 wheel's .so in this amd64 image, x86_64 on an arm64 host):
+    # Python's own _ctypes with the ELF header's machine changed
+    "machine": ("runtime", """\
+USER 0
+RUN set -eux; d="{site}/ibwrongarch"; mkdir -p "$d"; /opt/venv/bin/python -c "import _ctypes, sys; \
+b = bytearray(open(_ctypes.__file__, 'rb').read()); here = int.from_bytes(b[18:20], 'little'); \
+b[18:20] = (183 if here != 183 else 62).to_bytes(2, 'little'); open(sys.argv[1], 'wb').write(b)" "$d/_C.so"
+USER 1000
+""", "ldd.machine", "are built for another machine than x86_64: ibwrongarch/_C.so (aarch64)"),
     "pip": ("runtime", """\
 USER 0
 RUN set -eux; d="{site}/ibbroken-1.0.dist-info"; mkdir "$d"; \\

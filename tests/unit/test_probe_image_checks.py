@@ -248,11 +248,59 @@ def test_ldd_section_on_a_site_packages_tree(libs, monkeypatch):
     monkeypatch.setattr(sharedlibs, "site_roots", lambda: [str(site)])
     p = P.Probe(["ldd"])
     sharedlibs.run(p)
-    c = p.doc["checks"][0]
+    checks = {c["name"]: c for c in p.doc["checks"]}
+    c = checks["ldd.resolve"]
     assert c["status"] == "failed"
     assert "pkg/libiba.so: libibb.so not found (present at other/libibb.so" in c["reason"]
     assert "[no RPATH/RUNPATH; needed directly]" in c["reason"]
     assert c["figures"]["libraries"] == 2
+    assert checks["ldd.machine"]["status"] == "passed"  # both built here, for this machine
+
+
+def _other_machine(src: Path, dest: Path) -> str:
+    """A copy of a library built here with the ELF header's machine set to another one (aarch64 on x86_64, x86_64
+    elsewhere): what a wheel of the other platform puts into site-packages. Returns that machine's name."""
+    data = bytearray(src.read_bytes())
+    here = int.from_bytes(data[18:20], "little")
+    other = 183 if here != 183 else 62
+    data[18:20] = other.to_bytes(2, "little")
+    dest.write_bytes(bytes(data))
+    return sharedlibs.machine_name((2, 1, 3, other))
+
+
+def test_ldd_machine_passes_a_tree_built_here_and_fails_a_library_of_another_machine(libs, monkeypatch):
+    """ldd.machine on both sides: a site-packages of libraries built here passes; one library of another machine (an
+    aarch64 wheel's .so in an amd64 image) fails, named with its machine, and stays out of the ldd scan."""
+    site = libs / "site-packages"
+    (site / "pkg").mkdir(parents=True)
+    shutil.copy(libs / "b" / "libibb.so", site / "pkg" / "libibb.so")
+    monkeypatch.setattr(sharedlibs, "site_roots", lambda: [str(site)])
+    mine = sharedlibs.machine_name(sharedlibs.elf_header(os.path.realpath(sys.executable)))
+
+    def checks():
+        p = P.Probe(["ldd"])
+        sharedlibs.run(p)
+        return {c["name"]: c for c in p.doc["checks"]}
+
+    good = checks()
+    assert good["ldd.machine"]["status"] == "passed", good["ldd.machine"]
+    assert good["ldd.machine"]["reason"] == f"1 shared libraries under site-packages, all built for {mine}"
+    (site / "wrongarch").mkdir()
+    other = _other_machine(libs / "b" / "libibb.so", site / "wrongarch" / "_C.so")
+    bad = checks()
+    assert bad["ldd.machine"]["status"] == "failed"
+    assert bad["ldd.machine"]["reason"] == (f"1 shared libraries under site-packages are built for another machine "
+                                            f"than {mine}: wrongarch/_C.so ({other})")
+    assert bad["ldd.resolve"]["status"] == "passed" and bad["ldd.resolve"]["figures"]["libraries"] == 1
+    assert bad["ldd.resolve"]["figures"]["foreign_arch"] == ["wrongarch/_C.so"]
+
+
+def test_machine_names():
+    assert sharedlibs.machine_name((2, 1, 3, 183)) == "aarch64"
+    assert sharedlibs.machine_name((2, 1, 3, 62)) == "x86_64"
+    assert sharedlibs.machine_name((1, 1, 3, 62)) == "x86_64 (32-bit)"
+    assert sharedlibs.machine_name((1, 1, 3, 3)) == "i386"
+    assert sharedlibs.machine_name((2, 1, 3, 9999)) == "e_machine 9999"
 
 
 # ---- hygiene ----------------------------------------------------------------------------------------------------

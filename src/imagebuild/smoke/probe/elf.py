@@ -6,6 +6,15 @@ from __future__ import annotations
 import struct
 
 ET_DYN = 3
+# e_machine -> the name `uname -m` gives that machine (what a wheel's platform tag says too)
+MACHINES = {3: "i386", 8: "mips", 20: "ppc", 21: "ppc64le", 22: "s390x", 40: "arm", 62: "x86_64", 183: "aarch64",
+            243: "riscv64"}
+
+
+def machine_name(header) -> str:
+    """The machine an elf_header() names: `aarch64`, `x86_64` (and 32-bit when the class says so), else its number."""
+    name = MACHINES.get(header[3], f"e_machine {header[3]}")
+    return name if header[0] == 2 or name in ("i386", "arm", "ppc", "mips") else f"{name} (32-bit)"
 def elf_header(path: str):
     """(class, byte order, e_type, e_machine) of an ELF file, else None."""
     try:

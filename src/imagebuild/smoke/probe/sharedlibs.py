@@ -14,7 +14,8 @@ ldd cannot find for a library on its own still counts as found when the image lo
   what the library's package imports (torchaudio's _torchaudio.so has no RPATH/RUNPATH and NEEDs libtorch.so, there
   once torch is imported; probe/loading.py).
 
-All are listed in the figures (`rescued`) so they stay visible. Without a GPU in the container the driver's
+All are listed in the figures (`rescued`) so they stay visible. A library built for another machine than the
+interpreter's is not scanned: check ldd.machine fails on it (by_machine). Without a GPU in the container the driver's
 libcuda.so.1 and libnvidia-ml.so.1 (mounted at run time by the NVIDIA container toolkit) may be missing; and a
 dlopen-only plugin may miss a cluster's MPI/fabric libraries (linking.FABRIC_LIBS: listed, not failed). Nothing else.
 The rules are in probe/linking.py, the ELF reading in probe/elf.py.
@@ -28,7 +29,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from probe.common import which
-from probe.elf import ET_DYN, elf_dynamic, elf_header, search_path_note
+from probe.elf import ET_DYN, elf_dynamic, elf_header, machine_name, search_path_note
 from probe.linking import (
     DRIVER_LIBS,
     PRELOAD_LIB,
@@ -101,6 +102,35 @@ def find_libraries(roots) -> tuple[list[str], dict[str, list[str]]]:
     return sorted(libs), names
 
 
+def by_machine(libs, me) -> tuple[list[str], dict[str, str]]:
+    """(the shared objects built for this machine, {path: machine} of those built for another). `me` is the Python
+    interpreter's elf_header(): its class, byte order and machine are what every library it loads must have."""
+    ours, foreign = [], {}
+    for lib in libs:
+        h = elf_header(lib)
+        if h is None or h[2] != ET_DYN:
+            continue
+        if me is None or h[:2] + h[3:] == me[:2] + me[3:]:
+            ours.append(lib)
+        else:
+            foreign[lib] = machine_name(h)
+    return ours, foreign
+
+
+def machine_check(p, ours: list[str], foreign: dict[str, str], me, rel) -> None:
+    """ldd.machine: no shared library under site-packages is built for another machine. A wheel of the other
+    platform (a wheelhouse or `pip download --platform` of the wrong architecture, an amd64 layer in an arm64 image)
+    installs without complaint and fails only when the library is loaded, which a smoke run may never do."""
+    mine = machine_name(me) if me else "this machine"
+    if foreign:
+        p.check("ldd.machine", "failed", f"{len(foreign)} shared libraries under site-packages are built for another "
+                f"machine than {mine}: " + "; ".join(f"{rel(k)} ({v})" for k, v in sorted(foreign.items())[:10]),
+                machine=mine, foreign={rel(k): v for k, v in sorted(foreign.items())[:50]})
+    else:
+        p.check("ldd.machine", "passed", f"{len(ours)} shared libraries under site-packages, all built for {mine}",
+                machine=mine, libraries=len(ours))
+
+
 def ldd_command():
     """The image's ldd, else its dynamic loader's `--list` (what ldd runs), else None."""
     exe = which("ldd")
@@ -131,18 +161,21 @@ def _ldd(cmd, path):
 
 def run(p):
     roots = site_roots()
+    libs, names = find_libraries(roots)
+    me = elf_header(os.path.realpath(sys.executable))
+    ours, foreign = by_machine(libs, me)
+
+    def rel(path):
+        for r in roots:
+            if path.startswith(r + os.sep):
+                return os.path.relpath(path, r)
+        return path
+
+    machine_check(p, ours, foreign, me, rel)
     cmd = ldd_command()
     if cmd is None:
         p.check("ldd.resolve", "skipped", "neither ldd nor a dynamic loader found in the image")
         return
-    libs, names = find_libraries(roots)
-    me = elf_header(os.path.realpath(sys.executable))
-    ours, foreign = [], []
-    for lib in libs:
-        h = elf_header(lib)
-        if h is None or h[2] != ET_DYN:
-            continue
-        (ours if me is None or h[:2] + h[3:] == me[:2] + me[3:] else foreign).append(lib)
     if not ours:
         p.check("ldd.resolve", "skipped", f"no shared libraries under {', '.join(roots) or 'site-packages'}",
                 roots=roots)
@@ -160,13 +193,6 @@ def run(p):
         pre = results[os.path.realpath(preload_path)]
         preloaded = {s: PRELOAD_LIB for s in pre["resolved"]}
     problems, rescued = evaluate(results, allowed, preloaded)
-
-    def rel(path):
-        for r in roots:
-            if path.startswith(r + os.sep):
-                return os.path.relpath(path, r)
-        return path
-
     dyn = {lib: elf_dynamic(lib) for lib in ours}
     problems, optional = split_optional(problems, plugins(dyn))
     owners = dist_owners()
@@ -190,7 +216,7 @@ def run(p):
     allowed_missing = sorted({s for r in results.values() for s in r["missing"] if s in allowed})
     figures = {
         "libraries": len(ours), "roots": roots, "ldd": " ".join(cmd), "driver_in_container": driver,
-        "foreign_arch": [rel(x) for x in foreign][:20],
+        "foreign_arch": [rel(x) for x in sorted(foreign)][:20],
         "found_in_system": sorted(found.pop("system", ())),
         "found_in_own_package": len(found.pop("own package", ())),
         "found_in_other_packages": {d: sorted(s) for d, s in sorted(found.items())},

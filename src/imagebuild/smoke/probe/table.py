@@ -104,6 +104,7 @@ CHECKS = (
     Check("locale.python"),
     Check("pip.check"),
     Check("ldd.resolve"),
+    Check("ldd.machine"),
     Check("uid.home_writable"),
     Check("uid.tmp_writable"),
     Check("uid.torch_import"),
