@@ -15,6 +15,7 @@ Every figure is read from the proxy (the registry side), not from the client.
 
     eval "$(scripts/modern-engine.sh --fresh /var/tmp/ib-bench-zstd)"
     python bench/bench_zstd.py --wheelhouse /opt/wheels --ca-cert $PIP_CERT
+    python bench/bench_zstd.py --matrix tests/e2e/gh200-emulated.yaml --only debian12-runtime --wheelhouse ''  # CUDA 13
 
 --quick (CI: the bench must run, not measure): the base image only, and the change is one ENV line in a derived
 image instead of a rebuild; still both pushes and both pulls on fresh nodes.
@@ -115,6 +116,11 @@ class Rows(list[tuple[str, str, str, str]]):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="base image only (CI: the bench must run)")
+    ap.add_argument("--matrix", type=Path, default=MATRIX, help="the matrix (default images/cpu.yaml; make e2e-cuda: a "
+                    "CUDA one)")
+    ap.add_argument("--only", default="", help="with several runtimes in the matrix, the one whose tag holds this "
+                    "text (e.g. a platform: 'debian12-runtime' for the amd64 one)")
+    ap.add_argument("--add-package", default="six", help="the pip package the +1 rows add to the runtime")
     ap.add_argument("--wheelhouse", default=WHEELHOUSE)
     ap.add_argument("--ca-cert", default=CA)
     args = ap.parse_args()
@@ -129,8 +135,12 @@ def main() -> int:
             prefix = f"{proxy.address}/bench-{secrets.token_hex(3)}"
             state = work / "state"
             flavor = "base" if args.quick else "runtime"
-            build = ("--matrix", "M", "--registry", prefix, "--only", flavor, "--wheelhouse", args.wheelhouse,
-                     "--ca-cert", args.ca_cert, "--torch-index-url", "none", "--plain", "--no-registry-cache",
+            only = args.only or flavor
+            # a CPU matrix takes torch from the wheelhouse (CI's); a CUDA one from PyPI (--wheelhouse ''): the
+            # wheelhouse's CPU torch of the same version would stand in for it
+            local = ("--wheelhouse", args.wheelhouse, "--torch-index-url", "none") if args.wheelhouse else ()
+            build = ("--matrix", "M", "--registry", prefix, "--only", only, *local,
+                     "--ca-cert", args.ca_cert, "--plain", "--no-registry-cache",
                      "--no-sbom", "--report-dir", str(state / "report"))
 
             def build_matrix(matrix: Path) -> str:
@@ -140,14 +150,15 @@ def main() -> int:
                                   "--json", env={"IMAGEBUILD_STATE_DIR": str(state)})
                 import json
 
-                return str(next(i["tag"] for i in json.loads(plan) if i["flavor"] == flavor))
+                return str(next(i["tag"] for i in json.loads(plan)
+                                if i["flavor"] == flavor and (not args.only or args.only in i["tag"])))
 
-            first = work / "cpu.yaml"
-            first.write_text(MATRIX.read_text())
+            first = work / "matrix.yaml"
+            first.write_text(args.matrix.read_text())
             tag = build_matrix(first)
             today_ref = tag.replace(prefix, prefix + "-today", 1)
             t_s, t_b = push_today(tag, today_ref, proxy)
-            n_s, n_b = push_now(first, prefix, flavor, state, proxy)
+            n_s, n_b = push_now(first, prefix, only, state, proxy)
             size_today, size_now = image_size(today_ref, proxy.address), image_size(tag, proxy.address)
             rows.append(("push, first (s / MB sent)", f"{t_s:.1f} / {t_b / 1e6:.1f}", f"{n_s:.1f} / {n_b / 1e6:.1f}",
                          f"{n_s / t_s:.2f}x / {n_b / max(t_b, 1):.2f}x"))
@@ -159,31 +170,45 @@ def main() -> int:
                          f"{cn_s:.1f} / {cn_b / 1e6:.1f}", f"**{cn_s / ct_s:.2f}x** (≤ 0.7x) / {cn_b / ct_b:.2f}x"))
 
             if args.quick:  # the base has no pip packages of the matrix: no one-package change to measure
-                return print_table(rows, "base (--quick: no +1 package rows)")
-            changed = work / "cpu-six.yaml"
-            changed.write_text(MATRIX.read_text().replace("runtime: [numpy]", "runtime: [numpy, six]"))
+                return print_table(rows, f"{args.matrix.name} base (--quick: no +1 package rows)")
+            changed = work / "matrix-plus-one.yaml"
+            changed.write_text(with_package(args.matrix.read_text(), args.add_package))
             tag2 = build_matrix(changed)
             today2 = tag2.replace(prefix, prefix + "-today", 1)
             t2_s, t2_b = push_today(tag2, today2, proxy)
-            n2_s, n2_b = push_now(changed, prefix, flavor, state, proxy)
-            rows.append(("+1 pip package: push (s / MB sent)", f"{t2_s:.1f} / {t2_b / 1e6:.1f}",
-                         f"{n2_s:.1f} / {n2_b / 1e6:.1f}",
-                         f"sent {t2_b / size_today:.0%} / {n2_b / size_now:.0%} of the image (goal ≤ 10%)"))
+            n2_s, n2_b = push_now(changed, prefix, only, state, proxy)
+            rows.append(("+1 pip package: push (s / MB sent)", f"{t2_s:.1f} / {mb(t2_b)}", f"{n2_s:.1f} / {mb(n2_b)}",
+                         f"sent {t2_b / size_today:.2%} / {n2_b / size_now:.2%} of the image (goal ≤ 10%)"))
             (p_t, pb_t), (p_n, pb_n) = nodes[0].pull(today2, proxy), nodes[1].pull(tag2, proxy)
-            rows.append(("+1 pip package: a node with the old image pulls (s / MB)", f"{p_t:.1f} / {pb_t / 1e6:.1f}",
-                         f"{p_n:.1f} / {pb_n / 1e6:.1f}",
-                         f"pulled {pb_t / size_today:.0%} / {pb_n / size_now:.0%} of the image (goal ≤ 5%)"))
+            rows.append(("+1 pip package: a node with the old image pulls (s / MB)", f"{p_t:.1f} / {mb(pb_t)}",
+                         f"{p_n:.1f} / {mb(pb_n)}",
+                         f"pulled {pb_t / size_today:.2%} / {pb_n / size_now:.2%} of the image (goal ≤ 5%)"))
     finally:
         for node in nodes:
             node.stop()
         subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--stop", "--dir", str(work / "registry")],
                        capture_output=True, check=False, timeout=60)
         subprocess.run(["rm", "-rf", str(work)], check=False)
-    return print_table(rows, "runtime")
+    return print_table(rows, f"{args.matrix.name} runtime" + (f" ({args.only})" if args.only else ""))
+
+
+def with_package(matrix_text: str, package: str) -> str:
+    """The matrix with one pip package more for the runtime (defaults.pip_packages.runtime)."""
+    import yaml
+
+    doc = yaml.safe_load(matrix_text)
+    packages = doc.setdefault("defaults", {}).setdefault("pip_packages", {})
+    packages["runtime"] = [*packages.get("runtime", []), package]
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def mb(n: int) -> str:
+    """Bytes as MB, with the precision a small figure needs (a one-package layer is a few kB)."""
+    return f"{n / 1e6:.1f}" if n >= 1e6 else f"{n / 1e6:.3f} ({n:,} B)"
 
 
 def print_table(rows: list[tuple[str, str, str, str]], what: str) -> int:
-    print(f"| images/cpu.yaml {what} | today: docker push (gzip) | now: imagebuild push (zstd) | now/today |")
+    print(f"| {what} | today: docker push (gzip) | now: imagebuild push (zstd) | now/today |")
     print("|---|---:|---:|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
