@@ -85,7 +85,7 @@ e2e-layers: install ## NOT in CI: the CPU runtime's environment layers, the same
 	    $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/e2e/e2e_env_layers.py; \
 	  rc=$$?; scripts/modern-engine.sh --stop /var/tmp/imagebuild-layers; rm -rf /var/tmp/imagebuild-layers; exit $$rc
 
-binfmt: ## Register Debian's qemu-user-static aarch64 handler (F flag): linux/arm64 builds/tests here under QEMU
+binfmt: ## Register QEMU 10 (trixie's qemu-user, verified) as the aarch64 handler (F flag): linux/arm64 builds/tests here
 	scripts/binfmt.sh
 
 e2e-gh200: install binfmt ## NOT in CI: images/gh200.yaml (no TE) amd64 + arm64 under QEMU on a BuildKit engine, smoke

@@ -42,7 +42,7 @@ if [[ -z "${IMAGEBUILD_BUILDKIT_HOST:-}" ]]; then
 fi
 export IMAGEBUILD_BUILDKIT_HOST
 export IMAGEBUILD_BUILDKIT_DOCKER_CONFIG="${IMAGEBUILD_BUILDKIT_DOCKER_CONFIG:-$(scripts/modern-engine.sh --env | sed 's/^export DOCKER_CONFIG=//')}"
-# linux/arm64 under QEMU (tests/integration/test_arm64_emulated.py): Debian's qemu-user-static handler, F flag
+# linux/arm64 under QEMU (tests/integration/test_arm64_emulated.py): trixie's QEMU 10 as the qemu-aarch64 handler, F flag
 scripts/binfmt.sh aarch64
 export IMAGEBUILD_REQUIRE_ENGINE=1  # a missing engine/tool fails the run instead of skipping tests
 # push's compressed-layer cache (push/compress.py) of this run only: no push may pass on blobs an earlier run left

@@ -144,3 +144,53 @@ def test_top_level_and_requirements_from_metadata(tmp_path):
     assert loading.top_level(dist) == ["tv_mod", "tvlike"]
     assert loading.requirement_names(dist) == ["torch"]
     assert os.path.basename(str(dist.locate_file("tv_mod.py"))) == "tv_mod.py"
+
+
+def _cuda13_style(site: Path, tmp_path: Path, consumer_requires_kit: bool) -> None:
+    """NVIDIA's CUDA 13 layout in miniature: one wheel's lib directory, no RUNPATH; a meta-package (cuda-toolkit)
+    requires it; the consumer (torch) requires the meta-package and preloads the base library RTLD_GLOBAL. A
+    multi-GPU solver (libcusolverMg) NEEDs the base; an RDMA plugin (libcufile_rdma) NEEDs it and libibverbs.so.1,
+    which only a cluster's fabric stack provides."""
+    lib = site / "ibnv" / "lib"
+    lib.mkdir(parents=True)
+    (site / "ibnv" / "__init__.py").write_text("")
+    _gcc(lib / "libibnvbase.so.1", "int nvbase(void){return 7;}\n", "-Wl,-soname,libibnvbase.so.1")
+    (lib / "libibnvbase.so").symlink_to("libibnvbase.so.1")
+    _gcc(lib / "libibnvmg.so.1", "int nvbase(void); int mg(void){return nvbase();}\n", f"-L{lib}", "-libnvbase",
+         "-Wl,-soname,libibnvmg.so.1")
+    verbs = tmp_path / "libibverbs.so.1"
+    _gcc(verbs, "int ibv(void){return 1;}\n", "-Wl,-soname,libibverbs.so.1")
+    _gcc(lib / "libibnvrdma.so.1", "int nvbase(void); int ibv(void); int r(void){return nvbase() + ibv();}\n",
+         f"-L{lib}", "-libnvbase", str(verbs), "-Wl,-soname,libibnvrdma.so.1")
+    verbs.unlink()
+    (lib / "libibnvbase.so").unlink()
+    _dist(site, "ibnv", ["ibnv/__init__.py"] + [f"ibnv/lib/{n}" for n in
+                                                ("libibnvbase.so.1", "libibnvmg.so.1", "libibnvrdma.so.1")])
+    _dist(site, "ibkit", [], requires=("ibnv>=1",))
+    (site / "ibtorch").mkdir()
+    (site / "ibtorch" / "__init__.py").write_text(
+        "import ctypes, os, ibnv\n"
+        "ctypes.CDLL(os.path.join(os.path.dirname(ibnv.__file__), 'lib', 'libibnvbase.so.1'), mode=ctypes.RTLD_GLOBAL)\n")
+    _dist(site, "ibtorch", ["ibtorch/__init__.py"], requires=("ibkit",) if consumer_requires_kit else ())
+
+
+def test_a_library_loaded_by_what_requires_its_package_passes(tmp_path):
+    """CUDA 13's shared lib directory: libcusolverMg resolves once torch (which requires cuda-toolkit, which requires
+    the wheel) has loaded libcublas; libcufile_rdma then lacks only libibverbs, a cluster's fabric stack."""
+    python, site = _venv(tmp_path)
+    _cuda13_style(site, tmp_path, consumer_requires_kit=True)
+    c = _ldd(python)
+    assert c["status"] == "passed", c["reason"]
+    rescued = {(r["library"], r["soname"]): r["via"] for r in c["figures"]["rescued"]}
+    assert rescued[("ibnv/lib/libibnvmg.so.1", "libibnvbase.so.1")] == "loads after import ibnv, ibtorch"
+    assert c["figures"]["plugins_needing_cluster_stack"] == {"ibnv/lib/libibnvrdma.so.1": ["libibverbs.so.1"]}
+
+
+def test_a_library_nothing_loads_still_fails(tmp_path):
+    """The same libraries when no installed package requires theirs: nothing brings the base in, both fail."""
+    python, site = _venv(tmp_path)
+    _cuda13_style(site, tmp_path, consumer_requires_kit=False)
+    c = _ldd(python)
+    assert c["status"] == "failed"
+    assert "ibnv/lib/libibnvmg.so.1: libibnvbase.so.1 not found" in c["reason"], c["reason"]
+    assert "ibnv/lib/libibnvrdma.so.1" in c["reason"], c["reason"]

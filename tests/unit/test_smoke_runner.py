@@ -417,3 +417,35 @@ def test_no_hpc_container_for_a_base_image(monkeypatch):
     monkeypatch.setattr(runner.subprocess, "Popen", P)
     runner.run_smoke("img:1", client=client)
     assert len(client.created) == 2 and not [a for a in calls[0] if a.startswith("hpc=")]
+
+
+
+class _ArmImageClient(FakeClient):
+    """An arm64 image on an x86_64 engine: the suite runs it through QEMU."""
+
+    def inspect(self, ref):
+        return dict(super().inspect(ref), Os="linux", Architecture="arm64")
+
+    def info(self):
+        return dict(super().info(), Architecture="x86_64")
+
+
+@pytest.mark.hpc
+def test_every_container_of_an_emulated_image_runs_on_its_platform_and_the_result_says_so(monkeypatch):
+    """Main, arbitrary-UID and hpc containers of an arm64 image on an amd64 engine all ask for linux/arm64 and QEMU's
+    Grace-like CPU (the hpc side lost both once: its settings are built apart); a native image's ask for neither."""
+    client = _ArmImageClient()
+    P, _ = fake_popen(GOOD)
+    monkeypatch.setattr(runner.subprocess, "Popen", P)
+    tests = runner.run_smoke("img:1", client=client)
+    assert len(client.created) == 3
+    assert [c.kw.get("platform") for c in client.created] == ["linux/arm64"] * 3
+    # QEMU emulates a Grace-like CPU (128-bit SVE) in every one of them
+    assert [c.kw["environment"]["QEMU_CPU"] for c in client.created] == ["max,sve-default-vector-length=16"] * 3
+    assert client.created[2].kw["environment"]["PYTHONPATH"].startswith("/cm/shared")  # still the hpc side
+    assert tests["emulated"] == "linux/arm64" and any("emulation" in n for n in tests["notes"])
+    assert any("QEMU_CPU=max,sve-default-vector-length=16" in n for n in tests["notes"])
+    native = FakeClient()
+    runner.run_smoke("img:1", client=native)
+    assert len(native.created) == 3
+    assert all("platform" not in c.kw and "QEMU_CPU" not in c.kw.get("environment", {}) for c in native.created)

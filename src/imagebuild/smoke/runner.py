@@ -37,6 +37,11 @@ SUITE_DIR = Path(__file__).resolve().parent / "suite"
 PROBE_PATH = Path(__file__).resolve().parent / "probe"  # the in-image probe package (shipped as a zipapp)
 DEFAULT_TIMEOUT = 1800.0
 SMOKE_LABEL = "io.imagebuild.smoke"
+# The CPU QEMU emulates for a platform's containers (QEMU reads QEMU_CPU from the environment it starts with): GH200's
+# Grace (Neoverse V2) has 128-bit SVE2 vectors. QEMU's default for aarch64 has wider ones, where torch 2.13 picks
+# SVE256 kernels and Inductor's C++ compile of them crashed Debian 12's g++ under emulation (internal compiler error);
+# with 128-bit vectors torch picks SVE128, as on a Grace node, and torch.compile passes.
+EMULATED_CPU = {"linux/arm64": {"QEMU_CPU": "max,sve-default-vector-length=16"}}
 
 
 def safe_name(ref: str) -> str:
@@ -231,8 +236,11 @@ def run_smoke(
             extra.setdefault("notes", []).append(f"{platform} under emulation (QEMU) on this engine: timings are not "
                                                  "the platform's")
             extra["emulated"] = platform
+        emulation = dict(EMULATED_CPU.get(platform or "", {}))
+        if emulation:
+            extra["notes"].append("emulated CPU: " + ", ".join(f"{k}={v}" for k, v in emulation.items()))
         settings = ContainerSettings(image=image_ref, name=name, gpus=use_gpus, ipc_host=ipc_host,
-                                     labels={SMOKE_LABEL: "1"}, platform=platform)
+                                     labels={SMOKE_LABEL: "1"}, platform=platform, environment=emulation)
         run = SuiteRun(label or image_ref, flavor, dict(expectations or {}), require_gpu, perf,
                        Path(junit_dir) if junit_dir else None, Path(result_dir) if result_dir else None,
                        timeout, list(pytest_args), echo, None if places is None else tuple(places))

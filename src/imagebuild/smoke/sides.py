@@ -65,7 +65,10 @@ def _arbitrary_uid_kwargs(main: ContainerSettings, name: str) -> dict[str, Any]:
 
 
 def _hpc_kwargs(main: ContainerSettings, name: str) -> dict[str, Any]:
-    return hpc_kwargs(hpc_settings(main.image, name, main.gpus, dict(main.labels)))
+    """On the main container's platform and emulated CPU (an arm64 image on an amd64 engine runs its hpc side under
+    QEMU too), under the login node's hostile environment."""
+    own = hpc_settings(main.image, name, main.gpus, dict(main.labels))
+    return hpc_kwargs(replace(own, platform=main.platform, environment={**main.environment, **own.environment}))
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,25 @@ def imports_for(library: str, roots, owners: dict, dists: dict) -> list[str]:
     return names
 
 
+def consumer_imports(library: str, owners: dict, dists: dict, own_imports=()) -> list[str]:
+    """What loads `library` in a job when its own package does not: the nearest distributions that require its
+    distribution (through meta-packages: torch requires cuda-toolkit, which requires nvidia-cusolver), the first level
+    up that installs importable modules. NVIDIA's CUDA 13 wheels share one lib directory without RUNPATH;
+    libcusolverMg.so.12 resolves its libcublas.so.13 only once torch has loaded it."""
+    owner = _canon(owners.get(library, ""))
+    if not owner:
+        return []
+    requires = {name: {_canon(r) for r in requirement_names(d)} for name, d in dists.items()}
+    seen, level = {owner}, {owner}
+    while level:
+        level = {name for name, reqs in requires.items() if reqs & level and name not in seen}
+        seen |= level
+        names = sorted({n for name in level for n in top_level(dists[name]) if n not in own_imports})
+        if names:
+            return names
+    return []
+
+
 def load_in_child(libraries, imports, roots, timeout: float) -> dict:
     """Run CHILD: -> {"imports": {name: error}, "mapped": [path], "loads": {library: error}} or {"error": text}."""
     req = json.dumps({"path": list(roots), "imports": list(imports), "libraries": list(libraries)})
@@ -176,4 +195,23 @@ def confirm_by_loading(problems: list, roots, owners: dict, allowed_missing=(), 
             else:
                 still.append(dict(x, missing=left or x["missing"], load_error=err, imported=list(imports),
                                   import_errors=failed_imports))
+    if still:  # a second chance, the way a job loads it: after importing what requires its package
+        again: dict[tuple, list] = {}
+        for x in still:
+            more = consumer_imports(x["library"], owners, dists, x["imported"])
+            if more:
+                again.setdefault(tuple(x["imported"] + more), []).append(x)
+        for imports, members in again.items():
+            res = load_in_child([x["library"] for x in members], imports, roots, timeout)
+            mapped = mapped_sonames(res.get("mapped", ()))
+            how = "after import " + ", ".join(imports)
+            for x in members:
+                err = (res.get("loads") or {}).get(x["library"], res.get("error", "not loaded"))
+                left = [s for s in x["missing"] if s not in mapped and s not in allowed_missing]
+                if err == "":
+                    still.remove(x)
+                    rescued += [{"library": x["library"], "soname": s, "via": f"loads {how}"} for s in x["missing"]]
+                elif len(left) < len(x["missing"]):  # closer: say what is still missing, in the loader's words
+                    still[still.index(x)] = dict(x, missing=left or x["missing"], load_error=err,
+                                                 imported=list(imports))
     return still, rescued

@@ -199,6 +199,10 @@ def run(p):
     if problems:
         problems, loaded = confirm_by_loading(problems, roots, owners, allowed, timeout=p.remaining(600))
         rescued += loaded
+        # a dlopen'ed plugin whose other dependencies a real load found: what is left may be the cluster's stack
+        # (CUDA 13's libcufile_rdma.so.1 needs libcufile.so.0, loaded by torch, and libibverbs.so.1)
+        problems, more_optional = split_optional(problems, plugins(dyn))
+        optional += more_optional
     kinds = {"rpath": 0, "runpath": 0, "none": 0}
     into_other: dict[str, int] = {}  # RPATH/RUNPATH entries that leave the library's package (`$ORIGIN/../../nvidia/...`)
     for d in dyn.values():
