@@ -166,12 +166,12 @@ def _cuda13_style(site: Path, tmp_path: Path, consumer_requires_kit: bool) -> No
     (lib / "libibnvbase.so").unlink()
     _dist(site, "ibnv", ["ibnv/__init__.py"] + [f"ibnv/lib/{n}" for n in
                                                 ("libibnvbase.so.1", "libibnvmg.so.1", "libibnvrdma.so.1")])
-    _dist(site, "ibkit", [], requires=("ibnv>=1",))
+    _dist(site, "ibkit", [], requires=("ibnv>=1; extra == 'nv'",))  # as cuda-toolkit: each wheel an extra
     (site / "ibtorch").mkdir()
     (site / "ibtorch" / "__init__.py").write_text(
         "import ctypes, os, ibnv\n"
         "ctypes.CDLL(os.path.join(os.path.dirname(ibnv.__file__), 'lib', 'libibnvbase.so.1'), mode=ctypes.RTLD_GLOBAL)\n")
-    _dist(site, "ibtorch", ["ibtorch/__init__.py"], requires=("ibkit",) if consumer_requires_kit else ())
+    _dist(site, "ibtorch", ["ibtorch/__init__.py"], requires=("ibkit[nv]==1.0",) if consumer_requires_kit else ())
 
 
 def test_a_library_loaded_by_what_requires_its_package_passes(tmp_path):

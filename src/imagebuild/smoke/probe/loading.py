@@ -76,12 +76,13 @@ def top_level(dist) -> list[str]:
     return sorted(n for n in names if n.isidentifier())
 
 
-def requirement_names(dist) -> list[str]:
-    """The distribution names it requires unconditionally (Requires-Dist without an `extra ==` marker)."""
+def requirement_names(dist, extras: bool = False) -> list[str]:
+    """The distribution names it requires unconditionally (Requires-Dist without an `extra ==` marker); with
+    `extras`, those of its extras too."""
     out = []
     for req in dist.requires or []:
         name, _, marker = req.partition(";")
-        if "extra" in marker:
+        if "extra" in marker and not extras:
             continue
         m = _REQ_NAME.match(name)
         if m:
@@ -126,13 +127,13 @@ def imports_for(library: str, roots, owners: dict, dists: dict) -> list[str]:
 
 def consumer_imports(library: str, owners: dict, dists: dict, own_imports=()) -> list[str]:
     """What loads `library` in a job when its own package does not: the nearest distributions that require its
-    distribution (through meta-packages: torch requires cuda-toolkit, which requires nvidia-cusolver), the first level
-    up that installs importable modules. NVIDIA's CUDA 13 wheels share one lib directory without RUNPATH;
-    libcusolverMg.so.12 resolves its libcublas.so.13 only once torch has loaded it."""
+    distribution (through meta-packages and their extras: torch requires cuda-toolkit[cusolver], whose extra requires
+    nvidia-cusolver), the first level up that installs importable modules. NVIDIA's CUDA 13 wheels share one lib
+    directory without RUNPATH; libcusolverMg.so.12 resolves its libcublas.so.13 only once torch has loaded it."""
     owner = _canon(owners.get(library, ""))
     if not owner:
         return []
-    requires = {name: {_canon(r) for r in requirement_names(d)} for name, d in dists.items()}
+    requires = {name: {_canon(r) for r in requirement_names(d, extras=True)} for name, d in dists.items()}
     seen, level = {owner}, {owner}
     while level:
         level = {name for name, reqs in requires.items() if reqs & level and name not in seen}
