@@ -7,7 +7,7 @@ WHEELHOUSE ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
 CA_CERT ?= $(or $(PIP_CERT),/etc/ssl/certs/ca-certificates.crt)
 MATRIX ?= images/cpu.yaml
 
-.PHONY: help install system-deps modern-engine cosign lint test test-unit test-integration build-cpu render-check bench e2e-cuda e2e-cuda13-dev e2e-h100 e2e-gh200 e2e-layers binfmt clean
+.PHONY: help install system-deps modern-engine cosign lint test test-unit test-integration build-cpu render-check bench e2e-cuda e2e-zstd-cuda e2e-cuda13-dev e2e-h100 e2e-gh200 e2e-layers binfmt clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -70,6 +70,12 @@ bench: install ## Every benchmark for real (an hour: builds on fresh engines; ta
 
 e2e-cuda: install ## NOT in CI: real torch 2.9.1+cu128 runtime image from PyPI wheels (~4 GB download)
 	eval "$$(scripts/docker-engine.sh)" && scripts/e2e-cuda.sh
+
+e2e-zstd-cuda: install ## NOT in CI: bench_zstd's rows for the CUDA 13 runtime (torch 2.13.0+cu130 amd64 from PyPI)
+	eval "$$(IMAGEBUILD_TOOLS_DIR=$(CURDIR)/.tools scripts/modern-engine.sh --fresh /var/tmp/imagebuild-zstd-cuda)" \
+	  && $(BIN)/python bench/bench_zstd.py --matrix tests/e2e/gh200-emulated.yaml --platform linux/amd64 \
+	    --wheelhouse '' --ca-cert $(CA_CERT); \
+	  rc=$$?; scripts/modern-engine.sh --stop /var/tmp/imagebuild-zstd-cuda; rm -rf /var/tmp/imagebuild-zstd-cuda; exit $$rc
 
 e2e-cuda13-dev: install ## NOT in CI: torch 2.13.0+cu130 base/runtime/dev with nvcc from PyPI, smoke-tested
 	eval "$$(scripts/docker-engine.sh)" && $(BIN)/imagebuild build --matrix tests/e2e/cu130-dev-debian12.yaml \

@@ -15,7 +15,7 @@ Every figure is read from the proxy (the registry side), not from the client.
 
     eval "$(scripts/modern-engine.sh --fresh /var/tmp/ib-bench-zstd)"
     python bench/bench_zstd.py --wheelhouse /opt/wheels --ca-cert $PIP_CERT
-    python bench/bench_zstd.py --matrix tests/e2e/gh200-emulated.yaml --only debian12-runtime --wheelhouse ''  # CUDA 13
+    python bench/bench_zstd.py --matrix tests/e2e/gh200-emulated.yaml --platform linux/amd64 --wheelhouse ''  # CUDA 13
 
 --quick (CI: the bench must run, not measure): the base image only, and the change is one ENV line in a derived
 image instead of a rebuild; still both pushes and both pulls on fresh nodes.
@@ -120,6 +120,9 @@ def main() -> int:
                     "CUDA one)")
     ap.add_argument("--only", default="", help="with several runtimes in the matrix, the one whose tag holds this "
                     "text (e.g. a platform: 'debian12-runtime' for the amd64 one)")
+    ap.add_argument("--platform", default="", help="build and push only this platform of a multi-platform matrix "
+                    "(linux/amd64): push publishes a tag's index only with every platform of it, so one platform of "
+                    "two is refused, as it should be")
     ap.add_argument("--add-package", default="six", help="the pip package the +1 rows add to the runtime")
     ap.add_argument("--wheelhouse", default=WHEELHOUSE)
     ap.add_argument("--ca-cert", default=CA)
@@ -154,7 +157,8 @@ def main() -> int:
                                 if i["flavor"] == flavor and (not args.only or args.only in i["tag"])))
 
             first = work / "matrix.yaml"
-            first.write_text(args.matrix.read_text())
+            first.write_text(one_platform(args.matrix.read_text(), args.platform) if args.platform
+                             else args.matrix.read_text())
             tag = build_matrix(first)
             today_ref = tag.replace(prefix, prefix + "-today", 1)
             t_s, t_b = push_today(tag, today_ref, proxy)
@@ -172,7 +176,7 @@ def main() -> int:
             if args.quick:  # the base has no pip packages of the matrix: no one-package change to measure
                 return print_table(rows, f"{args.matrix.name} base (--quick: no +1 package rows)")
             changed = work / "matrix-plus-one.yaml"
-            changed.write_text(with_package(args.matrix.read_text(), args.add_package))
+            changed.write_text(with_package(first.read_text(), args.add_package))
             tag2 = build_matrix(changed)
             today2 = tag2.replace(prefix, prefix + "-today", 1)
             t2_s, t2_b = push_today(tag2, today2, proxy)
@@ -190,6 +194,15 @@ def main() -> int:
                        capture_output=True, check=False, timeout=60)
         subprocess.run(["rm", "-rf", str(work)], check=False)
     return print_table(rows, f"{args.matrix.name} runtime" + (f" ({args.only})" if args.only else ""))
+
+
+def one_platform(matrix_text: str, platform: str) -> str:
+    """The matrix with `platform` as its only one (defaults.platforms; rows that name their own keep theirs)."""
+    import yaml
+
+    doc = yaml.safe_load(matrix_text)
+    doc.setdefault("defaults", {})["platforms"] = [platform]
+    return yaml.safe_dump(doc, sort_keys=False)
 
 
 def with_package(matrix_text: str, package: str) -> str:
