@@ -42,7 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     "record": PURE,
     "builder": PURE | {"engine", "report", "record", "inventory"},
     "push": PURE | {"engine", "record"},
-    "smoke": PURE | {"engine", "probe", "record"},
+    "smoke": PURE | {"engine", "host", "probe", "record"},  # host: the emulator QEMU's version for the results
     "catalog": PURE | {"record"},  # the registry through oci, smoke results/sizes from the record; no engine
     "launch": PURE | {"engine", "host", "record"},
     "sign": PURE | {"record"},  # cosign + the registry through oci; provenance from the record; no engine

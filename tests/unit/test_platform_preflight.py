@@ -144,3 +144,28 @@ def test_the_smoke_runner_knows_an_emulated_image():
     assert foreign_platform(_Info("aarch64"), arm_image) is None
     assert foreign_platform(_Info("x86_64"), {"Os": "linux", "Architecture": "amd64"}) is None
     assert foreign_platform(_Info(None), arm_image) is None  # an engine that does not say: as before
+
+
+def _with_interpreter(tmp_path: Path, version_line: str) -> Path:
+    """A recorded handler whose interpreter is a link (as Debian's ARCH-binfmt-P) to a program printing a version."""
+    root = _root(tmp_path, entry="enabled\ninterpreter /opt/qemu/aarch64-binfmt-P\nflags: POF\n")
+    qemu = root / "opt" / "qemu"
+    qemu.mkdir(parents=True)
+    (qemu / "qemu-aarch64").write_text(f"#!/bin/sh\necho '{version_line}'\necho 'Copyright (c) QEMU'\n")
+    (qemu / "qemu-aarch64").chmod(0o755)
+    (qemu / "aarch64-binfmt-P").symlink_to("qemu-aarch64")
+    return root
+
+
+def test_the_emulator_says_its_version_and_an_old_one_is_named(tmp_path):
+    from imagebuild.host.binfmt import emulation_note, emulator_version
+
+    new = _with_interpreter(tmp_path / "new", "qemu-aarch64 version 10.0.13 (Debian 1:10.0.13+ds-0+deb13u1)")
+    assert emulator_version("aarch64", new) == "10.0.13"
+    assert emulation_note("aarch64", new) == "QEMU 10.0.13"
+    old = _with_interpreter(tmp_path / "old", "qemu-aarch64 version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)")
+    assert emulation_note("aarch64", old).startswith("QEMU 7.2.22, older than 10.0: torch 2.13's aarch64 CPU "
+                                                     "kernels crashed")
+    assert emulation_note("aarch64", _root(tmp_path / "none", entry=None)) == "QEMU (version unknown)"
+    silent = _with_interpreter(tmp_path / "silent", "no version here")
+    assert emulator_version("aarch64", silent) is None

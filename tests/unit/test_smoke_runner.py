@@ -437,13 +437,15 @@ def test_every_container_of_an_emulated_image_runs_on_its_platform_and_the_resul
     client = _ArmImageClient()
     P, _ = fake_popen(GOOD)
     monkeypatch.setattr(runner.subprocess, "Popen", P)
+    monkeypatch.setattr(runner, "emulation_note", lambda uname: f"QEMU 10.0.13 for {uname}")
     tests = runner.run_smoke("img:1", client=client)
     assert len(client.created) == 3
     assert [c.kw.get("platform") for c in client.created] == ["linux/arm64"] * 3
     # QEMU emulates a Grace-like CPU (128-bit SVE) in every one of them
     assert [c.kw["environment"]["QEMU_CPU"] for c in client.created] == ["max,sve-default-vector-length=16"] * 3
     assert client.created[2].kw["environment"]["PYTHONPATH"].startswith("/cm/shared")  # still the hpc side
-    assert tests["emulated"] == "linux/arm64" and any("emulation" in n for n in tests["notes"])
+    assert tests["emulated"] == "linux/arm64"
+    assert any(n.startswith("linux/arm64 under emulation (QEMU 10.0.13 for aarch64)") for n in tests["notes"])
     assert any("QEMU_CPU=max,sve-default-vector-length=16" in n for n in tests["notes"])
     native = FakeClient()
     runner.run_smoke("img:1", client=native)

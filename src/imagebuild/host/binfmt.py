@@ -3,15 +3,20 @@
 An arm64 image is built and tested on an amd64 machine through QEMU user emulation: the kernel hands every aarch64
 ELF binary to the handler registered as `qemu-aarch64` in binfmt_misc. Inside a container (a RUN step, the smoke
 suite, mmdebstrap's chroot) the handler's interpreter path does not exist, so the handler must carry the F flag (the
-kernel opens the interpreter when it is registered). scripts/binfmt.sh registers Debian's qemu-user-static handler
-that way; this module only reads (tests use recorded trees).
+kernel opens the interpreter when it is registered). scripts/binfmt.sh registers QEMU 10 (Debian trixie's qemu-user)
+that way; this module only reads (tests use recorded trees), and asks the interpreter its version.
 """
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 BINFMT_DIR = Path("proc/sys/fs/binfmt_misc")
+# QEMU older than this ran import torch but crashed on torch 2.13's aarch64 CPU kernels (SIGSEGV under 7.2)
+TESTED_QEMU_MAJOR = 10
+_VERSION = re.compile(r"^qemu-\S+ version (\d+)\.(\d+)(?:\.(\d+))?", re.M)
 
 
 def missing_emulation(uname: str, root: Path = Path("/")) -> str | None:
@@ -32,3 +37,34 @@ def missing_emulation(uname: str, root: Path = Path("/")) -> str | None:
         return (f"the qemu-{uname} handler in binfmt_misc lacks the F flag (flags {flags or 'none'}): its interpreter "
                 "is not found inside containers")
     return None
+
+
+def emulator_version(uname: str, root: Path = Path("/")) -> str | None:
+    """The version of QEMU that runs `uname` binaries here ("10.0.13"), asked of the handler's interpreter (its
+    `ARCH-binfmt-P` name refuses --version: the file it links to answers); None when it cannot be told."""
+    try:
+        text = (root / BINFMT_DIR / f"qemu-{uname}").read_text()
+    except OSError:
+        return None
+    path = next((ln.split(" ", 1)[1].strip() for ln in text.splitlines() if ln.startswith("interpreter ")), "")
+    if not path:
+        return None
+    target = (root / path.lstrip("/")).resolve()
+    try:
+        out = subprocess.run([str(target), "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = _VERSION.search(out)
+    return ".".join(g for g in m.groups() if g is not None) if m else None
+
+
+def emulation_note(uname: str, root: Path = Path("/")) -> str:
+    """What the smoke results say of the emulator: its version, and a warning when it is older than the one this
+    project ran torch under."""
+    version = emulator_version(uname, root)
+    if version is None:
+        return "QEMU (version unknown)"
+    if int(version.split(".")[0]) < TESTED_QEMU_MAJOR:
+        return (f"QEMU {version}, older than {TESTED_QEMU_MAJOR}.0: torch 2.13's aarch64 CPU kernels crashed under "
+                f"QEMU 7.2 (scripts/binfmt.sh registers {TESTED_QEMU_MAJOR}.0)")
+    return f"QEMU {version}"

@@ -27,6 +27,7 @@ from imagebuild.engine.connect import engine_machine
 from imagebuild.engine.containers import Interrupted, signals_raise  # noqa: F401  (Interrupted: callers catch it here)
 from imagebuild.engine.store import as_store
 from imagebuild.files import open_fresh_text, write_text_atomic
+from imagebuild.host.binfmt import emulation_note
 from imagebuild.smoke import sides
 
 if TYPE_CHECKING:
@@ -176,6 +177,7 @@ class SuiteRun:
 
 # `docker info` Architecture (uname -m) -> the OCI architecture of images that run natively there
 _NATIVE = {"x86_64": "amd64", "aarch64": "arm64"}
+_UNAME = {arch: uname for uname, arch in _NATIVE.items()}  # the binfmt handler's name: qemu-<uname>
 
 
 def foreign_platform(client: EngineClient, info: dict[str, Any]) -> str | None:
@@ -233,8 +235,9 @@ def run_smoke(
         extra.update(flavor=flavor, gpus_requested=use_gpus)
         platform = foreign_platform(client, info)
         if platform:  # the suite runs in the image's own platform, its binaries through QEMU: say so in the results
-            extra.setdefault("notes", []).append(f"{platform} under emulation (QEMU) on this engine: timings are not "
-                                                 "the platform's")
+            qemu = emulation_note(_UNAME.get(platform.rsplit("/", 1)[-1], platform.rsplit("/", 1)[-1]))
+            extra.setdefault("notes", []).append(f"{platform} under emulation ({qemu}) on this engine: timings are "
+                                                 "not the platform's")
             extra["emulated"] = platform
         emulation = dict(EMULATED_CPU.get(platform or "", {}))
         if emulation:
