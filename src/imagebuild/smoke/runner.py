@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from imagebuild.compat import load as load_tables
 from imagebuild.engine import ContainerSettings, connect, containers, host_has_gpus
 from imagebuild.engine.connect import engine_machine
 from imagebuild.engine.containers import Interrupted, signals_raise  # noqa: F401  (Interrupted: callers catch it here)
@@ -177,7 +178,6 @@ class SuiteRun:
 
 # `docker info` Architecture (uname -m) -> the OCI architecture of images that run natively there
 _NATIVE = {"x86_64": "amd64", "aarch64": "arm64"}
-_UNAME = {arch: uname for uname, arch in _NATIVE.items()}  # the binfmt handler's name: qemu-<uname>
 
 
 def foreign_platform(client: EngineClient, info: dict[str, Any]) -> str | None:
@@ -234,14 +234,16 @@ def run_smoke(
         use_gpus = host_has_gpus(client) if gpus is None else gpus
         extra.update(flavor=flavor, gpus_requested=use_gpus)
         platform = foreign_platform(client, info)
+        emulation: dict[str, str] = {}
         if platform:  # the suite runs in the image's own platform, its binaries through QEMU: say so in the results
-            qemu = emulation_note(_UNAME.get(platform.rsplit("/", 1)[-1], platform.rsplit("/", 1)[-1]))
-            extra.setdefault("notes", []).append(f"{platform} under emulation ({qemu}) on this engine: timings are "
-                                                 "not the platform's")
+            row = load_tables().platforms.get(platform)  # its uname names the binfmt handler: qemu-<uname>
+            qemu = emulation_note(row.uname if row else platform.rsplit("/", 1)[-1])
+            notes = extra.setdefault("notes", [])
+            notes.append(f"{platform} under emulation ({qemu}) on this engine: timings are not the platform's")
             extra["emulated"] = platform
-        emulation = dict(EMULATED_CPU.get(platform or "", {}))
-        if emulation:
-            extra["notes"].append("emulated CPU: " + ", ".join(f"{k}={v}" for k, v in emulation.items()))
+            emulation = dict(EMULATED_CPU.get(platform, {}))
+            if emulation:
+                notes.append("emulated CPU: " + ", ".join(f"{k}={v}" for k, v in emulation.items()))
         settings = ContainerSettings(image=image_ref, name=name, gpus=use_gpus, ipc_host=ipc_host,
                                      labels={SMOKE_LABEL: "1"}, platform=platform, environment=emulation)
         run = SuiteRun(label or image_ref, flavor, dict(expectations or {}), require_gpu, perf,

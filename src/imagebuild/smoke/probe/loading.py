@@ -125,18 +125,27 @@ def imports_for(library: str, roots, owners: dict, dists: dict) -> list[str]:
     return names
 
 
-def consumer_imports(library: str, owners: dict, dists: dict, own_imports=()) -> list[str]:
+def required_by(dists: dict) -> dict[str, set[str]]:
+    """{canonical distribution name: the installed distributions that require it, their extras counted}."""
+    out: dict[str, set[str]] = {}
+    for name, dist in dists.items():
+        for req in requirement_names(dist, extras=True):
+            out.setdefault(_canon(req), set()).add(name)
+    return out
+
+
+def consumer_imports(library: str, owners: dict, dists: dict, requirers: dict, own_imports=()) -> list[str]:
     """What loads `library` in a job when its own package does not: the nearest distributions that require its
     distribution (through meta-packages and their extras: torch requires cuda-toolkit[cusolver], whose extra requires
     nvidia-cusolver), the first level up that installs importable modules. NVIDIA's CUDA 13 wheels share one lib
-    directory without RUNPATH; libcusolverMg.so.12 resolves its libcublas.so.13 only once torch has loaded it."""
+    directory without RUNPATH; libcusolverMg.so.12 resolves its libcublas.so.13 only once torch has loaded it.
+    `requirers`: required_by(dists)."""
     owner = _canon(owners.get(library, ""))
     if not owner:
         return []
-    requires = {name: {_canon(r) for r in requirement_names(d, extras=True)} for name, d in dists.items()}
     seen, level = {owner}, {owner}
     while level:
-        level = {name for name, reqs in requires.items() if reqs & level and name not in seen}
+        level = {r for name in level for r in requirers.get(name, ())} - seen
         seen |= level
         names = sorted({n for name in level for n in top_level(dists[name]) if n not in own_imports})
         if names:
@@ -182,13 +191,7 @@ def confirm_by_loading(problems: list, roots, owners: dict, allowed_missing=(), 
         groups.setdefault(tuple(imports_for(x["library"], roots, owners, dists)), []).append(x)
     still, rescued = [], []
     for imports, members in groups.items():
-        res = load_in_child([x["library"] for x in members], imports, roots, timeout)
-        mapped = mapped_sonames(res.get("mapped", ()))
-        failed_imports = {k: v for k, v in (res.get("imports") or {}).items() if v}
-        for x in members:
-            err = (res.get("loads") or {}).get(x["library"], res.get("error", "not loaded"))
-            left = [s for s in x["missing"] if s not in mapped and s not in allowed_missing]
-            how = "after import " + ", ".join(imports) if imports else "on its own"
+        for x, err, left, how, failed_imports in _attempt(members, imports, roots, allowed_missing, timeout):
             if err == "":
                 rescued += [{"library": x["library"], "soname": s, "via": f"loads {how}"} for s in x["missing"]]
             elif not left and not x["version_errors"] and any(d in err for d in allowed_missing):
@@ -196,23 +199,36 @@ def confirm_by_loading(problems: list, roots, owners: dict, allowed_missing=(), 
             else:
                 still.append(dict(x, missing=left or x["missing"], load_error=err, imported=list(imports),
                                   import_errors=failed_imports))
-    if still:  # a second chance, the way a job loads it: after importing what requires its package
-        again: dict[tuple, list] = {}
-        for x in still:
-            more = consumer_imports(x["library"], owners, dists, x["imported"])
-            if more:
-                again.setdefault(tuple(x["imported"] + more), []).append(x)
-        for imports, members in again.items():
-            res = load_in_child([x["library"] for x in members], imports, roots, timeout)
-            mapped = mapped_sonames(res.get("mapped", ()))
-            how = "after import " + ", ".join(imports)
-            for x in members:
-                err = (res.get("loads") or {}).get(x["library"], res.get("error", "not loaded"))
-                left = [s for s in x["missing"] if s not in mapped and s not in allowed_missing]
-                if err == "":
-                    still.remove(x)
-                    rescued += [{"library": x["library"], "soname": s, "via": f"loads {how}"} for s in x["missing"]]
-                elif len(left) < len(x["missing"]):  # closer: say what is still missing, in the loader's words
-                    still[still.index(x)] = dict(x, missing=left or x["missing"], load_error=err,
-                                                 imported=list(imports))
-    return still, rescued
+    if not still:
+        return still, rescued
+    # a second chance, the way a job loads it: after importing what requires its package
+    requirers = required_by(dists)
+    again: dict[tuple, list] = {}
+    for x in still:
+        more = consumer_imports(x["library"], owners, dists, requirers, x["imported"])
+        if more:
+            again.setdefault(tuple(x["imported"] + more), []).append(x)
+    closer: dict[int, dict | None] = {}  # id(entry) -> its replacement (None: it loads now)
+    for imports, members in again.items():
+        for x, err, left, how, _ in _attempt(members, imports, roots, allowed_missing, timeout):
+            if err == "":
+                closer[id(x)] = None
+                rescued += [{"library": x["library"], "soname": s, "via": f"loads {how}"} for s in x["missing"]]
+            elif len(left) < len(x["missing"]):  # closer: say what is still missing, in the loader's words
+                closer[id(x)] = dict(x, missing=left or x["missing"], load_error=err, imported=list(imports))
+    kept = [closer.get(id(x), x) for x in still]
+    return [x for x in kept if x is not None], rescued
+
+
+def _attempt(members: list, imports: tuple, roots, allowed_missing, timeout: float):
+    """Load `members` in one child after `imports`: per member (entry, the loader's error or "", the sonames ldd
+    missed that are still not mapped and not allowed, how it was loaded, the imports that failed)."""
+    res = load_in_child([x["library"] for x in members], imports, roots, timeout)
+    mapped = mapped_sonames(res.get("mapped", ()))
+    failed_imports = {k: v for k, v in (res.get("imports") or {}).items() if v}
+    how = "after import " + ", ".join(imports) if imports else "on its own"
+    for x in members:
+        err = (res.get("loads") or {}).get(x["library"], res.get("error", "not loaded"))
+        left = [s for s in x["missing"] if s not in mapped and s not in allowed_missing]
+        yield x, err, left, how, failed_imports
+

@@ -194,14 +194,15 @@ def run(p):
         preloaded = {s: PRELOAD_LIB for s in pre["resolved"]}
     problems, rescued = evaluate(results, allowed, preloaded)
     dyn = {lib: elf_dynamic(lib) for lib in ours}
-    problems, optional = split_optional(problems, plugins(dyn))
+    plugin_libs = plugins(dyn)
+    problems, optional = split_optional(problems, plugin_libs)
     owners = dist_owners()
     if problems:
         problems, loaded = confirm_by_loading(problems, roots, owners, allowed, timeout=p.remaining(600))
         rescued += loaded
         # a dlopen'ed plugin whose other dependencies a real load found: what is left may be the cluster's stack
         # (CUDA 13's libcufile_rdma.so.1 needs libcufile.so.0, loaded by torch, and libibverbs.so.1)
-        problems, more_optional = split_optional(problems, plugins(dyn))
+        problems, more_optional = split_optional(problems, plugin_libs)
         optional += more_optional
     kinds = {"rpath": 0, "runpath": 0, "none": 0}
     into_other: dict[str, int] = {}  # RPATH/RUNPATH entries that leave the library's package (`$ORIGIN/../../nvidia/...`)
