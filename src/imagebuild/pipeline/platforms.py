@@ -65,8 +65,8 @@ def check_platforms(selected: list[ImagePlan], tables: Tables, engine: str, buil
                 need = "its root filesystem bootstrap" if native else "QEMU emulation"
                 raise PlatformUnavailable(
                     f"{platform} images ({_listed(images)}) on this {engine} machine need {need}, but {why}: run "
-                    f"`sudo scripts/binfmt.sh {uname}` (registers Debian's qemu-user-static handler with the F flag), "
-                    f"or name a buildx builder with a native {platform} node: --builder NAME")
+                    f"`sudo scripts/binfmt.sh {uname}` (registers QEMU 10 from Debian trixie as the handler, with the "
+                    f"F flag), or name a buildx builder with a native {platform} node: --builder NAME")
         compiled = [i for i in images if i.te_wheel is not None]
         if compiled and not native and info is not None and info.compile_native_only:
             raise PlatformUnavailable(
