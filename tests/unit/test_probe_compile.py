@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import types
+from pathlib import Path
 
 import pytest
 
 from imagebuild.smoke import probe as P
 from imagebuild.smoke.probe import release, torch_compile
 
+SMOKE_DIR = Path(P.__file__).resolve().parent.parent  # holds probe/: imported as the zipapp imports it
 GOOD_TC = {"cxx": "/usr/bin/g++", "cc": "/usr/bin/cc", "python_include": "/usr/include/python3.11",
            "python_h": True, "libcuda_in_ldconfig": True}
 
@@ -148,3 +151,26 @@ def test_te_import_error_driver_vs_broken_install(text, driver, status):
     assert got == status
     if status == "skipped":
         assert reason.startswith(te.NEEDS_DRIVER)
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_the_probe_yields_the_cpu_to_a_child_started_ahead(ahead):
+    """A section that starts its child ahead (compile) keeps that child at the probe's priority and lowers the
+    probe's own (and so of everything it starts after): the child's chain runs first on a machine with few cores.
+    Without such a child nothing changes."""
+    code = f"""
+import json, os, sys
+sys.path.insert(0, {str(SMOKE_DIR)!r})
+from probe.common import Probe, YIELD_NICE
+def start(p):
+    p.started["x"] = os.nice(0)
+    p.yield_to_children = {ahead!r}
+def run(p):
+    p.doc["nice"] = [p.started["x"], os.nice(0)]
+p = Probe(["system"])
+p.run({{"system": run}}, {{"system": start}})
+print(json.dumps([p.doc["nice"], YIELD_NICE]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    (before, after), step = json.loads(out.stdout)
+    assert after == (min(19, before + step) if ahead else before)

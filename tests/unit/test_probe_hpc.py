@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.smoke.probe import hpcruntime
+from imagebuild.smoke.probe import hpccode, hpcruntime
 from imagebuild.smoke.probe.common import Probe
 from imagebuild.smoke.sides import HOSTILE_ENV, HPC_HOME, HPC_UID, hpc_kwargs, hpc_settings
 
@@ -105,3 +105,27 @@ def test_te_import_without_the_driver_is_skipped_by_the_te_sections_rule(monkeyp
     c = _checks(p)
     assert c["hpc.te"]["status"] == "skipped" and c["hpc.te"]["reason"].startswith("needs the NVIDIA driver (libcuda)")
     assert c["hpc.te2"]["status"] == "failed" and "libcudart.so.12" in c["hpc.te2"]["reason"]
+
+
+def test_one_child_answers_each_program_apart():
+    """The short programs share one child python: each answers on its own (an exception or sys.exit ends only its
+    program), and a program that kills the child leaves the ones after it to children of their own."""
+    crash = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    got = hpccode.answers_of([("ok", "print('one'); print('two')"), ("exit", "import sys; sys.exit('went wrong')"),
+                               ("raise", "raise ValueError('bad value')"), ("zero", "import sys; print('z'); sys.exit(0)"),
+                               ("crash", crash), ("after", "print('alone')")])
+    assert got["ok"] == (True, "one | two") and got["zero"] == (True, "z")
+    assert got["exit"] == (False, "went wrong")
+    assert got["raise"][0] is False and got["raise"][1].endswith("ValueError: bad value")
+    assert got["crash"][0] is False and got["after"] == (True, "alone")
+
+
+def test_an_answer_from_the_shared_child_still_names_the_culprit(monkeypatch):
+    """A program that failed in the shared child is run again without each host variable, as one run alone is."""
+    monkeypatch.setenv("PYTHONPATH", "/nonexistent/site-packages")
+    code = "import os, sys; sys.exit('broken by PYTHONPATH' if os.environ.get('PYTHONPATH') else 0)"
+    answers = hpccode.answers_of([("import", code)])
+    p = Probe(["hpc"])
+    assert hpcruntime._run_named(p, "hpc.torch_import", code, "import torch", answer=answers["import"]) is False
+    reason = _checks(p)["hpc.torch_import"]["reason"]
+    assert "broken by PYTHONPATH" in reason and "passes without PYTHONPATH='/nonexistent/site-packages'" in reason

@@ -32,6 +32,7 @@ class Probe:
         self.torch_error = None
         self._gpu = None
         self.started: dict = {}  # section -> the handle of its child probe started ahead (start_child)
+        self.yield_to_children = False  # a child started ahead is the probe's longest chain (start(probe) says so)
 
     # results ----------------------------------------------------------------------------------------------------
     def check(self, name, status, reason="", **figures):
@@ -98,6 +99,8 @@ class Probe:
                     start(self)
                 except Exception as exc:  # its run() starts it again and reports what goes wrong
                     self.doc["probe"]["errors"].append(f"{section}: start: {type(exc).__name__}: {exc}")
+        if self.yield_to_children:
+            yield_cpu()
         for section in SECTIONS:
             if section not in self.sections:
                 continue
@@ -113,6 +116,19 @@ class Probe:
         self.doc["probe"]["section_seconds"] = timings
         self.doc["probe"]["seconds"] = round(time.time() - t0, 3)
         return self.doc
+
+
+# How far the probe's own work steps back (nice) from the child started ahead (a cold compile: the probe's longest
+# chain) on a machine with few cores; what the probe starts after (dist workers, other children) inherits it.
+YIELD_NICE = 10
+
+
+def yield_cpu(step=YIELD_NICE):
+    """Lower this process's CPU priority by `step` (where the OS has nice); never fails the probe."""
+    try:
+        os.nice(step)
+    except (AttributeError, OSError):
+        pass
 
 
 def which(name):

@@ -3,8 +3,11 @@ does: as the calling user (a UID/GID the image has no passwd/group entry for; th
 root filesystem (Apptainer), a HOME bind-mounted from outside and empty, and the host's environment passed in — on
 clusters that means PYTHONPATH, LD_LIBRARY_PATH, CUDA_HOME and PIP_* of the login node's modules.
 
-Each piece of work runs in a child python with this process's environment (one failure cannot end the probe); when a
-child fails, it runs again without each hostile variable in turn, and the one whose removal makes it pass is named.
+A job's first steps (import torch, compile, find the compile caches, touch the GPU, import TE) run in turn in ONE child
+python with this process's environment, as a job takes them (a torch import is seconds of a child's time); each step
+answers apart (one that raises or exits ends only itself; one that crashes the child leaves the steps after it to a
+child each). When a step fails, it runs again alone without each hostile variable in turn, and the one whose removal
+makes it pass is named.
 
 Checks: hpc.identity, home, host_env, torch_import, compile_caches, compile, cuda (skipped with its reason without a
 GPU or on a CPU torch), te (TE's rule for a missing driver, probe.te), jupyter and dev_tools (where the image has them).
@@ -27,19 +30,16 @@ from probe.common import (
     NO_GPU,
     NO_TORCH,
     Probe,
-    finish_process,
     free_port,
-    start_process,
     which,
 )
-from probe.hpccode import CACHES, COMPILE, CUDA, TE_IMPORT, TORCH_IMPORT
+from probe.hpccode import CACHES, CHILD_TIMEOUT, COMPILE, CUDA, TE_IMPORT, TORCH_IMPORT, answers_of, run_code
 from probe.te import classify_import_error, driver_present
 
 SECTION = "hpc"
 HOSTILE_PREFIXES = ("PIP_",)
 HOSTILE_NAMES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "LD_LIBRARY_PATH", "LD_PRELOAD",
                  "CUDA_HOME", "CUDA_PATH", "CPATH", "LIBRARY_PATH", "CONDA_PREFIX", "VIRTUAL_ENV")
-CHILD_TIMEOUT = 600
 
 
 
@@ -49,44 +49,19 @@ def hostile_variables(env=None) -> list:
     return sorted(k for k in env if k in HOSTILE_NAMES or k.startswith(HOSTILE_PREFIXES))
 
 
-def _start(code: str, env=None):
-    """Start `python -c code`: the handle _finish takes, or (None, why it did not start)."""
-    try:
-        return start_process([sys.executable, "-c", code], env=dict(os.environ if env is None else env),
-                             cwd=tempfile.gettempdir())
-    except OSError as exc:
-        return None, f"{sys.executable}: {exc}"
-
-
-def _finish(handle, timeout: float = CHILD_TIMEOUT):
-    """(ok, last lines of output) of a started child; killed after `timeout`."""
-    if handle[0] is None:
-        return False, handle[1]
-    rc, stdout, stderr = finish_process(handle, timeout)
-    if rc is None:
-        return False, f"timed out after {timeout:.0f} s"
-    text = (stdout if rc == 0 else (stderr or stdout)).strip()
-    return rc == 0, " | ".join(text.splitlines()[-3:])[:800]
-
-
-def _child(code: str, env=None, timeout: float = CHILD_TIMEOUT):
-    """(ok, last lines of output) of `python -c code`."""
-    return _finish(_start(code, env), timeout)
-
-
 def culprit(code: str, timeout: float = CHILD_TIMEOUT):
     """The hostile variable whose removal makes `code` pass, or None."""
     for name in hostile_variables():
         env = {k: v for k, v in os.environ.items() if k != name}
-        if _child(code, env, timeout)[0]:
+        if run_code(code, env, timeout)[0]:
             return name
     return None
 
 
-def _run_named(p, name: str, code: str, what: str, skip=None, started=None):
-    """`code` in a child (`started`: its child already running); a failure names the host variable to blame, unless
-    `skip(output)` gives a reason."""
-    ok, out = _finish(started or _start(code), timeout=p.remaining(CHILD_TIMEOUT))
+def _run_named(p, name: str, code: str, what: str, skip=None, answer=None):
+    """`code` in a child (`answer`: its (ok, output) already known, from _answers); a failure names the host
+    variable to blame, unless `skip(output)` gives a reason."""
+    ok, out = answer or run_code(code, timeout=p.remaining(CHILD_TIMEOUT))
     if ok and out in ("NOCUDA", "NOGPU"):  # the GPU check on a host or image without one
         p.check(name, "skipped", NO_CUDA_TORCH if out == "NOCUDA" else NO_GPU)
         return False
@@ -169,8 +144,8 @@ def host_env(p):
             + (f"; PYTHONPATH entries on sys.path: {', '.join(in_path)}" if leaked and in_path else ""))
 
 
-def compile_caches(p):
-    ok, out = _child(CACHES, timeout=p.remaining(120))
+def compile_caches(p, answer=None):
+    ok, out = answer or run_code(CACHES, timeout=p.remaining(120))
     if not ok:
         p.check("hpc.compile_caches", "failed", f"finding the compile cache folders failed: {out}")
         return
@@ -255,22 +230,26 @@ def run(p):
     identity(p)
     home(p)
     host_env(p)
+    has_te = _has("transformer_engine")
+    answers = {}
     if not _has("torch"):
         for name in ("hpc.torch_import", "hpc.compile_caches", "hpc.compile", "hpc.cuda"):
             p.check(name, "skipped", NO_TORCH)
-        compiling = None
     else:
-        compiling = _start(COMPILE)  # the longest child, alongside the others (dropped if torch does not import)
-    if compiling is not None and _run_named(p, "hpc.torch_import", TORCH_IMPORT, "import torch"):
-        compile_caches(p)
-        _run_named(p, "hpc.compile", COMPILE, "torch.compile", started=compiling)
-        _run_named(p, "hpc.cuda", CUDA, "a CUDA tensor")
-    elif compiling is not None:
-        _finish(compiling, timeout=0.01)
-        for name in ("hpc.compile_caches", "hpc.compile", "hpc.cuda"):
-            p.check(name, "skipped", "torch does not import")
-    if _has("transformer_engine"):
-        _run_named(p, "hpc.te", TE_IMPORT, "import transformer_engine.pytorch", skip=_te_needs_driver)
+        # a job's first steps in one child, as a job takes them (compile before anything imports Inductor: it reads
+        # its settings then; TE last: its import is the likeliest to crash the child)
+        answers = answers_of((("import", TORCH_IMPORT), ("compile", COMPILE), ("caches", CACHES), ("cuda", CUDA))
+                           + ((("te", TE_IMPORT),) if has_te else ()), timeout=p.remaining(CHILD_TIMEOUT))
+        if _run_named(p, "hpc.torch_import", TORCH_IMPORT, "import torch", answer=answers["import"]):
+            compile_caches(p, answer=answers["caches"])
+            _run_named(p, "hpc.compile", COMPILE, "torch.compile", answer=answers["compile"])
+            _run_named(p, "hpc.cuda", CUDA, "a CUDA tensor", answer=answers["cuda"])
+        else:
+            for name in ("hpc.compile_caches", "hpc.compile", "hpc.cuda"):
+                p.check(name, "skipped", "torch does not import")
+    if has_te:
+        _run_named(p, "hpc.te", TE_IMPORT, "import transformer_engine.pytorch", skip=_te_needs_driver,
+                   answer=answers.get("te"))
     else:
         p.check("hpc.te", "skipped", "transformer_engine is not in this image")
     jupyter(p)
