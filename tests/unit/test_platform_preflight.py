@@ -47,6 +47,9 @@ def test_engine_platform_from_docker_info():
     assert engine_platform(TABLES, "x86_64") == "linux/amd64"
     assert engine_platform(TABLES, "aarch64") == "linux/arm64"
     assert engine_platform(TABLES, None) == "linux/amd64"
+    # the one lookup of a machine's platform (the smoke runner asks it too): None where no row names the machine
+    assert TABLES.machine_platform("aarch64") == TABLES.machine_platform("arm64") == "linux/arm64"
+    assert TABLES.machine_platform("riscv64") is None and TABLES.machine_platform(None) is None
 
 
 def test_classic_refuses_another_platform_in_one_line(tmp_path):

@@ -137,6 +137,14 @@ class Tables:
         name = name if "/" in name else f"linux/{name}"
         return name if name in self.platform_names else None
 
+    def machine_platform(self, machine: str | None) -> str | None:
+        """The platform whose images run natively on `machine` (`uname -m`, as `docker info` says Architecture:
+        `x86_64` -> linux/amd64); None when no row names it."""
+        for name, info in self.platforms.items():
+            if machine in (info.uname, info.deb_arch):
+                return name
+        return None
+
 
 def cuda_tag(cuda: str) -> str:
     """The wheel index / local version label: "cu128", "cu130" or "cpu"."""

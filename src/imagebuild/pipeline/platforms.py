@@ -24,10 +24,7 @@ class PlatformUnavailable(UsageError):
 
 def engine_platform(tables: Tables, machine: str | None) -> str:
     """`x86_64` -> linux/amd64 (the engine's `docker info` Architecture); unknown or None: the default platform."""
-    for name, info in tables.platforms.items():
-        if machine in (info.uname, info.deb_arch):
-            return name
-    return tables.default_platform
+    return tables.machine_platform(machine) or tables.default_platform
 
 
 def _listed(images: list[ImagePlan]) -> str:

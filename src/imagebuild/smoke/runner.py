@@ -176,17 +176,17 @@ class SuiteRun:
         return Path(self.junit_dir).resolve() / f"{safe_name(self.label)}.xml"
 
 
-# `docker info` Architecture (uname -m) -> the OCI architecture of images that run natively there
-_NATIVE = {"x86_64": "amd64", "aarch64": "arm64"}
-
-
 def foreign_platform(client: EngineClient, info: dict[str, Any]) -> str | None:
-    """`linux/arm64` when the image's architecture is not the engine's (its container runs under QEMU), else None."""
+    """`linux/arm64` when the image's architecture is not the engine's (its container runs under QEMU), else None.
+    The engine's own platform is the compat platform table's row for its machine (`docker info` Architecture)."""
     arch = info.get("Architecture")
     if not arch:
         return None
     machine = engine_machine(client)
-    if machine is None or _NATIVE.get(machine, machine) == arch:
+    if machine is None:
+        return None
+    native = load_tables().machine_platform(machine)
+    if (native.rsplit("/", 1)[-1] if native else machine) == arch:
         return None
     return f"{info.get('Os') or 'linux'}/{arch}"
 
