@@ -67,9 +67,9 @@ class Check:
 
 
 # The order is the run order within one probe: hygiene right after system, before later sections (compile caches,
-# child probes) write to /tmp when everything runs in one process (`python probe.pyz` by hand); the sections that
-# wait for the compile child (compile, and release: its ISA lookup reads what the child's compile left in Inductor's
-# cache) come after every other, so that the probe's own work (dev's C++ build, Jupyter) overlaps that child.
+# child probes) write to /tmp when everything runs in one process (`python probe.pyz` by hand); compile, which waits
+# for the child started ahead, comes last, so that all of the probe's own work (dev's C++ build, Jupyter) overlaps
+# that child. release's ISA lookup shares Inductor's cache and locks with the child: it finds the child's answers.
 TABLE = (
     Section("system", "system", "base"),
     Section("hygiene", "hygiene", "base", ROOT),
@@ -85,8 +85,8 @@ TABLE = (
     Section("distributed", "distributed", "runtime"),
     Section("dev", "dev", "dev"),
     Section("te", "te", "runtime", child=True),
-    Section("compile", "torch_compile", "runtime", child=True),
     Section("release", "release", "runtime", child=True),
+    Section("compile", "torch_compile", "runtime", child=True),
     Section("hpc", "hpcruntime", "runtime", HPC),
     Section("perf", "perf", "runtime", opt_in=True),
 )
