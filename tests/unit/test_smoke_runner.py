@@ -135,10 +135,6 @@ def test_container_kwargs_match_how_users_run_images():
     kw = ContainerSettings(image="img:1", name="n", ipc_host=True).kwargs()
     assert kw["ipc_mode"] == "host" and "shm_size" not in kw and "device_requests" not in kw
     assert "user" not in kw and ContainerSettings(image="i", name="n", user="12345:0").kwargs()["user"] == "12345:0"
-    weighted = ContainerSettings(image="i", name="n", cpu_shares=256)
-    assert weighted.kwargs()["cpu_shares"] == 256 and "--cpu-shares=256" in weighted.docker_run_args()
-    assert "cpu_shares" not in kw and not any(a.startswith("--cpu-shares") for a in ContainerSettings(
-        image="i", name="n").docker_run_args())
 
 
 def test_run_smoke_passes_expectations_and_removes_container(monkeypatch, tmp_path):
@@ -165,8 +161,6 @@ def test_run_smoke_passes_expectations_and_removes_container(monkeypatch, tmp_pa
     assert cmd[cmd.index("--side") + 1] == f"arbitrary-uid={uid_kw['name']}"
     assert uid_kw["name"] == tests["side_containers"]["arbitrary-uid"]
     assert uid_kw["user"] == "12345:0" and "--side-error" not in cmd
-    # the side container yields the CPU to the main one (a quarter of its weight), which keeps the engine's default
-    assert uid_kw["cpu_shares"] == sides.SIDE_CPU_SHARES == 256 and "cpu_shares" not in client.created[0].kw
 
 
 def test_arbitrary_uid_container_that_does_not_start_fails_the_uid_checks(monkeypatch):
@@ -411,7 +405,6 @@ def test_hpc_container_is_started_as_enroot_would_and_named_to_the_suite(monkeyp
     assert hpc["user"] == "23456:23456" and hpc["read_only"] is True
     assert "exec" in hpc["tmpfs"]["/tmp"].split(",") and "uid=23456" in hpc["tmpfs"]["/home/researcher"]
     assert hpc["environment"]["PYTHONPATH"].startswith("/cm/shared") and hpc["environment"]["HOME"] == "/home/researcher"
-    assert hpc["cpu_shares"] == sides.SIDE_CPU_SHARES and "cpu_shares" not in client.created[0].kw
     cmd = calls[0]
     assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--side"] == [
         f"arbitrary-uid={client.created[1].kw['name']}", f"hpc={hpc['name']}"]

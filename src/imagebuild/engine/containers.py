@@ -48,7 +48,6 @@ class ContainerSettings:
     gpu_ids: tuple[str, ...] = ()  # with gpus: these devices (indexes, GPU-/MIG- UUIDs); empty = all
     cpuset_cpus: str | None = None  # "0-55,112-167"
     cpuset_mems: str | None = None  # "0"
-    cpu_shares: int | None = None  # the CPU weight against other containers (the engine's default: 1024)
     mounts: tuple[tuple[str, str, str], ...] = ()  # (host path, container path, "rw"|"ro")
     user: str | None = None  # "UID:GID"; None: the image's user
     environment: dict[str, str] = field(default_factory=dict)
@@ -89,8 +88,6 @@ class ContainerSettings:
             kw["cpuset_cpus"] = self.cpuset_cpus
         if self.cpuset_mems:
             kw["cpuset_mems"] = self.cpuset_mems
-        if self.cpu_shares:
-            kw["cpu_shares"] = self.cpu_shares
         if self.mounts:
             kw["volumes"] = {host: {"bind": path, "mode": mode} for host, path, mode in self.mounts}
         if self.environment:
@@ -124,8 +121,6 @@ class ContainerSettings:
             args += ["--ulimit", f"stack={self.stack_bytes}"]
         if self.cpuset_cpus:
             args.append(f"--cpuset-cpus={self.cpuset_cpus}")
-        if self.cpu_shares:
-            args.append(f"--cpu-shares={self.cpu_shares}")
         if self.cpuset_mems:
             args.append(f"--cpuset-mems={self.cpuset_mems}")
         args.append(f"--network={self.network}")

@@ -13,9 +13,7 @@ did not start) and removes them with the main container; the suite reads the use
   - the host's environment passed in: PYTHONPATH, LD_LIBRARY_PATH, CUDA_HOME and PIP_* set to paths and values a
     login node's modules leave, none of which exist in the image.
 
-The launch settings are engine/containers.py's (GPUs, /dev/shm, ulimits, no network); a row adds only what differs,
-and every side container has a quarter of the main one's CPU weight (SIDE_CPU_SHARES): the main probe's cold compile
-is the suite's longest chain, the side probes fill what it leaves on a machine with few cores.
+The launch settings are engine/containers.py's (GPUs, /dev/shm, ulimits, no network); a row adds only what differs.
 """
 
 from __future__ import annotations
@@ -34,7 +32,6 @@ ARBITRARY_USER = "12345:0"
 HPC_UID = HPC_GID = 23456
 HPC_USER = "researcher"
 HPC_HOME = f"/home/{HPC_USER}"
-SIDE_CPU_SHARES = 256  # the engine's default weight is 1024
 HOSTILE_ENV = {
     "PYTHONPATH": "/cm/shared/apps/python/3.9/lib/python3.9/site-packages",
     "LD_LIBRARY_PATH": "/cm/shared/apps/cuda11.2/lib64:/opt/nonsense/lib",
@@ -64,15 +61,14 @@ def hpc_kwargs(settings: ContainerSettings) -> dict[str, Any]:
 
 
 def _arbitrary_uid_kwargs(main: ContainerSettings, name: str) -> dict[str, Any]:
-    return replace(main, name=name, user=ARBITRARY_USER, gpus=False, cpu_shares=SIDE_CPU_SHARES).kwargs()
+    return replace(main, name=name, user=ARBITRARY_USER, gpus=False).kwargs()
 
 
 def _hpc_kwargs(main: ContainerSettings, name: str) -> dict[str, Any]:
     """On the main container's platform and emulated CPU (an arm64 image on an amd64 engine runs its hpc side under
     QEMU too), under the login node's hostile environment."""
     own = hpc_settings(main.image, name, main.gpus, dict(main.labels))
-    return hpc_kwargs(replace(own, platform=main.platform, environment={**main.environment, **own.environment},
-                              cpu_shares=SIDE_CPU_SHARES))
+    return hpc_kwargs(replace(own, platform=main.platform, environment={**main.environment, **own.environment}))
 
 
 @dataclass(frozen=True)
