@@ -59,7 +59,7 @@ def culprit(code: str, timeout: float = CHILD_TIMEOUT):
 
 
 def _run_named(p, name: str, code: str, what: str, skip=None, answer=None):
-    """`code` in a child (`answer`: its (ok, output) already known, from _answers); a failure names the host
+    """`code` in a child (`answer`: its (ok, output) already known, from answers_of); a failure names the host
     variable to blame, unless `skip(output)` gives a reason."""
     ok, out = answer or run_code(code, timeout=p.remaining(CHILD_TIMEOUT))
     if ok and out in ("NOCUDA", "NOGPU"):  # the GPU check on a host or image without one
