@@ -23,8 +23,9 @@ command line dispatches and the suite selects:
     table        the sections (module, lowest flavor, where it runs: image user, root, arbitrary UID, hpc; child
                  probe) and the checks each reports (GPU or not): the suite's tests are generated from its rows
     common       Probe (results, torch import, GPU state), subprocess helpers, watchdog, result table
+    zygote       one python that imports torch once and forks the child probes (compile, gloo/NCCL ranks, TE)
     __main__     the command line: --sections --perf --timeout --output --table --list-sections --list-checks (+ hidden
-                 --dist-worker, --child)
+                 --dist-worker, --child, --zygote)
     pack         builds the one-file zipapp (probe.pyz) that is shipped into containers
 
 Inside the package, modules import each other by the top-level name `probe` (no relative imports), which is what

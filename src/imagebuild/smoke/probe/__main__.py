@@ -64,6 +64,7 @@ def main(argv=None) -> int:
                     help="print the table's checks (section, flavor, where each runs, GPU or not) as JSON and exit")
     ap.add_argument("--child", choices=sorted(CHILD_SECTIONS), help=argparse.SUPPRESS)
     ap.add_argument("--te-child", action="store_const", dest="child", const="te", help=argparse.SUPPRESS)
+    ap.add_argument("--zygote", action="store_true", help=argparse.SUPPRESS)  # probe.zygote: forks child probes
     args = ap.parse_args(argv)
 
     if args.list_sections:
@@ -76,6 +77,10 @@ def main(argv=None) -> int:
         with open(args.table) as fh:
             print(render_table(json.load(fh)))
         return 0
+    if args.zygote:
+        from probe.zygote import serve
+
+        return serve(main)
     if args.dist_worker:
         from probe.distributed import dist_worker
 

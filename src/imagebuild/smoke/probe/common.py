@@ -118,9 +118,8 @@ class Probe:
         return self.doc
 
 
-# How far the probe's own work steps back (nice) from the child started ahead (a cold compile: the probe's longest
-# chain) on a machine with few cores; what the probe starts after (dist workers, other children) inherits it.
-YIELD_NICE = 10
+# How far the probe's own work (and what it spawns) steps back from the child started ahead: its longest chain.
+YIELD_NICE = 10  # children forked by probe.zygote (started before the probe steps back) keep the zygote's priority
 
 
 def yield_cpu(step=YIELD_NICE):
@@ -219,8 +218,10 @@ def stop_process(handle):
 
 
 def start_child(args):
-    """Start a child probe (`child_argv(args)`): the handle finish_child takes."""
-    return start_process(child_argv(args))
+    """Start a child probe (probe.zygote: forked where torch is installed): the handle finish_child takes."""
+    from probe.zygote import launch
+
+    return launch(args)
 
 
 def finish_child(handle, timeout):

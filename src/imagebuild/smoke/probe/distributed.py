@@ -1,5 +1,5 @@
 """distributed: all_reduce over one process per GPU (NCCL, with the NCCL_DEBUG log parsed for transports) or two
-CPU processes (gloo). The ranks are child probes (`--dist-worker`), see common.child_argv."""
+CPU processes (gloo). The ranks are child probes (`--dist-worker`), forked by probe.zygote where it runs."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any
 
-from probe.common import CHILDREN, NO_TORCH, RESULT_MARK, child_argv, free_port
+from probe.common import NO_TORCH, RESULT_MARK, free_port
+from probe.zygote import launch
 
 _NCCL_CHANNEL = re.compile(
     r"NCCL INFO Channel (?P<channel>\d+(?:/\d+)?) ?: (?P<src>\d+)\[(?P<srcdev>[^\]]+)\] -> (?P<dst>\d+)\[(?P<dstdev>[^\]]+)\]"
@@ -113,7 +113,8 @@ def run(p):
 
 
 def run_dist(world, backend, perf, timeout):
-    """Spawn one worker process per rank (a child probe, `--dist-worker`: common.child_argv) and collect results + NCCL log."""
+    """One worker process per rank (a child probe, `--dist-worker`, forked by probe.zygote where it runs); collect
+    the results and the NCCL log."""
     port = free_port()
     env = dict(os.environ)
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world))
@@ -126,11 +127,9 @@ def run_dist(world, backend, perf, timeout):
     logs = []
     for rank in range(world):
         e = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
-        fh = tempfile.TemporaryFile(mode="w+")
+        proc, fh, _ = launch(["--dist-worker", backend] + (["--perf"] if perf else []), env=e, merged=True)
         logs.append(fh)
-        procs.append(subprocess.Popen(child_argv(["--dist-worker", backend] + (["--perf"] if perf else [])),
-                                      stdout=fh, stderr=subprocess.STDOUT, env=e, start_new_session=True))
-        CHILDREN.append(procs[-1])
+        procs.append(proc)
     timed_out = False
     end = time.time() + timeout
     for p in procs:
@@ -148,7 +147,7 @@ def run_dist(world, backend, perf, timeout):
     results, text = [], ""
     for rank, fh in enumerate(logs):
         fh.seek(0)
-        out = fh.read()
+        out = fh.read().decode(errors="replace")
         fh.close()
         text += "".join(f"[{rank}] {line}\n" for line in out.splitlines())
         for line in out.splitlines():
