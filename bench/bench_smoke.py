@@ -9,7 +9,8 @@ kept; a no-op when the engine holds it). Then each image RUNS times, one after t
 runner.run_smoke (container start to removal), the main probe's wall seconds and its slowest sections (the probe's
 own section_seconds), and each side probe's wall seconds (root, arbitrary UID, hpc: they run alongside the main
 one). The goal (issue 26): <= 30 s per CPU image on a quiet machine; a busy machine stretches every figure, so the
-table says how many CPUs the machine has and its load average when the run began. --quick: the base image, once
+table says how many CPUs the machine has, its load average when the run began, and how long a fixed pure-Python
+loop took at the start and at the end (a slower vCPU stretches every figure too, with no load to show for it). --quick: the base image, once
 (CI: scripts/bench-quick.sh).
 """
 
@@ -73,6 +74,17 @@ def row(tag: str, runs: list[dict]) -> str:
             f"{last['probe']:.1f} ({slow or '-'}) | {sides or '-'} | {p}/{f}/{s} | {goal} |")
 
 
+REFERENCE = "sum(i * i for i in range(30_000_000))"  # pure python, one core: the machine's speed at the time
+
+
+def reference_seconds() -> float:
+    """The best of three runs of REFERENCE in a fresh python: how fast this machine is right now. Its vCPUs' speed
+    moves by a fifth or more over a day (neighbours on the host), which a load average does not show."""
+    code = f"import time; t = time.perf_counter(); {REFERENCE}; print(time.perf_counter() - t)"
+    return min(float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                    check=True).stdout) for _ in range(3))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--matrix", default=str(ROOT / "images" / "cpu.yaml"))
@@ -88,11 +100,12 @@ def main() -> int:
         args.only, args.runs = "base", 1
     load = os.getloadavg()[0]
     build(args)
+    speed = reference_seconds()
     inputs = BuildInputs(ca_certs=(Path(args.ca_cert),) if args.ca_cert else (),
                          torch_index_url=args.torch_index_url, wheelhouse=Path(args.wheelhouse))
     images = [i for i in make_plan(Path(args.matrix), inputs).images if matches(i, args.only)]
-    lines = [f"machine: {os.cpu_count()} CPUs, load average {load:.1f} at the start; goal <= {GOAL_SECONDS:.0f} s "
-             "per CPU image on a quiet machine", "",
+    lines = [f"machine: {os.cpu_count()} CPUs, load average {load:.1f} at the start, reference loop {speed:.2f} s "
+             f"(`{REFERENCE}`, best of 3); goal <= {GOAL_SECONDS:.0f} s per CPU image on a quiet machine", "",
              "| image | runs | median s | min s | containers up s | main probe s (slowest sections) | side probes s "
              "| pass/fail/skip | goal |", "|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
@@ -103,6 +116,8 @@ def main() -> int:
         if runs[-1]["failed"]:
             print(f"bench_smoke: {img.tag} failed {', '.join(runs[-1]['failed'])}", file=sys.stderr)
             return 1
+    lines.append(f"reference loop at the end: {reference_seconds():.2f} s")
+    print(lines[-1], flush=True)
     if args.markdown:
         Path(args.markdown).write_text("\n".join(lines) + "\n")
     return 0
