@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -178,12 +179,11 @@ def child_argv(args) -> list:
     return [sys.executable, "-c", _BOOT, _ROOT] + list(args)
 
 
-def start_process(argv, env=None, cwd=None):
+def start_process(argv, env=None, cwd=None, out=None, err=None):
     """Start `argv` in a session of its own (the watchdog kills it and what it started on overrun), its output in
-    unnamed temporary files. -> the handle finish_process takes; OSError when it cannot start."""
-    import tempfile
-
-    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    `out` and `err` (default: unnamed temporary files). -> the handle finish_process takes; OSError if it cannot start."""
+    out = tempfile.TemporaryFile() if out is None else out
+    err = tempfile.TemporaryFile() if err is None else err
     proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
     CHILDREN.append(proc)
     return proc, out, err

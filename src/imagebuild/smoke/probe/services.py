@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from probe.common import CHILDREN, free_port, listdir, rmtree, which
+from probe.common import CHILDREN, free_port, listdir, rmtree, stop_process, which
 
 
 def parse_sshd_T(text: str) -> dict:
@@ -134,10 +134,7 @@ class Jupyter:
                 os.killpg(self.proc.pid, 15)
                 self.proc.wait(timeout=5)
             except (OSError, subprocess.SubprocessError):
-                try:
-                    os.killpg(self.proc.pid, 9)
-                except OSError:
-                    pass
+                stop_process((self.proc,))
         if getattr(self, "root", None):
             rmtree(self.root)
 

@@ -29,7 +29,7 @@ import tempfile
 import time
 import traceback
 
-from probe.common import CHILDREN, child_argv, rmtree
+from probe.common import CHILDREN, child_argv, rmtree, start_process, stop_process
 
 LOST = 255  # the exit status of a forked child whose status died with the zygote
 
@@ -72,7 +72,8 @@ class ZygoteChild:
             elif not _alive(pid):
                 rc = _read_int(self.status)  # written just before the zygote ended
                 if rc is None:
-                    rc = _note(self.err, "child probe: its exit status was lost with the zygote", LOST)
+                    rc = LOST
+                    _note(self.err, "child probe: its exit status was lost with the zygote")
         self.returncode = rc
         return rc
 
@@ -133,11 +134,7 @@ class Zygote:
                 self.proc.stdin.close()
             self.proc.wait(timeout=10)
         except (OSError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(self.proc.pid, 9)
-            except OSError:
-                pass
-            self.proc.wait()
+            stop_process((self.proc,))
         rmtree(self.dir)
         self.proc = None
 
@@ -164,9 +161,8 @@ def launch(args, env=None, merged=False):
 
 
 def _spawn(args, env, cwd, out, err):
-    proc = subprocess.Popen(child_argv(args), stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
-    CHILDREN.append(proc)
-    return proc
+    """The child as a fresh python (what every child was before the zygote)."""
+    return start_process(child_argv(args), env, cwd, out, err)[0]
 
 
 # the zygote's side ----------------------------------------------------------------------------------------------
@@ -289,11 +285,10 @@ def _alive(pid) -> bool:
         return True
 
 
-def _note(fh, text, value):
-    """Add `text` to a child's output file; -> value."""
+def _note(fh, text):
+    """Add `text` to a child's output file."""
     try:
         fh.write(("\n" + text + "\n").encode())
         fh.flush()
     except (OSError, ValueError):
         pass
-    return value
