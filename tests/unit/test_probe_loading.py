@@ -194,3 +194,33 @@ def test_a_library_nothing_loads_still_fails(tmp_path):
     assert c["status"] == "failed"
     assert "ibnv/lib/libibnvmg.so.1: libibnvbase.so.1 not found" in c["reason"], c["reason"]
     assert "ibnv/lib/libibnvrdma.so.1" in c["reason"], c["reason"]
+
+
+def test_the_second_pass_allows_only_the_drivers_libraries_too(tmp_path):
+    """A library of a CUDA 13-style shared lib directory that also NEEDs the driver's libcuda.so.1: only the second
+    pass (after importing what requires its package) maps its base; what is left is libcuda.so.1, allowed without a
+    GPU (the NVIDIA container toolkit mounts it) and not otherwise: the first pass's rule, in the second pass."""
+    _, site = _venv(tmp_path)
+    _cuda13_style(site, tmp_path, consumer_requires_kit=True)
+    lib = site / "ibnv" / "lib"
+    fake = tmp_path / "drv"
+    fake.mkdir()
+    _gcc(fake / "libcuda.so.1", "int cuInit(int f){return f;}\n", "-Wl,-soname,libcuda.so.1")
+    (lib / "libibnvbase.so").symlink_to("libibnvbase.so.1")
+    drv = lib / "libibnvdrv.so.1"
+    _gcc(drv, "int nvbase(void); int cuInit(int); int d(void){return nvbase() + cuInit(0);}\n", f"-L{lib}",
+         "-libnvbase", str(fake / "libcuda.so.1"), "-Wl,-soname,libibnvdrv.so.1")
+    (lib / "libibnvbase.so").unlink()
+    from importlib import metadata
+
+    dists = {d.metadata["Name"]: d for d in metadata.distributions(path=[str(site)])}
+    owners = {str(drv): "ibnv"}
+    problems = [{"library": str(drv), "missing": ["libibnvbase.so.1", "libcuda.so.1"], "version_errors": []}]
+    still, rescued = loading.confirm_by_loading(problems, [str(site)], owners,
+                                                allowed_missing=P.linking.DRIVER_LIBS, dists=dists)
+    assert still == [], still
+    # the first pass already counted libcuda.so.1 as allowed: what the second rescues is the base
+    assert [(r["soname"], r["via"]) for r in rescued] == [("libibnvbase.so.1", "mapped after import ibnv, ibtorch")]
+    still, rescued = loading.confirm_by_loading(problems, [str(site)], owners, allowed_missing=(), dists=dists)
+    assert rescued == [] and len(still) == 1
+    assert still[0]["missing"] == ["libcuda.so.1"] and "libcuda.so.1" in still[0]["load_error"], still

@@ -192,10 +192,9 @@ def confirm_by_loading(problems: list, roots, owners: dict, allowed_missing=(), 
     still, rescued = [], []
     for imports, members in groups.items():
         for x, err, left, how, failed_imports in _attempt(members, imports, roots, allowed_missing, timeout):
-            if err == "":
-                rescued += [{"library": x["library"], "soname": s, "via": f"loads {how}"} for s in x["missing"]]
-            elif not left and not x["version_errors"] and any(d in err for d in allowed_missing):
-                rescued += [{"library": x["library"], "soname": s, "via": f"mapped {how}"} for s in x["missing"]]
+            saved = _rescue(x, err, left, how, allowed_missing)
+            if saved:
+                rescued += saved
             else:
                 still.append(dict(x, missing=left or x["missing"], load_error=err, imported=list(imports),
                                   import_errors=failed_imports))
@@ -211,13 +210,27 @@ def confirm_by_loading(problems: list, roots, owners: dict, allowed_missing=(), 
     closer: dict[int, dict | None] = {}  # id(entry) -> its replacement (None: it loads now)
     for imports, members in again.items():
         for x, err, left, how, _ in _attempt(members, imports, roots, allowed_missing, timeout):
-            if err == "":
+            saved = _rescue(x, err, left, how, allowed_missing)
+            if saved:
                 closer[id(x)] = None
-                rescued += [{"library": x["library"], "soname": s, "via": f"loads {how}"} for s in x["missing"]]
+                rescued += saved
             elif len(left) < len(x["missing"]):  # closer: say what is still missing, in the loader's words
                 closer[id(x)] = dict(x, missing=left or x["missing"], load_error=err, imported=list(imports))
     kept = [closer.get(id(x), x) for x in still]
     return [x for x in kept if x is not None], rescued
+
+
+def _rescue(x: dict, err: str, left: list, how: str, allowed_missing) -> list:
+    """The rescued entries for `x` after one real load (one rule for both passes): it loaded; or it failed only on
+    the driver's libraries (allowed without a GPU, the NVIDIA container toolkit mounts them) with every soname ldd
+    missed now mapped. [] when it is still unresolved."""
+    if err == "":
+        via = "loads"
+    elif not left and not x["version_errors"] and any(d in err for d in allowed_missing):
+        via = "mapped"
+    else:
+        return []
+    return [{"library": x["library"], "soname": s, "via": f"{via} {how}"} for s in x["missing"]]
 
 
 def _attempt(members: list, imports: tuple, roots, allowed_missing, timeout: float):
