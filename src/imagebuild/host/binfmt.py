@@ -19,20 +19,31 @@ TESTED_QEMU_MAJOR = 10
 _VERSION = re.compile(r"^qemu-\S+ version (\d+)\.(\d+)(?:\.(\d+))?", re.M)
 
 
+def handler(uname: str, root: Path = Path("/")) -> dict[str, str | bool] | None:
+    """The `qemu-UNAME` entry of binfmt_misc, read once: {"enabled", "flags", "interpreter"}; None when none is
+    registered (or binfmt_misc is not mounted)."""
+    try:
+        lines = (root / BINFMT_DIR / f"qemu-{uname}").read_text().splitlines()
+    except OSError:
+        return None
+
+    def field(name: str) -> str:
+        return next((ln.split(name, 1)[1].strip() for ln in lines if ln.startswith(name)), "")
+
+    return {"enabled": "enabled" in lines, "flags": field("flags:"), "interpreter": field("interpreter ")}
+
+
 def missing_emulation(uname: str, root: Path = Path("/")) -> str | None:
     """Why binaries of `uname` (aarch64) cannot run here under emulation; None when they can (the handler is
     registered, enabled and has the F flag)."""
-    folder = root / BINFMT_DIR
-    if not (folder / "register").exists():
+    if not (root / BINFMT_DIR / "register").exists():
         return f"binfmt_misc is not mounted on /{BINFMT_DIR}"
-    try:
-        text = (folder / f"qemu-{uname}").read_text()
-    except OSError:
+    entry = handler(uname, root)
+    if entry is None:
         return f"no qemu-{uname} handler is registered in binfmt_misc"
-    lines = text.splitlines()
-    if "enabled" not in lines:
+    if not entry["enabled"]:
         return f"the qemu-{uname} handler in binfmt_misc is disabled"
-    flags = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("flags:")), "")
+    flags = str(entry["flags"])
     if "F" not in flags:
         return (f"the qemu-{uname} handler in binfmt_misc lacks the F flag (flags {flags or 'none'}): its interpreter "
                 "is not found inside containers")
@@ -42,11 +53,8 @@ def missing_emulation(uname: str, root: Path = Path("/")) -> str | None:
 def emulator_version(uname: str, root: Path = Path("/")) -> str | None:
     """The version of QEMU that runs `uname` binaries here ("10.0.13"), asked of the handler's interpreter (its
     `ARCH-binfmt-P` name refuses --version: the file it links to answers); None when it cannot be told."""
-    try:
-        text = (root / BINFMT_DIR / f"qemu-{uname}").read_text()
-    except OSError:
-        return None
-    path = next((ln.split(" ", 1)[1].strip() for ln in text.splitlines() if ln.startswith("interpreter ")), "")
+    entry = handler(uname, root)
+    path = str(entry["interpreter"]) if entry else ""
     if not path:
         return None
     target = (root / path.lstrip("/")).resolve()
