@@ -174,3 +174,59 @@ print(json.dumps([p.doc["nice"], YIELD_NICE]))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     (before, after), step = json.loads(out.stdout)
     assert after == (min(19, before + step) if ahead else before)
+
+
+def _fake_inductor(monkeypatch, lookup):
+    """A stand-in torch._inductor whose cpu_vec_isa.valid_vec_isa_list is `lookup` (lru-cached, as Inductor's)."""
+    import functools
+
+    mods = {name: types.ModuleType(name) for name in
+            ("torch", "torch._inductor", "torch._inductor.codecache", "torch._inductor.cpp_builder",
+             "torch._inductor.cpu_vec_isa")}
+    for name, mod in mods.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+        parent, _, leaf = name.rpartition(".")
+        if parent:
+            setattr(mods[parent], leaf, mod)
+    isa = mods["torch._inductor.cpu_vec_isa"]
+    isa.valid_vec_isa_list = functools.lru_cache(None)(lookup)  # type: ignore[attr-defined]
+    return isa
+
+
+def test_the_vec_isa_lookup_runs_once_in_a_thread_and_inductor_takes_its_answer(monkeypatch):
+    import threading
+    import time
+
+    ran: list[str] = []
+
+    def lookup():
+        ran.append(threading.current_thread().name)
+        time.sleep(0.2)  # Inductor asks while the thread is still at it: it waits, it does not look up again
+        return ["avx512", "avx2"]
+
+    isa = _fake_inductor(monkeypatch, lookup)
+    thread = torch_compile.warm_vec_isa()
+    assert thread is not None
+    assert isa.valid_vec_isa_list() == ["avx512", "avx2"]  # as pick_vec_isa calls it, by its module's name
+    assert isa.valid_vec_isa_list() == ["avx512", "avx2"]
+    assert ran == ["vec-isa"] and not thread.is_alive()
+
+
+def test_a_vec_isa_lookup_that_fails_fails_inductors_call_as_before(monkeypatch):
+    calls: list[int] = []
+
+    def lookup():
+        calls.append(1)
+        raise RuntimeError("g++: fatal error: no input files")
+
+    isa = _fake_inductor(monkeypatch, lookup)
+    torch_compile.warm_vec_isa()
+    with pytest.raises(RuntimeError, match="no input files"):
+        isa.valid_vec_isa_list()
+    assert len(calls) == 2  # the thread's try, then Inductor's own: a failure is not cached
+
+
+def test_a_torch_without_the_vec_isa_module_is_left_as_it_is(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    monkeypatch.setitem(sys.modules, "torch._inductor", None)  # import fails, as on torch < 2.5
+    assert torch_compile.warm_vec_isa() is None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sysconfig
+import threading
 import time
 
 from probe.common import NO_TORCH, finish_child, start_child, stop_child, which
@@ -118,6 +119,7 @@ def child(p):
     # no worker pool: set before torch is imported (Inductor reads it once, with its config)
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     torch = p.import_torch()
+    warm_vec_isa()
     tc = toolchain()
     doc = p.doc.setdefault("compile", {})
     doc["toolchain"] = tc
@@ -136,6 +138,38 @@ def child(p):
         return
     _timed(p, "compile.cuda_function", lambda: _function(torch, "cuda"), tc, gpu=True)
     _timed(p, "compile.cuda_module", lambda: _module(torch, "cuda", mode=None), tc, gpu=True)
+
+
+def warm_vec_isa():
+    """Start Inductor's vector-ISA lookup in a thread, so that it overlaps dynamo's tracing of the first function
+    instead of following it: the lookup (a g++ dry compile and a dlopen per ISA the CPU has, one after another) is
+    the first link of the cold chain, and Inductor only asks for it once the traced graph is lowered. Inductor's own
+    call (pick_vec_isa looks `valid_vec_isa_list` up in its module) then waits for the thread and takes its answer
+    from the lookup's cache: the same lookup, started earlier, run once. A failed lookup is not cached: Inductor's
+    call runs it again and fails as it would have. Inductor's modules are imported here, not in the thread: two
+    threads importing its circular modules at once can see them half-initialised."""
+    try:
+        from torch._inductor import codecache, cpp_builder, cpu_vec_isa  # noqa: F401
+        lookup = cpu_vec_isa.valid_vec_isa_list
+    except Exception:  # a torch without this module (< 2.5): Inductor looks the ISA up itself, as before
+        return None
+    thread = threading.Thread(target=_quietly, args=(lookup,), name="vec-isa", daemon=True)
+    thread.start()
+
+    def after_the_thread():
+        thread.join()
+        return lookup()
+
+    cpu_vec_isa.valid_vec_isa_list = after_the_thread
+    return thread
+
+
+def _quietly(fn):
+    """Run fn; what it raises is raised again when Inductor asks (the compile checks then fail with it)."""
+    try:
+        fn()
+    except Exception:
+        pass
 
 
 def _timed(p, name, fn, tc, gpu):
