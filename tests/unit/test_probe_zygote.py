@@ -86,7 +86,7 @@ def test_a_zygote_whose_torch_does_not_import_leaves_children_to_fresh_pythons(t
 
 SERVE = """
 import os, signal, sys, time
-from probe.zygote import serve
+from probe.zygote_serve import serve
 def run(args):
     if args[0] == "crash":
         os.kill(os.getpid(), signal.SIGSEGV)
@@ -180,3 +180,19 @@ def test_a_request_the_zygote_never_forked_runs_as_a_fresh_python(tmp_path):
     assert child is not None and child.wait(60) == 0 and child.fallback is not None
     assert json.loads(_read(out)) == json.loads(subprocess.run(
         [sys.executable, str(PROBE), "--list-sections"], capture_output=True, text=True, timeout=60).stdout)
+
+
+def test_the_main_probe_forks_the_zygote_after_its_own_import(tmp_path):
+    """`probe.pyz --sections compile` (a child started ahead): the probe imports torch before any section and forks
+    the zygote from itself, so torch is imported ONCE in the whole run (the spawned zygote made it twice), the child's
+    checks come back and the probe's output ends with the probe (the zygote holds no copy of it)."""
+    fake = _fake_torch(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(fake))
+    proc = subprocess.Popen([sys.executable, str(PROBE), "--sections", "compile", "--timeout", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    doc = json.loads(out)
+    names = {c["name"] for c in doc["checks"]}
+    assert {"compile.toolchain", "compile.cpu_function"} <= names, doc  # the child's (it fails on the stand-in)
+    assert (tmp_path / "imports.log").read_text().split() == [str(proc.pid)]

@@ -12,6 +12,7 @@ Everything printed by libraries (NCCL_DEBUG, warnings) goes to stderr; stdout ca
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -47,6 +48,20 @@ def child_runner(name: str):
 CHILD_SECTIONS = tuple(row.name for row in TABLE if row.child)
 
 
+def zygote_from_here(probe, ahead, out_fd) -> None:
+    """When a child probe starts ahead (a torch image's compile child), import torch now, before any section, and
+    fork the zygote the child probes are forked from out of this process (probe.zygote.start_here): torch is then
+    imported once in the whole probe run instead of twice. The import is what the first section that needs torch
+    would do; no section has run, so nothing but `import torch` is in the zygote's state."""
+    if not any(name in probe.sections for name in ahead) or importlib.util.find_spec("torch") is None:
+        return
+    if probe.import_torch() is None:  # its sections report the import error; children run as fresh pythons
+        return
+    from probe.zygote import start_here
+
+    start_here(main, close_fds=(out_fd,))
+
+
 def main(argv=None) -> int:
     import argparse
 
@@ -78,7 +93,7 @@ def main(argv=None) -> int:
             print(render_table(json.load(fh)))
         return 0
     if args.zygote:
-        from probe.zygote import serve
+        from probe.zygote_serve import serve
 
         return serve(main)
     if args.dist_worker:
@@ -108,7 +123,9 @@ def main(argv=None) -> int:
     if args.child:
         child_runner(args.child)(probe)
     else:
-        probe.run(runners(), starters())
+        ahead = starters()
+        zygote_from_here(probe, ahead, out_fd)
+        probe.run(runners(), ahead)
     text = json.dumps(probe.doc, default=str, indent=None)
     if args.output:
         with open(args.output, "w") as fh:

@@ -9,9 +9,8 @@ parent made; each rank initialises its own). numpy's OpenBLAS server thread, sta
 A forked child then runs exactly what a fresh child probe runs (`probe.__main__.main(ARGS)`), in a session of its
 own, with the caller's environment and working directory, its output in files.
 
-Requests go to the zygote's stdin, one JSON line each: {"args", "env", "cwd", "out", "err", "status"}; it forks,
-writes the child's pid to STATUS.pid and, once it has reaped the child, its exit status (Popen's convention: -N for
-signal N) to STATUS. The caller sees a ZygoteChild, which answers as much of subprocess.Popen as the probe uses
+Requests go to the zygote's stdin (probe/zygote_serve.py: the zygote's side; the suite's main probe forks it from
+itself once it has imported torch, any other caller starts `probe.pyz --zygote`). The caller sees a ZygoteChild, which answers as much of subprocess.Popen as the probe uses
 (pid, poll, wait, kill, returncode), so the watchdog and the sections treat both alike. What the child reports
 never depends on the zygote: where it cannot start (no torch, torch does not import, it died before forking a
 child), that child runs as a fresh python (child_argv), as before.
@@ -24,12 +23,11 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
-import traceback
 
 from probe.common import CHILDREN, child_argv, rmtree, start_process, stop_process
+from probe.zygote_serve import fork_here
 
 LOST = 255  # the exit status of a forked child whose status died with the zygote
 
@@ -78,14 +76,7 @@ class ZygoteChild:
         return rc
 
     def wait(self, timeout=None):
-        end = None if timeout is None else time.time() + timeout
-        pause = 0.01
-        while self.poll() is None:
-            if end is not None and time.time() >= end:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-            time.sleep(pause)
-            pause = min(0.1, pause * 2)
-        return self.returncode
+        return _wait(self, timeout)
 
     def kill(self):
         self.killed = True
@@ -95,6 +86,40 @@ class ZygoteChild:
             pass
 
 
+class ForkedZygote:
+    """The zygote this process forked (start_here), seen as the subprocess.Popen the rest of this module uses."""
+
+    def __init__(self, pid, stdin):
+        self.pid, self.stdin, self.args = pid, stdin, ["zygote"]
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: gone, its status unknown
+                self.returncode = LOST
+                return self.returncode
+            if pid:
+                self.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        return _wait(self, timeout)
+
+
+def _wait(proc, timeout):
+    """Popen.wait for a process polled by `proc.poll()`."""
+    end = None if timeout is None else time.time() + timeout
+    pause = 0.01
+    while proc.poll() is None:
+        if end is not None and time.time() >= end:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        time.sleep(pause)
+        pause = min(0.1, pause * 2)
+    return proc.returncode
+
+
 class Zygote:
     """The probe's side of the zygote: started on the first child, ended at exit (stdin closed: it reaps what is
     left and ends)."""
@@ -102,11 +127,17 @@ class Zygote:
     def __init__(self):
         self.proc, self.dir, self.count = None, None, 0
 
-    def start(self):
+    def start(self, run_main=None, close_fds=()):
+        """Start `probe.pyz --zygote`; or, given the probe's `run_main`, fork the zygote from this process, which has
+        imported torch and run nothing else (fork_here)."""
         self.dir = tempfile.mkdtemp(prefix="ibprobe-zygote-")
-        with open(os.path.join(self.dir, "zygote.log"), "wb") as log:
-            self.proc = subprocess.Popen(child_argv(["--zygote"]), stdin=subprocess.PIPE,
-                                         stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+        log_path = os.path.join(self.dir, "zygote.log")
+        if run_main is not None:
+            self.proc = ForkedZygote(*fork_here(run_main, log_path, close_fds))
+        else:
+            with open(log_path, "wb") as log:
+                self.proc = subprocess.Popen(child_argv(["--zygote"]), stdin=subprocess.PIPE,
+                                             stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
         CHILDREN.append(self.proc)
         atexit.register(self.stop)
 
@@ -142,6 +173,13 @@ class Zygote:
 _ZYGOTE = Zygote()
 
 
+def start_here(run_main, close_fds=()):
+    """The suite's main probe, after its own `import torch` and before any section runs: the zygote its children
+    are forked from is forked from this process (no second torch import). Once per process."""
+    if _ZYGOTE.proc is None:
+        _ZYGOTE.start(run_main, close_fds)
+
+
 def launch(args, env=None, merged=False):
     """Start the child probe `args` (what `child_argv(args)` runs) with `env` (default: this process's) -> the handle
     common.finish_process takes: (process, stdout file, stderr file), the same file twice when `merged`. Forked by
@@ -163,103 +201,6 @@ def launch(args, env=None, merged=False):
 def _spawn(args, env, cwd, out, err):
     """The child as a fresh python (what every child was before the zygote)."""
     return start_process(child_argv(args), env, cwd, out, err)[0]
-
-
-# the zygote's side ----------------------------------------------------------------------------------------------
-def serve(run_main) -> int:
-    """`python probe.pyz --zygote`: import torch, then fork a child running `run_main(ARGS)` per request on stdin
-    until it closes; reap each child and write its exit status."""
-    import select
-    import warnings
-
-    warnings.simplefilter("ignore", DeprecationWarning)  # python >= 3.12: "fork of a multi-threaded process"
-    # what the compile child sets before Inductor reads its config (torch_compile.child), where the config were read
-    # at `import torch` (it is not, in torch 2.7 to 2.13): without it Inductor would start a pool of workers
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    try:
-        import torch  # noqa: F401  (the state every child starts from)
-    except BaseException as exc:  # the callers spawn their children instead
-        sys.stderr.write(f"zygote: torch does not import: {type(exc).__name__}: {exc}\n")
-        return 1
-    children: dict = {}
-    pending = b""
-    while True:
-        ready, _, _ = select.select([0], [], [], 0.05 if children else None)
-        if ready:
-            data = os.read(0, 65536)
-            if not data:
-                break
-            pending += data
-            while b"\n" in pending:
-                line, pending = pending.split(b"\n", 1)
-                req = json.loads(line)
-                sys.stderr.flush()
-                pid = os.fork()
-                if pid == 0:
-                    _child(req, run_main)  # never returns
-                children[pid] = req["status"]
-                _write(req["status"] + ".pid", str(pid))
-        _reap(children, block=False)
-    while children:
-        _reap(children, block=True)
-    return 0
-
-
-def _child(req, run_main):
-    """In the forked child: become what a fresh child probe is (own session, stdin empty, output in its files, the
-    caller's environment and directory), run the probe's main, exit without the zygote's exit handlers."""
-    rc = 1
-    try:
-        os.setsid()
-        fds = [os.open(os.devnull, os.O_RDONLY), os.open(req["out"], os.O_WRONLY | os.O_APPEND)]
-        fds.append(fds[1] if req["err"] == req["out"] else os.open(req["err"], os.O_WRONLY | os.O_APPEND))
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-        for fd in set(fds):
-            if fd > 2:
-                os.close(fd)
-        os.environ.clear()
-        os.environ.update(req["env"])
-        os.chdir(req["cwd"])
-        sys.argv = sys.argv[:1] + req["args"]
-        rc = run_main(req["args"]) or 0
-    except SystemExit as exc:  # as python's own exit: a message goes to stderr, with status 1
-        rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if exc.code is not None and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(rc)
-
-
-def _reap(children, block):
-    while children:
-        try:
-            pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
-        except ChildProcessError:
-            children.clear()
-            return
-        if pid == 0:
-            return
-        path = children.pop(pid, None)
-        if path:
-            _write(path, str(-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)))
-        if block:
-            return
-
-
-def _write(path, text):
-    """Write atomically: a reader sees the whole value or no file."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def _read_int(path):
