@@ -145,8 +145,12 @@ def run_cli(plan: Plan, tmp_path: Path, *args: str, wait: bool = True):
     """Run `imagebuild build` in a subprocess with `plan` injected (the plan stage is not under test here)."""
     (tmp_path / "plan.pickle").write_bytes(pickle.dumps(plan))
     (tmp_path / "injected.yaml").write_text("name: injected\n")  # the record is named after it; the plan is injected
+    # Ctrl-C as in a terminal: a runner started as a script's background job (`cmd &`) ignores SIGINT, its children
+    # inherit that and python then installs no KeyboardInterrupt handler (seen: the SIGINT case timed out in CI runs
+    # started that way)
     driver = textwrap.dedent(f"""
-        import pickle, sys
+        import pickle, signal, sys
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.path.insert(0, {SRC!r})
         import imagebuild.pipeline.loaded as loaded
         plan = pickle.loads(open({str(tmp_path / 'plan.pickle')!r}, 'rb').read())
