@@ -10,10 +10,10 @@ A forked child then runs exactly what a fresh child probe runs (`probe.__main__.
 own, with the caller's environment and working directory, its output in files.
 
 Requests go to the zygote's stdin (probe/zygote_serve.py: the zygote's side; the suite's main probe forks it from
-itself once it has imported torch, any other caller starts `probe.pyz --zygote`). The caller sees a ZygoteChild, which answers as much of subprocess.Popen as the probe uses
-(pid, poll, wait, kill, returncode), so the watchdog and the sections treat both alike. What the child reports
-never depends on the zygote: where it cannot start (no torch, torch does not import, it died before forking a
-child), that child runs as a fresh python (child_argv), as before.
+itself once it has imported torch, any other caller starts `probe.pyz --zygote`). The caller sees a ZygoteChild,
+which answers as much of subprocess.Popen as the probe uses (pid, poll, wait, kill, returncode), so the watchdog and
+the sections treat both alike. What the child reports never depends on the zygote: where it cannot start (no torch,
+torch does not import, it died before forking a child), that child runs as a fresh python (child_argv), as before.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import tempfile
 import time
 
 from probe.common import CHILDREN, child_argv, rmtree, start_process, stop_process
-from probe.zygote_serve import fork_here
+from probe.zygote_serve import exit_status, fork_here
 
 LOST = 255  # the exit status of a forked child whose status died with the zygote
 
@@ -101,7 +101,7 @@ class ForkedZygote:
                 self.returncode = LOST
                 return self.returncode
             if pid:
-                self.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                self.returncode = exit_status(status)
         return self.returncode
 
     def wait(self, timeout=None):

@@ -23,7 +23,10 @@ from probe.common import CHILDREN
 
 def serve(run_main) -> int:
     """`python probe.pyz --zygote`: import torch, then serve until stdin closes."""
-    _before_torch()
+    _quiet_fork_warning()
+    # what the compile child sets before Inductor reads its config (torch_compile.child), where the config were read
+    # at `import torch` (it is not, in torch 2.7 to 2.13): without it Inductor would start a pool of workers
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     try:
         import torch  # noqa: F401  (the state every child starts from)
     except BaseException as exc:  # the callers spawn their children instead
@@ -50,15 +53,10 @@ def fork_here(run_main, log_path, close_fds=()):
         os.close(write_end)  # else the zygote would never read the end of its own requests
         os.setsid()
         log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        fds = (read_end, os.open(os.devnull, os.O_WRONLY), log)
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-        for fd in set(fds + tuple(close_fds)):
-            if fd > 2:
-                os.close(fd)
+        _take_fds((read_end, os.open(os.devnull, os.O_WRONLY), log), close_fds)
         sys.stdout = sys.__stdout__
         CHILDREN.clear()
-        _before_torch()
+        _quiet_fork_warning()
         rc = _loop(run_main)
     except BaseException:
         traceback.print_exc()
@@ -66,11 +64,22 @@ def fork_here(run_main, log_path, close_fds=()):
         os._exit(rc)
 
 
-def _before_torch():
+def _quiet_fork_warning():
     warnings.simplefilter("ignore", DeprecationWarning)  # python >= 3.12: "fork of a multi-threaded process"
-    # what the compile child sets before Inductor reads its config (torch_compile.child), where the config were read
-    # at `import torch` (it is not, in torch 2.7 to 2.13): without it Inductor would start a pool of workers
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
+
+def _take_fds(fds, close_fds=()):
+    """Make `fds` this process's stdin, stdout and stderr; close the originals and `close_fds` (never 0-2)."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in set(tuple(fds) + tuple(close_fds)):
+        if fd > 2:
+            os.close(fd)
+
+
+def exit_status(status) -> int:
+    """A waitpid status in Popen's convention: the exit code, or -N for signal N."""
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
 def _loop(run_main) -> int:
@@ -108,11 +117,7 @@ def _child(req, run_main):
         os.setsid()
         fds = [os.open(os.devnull, os.O_RDONLY), os.open(req["out"], os.O_WRONLY | os.O_APPEND)]
         fds.append(fds[1] if req["err"] == req["out"] else os.open(req["err"], os.O_WRONLY | os.O_APPEND))
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-        for fd in set(fds):
-            if fd > 2:
-                os.close(fd)
+        _take_fds(fds)
         os.environ.clear()
         os.environ.update(req["env"])
         os.chdir(req["cwd"])
@@ -144,7 +149,7 @@ def _reap(children, block):
             return
         path = children.pop(pid, None)
         if path:
-            _write(path, str(-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)))
+            _write(path, str(exit_status(status)))
         if block:
             return
 
