@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 BINFMT_DIR = Path("proc/sys/fs/binfmt_misc")
 # QEMU older than this ran import torch but crashed on torch 2.13's aarch64 CPU kernels (SIGSEGV under 7.2)
@@ -19,9 +20,17 @@ TESTED_QEMU_MAJOR = 10
 _VERSION = re.compile(r"^qemu-\S+ version (\d+)\.(\d+)(?:\.(\d+))?", re.M)
 
 
-def handler(uname: str, root: Path = Path("/")) -> dict[str, str | bool] | None:
-    """The `qemu-UNAME` entry of binfmt_misc, read once: {"enabled", "flags", "interpreter"}; None when none is
-    registered (or binfmt_misc is not mounted)."""
+class Handler(NamedTuple):
+    """A binfmt_misc entry: enabled or not, its flags ("POF"), its interpreter's path."""
+
+    enabled: bool
+    flags: str
+    interpreter: str
+
+
+def handler(uname: str, root: Path = Path("/")) -> Handler | None:
+    """The `qemu-UNAME` entry of binfmt_misc, read once; None when none is registered (or binfmt_misc is not
+    mounted)."""
     try:
         lines = (root / BINFMT_DIR / f"qemu-{uname}").read_text().splitlines()
     except OSError:
@@ -30,7 +39,7 @@ def handler(uname: str, root: Path = Path("/")) -> dict[str, str | bool] | None:
     def field(name: str) -> str:
         return next((ln.split(name, 1)[1].strip() for ln in lines if ln.startswith(name)), "")
 
-    return {"enabled": "enabled" in lines, "flags": field("flags:"), "interpreter": field("interpreter ")}
+    return Handler("enabled" in lines, field("flags:"), field("interpreter "))
 
 
 def missing_emulation(uname: str, root: Path = Path("/")) -> str | None:
@@ -41,9 +50,9 @@ def missing_emulation(uname: str, root: Path = Path("/")) -> str | None:
     entry = handler(uname, root)
     if entry is None:
         return f"no qemu-{uname} handler is registered in binfmt_misc"
-    if not entry["enabled"]:
+    if not entry.enabled:
         return f"the qemu-{uname} handler in binfmt_misc is disabled"
-    flags = str(entry["flags"])
+    flags = entry.flags
     if "F" not in flags:
         return (f"the qemu-{uname} handler in binfmt_misc lacks the F flag (flags {flags or 'none'}): its interpreter "
                 "is not found inside containers")
@@ -54,7 +63,7 @@ def emulator_version(uname: str, root: Path = Path("/")) -> str | None:
     """The version of QEMU that runs `uname` binaries here ("10.0.13"), asked of the handler's interpreter (its
     `ARCH-binfmt-P` name refuses --version: the file it links to answers); None when it cannot be told."""
     entry = handler(uname, root)
-    path = str(entry["interpreter"]) if entry else ""
+    path = entry.interpreter if entry else ""
     if not path:
         return None
     target = (root / path.lstrip("/")).resolve()
