@@ -212,6 +212,50 @@ def test_the_vec_isa_lookup_runs_once_in_a_thread_and_inductor_takes_its_answer(
     assert ran == ["vec-isa"] and not thread.is_alive()
 
 
+class _FakeIsa:
+    """An Inductor VecISA: str() is its CPU flags, bool() its dry compile (here: a barrier all checks must reach)."""
+
+    def __init__(self, flags, barrier, seen):
+        self.flags, self.barrier, self.seen = flags, barrier, seen
+
+    def __str__(self):
+        return self.flags
+
+    def __bool__(self):
+        import threading
+
+        self.seen.append((self.flags, threading.current_thread().name))
+        self.barrier.wait(timeout=10)  # one after another, the first would wait here alone and time out
+        return True
+
+
+def test_each_reported_isa_is_dry_compiled_in_a_thread_of_its_own_side_by_side(monkeypatch):
+    import threading
+
+    seen: list[tuple[str, str]] = []
+    barrier = threading.Barrier(2)
+    isas = [_FakeIsa(flags, barrier, seen) for flags in ("amx_tile", "avx512 avx512_vnni", "avx512", "asimd")]
+
+    def lookup():
+        seen.append(("lookup", threading.current_thread().name))
+        return [isa for isa in isas if isa.flags in ("avx512 avx512_vnni", "avx512")]  # Inductor's answer
+
+    isa = _fake_inductor(monkeypatch, lookup)
+    isa.supported_vec_isa_list = isas  # type: ignore[attr-defined]
+    isa.x86_isa_checker = lambda: ["avx2", "avx512", "avx512_vnni"]  # type: ignore[attr-defined]
+    thread = torch_compile.warm_vec_isa()
+    assert [str(i) for i in isa.valid_vec_isa_list()] == ["avx512 avx512_vnni", "avx512"]
+    assert thread is not None and not thread.is_alive() and not barrier.broken
+    checks = sorted(seen[:2])
+    assert checks == [("avx512", "vec-isa avx512"), ("avx512 avx512_vnni", "vec-isa avx512 avx512_vnni")]
+    assert seen[2:] == [("lookup", "vec-isa")]  # after both checks, once: Inductor's call took its answer
+
+
+def test_isa_candidates_are_none_where_inductor_does_not_say(monkeypatch):
+    isa = _fake_inductor(monkeypatch, lambda: [])
+    assert torch_compile.isa_candidates(isa) == []  # no x86_isa_checker / supported_vec_isa_list: one lookup
+
+
 def test_a_vec_isa_lookup_that_fails_fails_inductors_call_as_before(monkeypatch):
     calls: list[int] = []
 

@@ -142,18 +142,31 @@ def child(p):
 
 def warm_vec_isa():
     """Start Inductor's vector-ISA lookup in a thread, so that it overlaps dynamo's tracing of the first function
-    instead of following it: the lookup (a g++ dry compile and a dlopen per ISA the CPU has, one after another) is
-    the first link of the cold chain, and Inductor only asks for it once the traced graph is lowered. Inductor's own
-    call (pick_vec_isa looks `valid_vec_isa_list` up in its module) then waits for the thread and takes its answer
-    from the lookup's cache: the same lookup, started earlier, run once. A failed lookup is not cached: Inductor's
-    call runs it again and fails as it would have. Inductor's modules are imported here, not in the thread: two
-    threads importing its circular modules at once can see them half-initialised."""
+    instead of following it: the lookup (a g++ dry compile, a link and a dlopen per ISA the CPU reports, one after
+    another) is the first link of the cold chain, and Inductor only asks for it once the traced graph is lowered.
+    Each ISA's check (`bool(isa)`, cached per ISA) runs in a thread of its own, side by side: they are independent
+    (each its own source, flags and output file); the lookup then takes their cached answers. Inductor's own call
+    (pick_vec_isa looks `valid_vec_isa_list` up in its module) waits for all of it and takes the lookup's cached
+    answer: the same checks, run once, earlier. A failed lookup is not cached: Inductor's call runs it again and fails
+    as it would have. Inductor's modules are imported here, not in a thread: two threads importing its circular
+    modules at once can see them half-initialised. Never two checks of one ISA at once: AVX512's check changes its
+    own flags while it tests bf16 (round 10 saw a header built for another ISA's flags with two lookups at once)."""
     try:
         from torch._inductor import codecache, cpp_builder, cpu_vec_isa  # noqa: F401
         lookup = cpu_vec_isa.valid_vec_isa_list
     except Exception:  # a torch without this module (< 2.5): Inductor looks the ISA up itself, as before
         return None
-    thread = threading.Thread(target=_quietly, args=(lookup,), name="vec-isa", daemon=True)
+    checks = [threading.Thread(target=_quietly, args=(bool, isa), name=f"vec-isa {isa}", daemon=True)
+              for isa in isa_candidates(cpu_vec_isa)]
+
+    def look_up():
+        for check in checks:
+            check.start()
+        for check in checks:
+            check.join()
+        _quietly(lookup)
+
+    thread = threading.Thread(target=look_up, name="vec-isa", daemon=True)
     thread.start()
 
     def after_the_thread():
@@ -164,10 +177,22 @@ def warm_vec_isa():
     return thread
 
 
-def _quietly(fn):
-    """Run fn; what it raises is raised again when Inductor asks (the compile checks then fail with it)."""
+def isa_candidates(cpu_vec_isa) -> list:
+    """The ISAs Inductor's lookup dry-compiles on this CPU, as it picks them: on x86 each of its supported ISAs whose
+    flags the CPU reports (torch.cpu's cpuid checks). [] elsewhere (one ISA on arm64, nothing to run side by side)
+    and where this torch's Inductor lacks either name: its lookup then checks them one after another, as before."""
     try:
-        fn()
+        reported = cpu_vec_isa.x86_isa_checker()
+        return [isa for isa in cpu_vec_isa.supported_vec_isa_list
+                if all(flag in reported for flag in str(isa).split())]
+    except Exception:
+        return []
+
+
+def _quietly(fn, *args):
+    """Run fn(*args); what it raises is raised again when Inductor asks (the compile checks then fail with it)."""
+    try:
+        fn(*args)
     except Exception:
         pass
 
