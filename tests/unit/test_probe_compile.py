@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 import types
 from pathlib import Path
 
@@ -194,9 +196,6 @@ def _fake_inductor(monkeypatch, lookup):
 
 
 def test_the_vec_isa_lookup_runs_once_in_a_thread_and_inductor_takes_its_answer(monkeypatch):
-    import threading
-    import time
-
     ran: list[str] = []
 
     def lookup():
@@ -222,16 +221,12 @@ class _FakeIsa:
         return self.flags
 
     def __bool__(self):
-        import threading
-
         self.seen.append((self.flags, threading.current_thread().name))
         self.barrier.wait(timeout=10)  # one after another, the first would wait here alone and time out
         return True
 
 
 def test_each_reported_isa_is_dry_compiled_in_a_thread_of_its_own_side_by_side(monkeypatch):
-    import threading
-
     seen: list[tuple[str, str]] = []
     barrier = threading.Barrier(2)
     isas = [_FakeIsa(flags, barrier, seen) for flags in ("amx_tile", "avx512 avx512_vnni", "avx512", "asimd")]
