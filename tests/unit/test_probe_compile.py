@@ -7,8 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
 import types
 from pathlib import Path
 
@@ -176,96 +174,3 @@ print(json.dumps([p.doc["nice"], YIELD_NICE]))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     (before, after), step = json.loads(out.stdout)
     assert after == (min(19, before + step) if ahead else before)
-
-
-def _fake_inductor(monkeypatch, lookup):
-    """A stand-in torch._inductor whose cpu_vec_isa.valid_vec_isa_list is `lookup` (lru-cached, as Inductor's)."""
-    import functools
-
-    mods = {name: types.ModuleType(name) for name in
-            ("torch", "torch._inductor", "torch._inductor.codecache", "torch._inductor.cpp_builder",
-             "torch._inductor.cpu_vec_isa")}
-    for name, mod in mods.items():
-        monkeypatch.setitem(sys.modules, name, mod)
-        parent, _, leaf = name.rpartition(".")
-        if parent:
-            setattr(mods[parent], leaf, mod)
-    isa = mods["torch._inductor.cpu_vec_isa"]
-    isa.valid_vec_isa_list = functools.lru_cache(None)(lookup)  # type: ignore[attr-defined]
-    return isa
-
-
-def test_the_vec_isa_lookup_runs_once_in_a_thread_and_inductor_takes_its_answer(monkeypatch):
-    ran: list[str] = []
-
-    def lookup():
-        ran.append(threading.current_thread().name)
-        time.sleep(0.2)  # Inductor asks while the thread is still at it: it waits, it does not look up again
-        return ["avx512", "avx2"]
-
-    isa = _fake_inductor(monkeypatch, lookup)
-    thread = torch_compile.warm_vec_isa()
-    assert thread is not None
-    assert isa.valid_vec_isa_list() == ["avx512", "avx2"]  # as pick_vec_isa calls it, by its module's name
-    assert isa.valid_vec_isa_list() == ["avx512", "avx2"]
-    assert ran == ["vec-isa"] and not thread.is_alive()
-
-
-class _FakeIsa:
-    """An Inductor VecISA: str() is its CPU flags, bool() its dry compile (here: a barrier all checks must reach)."""
-
-    def __init__(self, flags, barrier, seen):
-        self.flags, self.barrier, self.seen = flags, barrier, seen
-
-    def __str__(self):
-        return self.flags
-
-    def __bool__(self):
-        self.seen.append((self.flags, threading.current_thread().name))
-        self.barrier.wait(timeout=10)  # one after another, the first would wait here alone and time out
-        return True
-
-
-def test_each_reported_isa_is_dry_compiled_in_a_thread_of_its_own_side_by_side(monkeypatch):
-    seen: list[tuple[str, str]] = []
-    barrier = threading.Barrier(2)
-    isas = [_FakeIsa(flags, barrier, seen) for flags in ("amx_tile", "avx512 avx512_vnni", "avx512", "asimd")]
-
-    def lookup():
-        seen.append(("lookup", threading.current_thread().name))
-        return [isa for isa in isas if isa.flags in ("avx512 avx512_vnni", "avx512")]  # Inductor's answer
-
-    isa = _fake_inductor(monkeypatch, lookup)
-    isa.supported_vec_isa_list = isas  # type: ignore[attr-defined]
-    isa.x86_isa_checker = lambda: ["avx2", "avx512", "avx512_vnni"]  # type: ignore[attr-defined]
-    thread = torch_compile.warm_vec_isa()
-    assert [str(i) for i in isa.valid_vec_isa_list()] == ["avx512 avx512_vnni", "avx512"]
-    assert thread is not None and not thread.is_alive() and not barrier.broken
-    checks = sorted(seen[:2])
-    assert checks == [("avx512", "vec-isa avx512"), ("avx512 avx512_vnni", "vec-isa avx512 avx512_vnni")]
-    assert seen[2:] == [("lookup", "vec-isa")]  # after both checks, once: Inductor's call took its answer
-
-
-def test_isa_candidates_are_none_where_inductor_does_not_say(monkeypatch):
-    isa = _fake_inductor(monkeypatch, lambda: [])
-    assert torch_compile.isa_candidates(isa) == []  # no x86_isa_checker / supported_vec_isa_list: one lookup
-
-
-def test_a_vec_isa_lookup_that_fails_fails_inductors_call_as_before(monkeypatch):
-    calls: list[int] = []
-
-    def lookup():
-        calls.append(1)
-        raise RuntimeError("g++: fatal error: no input files")
-
-    isa = _fake_inductor(monkeypatch, lookup)
-    torch_compile.warm_vec_isa()
-    with pytest.raises(RuntimeError, match="no input files"):
-        isa.valid_vec_isa_list()
-    assert len(calls) == 2  # the thread's try, then Inductor's own: a failure is not cached
-
-
-def test_a_torch_without_the_vec_isa_module_is_left_as_it_is(monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
-    monkeypatch.setitem(sys.modules, "torch._inductor", None)  # import fails, as on torch < 2.5
-    assert torch_compile.warm_vec_isa() is None

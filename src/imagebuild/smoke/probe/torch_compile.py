@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sysconfig
-import threading
 import time
 
+from probe import vec_isa
 from probe.common import NO_TORCH, finish_child, start_child, stop_child, which
 
 CPU_CHECKS = ("compile.toolchain", "compile.cpu_function", "compile.cpu_module", "compile.cpu_max_autotune")
@@ -119,7 +119,7 @@ def child(p):
     # no worker pool: set before torch is imported (Inductor reads it once, with its config)
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     torch = p.import_torch()
-    warm_vec_isa()
+    vec_isa.warm()
     tc = toolchain()
     doc = p.doc.setdefault("compile", {})
     doc["toolchain"] = tc
@@ -138,63 +138,6 @@ def child(p):
         return
     _timed(p, "compile.cuda_function", lambda: _function(torch, "cuda"), tc, gpu=True)
     _timed(p, "compile.cuda_module", lambda: _module(torch, "cuda", mode=None), tc, gpu=True)
-
-
-def warm_vec_isa():
-    """Start Inductor's vector-ISA lookup in a thread, so that it overlaps dynamo's tracing of the first function
-    instead of following it: the lookup (a g++ dry compile, a link and a dlopen per ISA the CPU reports, one after
-    another) is the first link of the cold chain, and Inductor only asks for it once the traced graph is lowered.
-    Each ISA's check (`bool(isa)`, cached per ISA) runs in a thread of its own, side by side: they are independent
-    (each its own source, flags and output file); the lookup then takes their cached answers. Inductor's own call
-    (pick_vec_isa looks `valid_vec_isa_list` up in its module) waits for all of it and takes the lookup's cached
-    answer: the same checks, run once, earlier. A failed lookup is not cached: Inductor's call runs it again and fails
-    as it would have. Inductor's modules are imported here, not in a thread: two threads importing its circular
-    modules at once can see them half-initialised. Never two checks of one ISA at once: AVX512's check changes its
-    own flags while it tests bf16 (round 10 saw a header built for another ISA's flags with two lookups at once)."""
-    try:
-        from torch._inductor import codecache, cpp_builder, cpu_vec_isa  # noqa: F401
-        lookup = cpu_vec_isa.valid_vec_isa_list
-    except Exception:  # a torch without this module (< 2.5): Inductor looks the ISA up itself, as before
-        return None
-    checks = [threading.Thread(target=_quietly, args=(bool, isa), name=f"vec-isa {isa}", daemon=True)
-              for isa in isa_candidates(cpu_vec_isa)]
-
-    def look_up():
-        for check in checks:
-            check.start()
-        for check in checks:
-            check.join()
-        _quietly(lookup)
-
-    thread = threading.Thread(target=look_up, name="vec-isa", daemon=True)
-    thread.start()
-
-    def after_the_thread():
-        thread.join()
-        return lookup()
-
-    cpu_vec_isa.valid_vec_isa_list = after_the_thread
-    return thread
-
-
-def isa_candidates(cpu_vec_isa) -> list:
-    """The ISAs Inductor's lookup dry-compiles on this CPU, as it picks them: on x86 each of its supported ISAs whose
-    flags the CPU reports (torch.cpu's cpuid checks). [] elsewhere (one ISA on arm64, nothing to run side by side)
-    and where this torch's Inductor lacks either name: its lookup then checks them one after another, as before."""
-    try:
-        reported = cpu_vec_isa.x86_isa_checker()
-        return [isa for isa in cpu_vec_isa.supported_vec_isa_list
-                if all(flag in reported for flag in str(isa).split())]
-    except Exception:
-        return []
-
-
-def _quietly(fn, *args):
-    """Run fn(*args); what it raises is raised again when Inductor asks (the compile checks then fail with it)."""
-    try:
-        fn(*args)
-    except Exception:
-        pass
 
 
 def _timed(p, name, fn, tc, gpu):
