@@ -8,14 +8,13 @@ import os
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 
 from imagebuild.smoke import probe as P
-from imagebuild.smoke.probe import release, torch_compile
+from imagebuild.smoke.probe import pack, release, torch_compile
 
-SMOKE_DIR = Path(P.__file__).resolve().parent.parent  # holds probe/: imported as the zipapp imports it
+SMOKE_DIR = pack.PACKAGE_DIR.parent  # holds probe/: imported as the zipapp imports it
 GOOD_TC = {"cxx": "/usr/bin/g++", "cc": "/usr/bin/cc", "python_include": "/usr/include/python3.11",
            "python_h": True, "libcuda_in_ldconfig": True}
 

@@ -8,15 +8,14 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from imagebuild.smoke.probe import hpccode, hpcruntime
+from imagebuild.smoke.probe import hpccode, hpcruntime, pack
 from imagebuild.smoke.probe.common import Probe
 from imagebuild.smoke.sides import HOSTILE_ENV, HPC_HOME, HPC_UID, hpc_kwargs, hpc_settings
 
-SMOKE_DIR = Path(__file__).resolve().parents[2] / "src" / "imagebuild" / "smoke"
+SMOKE_DIR = pack.PACKAGE_DIR.parent  # holds probe/: imported as the zipapp imports it
 
 
 def _checks(p: Probe) -> dict[str, dict]:

@@ -11,14 +11,12 @@ import sys
 import threading
 import time
 import types
-from pathlib import Path
 
 import pytest
 
-from imagebuild.smoke import probe as P
-from imagebuild.smoke.probe import vec_isa
+from imagebuild.smoke.probe import pack, vec_isa
 
-SMOKE_DIR = Path(P.__file__).resolve().parent.parent  # holds probe/: imported as the zipapp imports it
+SMOKE_DIR = pack.PACKAGE_DIR.parent  # holds probe/: imported as the zipapp imports it
 
 
 def _fake_inductor(monkeypatch, lookup):
@@ -104,7 +102,6 @@ thread = vec_isa.warm()
 thread.join(timeout=300)
 from torch._inductor import cpu_vec_isa
 print(json.dumps({{"alive": thread.is_alive(), "isas": [str(i) for i in cpu_vec_isa.valid_vec_isa_list()],
-                   "threads": sorted({{t for t, _ in seen}}),
                    "in_threads": [(t, m) for t, m in seen if t.startswith("vec-isa")]}}))
 """
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"))
