@@ -42,7 +42,8 @@ PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$pkg_parent" "$py" -c 'import sys; from pr
 
 err="${out%.json}.stderr.log"
 set +e
-"$py" "$probe" "${args[@]}" --output "$out" 2>"$err" >/dev/null
+# --host: a bare host, not an image (libraries.one_copy names the copy torch loads instead of failing on any second one)
+"$py" "$probe" --host "${args[@]}" --output "$out" 2>"$err" >/dev/null
 rc=$?
 set -e
 if [ ! -s "$out" ]; then

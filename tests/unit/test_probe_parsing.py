@@ -185,6 +185,19 @@ def test_secret_env_names_only():
     assert "hunter2" not in repr(found) and "s3cret" not in repr(found)
 
 
+@pytest.mark.parametrize("name,secret", [
+    ("HF_TOKEN", True), ("GITHUB_TOKEN", True), ("TOKEN", True), ("TOKEN_FILE", True), ("NPM_TOKENS", True),
+    ("DB_PASSWORD", True), ("PGPASSWORD", True), ("MYSQL_PWD", True), ("REGISTRY_PASSWD", True), ("AWS_SECRET_ACCESS_KEY", True),
+    ("OPENAI_API_KEY", True), ("APIKEY", True), ("MY_APIKEY", True), ("SSH_PRIVATE_KEY", True),
+    ("GOOGLE_APPLICATION_CREDENTIALS", True), ("COSIGN_PASSWORD", True), ("client-secret", True),
+    # a word inside a part is not the word: the H200 host's TIKTOKEN_CACHE_DIR was flagged as a secret
+    ("TIKTOKEN_CACHE_DIR", False), ("TOKENIZERS_PARALLELISM", False), ("PASSWORDLESS", False), ("PWD", False),
+    ("KEYBOARD_LAYOUT", False), ("SECRETARY", False), ("CUDA_HOME", False), ("HF_HOME", False),
+])
+def test_secret_names_match_whole_parts(name, secret):
+    assert P.find_secret_env({name: "x"}) == ([{"name": name, "why": "name looks like a secret"}] if secret else [])
+
+
 @pytest.mark.parametrize("name,key", [
     ("libcudnn.so.9", "libcudnn.so.9"), ("libcudnn.so.9.10.2", "libcudnn.so.9"),
     ("libcudnn_ops.so.9", "libcudnn_ops.so.9"), ("libcudnn_engines_precompiled.so.9", "libcudnn_engines_precompiled.so.9"),

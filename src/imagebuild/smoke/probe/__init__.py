@@ -22,7 +22,8 @@ command line dispatches and the suite selects:
     perf         GEMM TFLOP/s, NCCL bus bandwidth
     table        the sections (module, lowest flavor, where it runs: image user, root, arbitrary UID, hpc; child
                  probe) and the checks each reports (GPU or not): the suite's tests are generated from its rows
-    common       Probe (results, torch import, GPU state), subprocess helpers, watchdog, result table
+    common       Probe (results, torch import, GPU state), subprocess helpers, watchdog
+    summary      the short text table of a saved result (--table)
     zygote       one python that imports torch once and forks the child probes (compile, gloo/NCCL ranks, TE)
     __main__     the command line: --sections --perf --timeout --output --table --list-sections --list-checks (+ hidden
                  --dist-worker, --child, --zygote)
@@ -57,7 +58,6 @@ from probe.common import (  # noqa: E402
     RESULT_MARK,
     SECTIONS,
     Probe,
-    render_table,
 )
 from probe.distributed import dist_worker, nccl_transport_kind, parse_nccl_log  # noqa: E402
 from probe.gpu import normalize_arch, parse_nvidia_smi_list  # noqa: E402
@@ -76,6 +76,7 @@ from probe.locales import effective_ctype, is_utf8_name, parse_environ  # noqa: 
 from probe.pack import build_zipapp, zipapp_path  # noqa: E402
 from probe.pipcheck import parse_pip_check  # noqa: E402
 from probe.services import parse_sshd_config_files, parse_sshd_T  # noqa: E402
+from probe.summary import render_table  # noqa: E402
 from probe.system import NVIDIA_ENV, REPORTED_ENV, find_secret_env, parse_os_release  # noqa: E402
 from probe.table import (  # noqa: E402
     ARBITRARY_UID,

@@ -21,7 +21,8 @@ import time
 if not __package__:  # `python path/to/probe` (the directory): make `probe` importable from its parent
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from probe.common import DEFAULT_SECTIONS, SECTIONS, Probe, render_table, watchdog, write_all  # noqa: E402
+from probe.common import DEFAULT_SECTIONS, SECTIONS, Probe, watchdog, write_all  # noqa: E402
+from probe.summary import render_table  # noqa: E402
 from probe.table import TABLE, as_json, checks_json, section  # noqa: E402
 
 
@@ -48,7 +49,7 @@ def child_runner(name: str):
 CHILD_SECTIONS = tuple(row.name for row in TABLE if row.child)
 
 
-def zygote_from_here(probe, ahead, out_fd) -> None:
+def zygote_from_here(probe: Probe, ahead: dict, out_fd: int) -> None:
     """When a child probe starts ahead (a torch image's compile child), import torch now, before any section, and
     fork the zygote the child probes are forked from out of this process (probe.zygote.start_here): torch is then
     imported once in the whole probe run instead of twice. The import is what the first section that needs torch
@@ -71,6 +72,9 @@ def main(argv=None) -> int:
     ap.add_argument("--perf", action="store_true", help="add the perf section (GPU GEMM, NCCL bandwidth)")
     ap.add_argument("--timeout", type=float, default=0, help="overall seconds; on overrun emit partial JSON")
     ap.add_argument("--output", help="also write the JSON to this file")
+    ap.add_argument("--host", action="store_true",
+                    help="probing a bare host, not an image (scripts/gpu-probe.sh): libraries.one_copy names the copy "
+                         "torch loads and fails only on copies one process can map together")
     ap.add_argument("--table", metavar="FILE", help="render a saved result as a table and exit")
     ap.add_argument("--dist-worker", metavar="BACKEND", help=argparse.SUPPRESS)
     ap.add_argument("--list-sections", action="store_true",
@@ -117,7 +121,7 @@ def main(argv=None) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     deadline = time.time() + args.timeout if args.timeout else None
-    probe = Probe(sections, perf=args.perf, deadline=deadline)
+    probe = Probe(sections, perf=args.perf, deadline=deadline, host=args.host)
     if args.timeout:
         watchdog(args.timeout, probe, out_fd)
     if args.child:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from probe.common import NO_TORCH
+from probe.common import NO_TORCH, Probe
 
 
-def run(p):
+def run(p: Probe):
     torch = p.import_torch()
     p.doc["amp"] = {}
     if torch is None:

@@ -1,5 +1,5 @@
 """Shared by every check module: constants, the Probe (results, torch import, GPU state, section loop), small
-process/file helpers, the watchdog and the table renderer. Standard library only; never imports imagebuild."""
+process/file helpers and the watchdog. Standard library only; never imports imagebuild."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Iterable
+from typing import Any
 
 from probe.table import DEFAULT_SECTIONS, SECTIONS  # noqa: F401  (re-exported: the probe's own names for them)
 
@@ -24,14 +26,21 @@ CHILDREN: list = []  # Popen objects (own sessions) the watchdog kills on overru
 
 
 class Probe:
-    def __init__(self, sections, perf=False, deadline=None):
+    """One probe run: the selected sections, the JSON document they fill (`doc`), torch once imported, the GPU state.
+    `host`: the probe runs on a bare host (scripts/gpu-probe.sh), not inside an image: checks that judge the image's
+    contents (libraries.one_copy) judge what a process there can load instead."""
+
+    def __init__(self, sections: Iterable[str], perf: bool = False, deadline: float | None = None,
+                 host: bool = False) -> None:
         self.sections = list(sections)
         self.perf = perf
         self.deadline = deadline
-        self.doc: dict = {"probe": {"version": PROBE_VERSION, "sections": self.sections, "errors": []}, "checks": []}
-        self.torch = None
-        self.torch_error = None
-        self._gpu = None
+        self.host = host
+        self.doc: dict = {"probe": {"version": PROBE_VERSION, "sections": self.sections, "errors": [],
+                                    "context": "host" if host else "image"}, "checks": []}
+        self.torch: Any = None  # the torch module once imported (import_torch)
+        self.torch_error: str | None = None
+        self._gpu: tuple[bool, str] | None = None
         self.started: dict = {}  # section -> the handle of its child probe started ahead (start_child)
         self.yield_to_children = False  # a child started ahead is the probe's longest chain (start(probe) says so)
 
@@ -250,33 +259,13 @@ def listdir(d):
         return []
 
 
-def render_table(doc: dict) -> str:
-    v = doc.get("versions") or {}
-    g = doc.get("gpu") or {}
-    lines = [
-        "torch {t}  cuda {c}  cudnn {d}  nccl {n}  python {p}  te {te}".format(
-            t=v.get("torch"), c=v.get("cuda"), d=v.get("cudnn"), n=v.get("nccl"), p=v.get("python"),
-            te=v.get("transformer_engine")),
-        "gpus: " + (", ".join(f"{d['index']}:{d['name']}({d['sm']})" for d in g.get("devices", [])) or "none"),
-        "",
-        f"{'CHECK':<24} {'STATUS':<8} REASON",
-    ]
-    for c in doc.get("checks", []):
-        lines.append(f"{c['name']:<24} {c['status']:<8} {c.get('reason', '')[:100]}")
-    counts = {s: sum(1 for c in doc.get("checks", []) if c["status"] == s) for s in ("passed", "failed", "skipped")}
-    lines.append("")
-    lines.append(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped in "
-                 f"{(doc.get('probe') or {}).get('seconds', '?')} s")
-    return "\n".join(lines)
-
-
 def write_all(fd, data: bytes):
     while data:
         n = os.write(fd, data)
         data = data[n:]
 
 
-def watchdog(seconds, probe, out_fd):
+def watchdog(seconds: float, probe: Probe, out_fd: int) -> threading.Timer:
     """On overrun, emit what was gathered so far (marked) and exit: the caller always gets JSON."""
 
     def fire():

@@ -11,11 +11,11 @@ import sys
 import tempfile
 import time
 
-from probe.common import NO_TORCH, rmtree, which
+from probe.common import NO_TORCH, Probe, rmtree, which
 from probe.services import Jupyter, sshd_check
 
 
-def run(p):
+def run(p: Probe):
     p.doc["dev"] = {}
     jup = Jupyter()
     jup.start()  # boots while the compilers run
@@ -32,7 +32,7 @@ def run(p):
     p.check("dev.sshd", res["status"], res["reason"], **res.get("figures", {}))
 
 
-def _cpp_extension(p):
+def _cpp_extension(p: Probe):
     torch = p.import_torch()
     if torch is None:
         p.check("dev.cpp_extension", "failed", NO_TORCH)
@@ -62,7 +62,7 @@ def _cpp_extension(p):
         rmtree(build)
 
 
-def _nvcc(p):
+def _nvcc(p: Probe):
     torch = p.import_torch()
     cuda = getattr(getattr(torch, "version", None), "cuda", None) if torch else None
     nvcc = _find_nvcc()

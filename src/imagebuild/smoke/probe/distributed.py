@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from probe.common import NO_TORCH, RESULT_MARK, free_port
+from probe.common import NO_TORCH, RESULT_MARK, Probe, free_port
 from probe.zygote import launch
 
 _NCCL_CHANNEL = re.compile(
@@ -91,7 +91,7 @@ def parse_nccl_log(text: str) -> dict:
     }
 
 
-def run(p):
+def run(p: Probe):
     torch = p.import_torch()
     p.doc["distributed"] = {}
     if torch is None:
@@ -183,7 +183,7 @@ def run_dist(world, backend, perf, timeout):
 
 def dist_worker(backend, perf):
     """One rank: init, all_reduce, check, optionally measure bus bandwidth; print a RESULT line."""
-    res = {"rank": int(os.environ.get("RANK", "0")), "ok": False}
+    res: dict[str, Any] = {"rank": int(os.environ.get("RANK", "0")), "ok": False}
     try:
         import torch
         import torch.distributed as dist

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from probe.common import which
+from probe.common import Probe, which
 
 _SMI_GPU = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>GPU-[^)]+)\)\s*$")
 _SMI_MIG = re.compile(r"^\s+MIG (?P<profile>\S+)\s+Device\s+(?P<device>\d+): \(UUID: (?P<uuid>MIG-[^)]+)\)\s*$")
@@ -48,7 +48,7 @@ def normalize_arch(a: str) -> str:
     return f"sm_{a}"
 
 
-def run(p):
+def run(p: Probe):
     torch = p.import_torch()
     g: dict = {"available": False, "count": 0, "devices": [], "arch_list": [], "nvidia_smi": None}
     if torch is not None and getattr(torch.version, "cuda", None):
@@ -62,11 +62,11 @@ def run(p):
         g["available"] = True
         g["count"] = torch.cuda.device_count()
         for i in range(g["count"]):
-            p = torch.cuda.get_device_properties(i)
+            props = torch.cuda.get_device_properties(i)
             cap = torch.cuda.get_device_capability(i)
-            g["devices"].append({"index": i, "name": p.name, "capability": f"{cap[0]}.{cap[1]}",
-                                 "sm": f"sm_{cap[0]}{cap[1]}", "memory_bytes": int(p.total_memory),
-                                 "multiprocessors": int(p.multi_processor_count)})
+            g["devices"].append({"index": i, "name": props.name, "capability": f"{cap[0]}.{cap[1]}",
+                                 "sm": f"sm_{cap[0]}{cap[1]}", "memory_bytes": int(props.total_memory),
+                                 "multiprocessors": int(props.multi_processor_count)})
         try:
             g["arch_list_runtime"] = torch.cuda.get_arch_list()
         except Exception:

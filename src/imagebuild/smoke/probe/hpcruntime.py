@@ -58,7 +58,7 @@ def culprit(code: str, timeout: float = CHILD_TIMEOUT):
     return None
 
 
-def _run_named(p, name: str, code: str, what: str, skip=None, answer=None):
+def _run_named(p: Probe, name: str, code: str, what: str, skip=None, answer=None):
     """`code` in a child (`answer`: its (ok, output) already known, from answers_of); a failure names the host
     variable to blame, unless `skip(output)` gives a reason."""
     ok, out = answer or run_code(code, timeout=p.remaining(CHILD_TIMEOUT))
@@ -91,7 +91,7 @@ def _writable(path: str) -> str:
         return f"{path}: {exc.strerror or exc}"
 
 
-def identity(p):
+def identity(p: Probe):
     import grp
     import pwd
 
@@ -121,7 +121,7 @@ def identity(p):
                                           f"({group or 'no group entry'}), getuser() = {login}", uid=uid, gid=gid)
 
 
-def home(p):
+def home(p: Probe):
     path = os.environ.get("HOME") or ""
     root_ro = not os.access("/", os.W_OK)
     p.doc.setdefault(SECTION, {})["root_read_only"] = root_ro
@@ -134,7 +134,7 @@ def home(p):
             + ("read-only" if root_ro else "writable"))
 
 
-def host_env(p):
+def host_env(p: Probe):
     found = hostile_variables()
     p.doc.setdefault(SECTION, {})["host_env"] = {k: os.environ[k] for k in found}
     leaked = [k for k in ("PYTHONPATH",) if k in os.environ]
@@ -144,7 +144,7 @@ def host_env(p):
             + (f"; PYTHONPATH entries on sys.path: {', '.join(in_path)}" if leaked and in_path else ""))
 
 
-def compile_caches(p, answer=None):
+def compile_caches(p: Probe, answer=None):
     ok, out = answer or run_code(CACHES, timeout=p.remaining(120))
     if not ok:
         p.check("hpc.compile_caches", "failed", f"finding the compile cache folders failed: {out}")
@@ -176,7 +176,7 @@ def _has(module: str) -> bool:
         return False
 
 
-def jupyter(p):
+def jupyter(p: Probe):
     exe = which("jupyter")
     if exe is None:
         p.check("hpc.jupyter", "skipped", "no jupyter in the image (runtime flavor)")
@@ -209,7 +209,7 @@ def jupyter(p):
                 os.killpg(proc.pid, 9)
 
 
-def dev_tools(p):
+def dev_tools(p: Probe):
     tools = [t for t in ("git", "gdb", "ipython", "pytest", "ruff") if which(t)]
     if not which("jupyter"):
         p.check("hpc.dev_tools", "skipped", "not a dev image (no jupyter)")
@@ -226,7 +226,7 @@ def dev_tools(p):
     p.check("hpc.dev_tools", "failed" if bad else "passed", "; ".join(bad) or f"{', '.join(tools)} start")
 
 
-def run(p):
+def run(p: Probe):
     identity(p)
     home(p)
     host_env(p)

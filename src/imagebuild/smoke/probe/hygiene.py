@@ -16,6 +16,8 @@ from __future__ import annotations
 import glob
 import os
 
+from probe.common import Probe
+
 TMP_DIRS = ("/tmp", "/var/tmp")
 # directories packages create in /tmp for sockets (X11, ICE): allowed while empty
 TMP_ALLOWED_EMPTY = frozenset({".X11-unix", ".ICE-unix", ".XIM-unix", ".font-unix", ".Test-unix"})
@@ -102,7 +104,7 @@ WHAT = {
 }
 
 
-def run(p):
+def run(p: Probe):
     own = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../D/probe.pyz/probe/x
     p.doc["hygiene"] = {"uid": os.getuid(), "probe_dir": own}
     for check, (found, unreadable) in findings("/", own).items():

@@ -15,6 +15,8 @@ import re
 import subprocess
 import sys
 
+from probe.common import Probe
+from probe.elf import elf_dynamic
 from probe.sharedlibs import dist_owners
 
 # lib<name>[.<hash>|-<hash>].so.<major>[.minor...]: auditwheel renames a vendored library with an 8-hex hash
@@ -123,7 +125,7 @@ def ldconfig_libraries() -> list[str]:
     return []
 
 
-def run(p):
+def run(p: Probe) -> None:
     roots = ["/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local", "/opt"]
     try:
         import site
@@ -145,13 +147,93 @@ def run(p):
         "searched": sorted({os.path.realpath(r) for r in roots if os.path.isdir(r)}),
     }
     dup = {k: v for k, v in copies.items() if len(v) > 1}
-    if dup:
+    if dup and p.host:
+        _on_a_host(p, dup, copies, owners, ld)
+    elif dup:
         p.check("libraries.one_copy", "failed", "; ".join(describe_copies(k, v, owners) for k, v in dup.items()),
                 copies=copies, owners=owners)
     else:
         p.check("libraries.one_copy", "passed",
                 "one copy of each" if copies else "no CUDA runtime/cuDNN/NCCL/cuBLAS libraries in the image",
                 counts={k: len(v) for k, v in copies.items()}, owners=owners)
+
+
+# On a bare host (scripts/gpu-probe.sh: `--host`) a second copy of a library is common (NVIDIA's .debs beside the
+# pip wheels) and not by itself a defect: what matters is which copy torch loads and whether another copy can end
+# up in the same process. The dynamic loader keeps one object per SONAME, so a copy with torch's SONAME is loaded
+# instead of torch's (it shadows it: found earlier on the search path, LD_LIBRARY_PATH before a RUNPATH) or not at
+# all; a copy with a SONAME of its own (auditwheel's vendored `libcudart.41118559.so.12`) is loaded beside it.
+LOADED = "loaded by torch"
+SHADOWS = "can shadow torch's copy"
+BESIDE = "loads beside torch's copy"
+UNUSED = "not loaded by torch"
+
+
+def mapped_paths(maps_text: str) -> set[str]:
+    """The real paths of the files /proc/<pid>/maps shows mapped."""
+    out = set()
+    for line in maps_text.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith("/"):
+            out.add(os.path.realpath(fields[5].strip()))
+    return out
+
+
+def read_maps() -> str:
+    """This process's /proc/self/maps ("" where there is none)."""
+    try:
+        with open("/proc/self/maps") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def classify_copy(path: str, soname: str | None, loaded_soname: str | None, loaded: set[str],
+                  ld_library_path: list[str], ldconfig: list[str]) -> tuple[str, str]:
+    """(one of LOADED/SHADOWS/BESIDE/UNUSED, why) for one copy of a library on a bare host. `loaded_soname` is the
+    SONAME of the copy torch loaded (None when torch loaded none of them: then nothing can be said to shadow it)."""
+    if path in loaded:
+        return LOADED, "mapped in the probe's process after import torch"
+    if soname and loaded_soname and soname != loaded_soname:
+        return BESIDE, f"SONAME {soname} differs from the loaded copy's {loaded_soname}: a process can map both"
+    here = os.path.dirname(path)
+    if any(os.path.realpath(d) == here for d in ld_library_path if d):
+        return SHADOWS, "its folder is on LD_LIBRARY_PATH, searched before torch's RUNPATH"
+    if path in {os.path.realpath(x) for x in ldconfig}:
+        return UNUSED, "in the loader cache (ldconfig -p), searched after torch's own RUNPATH"
+    return UNUSED, "on no search path of the loader: loaded only by its full path"
+
+
+def _on_a_host(p: Probe, dup: dict, copies: dict, owners: dict, ldconfig: list[str]) -> None:
+    """libraries.one_copy on a bare host: name the copy torch loads and why each other copy does not (or can) load;
+    fail only when two copies are, or can be, mapped in one process."""
+    loaded = mapped_paths(read_maps()) if p.import_torch() is not None else set()
+    ld_path = os.environ.get("LD_LIBRARY_PATH", "").split(":")
+    verdicts: dict[str, list[dict]] = {}
+    together = []
+    for key, paths in dup.items():
+        sonames = {x: (elf_dynamic(x) or {}).get("soname") for x in paths}
+        mine = [x for x in paths if x in loaded]
+        loaded_soname = sonames[mine[0]] if mine else None
+        rows = []
+        for x in paths:
+            how, why = classify_copy(x, sonames[x], loaded_soname, loaded, ld_path, ldconfig)
+            rows.append({"path": x, "owner": owners.get(x, "unowned"), "soname": sonames[x], "status": how,
+                         "why": why})
+        verdicts[key] = rows
+        if len(mine) > 1 or any(r["status"] == BESIDE for r in rows):
+            together.append(key)
+    p.doc.setdefault("libraries", {})["host_copies"] = verdicts
+
+    def line(key):
+        return f"{key}: " + "; ".join(f"{r['path']} ({r['owner']}) {r['status']}: {r['why']}" for r in verdicts[key])
+
+    if together:
+        p.check("libraries.one_copy", "failed", " | ".join(line(k) for k in together), copies=copies,
+                host_copies=verdicts)
+    else:
+        p.check("libraries.one_copy", "passed", "a bare host: one copy of each loads | "
+                + " | ".join(line(k) for k in dup), copies=copies, host_copies=verdicts)
 
 
 def describe_copies(key: str, paths, owners: dict) -> str:

@@ -12,8 +12,9 @@ import locale
 import os
 import subprocess
 import sys
+from typing import Any
 
-from probe.common import which
+from probe.common import Probe, which
 
 LOCALE_VARS = ("LC_ALL", "LC_CTYPE", "LANG")
 
@@ -94,12 +95,12 @@ def available_locales() -> list[str]:
     return sorted(line.strip() for line in out.stdout.splitlines() if line.strip())
 
 
-def run(p):
+def run(p: Probe):
     env = initial_environ()
     var, value = effective_ctype(env)
     shown = {k: env[k] for k in LOCALE_VARS if k in env}
     ok, ctype, codeset = try_locale(env)
-    fig = {"env": shown, "effective": f"{var}={value}" if var else "", "lc_ctype": ctype,
+    fig: dict[str, Any] = {"env": shown, "effective": f"{var}={value}" if var else "", "lc_ctype": ctype,
            "codeset": codeset if ok else "", "available": available_locales()[:30]}
     p.doc["locale"] = fig
     where = ", ".join(f"{k}={v!r}" for k, v in shown.items()) or "none of LC_ALL, LC_CTYPE, LANG set"
@@ -116,7 +117,7 @@ def run(p):
     else:
         p.check("locale.utf8", "passed", f"{var}={value} (codeset {codeset})", **fig)
 
-    enc = {"preferred": locale.getpreferredencoding(False), "filesystem": sys.getfilesystemencoding(),
+    enc: dict[str, Any] = {"preferred": locale.getpreferredencoding(False), "filesystem": sys.getfilesystemencoding(),
            "stdout": getattr(sys.__stdout__, "encoding", None) or "", "utf8_mode": bool(sys.flags.utf8_mode),
            "coerced": os.environ.get("LC_CTYPE") != env.get("LC_CTYPE")}
     bad = [f"{k} encoding {v}" for k, v in enc.items() if k in ("preferred", "filesystem") and not _is_utf8(v)]

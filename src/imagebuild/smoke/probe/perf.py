@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from probe.common import NO_TORCH
+from probe.common import NO_TORCH, Probe
 from probe.distributed import run_dist
 from probe.tf32 import restore_tf32, save_tf32, set_tf32, time_cuda
 
 
-def run(p):
+def run(p: Probe):
     torch = p.import_torch()
     p.doc["perf"] = {}
     usable, reason = (False, NO_TORCH) if torch is None else p.gpu_state()
@@ -17,20 +17,20 @@ def run(p):
             p.check(n, "skipped", reason)
         p.check("perf.allreduce", "skipped", reason)
         return
-    n = 8192
+    size = 8192
     dev = torch.device("cuda:0")
     saved = save_tf32(torch)
     try:
         for label, dtype, tf32 in (("fp32", torch.float32, False), ("tf32", torch.float32, True),
                                    ("bf16", torch.bfloat16, False)):
             set_tf32(torch, tf32)
-            a = torch.randn(n, n, device=dev, dtype=dtype)
-            b = torch.randn(n, n, device=dev, dtype=dtype)
+            a = torch.randn(size, size, device=dev, dtype=dtype)
+            b = torch.randn(size, size, device=dev, dtype=dtype)
             secs = time_cuda(torch, lambda a=a, b=b: a @ b, warmup=5, reps=20)
-            tflops = 2 * n ** 3 / secs / 1e12
+            tflops = 2 * size ** 3 / secs / 1e12
             p.doc["perf"][f"{label}_tflops"] = round(tflops, 1)
-            p.check(f"perf.gemm_{label}", "passed", f"{tflops:.1f} TFLOP/s ({n}x{n}, median of 20)",
-                       tflops=round(tflops, 1), n=n, ms=round(secs * 1e3, 3), metric=f"{label}_tflops")
+            p.check(f"perf.gemm_{label}", "passed", f"{tflops:.1f} TFLOP/s ({size}x{size}, median of 20)",
+                       tflops=round(tflops, 1), n=size, ms=round(secs * 1e3, 3), metric=f"{label}_tflops")
             del a, b
     finally:
         restore_tf32(torch, saved)

@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 
+from probe.common import Probe
+
 OK_LINE = "No broken requirements found."
 # pip/_internal/commands/check.py's messages (pip 9 .. 25), and the platform-tag check of pip >= 23.3
 _MISSING = re.compile(r"^(?P<package>\S+) (?P<version>\S+) requires (?P<requirement>.+), which is not installed\.$")
@@ -46,7 +48,7 @@ def describe(problem: dict) -> str:
     return problem["line"]
 
 
-def run(p):
+def run(p: Probe):
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PYTHONDONTWRITEBYTECODE="1",
                PIP_NO_CACHE_DIR="1")
     cmd = [sys.executable, "-m", "pip", "check"]

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import platform
 import tempfile
+from typing import Any
 
-from probe.common import NO_CUDA_TORCH, NO_TORCH, installed_version, run_child
+from probe.common import NO_CUDA_TORCH, NO_TORCH, Probe, installed_version, run_child
 from probe.versions import format_cudnn_version
 
 CPU_CHECKS = ("release.openmp", "release.cpu_isa", "release.conv2d_cpu", "release.linalg_cpu", "release.numpy")
@@ -23,13 +24,14 @@ GPU_CHECKS = ("release.conv2d_cuda", "release.linalg_cuda", "release.cuda_errors
 GDS_MIN_CUDA = (12, 6)
 
 
-def run(p):
+def run(p: Probe):
     torch = p.import_torch()
     if torch is None:
         for name in CPU_CHECKS + LIB_CHECKS + GPU_CHECKS:
             p.check(name, "skipped", NO_TORCH)
         return
-    p.doc["release"] = doc = {}
+    doc: dict[str, Any] = {}
+    p.doc["release"] = doc
     _openmp(p, torch)
     _cpu_isa(p, torch, doc)
     _guard(p, "release.conv2d_cpu", lambda: _conv2d(torch, "cpu"))
@@ -55,7 +57,7 @@ def run(p):
     p.doc["checks"].extend(res.get("checks", []))
 
 
-def _guard(p, name, fn):
+def _guard(p: Probe, name, fn):
     try:
         ok, reason, fig = fn()
     except Exception as exc:
@@ -64,7 +66,7 @@ def _guard(p, name, fn):
     p.check(name, "passed" if ok else "failed", reason, **fig)
 
 
-def _openmp(p, torch):
+def _openmp(p: Probe, torch):
     ok = bool(torch.backends.openmp.is_available())
     threads = torch.get_num_threads()
     p.check("release.openmp", "passed" if ok else "failed",
@@ -72,7 +74,7 @@ def _openmp(p, torch):
             threads=threads)
 
 
-def _cpu_isa(p, torch, doc):
+def _cpu_isa(p: Probe, torch, doc):
     """The vectorised ISA Inductor's C++ backend would use. Inductor finds it by compiling a test program, so an
     empty answer on x86_64 means no working C++ compiler (or a CPU without AVX2)."""
     machine = platform.machine()
@@ -152,7 +154,7 @@ def _numpy(torch):
     return True, f"numpy {np.__version__}: from_numpy shares memory, .numpy() round-trips", fig
 
 
-def _library_versions(p, torch, doc):
+def _library_versions(p: Probe, torch, doc):
     """cuDNN/NCCL as loaded vs compiled-in vs the nvidia-* packages. Needs the libraries, not a GPU."""
     major = torch.version.cuda.split(".")[0]
     try:
@@ -163,7 +165,7 @@ def _library_versions(p, torch, doc):
         p.check("release.cudnn_package", "skipped", "cuDNN does not load")
         runtime = None
     else:
-        rt = format_cudnn_version(runtime)
+        rt = format_cudnn_version(runtime) or str(runtime)
         ct = ".".join(str(x) for x in compiled)
         doc.update(cudnn_runtime=rt, cudnn_compiled=ct)
         # torch's own rule: same major, runtime not older than the compile-time version
@@ -204,7 +206,7 @@ def _vt(v: str) -> tuple:
     return tuple(out)
 
 
-def child(p):
+def child(p: Probe):
     """In the child probe, on a GPU: GDS error path (CUDA >= 12.6), then the device-side assert (last: it poisons
     the CUDA context)."""
     torch = p.import_torch()

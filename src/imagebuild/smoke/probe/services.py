@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from probe.common import CHILDREN, free_port, listdir, rmtree, stop_process, which
 
@@ -46,12 +47,12 @@ class Jupyter:
     """Start JupyterLab on a free loopback port with a random token; check HTTP with and without the token."""
 
     def __init__(self):
-        self.proc = None
-        self.port = None
-        self.token = None
-        self.error = None
-        self.t0 = None
-        self.log = None
+        self.proc: Any = None  # the Popen handle once started
+        self.port: int | None = None
+        self.token: str | None = None
+        self.error: str | None = None
+        self.t0 = 0.0
+        self.log: Any = None
 
     def start(self):
         exe = which("jupyter") or (os.path.join(os.path.dirname(sys.executable), "jupyter")

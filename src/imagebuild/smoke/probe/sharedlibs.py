@@ -28,7 +28,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from probe.common import which
+from probe.common import Probe, which
 from probe.elf import ET_DYN, elf_dynamic, elf_header, machine_name, search_path_note
 from probe.linking import (
     DRIVER_LIBS,
@@ -117,7 +117,7 @@ def by_machine(libs, me) -> tuple[list[str], dict[str, str]]:
     return ours, foreign
 
 
-def machine_check(p, ours: list[str], foreign: dict[str, str], me, rel) -> None:
+def machine_check(p: Probe, ours: list[str], foreign: dict[str, str], me, rel) -> None:
     """ldd.machine: no shared library under site-packages is built for another machine. A wheel of the other
     platform (a wheelhouse or `pip download --platform` of the wrong architecture, an amd64 layer in an arm64 image)
     installs without complaint and fails only when the library is loaded, which a smoke run may never do."""
@@ -159,7 +159,7 @@ def _ldd(cmd, path):
     return res
 
 
-def run(p):
+def run(p: Probe):
     roots = site_roots()
     libs, names = find_libraries(roots)
     me = elf_header(os.path.realpath(sys.executable))
@@ -249,10 +249,10 @@ def run(p):
         if x["missing"] and how:
             how += ("; needed directly" if len(direct) == len(x["missing"]) else
                     "; needed by one of its dependencies" if not direct else "")
-        loaded = (f"; load after import {', '.join(x['imported'])}: {x['load_error']}" if x.get("imported")
-                  else f"; load: {x['load_error']}" if x.get("load_error") else "")
+        load_note = (f"; load after import {', '.join(x['imported'])}: {x['load_error']}" if x.get("imported")
+                     else f"; load: {x['load_error']}" if x.get("load_error") else "")
         bad.append(f"{rel(x['library'])}: {', '.join(parts)}" + (f" [{how}]" if how and x["missing"] else "")
-                   + loaded)
+                   + load_note)
     bad += [f"{rel(k)}: ldd failed: {v}" for k, v in sorted(errors.items())]
     note = (f"; without a GPU the driver's {', '.join(allowed_missing)} may be missing" if allowed_missing else "")
     if bad:

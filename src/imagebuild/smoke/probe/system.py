@@ -7,6 +7,9 @@ import os
 import re
 import socket
 import sys
+from typing import Any
+
+from probe.common import Probe
 
 
 def parse_os_release(text: str) -> dict:
@@ -36,7 +39,13 @@ def parse_os_release(text: str) -> dict:
     }
 
 
-_SECRET_NAME = re.compile(r"PASSWORD|PASSWD|TOKEN|SECRET|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL", re.I)
+# a variable's name looks like a secret when one of its parts (split at `_`, `-` and `.`) is one of these words, or
+# two neighbouring parts are one of the pairs: HF_TOKEN, DB_PASSWORD, AWS_SECRET_ACCESS_KEY, OPENAI_API_KEY, APIKEY;
+# never a word inside a part (TIKTOKEN_CACHE_DIR, PASSWORDLESS_SUDO, PWD are not secrets)
+_SECRET_PARTS = frozenset({"PASSWORD", "PASSWORDS", "PASSWD", "TOKEN", "TOKENS", "SECRET", "SECRETS", "APIKEY",
+                           "ACCESSKEY", "PRIVATEKEY", "CREDENTIAL", "CREDENTIALS", "PASSPHRASE"})
+_SECRET_PAIRS = frozenset({("API", "KEY"), ("ACCESS", "KEY"), ("PRIVATE", "KEY"), ("SIGNING", "KEY")})
+_SECRET_NAMES = frozenset({"PGPASSWORD", "MYSQL_PWD"})  # well-known secrets whose word is not a part of its own
 _URL_CREDS = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]+:[^@/\s]+@")
 NVIDIA_ENV = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA")
 REPORTED_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CPATH", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
@@ -59,6 +68,12 @@ def ca_bundle_problems(environ: dict) -> list[str]:
     return bad
 
 
+def secret_like_name(name: str) -> bool:
+    """Is one of the name's parts a secret's word (or two neighbouring parts a secret's pair)? See _SECRET_PARTS."""
+    parts = [x for x in re.split(r"[_.-]+", name.upper()) if x]
+    return name.upper() in _SECRET_NAMES or any(x in _SECRET_PARTS for x in parts) or any(pair in _SECRET_PAIRS for pair in zip(parts, parts[1:], strict=False))
+
+
 def find_secret_env(environ: dict) -> list[dict]:
     """Names (never values) of variables that look like they carry a secret."""
     found = []
@@ -66,14 +81,14 @@ def find_secret_env(environ: dict) -> list[dict]:
         value = environ.get(name) or ""
         if not value.strip():
             continue
-        if _SECRET_NAME.search(name):
+        if secret_like_name(name):
             found.append({"name": name, "why": "name looks like a secret"})
         elif _URL_CREDS.search(value):
             found.append({"name": name, "why": "value holds URL credentials (user:password@)"})
     return found
 
 
-def run(p):
+def run(p: Probe):
     import platform
 
     py = {
@@ -92,7 +107,7 @@ def run(p):
             break
         except OSError:
             continue
-    user = {"uid": os.getuid(), "gid": os.getgid(), "name": None, "home": None, "shell": None,
+    user: dict[str, Any] = {"uid": os.getuid(), "gid": os.getgid(), "name": None, "home": None, "shell": None,
             "groups": sorted(os.getgroups())}
     try:
         import pwd
@@ -102,7 +117,7 @@ def run(p):
     except (KeyError, ImportError):
         pass
     env = dict(os.environ)
-    shm = {"path": "/dev/shm", "bytes": None}
+    shm: dict[str, Any] = {"path": "/dev/shm", "bytes": None}
     try:
         st = os.statvfs("/dev/shm")
         shm["bytes"] = st.f_blocks * st.f_frsize

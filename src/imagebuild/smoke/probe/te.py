@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
-from probe.common import installed_version, run_child
+from probe.common import Probe, installed_version, run_child
 
 
-def run(p):
+def run(p: Probe):
     try:
         _, installed = installed_version("transformer_engine", "transformer-engine", "transformer_engine_torch")
     except Exception:  # a broken distribution metadata file: treated as not installed, as before
@@ -56,7 +56,7 @@ def classify_import_error(text: str, has_driver: bool) -> tuple[str, str]:
     return "failed", f"import transformer_engine.pytorch: {first}"
 
 
-def child(p):
+def child(p: Probe):
     t = p.doc.setdefault("te", {})
     t0 = time.time()
     try:

@@ -6,10 +6,10 @@ import os
 import statistics
 import sys
 
-from probe.common import NO_TORCH
+from probe.common import NO_TORCH, Probe
 
 
-def run(p):
+def run(p: Probe):
     torch = p.import_torch()
     if torch is None:
         p.doc["tf32"] = {}

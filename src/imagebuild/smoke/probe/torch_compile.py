@@ -19,7 +19,7 @@ import sysconfig
 import time
 
 from probe import vec_isa
-from probe.common import NO_TORCH, finish_child, start_child, stop_child, which
+from probe.common import NO_TORCH, Probe, finish_child, start_child, stop_child, which
 
 CPU_CHECKS = ("compile.toolchain", "compile.cpu_function", "compile.cpu_module", "compile.cpu_max_autotune")
 GPU_CHECKS = ("compile.cuda_function", "compile.cuda_module")
@@ -29,7 +29,7 @@ DTYPES = ("float16", "float32", "float64")
 CHILD_ARGS = ["--sections", "compile", "--child", "compile"]
 
 
-def start(p):
+def start(p: Probe):
     """Start the child probe at the probe's start: its cold Inductor work runs alongside the sections before this
     one."""
     import importlib.util
@@ -39,7 +39,7 @@ def start(p):
         p.yield_to_children = True
 
 
-def run(p):
+def run(p: Probe):
     torch = p.import_torch()
     started = p.started.pop("compile", None)
     if torch is None:
@@ -114,7 +114,7 @@ def explain(exc: BaseException, tc: dict, gpu: bool) -> str:
     return (f"missing {'; '.join(lacks)} -- " if lacks else "") + first
 
 
-def child(p):
+def child(p: Probe):
     """In the child probe: compile on CPU (and CUDA when a GPU is usable), compare with eager."""
     # no worker pool: set before torch is imported (Inductor reads it once, with its config)
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
@@ -140,7 +140,7 @@ def child(p):
     _timed(p, "compile.cuda_module", lambda: _module(torch, "cuda", mode=None), tc, gpu=True)
 
 
-def _timed(p, name, fn, tc, gpu):
+def _timed(p: Probe, name, fn, tc, gpu):
     t0 = time.time()
     try:
         ok, reason, fig = fn()

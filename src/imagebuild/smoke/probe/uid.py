@@ -8,7 +8,7 @@ import os
 import stat
 import tempfile
 
-from probe.common import NO_TORCH
+from probe.common import NO_TORCH, Probe
 
 
 def identity() -> dict:
@@ -55,7 +55,7 @@ def torch_installed() -> bool:
     return True
 
 
-def run(p):
+def run(p: Probe):
     me = identity()
     p.doc["uid"] = dict(me)
     home = os.environ.get("HOME", "")

@@ -4,6 +4,9 @@ versions_match, the rule the suite compares expectations with."""
 from __future__ import annotations
 
 import re
+from typing import Any
+
+from probe.common import Probe
 
 
 def format_cudnn_version(v) -> str | None:
@@ -51,18 +54,23 @@ def versions_match(key: str, expected, found) -> bool:
     return n > 0 and fe[:n] == ff[:n]
 
 
-def run(p):
+def _field(dist: Any, key: str) -> str | None:
+    """A metadata field of an importlib.metadata distribution (None when absent)."""
+    return dist.metadata.get(key)
+
+
+def run(p: Probe):
     import platform
 
-    v = {"python": platform.python_version(), "torch": None, "cuda": None, "cudnn": None, "nccl": None,
+    v: dict[str, Any] = {"python": platform.python_version(), "torch": None, "cuda": None, "cudnn": None, "nccl": None,
          "torchvision": None, "torchaudio": None, "transformer_engine": None, "triton": None,
          "import_errors": {}}
-    dists = {}
+    dists: dict[str, str] = {}
     try:
         from importlib import metadata
 
         for dist in metadata.distributions():
-            name = (dist.metadata.get("Name") or "").lower().replace("_", "-")
+            name = (_field(dist, "Name") or "").lower().replace("_", "-")
             if name.startswith("nvidia-") or name in ("torch", "torchvision", "torchaudio", "triton",
                                                       "pytorch-triton", "transformer-engine",
                                                       "transformer-engine-torch", "transformer-engine-cu12",

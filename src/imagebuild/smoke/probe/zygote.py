@@ -25,6 +25,7 @@ import os
 import subprocess
 import tempfile
 import time
+from typing import Any
 
 from probe.common import CHILDREN, child_argv, rmtree, start_process, stop_process
 from probe.zygote_serve import exit_status, fork_here
@@ -125,7 +126,9 @@ class Zygote:
     left and ends)."""
 
     def __init__(self):
-        self.proc, self.dir, self.count = None, None, 0
+        self.proc: Any = None  # a Popen, or a ForkedZygote that answers as one
+        self.dir = ""
+        self.count = 0
 
     def start(self, run_main=None, close_fds=()):
         """Start `probe.pyz --zygote`; or, given the probe's `run_main`, fork the zygote from this process, which has
