@@ -48,6 +48,26 @@ def normalize_arch(a: str) -> str:
     return f"sm_{a}"
 
 
+_ARCH = re.compile(r"^(?P<kind>sm|compute)_(?P<num>\d+)(?P<suffix>[a-z]?)$")
+
+
+def arch_runs_on(sm: str, arch_list) -> bool:
+    """Does torch's arch list carry code that a GPU of arch `sm` (sm_XY) runs? CUDA's compatibility rules: SASS
+    for sm_XZ (and family code, sm_100f) runs on sm_XY of the same major when Z <= Y (the sm_86 code of torch's
+    wheels runs on an sm_89 L4: resolve/platform.py runs_natively, the planner's rule), arch-specific code (sm_90a)
+    only on its own arch, and PTX (compute_XZ) is JIT-compiled for any GPU at least as new."""
+    want = divmod(int(sm[3:]), 10)
+    for arch in arch_list:
+        m = _ARCH.match(arch.strip().lower())
+        if not m:
+            continue
+        have = divmod(int(m.group("num")), 10)
+        if have == want or (m.group("suffix") != "a" and (
+                have < want if m.group("kind") == "compute" else have[0] == want[0] and have[1] < want[1])):
+            return True
+    return False
+
+
 def run(p: Probe):
     torch = p.import_torch()
     g: dict = {"available": False, "count": 0, "devices": [], "arch_list": [], "nvidia_smi": None}
@@ -108,11 +128,10 @@ def run(p: Probe):
             p.check("gpu.nvidia_smi", "passed",
                        f"{smi_doc['gpu_count']} GPU(s), {smi_doc['mig_count']} MIG device(s)",
                        gpus=smi_doc["gpus"], driver=g.get("driver"))
-    missing = [d["sm"] for d in g["devices"] if g["arch_list"] and d["sm"] not in g["arch_list"]
-               and f"compute_{d['sm'][3:]}" not in g["arch_list"]]
+    missing = [d["sm"] for d in g["devices"] if g["arch_list"] and not arch_runs_on(d["sm"], g["arch_list"])]
     if missing:
         p.check("gpu.device_arch", "failed", f"torch carries no kernels for {', '.join(missing)}; "
                    f"arch list {' '.join(g['arch_list'])}")
     else:
-        p.check("gpu.device_arch", "passed", "every visible GPU's arch is in torch's arch list",
+        p.check("gpu.device_arch", "passed", "every visible GPU runs code of torch's arch list",
                    archs=[d["sm"] for d in g["devices"]])
