@@ -3,6 +3,7 @@ vs a warm BuildKit no-op of the same rendered Dockerfiles through Debian's docke
 
     PYTHONPATH=src python bench/bench_noop.py [--matrix images/cpu.yaml] [--runs 7] [--markdown bench/noop-cpu.md]
         [--wheelhouse DIR] [--ca-cert PEM] [--torch-index-url none] [--only PATTERN] [--quick]
+        [--baseline-src OTHER/src]
 
 Needs an engine (DOCKER_HOST or the default socket). First, once and not timed: `imagebuild build` of the matrix
 (a real build when the engine does not hold it yet), the Dockerfiles and contexts imagebuild builds written to
@@ -12,6 +13,9 @@ in FROM, so every BuildKit image is tagged and its children name the parent by t
 by the tag imagebuild gave it. Then, RUNS times, in turn (A B C, A B C, ...):
 
   A  `imagebuild build` with the same arguments: every image up to date (checked: the report says so)
+  N  the same into a new report folder (every fresh CI runner: the state folder kept, the reports not), its own
+     folder each run (the images' SBOMs: from what the state keeps per image ID, pipeline/supply.py)
+  N' with --baseline-src: N by another source tree (the code before a change) on the same state and engine
   B  the same `docker build`s again, one after the other, as a user would (checked: the same image IDs)
   C  `imagebuild --help`: interpreter start + click + the command modules, the import floor
 
@@ -33,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +61,8 @@ class Timings:
     buildkit: list[float]
     floor: list[float]
     cpu: dict[str, list[float]]
+    new_folder: list[float] = field(default_factory=list)
+    baseline: list[float] = field(default_factory=list)
 
     def ratios(self, a: list[float], b: list[float]) -> list[float]:
         return [x / y for x, y in zip(a, b, strict=True)]
@@ -95,8 +101,8 @@ def cpu_now(pid: int | None) -> float:
     return total
 
 
-def build_args(args: argparse.Namespace) -> list[str]:
-    out = ["--matrix", args.matrix, "--plain", "--report-dir", str(args.work / "report")]
+def build_args(args: argparse.Namespace, report: str = "report") -> list[str]:
+    out = ["--matrix", args.matrix, "--plain", "--report-dir", str(args.work / report)]
     for pattern in args.only:
         out += ["--only", pattern]
     if args.wheelhouse:
@@ -221,14 +227,23 @@ def timed_runs(args: argparse.Namespace, cli: list[str], env: dict[str, str], cm
     print(f"setup: BuildKit cold pass {seconds:.1f} s ({len(cmds)} images)", file=sys.stderr)
     timings = Timings([], [], [], {})
     meter = CpuMeter(timings)
-    for _ in range(args.runs):
+    tags = {i.tag for i in images}
+    baseline_env = {**env, "PYTHONPATH": str(args.baseline_src)} if args.baseline_src else None
+
+    def no_op(report: str, run_env: dict[str, str], name: str, into: list[float]) -> None:
         start = cpu_now(meter.pid)
-        seconds, _ = timed(cli, env, "imagebuild build (no-op)")
-        meter.add("imagebuild", start)
-        late = not_up_to_date(args.work / "report" / "build-report.json", {i.tag for i in images})
+        seconds, _ = timed(imagebuild_cmd("build", *build_args(args, report)), run_env, f"imagebuild build ({name})")
+        meter.add(name, start)
+        late = not_up_to_date(args.work / report / "build-report.json", tags)
         if late:
-            raise SystemExit(f"not a no-op: {', '.join(late)} were not up to date")
-        timings.imagebuild.append(seconds)
+            raise SystemExit(f"not a no-op ({name}): {', '.join(late)} were not up to date")
+        into.append(seconds)
+
+    for n in range(args.runs):
+        no_op("report", env, "imagebuild", timings.imagebuild)
+        no_op(f"report-new-{n}", env, "new_folder", timings.new_folder)
+        if baseline_env is not None:
+            no_op(f"report-baseline-{n}", baseline_env, "baseline", timings.baseline)
         start = cpu_now(meter.pid)
         seconds, ids = buildkit_pass(cmds, bk_env)
         meter.add("buildkit", start)
@@ -242,7 +257,7 @@ def timed_runs(args: argparse.Namespace, cli: list[str], env: dict[str, str], cm
     return timings
 
 
-def table(t: Timings, matrix: str, images: int, runs: int, patterns: list[str]) -> str:
+def table(t: Timings, matrix: str, images: int, runs: int, patterns: list[str], baseline: str | None = None) -> str:
     med = statistics.median
     only = "".join(f" --only {p}" for p in patterns)
 
@@ -253,6 +268,12 @@ def table(t: Timings, matrix: str, images: int, runs: int, patterns: list[str]) 
     cpu = t.cpu
     rows = [
         (f"`imagebuild build --matrix {matrix}{only}`, no-op (whole process)", t.imagebuild, cpu["imagebuild"]),
+        ("the same no-op into a new report folder (a fresh CI runner: state kept, reports not)", t.new_folder,
+         cpu["new_folder"]),
+    ]
+    if baseline:
+        rows.append((f"the same into a new report folder, code of {baseline}", t.baseline, cpu["baseline"]))
+    rows += [
         (f"BuildKit warm no-op: {images} × `DOCKER_BUILDKIT=1 docker build` (Debian's docker CLI, Docker 20.10)",
          t.buildkit, cpu["buildkit"]),
         ("`imagebuild --help` (the import floor)", t.floor, cpu["floor"]),
@@ -263,6 +284,18 @@ def table(t: Timings, matrix: str, images: int, runs: int, patterns: list[str]) 
     lines += [f"| {name} | {med(wall):.3f} | {ratio(wall, t.buildkit)} | {med(c):.3f} | {ratio(c, cpu['buildkit'])} |"
               for name, wall, c in rows]
     return "\n".join(lines) + "\n"
+
+
+def describe_tree(src: Path) -> str:
+    """`src`'s checkout as the table names it: its commit (and `+changes` when its work tree differs)."""
+    def git(*cmd: str) -> str:
+        out = subprocess.run(["git", "-C", str(src), *cmd], capture_output=True, text=True, check=False)
+        return out.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return str(src)
+    return f"commit {commit}" + (" +changes" if git("status", "--porcelain", "--", ".") else "")
 
 
 def main() -> int:
@@ -277,6 +310,9 @@ def main() -> int:
     ap.add_argument("--torch-index-url", default="none")
     ap.add_argument("--markdown", default=None, help="also write the table here (e.g. bench/noop-cpu.md)")
     ap.add_argument("--quick", action="store_true", help="one run (CI: the bench must run, not measure)")
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="another source tree's src/ (the code before a change): its no-op into a new report folder "
+                         "timed beside this one's, on the same state and engine")
     args = ap.parse_args()
     args.ca_cert = args.ca_cert or [os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"]
     if args.quick:
@@ -289,7 +325,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ibnoop-", dir="/var/tmp") as tmp:
         args.work = Path(tmp)
         timings, images = measure(args, plan)
-    text = table(timings, args.matrix, images, args.runs, args.only)
+    baseline = None
+    if args.baseline_src:
+        baseline = describe_tree(args.baseline_src)
+    text = table(timings, args.matrix, images, args.runs, args.only, baseline)
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(f"# No-op speed: {args.matrix} (bench/bench_noop.py)\n\n{text}",

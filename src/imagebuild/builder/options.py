@@ -9,9 +9,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.backends import CLASSIC
+
+if TYPE_CHECKING:
+    from imagebuild.record.derived import Derived
 
 
 def default_jobs() -> int:
@@ -36,3 +39,4 @@ class BuildOptions:
     on_warning: Callable[[str], None] | None = None
     remote: dict[str, Any] = field(default_factory=dict[str, Any])  # planned tag -> remote.RemoteImage: up to date in the registry
     backend: str = CLASSIC  # which build backend builds the images (a row of imagebuild/backends.py)
+    kept: Derived | None = None  # what the state keeps per image ID (record/derived.py): the history describe reads

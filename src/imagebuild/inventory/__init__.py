@@ -15,11 +15,19 @@ from imagebuild.inventory.cyclonedx import dumps as dump_sbom
 from imagebuild.inventory.cyclonedx import make_sbom
 from imagebuild.inventory.diff import Change, InventoryDiff, LayerRow, diff, diff_to_json, format_diff
 from imagebuild.inventory.from_registry import read_registry
-from imagebuild.inventory.local import ImageNotFound, diff_images, find_image, read_local
-from imagebuild.inventory.model import DebPackage, Inventory, Layer, OSRelease, PyDist, normalize_name
+from imagebuild.inventory.local import ImageNotFound, diff_images, find_image, read_files, read_local
+from imagebuild.inventory.model import (
+    DebPackage,
+    ImageFiles,
+    Inventory,
+    Layer,
+    OSRelease,
+    PyDist,
+    normalize_name,
+)
 
 __all__ = [
-    "Change", "DebPackage", "ImageNotFound", "Inventory", "InventoryDiff", "Layer", "LayerRow", "OSRelease", "PyDist",
-    "diff", "diff_images", "diff_to_json", "dump_sbom", "find_image", "format_diff", "make_sbom", "normalize_name", "read_local",
-    "read_registry",
+    "Change", "DebPackage", "ImageFiles", "ImageNotFound", "Inventory", "InventoryDiff", "Layer", "LayerRow", "OSRelease",
+    "PyDist", "diff", "diff_images", "diff_to_json", "dump_sbom", "find_image", "format_diff", "make_sbom",
+    "normalize_name", "read_files", "read_local", "read_registry",
 ]

@@ -17,7 +17,7 @@ from imagebuild.engine.stream import EngineError
 from imagebuild.errors import ImagebuildError
 from imagebuild.inventory import dpkg, pydist, tarpick
 from imagebuild.inventory.diff import InventoryDiff, diff
-from imagebuild.inventory.model import Inventory, Layer
+from imagebuild.inventory.model import ImageFiles, Inventory, Layer
 
 if TYPE_CHECKING:
     from imagebuild.engine.store import EngineClient
@@ -48,19 +48,17 @@ def find_image(engine: ImageStore | EngineClient, reference: str) -> dict[str, A
         raise
 
 
-def read_local(engine: ImageStore | EngineClient, reference: str,
-               inspect: dict[str, Any] | None = None) -> Inventory:
-    """The inventory of a local image; `ImageNotFound` when the engine has none by that reference."""
+def read_local(engine: ImageStore | EngineClient, reference: str, inspect: dict[str, Any] | None = None,
+               files: ImageFiles | None = None) -> Inventory:
+    """The inventory of a local image; `ImageNotFound` when the engine has none by that reference. `files`: what
+    read_files gave for this image before (kept with the state): the image's filesystem is then not read again."""
     store = as_store(engine)
     data = inspect if inspect is not None else find_image(store, reference)
     if data is None:
         raise ImageNotFound(f"no image {reference!r} in the local engine")
     image_id = str(data["Id"])
-    try:
-        found = _filesystem(store, image_id)
-    except (EngineError, OSError, tarfile.TarError) as exc:
-        reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-        raise ImagebuildError(f"{reference}: reading its files from the engine failed: {reason}") from None
+    if files is None:
+        files = read_files(store, image_id, reference)
     config = data.get("Config") or {}
     return Inventory(
         reference=reference,
@@ -72,11 +70,23 @@ def read_local(engine: ImageStore | EngineClient, reference: str,
         labels=dict(sorted((config.get("Labels") or {}).items())),
         layers=_layers(store, image_id, list((data.get("RootFS") or {}).get("Layers") or [])),
         size_kind="uncompressed",
-        os_release=tarpick.os_release(found),
-        debs=tuple(dpkg.read_database(found)),
-        pythons=tuple(pydist.read_distributions(found)),
+        os_release=files.os_release,
+        debs=files.debs,
+        pythons=files.pythons,
         source="engine",
     )
+
+
+def read_files(engine: ImageStore | EngineClient, image_id: str, reference: str | None = None) -> ImageFiles:
+    """What an inventory reads from the image's files (its whole filesystem streamed by: the slow part);
+    ImagebuildError naming `reference` (else the ID) when the engine fails it."""
+    try:
+        found = _filesystem(as_store(engine), image_id)
+    except (EngineError, OSError, tarfile.TarError) as exc:
+        reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        raise ImagebuildError(f"{reference or image_id}: reading its files from the engine failed: {reason}") from None
+    return ImageFiles(os_release=tarpick.os_release(found), debs=tuple(dpkg.read_database(found)),
+                      pythons=tuple(pydist.read_distributions(found)))
 
 
 def _filesystem(store: ImageStore, image_id: str) -> dict[str, bytes]:

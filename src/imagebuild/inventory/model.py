@@ -78,3 +78,13 @@ _NORMALIZE = re.compile(r"[-_.]+")
 def normalize_name(name: str) -> str:
     """PEP 503 normalized project name (also the purl's pypi name)."""
     return _NORMALIZE.sub("-", name).lower()
+
+
+@dataclass(frozen=True)
+class ImageFiles:
+    """What an inventory reads from an image's files (the slow part: the whole filesystem streamed by); the rest of
+    an Inventory comes from the engine's inspect and history answers."""
+
+    os_release: OSRelease = OSRelease()
+    debs: tuple[DebPackage, ...] = ()
+    pythons: tuple[PyDist, ...] = ()

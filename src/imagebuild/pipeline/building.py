@@ -30,6 +30,7 @@ from imagebuild.pipeline.selection import Selection
 from imagebuild.pipeline.settings import BuildSettings
 from imagebuild.plan.cache import matrix_backends
 from imagebuild.record import Record
+from imagebuild.record.derived import Derived
 
 
 class BuildStatus(str, Enum):
@@ -204,8 +205,9 @@ def platform_preflight(client: Any, selected: list[ImagePlan], name: str, own: d
 
 def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSettings, rec: Record | None,
                progress: Progress, log_dir: Any, say: Say,
-               backend: tuple[str, Callable[[], BuildBackend]] | None = None) -> BuildRun:
-    """Build (or find up to date) the selected images and their parents; rows for the whole plan.
+               backend: tuple[str, Callable[[], BuildBackend]] | None = None, kept: Derived | None = None) -> BuildRun:
+    """Build (or find up to date) the selected images and their parents; rows for the whole plan. `kept`: the
+    state's per-image derivations (each image's history, for its size and layer rows, asked once per image ID).
 
     `backend`: its name and how to make it after its preflight. The engine is asked first which images are here
     (`here`); when every one is, the preflight waits for a first build (DeferredBackend: a no-op asks the builder
@@ -223,7 +225,7 @@ def build_step(client: Any, plan: Plan, selection: Selection, settings: BuildSet
                                  layers=lambda image_id: layers_of(store.inspect(image_id)))
     buildable, blocked = preflight_sources(client, plan, selection, settings.keep_going, here, remote, say)
     options = BuildOptions(force=settings.force, only=selection.only, keep_going=settings.keep_going,
-                           log_dir=log_dir, remote=remote, created=settings.created)
+                           log_dir=log_dir, remote=remote, created=settings.created, kept=kept)
     if settings.jobs:
         options.jobs = settings.jobs
     if backend is not None:

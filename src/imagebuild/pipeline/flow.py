@@ -44,6 +44,7 @@ from imagebuild.pipeline.settings import (
 )
 from imagebuild.pipeline.supply import diff_rebuilds, previous_ids, write_sboms
 from imagebuild.record import now
+from imagebuild.record.derived import Derived
 from imagebuild.record.store import state_dir as record_state_dir
 from imagebuild.record.update import fill_row, record_build
 from imagebuild.report import write_reports
@@ -121,14 +122,15 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     platform_preflight(client, selection.with_parents, backend, own)  # before anything builds
     progress = make_progress(plain=settings.plain, verbose=settings.verbose)
     before = previous_ids(client, selection.with_parents) if settings.sbom else {}
+    kept = Derived(options.state_dir, say)  # what was read out of each image before, by image ID
     built = build_step(client, plan, selection, settings, loaded.record, progress,
                        settings.log_dir or (report_dir / "logs"), say,
-                       (backend, backend_maker(backend, own, as_store(client))))  # preflight unless all up to date
+                       (backend, backend_maker(backend, own, as_store(client))), kept)  # preflight unless all here
     if settings.sbom:
         rec = loaded.record
         recorded = {k: v.sbom for k, v in (rec.images if rec else {}).items() if v.sbom}
-        write_sboms(client, plan, built.results, report_dir, recorded, say)
-        diff_rebuilds(client, plan, built.results, before, say)
+        write_sboms(client, plan, built.results, report_dir, recorded, kept, say)
+        diff_rebuilds(client, plan, built.results, before, kept, say)
     loaded.book.update(lambda rec: record_build(rec, plan, built.results), inputs=loaded.inputs,
                        registry=options.registry, replace_inputs=True)
     progress.summary(built.results)

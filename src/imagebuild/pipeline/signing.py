@@ -4,8 +4,9 @@ every pushed digest is signed and carries its SBOM and provenance (imagebuild.si
 
 The key is opened before anything is pushed (`cosign public-key`): a missing key, a file that is not a private key
 or a wrong password stops the run with one line and nothing pushed. The SBOM attested is the one `build` wrote
-for this very image ID (the record's `sbom`, its sha256 checked), else one read from the image now; the provenance
-is made from the record and the lock (sign/provenance.py).
+for this very image ID (the record's `sbom`, its sha256 checked), else one made now (pipeline/supply.py: from what
+was kept of the image with the state, else read from the image); the provenance is made from the record and the
+lock (sign/provenance.py).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from imagebuild.models import ImagePlan, Plan
 from imagebuild.oci import RegistryAuth, RegistryClient
 from imagebuild.pipeline.loaded import RecordBook, Say
 from imagebuild.pipeline.settings import PushSettings
-from imagebuild.pipeline.supply import lock_hashes
+from imagebuild.pipeline.supply import Sboms
 from imagebuild.push import SignIndex, SignPushed
+from imagebuild.record.derived import Derived
 from imagebuild.sign import (
     CosignMissing,
     SignError,
@@ -77,6 +79,7 @@ def signer(client: Any, plan: Plan, book: RecordBook, settings: PushSettings, ke
     through the push's own credentials."""
     lock, lock_sha = _lock(plan)
     registries: dict[str, Any] = {}
+    sboms = Sboms(client, plan, Derived(book.state_dir, say))  # an image read before: its kept files
 
     def registry_for(host: str) -> Any:
         if host not in registries:
@@ -87,17 +90,16 @@ def signer(client: Any, plan: Plan, book: RecordBook, settings: PushSettings, ke
     def sign_pushed(image: ImagePlan, digest_ref: str) -> dict[str, Any]:
         image_id = image_ids.get(image.tag)
         recorded = _recorded_sbom(book, image, image_id)
-        if recorded is None:  # build wrote none for this very image: read it now
-            from imagebuild.inventory import dump_sbom, make_sbom, read_local
-
+        if recorded is None:  # build wrote none for this very image: kept with the state, else read now
             if not image_id:
                 raise SignError(f"{image.tag}: no local image to read its SBOM from")
             try:
-                sbom = make_sbom(read_local(client, image_id), lock_hashes(plan))
+                text = sboms.text(image_id)
             except Exception as exc:  # the engine lost the image, an unreadable layer: not signed, said
                 raise SignError(f"{image.tag}: no SBOM to attest ({exc})") from None
-            sbom_sha = "sha256:" + hashlib.sha256(dump_sbom(sbom).encode()).hexdigest()
-            say(f"{image.tag}: SBOM read from the image (build recorded none for {image_id[:19]})")
+            sbom, sbom_sha = json.loads(text), "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+            say(f"{image.tag}: build recorded no SBOM for {image_id[:19]}: attesting the one the state keeps "
+                "for it (else read from the image now)")
         else:
             sbom, sbom_sha = recorded
         digest = digest_ref.split("@", 1)[1]

@@ -2,22 +2,36 @@
 the record), and, for a rebuild, the diff against the image the tag pointed at before.
 
 SBOMs are made from the image's own files (inventory.read_local: dpkg database, every Python distribution, labels),
-with the wheel hashes of the matrix's lock when it has one. An image whose SBOM the record already holds for the
-same image ID (and whose file is still there, with that digest) is not read again: a no-op build stays fast."""
+with the wheel hashes of the matrix's lock when it has one. What is read out of an image is derived once per image ID
+and kept with the state (record/derived.py): the files its inventory parses (`inventory-files-<key>`) and the SBOM made
+of them (`sbom-<key>`, the key: the lock file's digest, SOURCE_DATE_EPOCH, the image's repo digests, this tool's
+version). So a no-op build stays a no-op in any report folder: the SBOM the record holds for the same image ID, its
+file still there with that digest, is used as it is; else the kept SBOM is copied into the report folder; only an
+image never read before (or whose kept copies do not hash right) is read. A rebuild's diff reads the image the tag
+named before from its kept files too."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.engine.store import as_store
 from imagebuild.files import write_text_atomic
 from imagebuild.models import ImagePlan, ImageResult, Plan
 from imagebuild.pipeline.building import HERE, BuildStatus
+from imagebuild.record.derived import Derived, key_of
+from imagebuild.record.store import file_sha256
+
+if TYPE_CHECKING:
+    from imagebuild.inventory import ImageFiles, Inventory
 
 DIFF_TEXT_MAX = 6000
+SBOM_SPEC = "CycloneDX 1.6"
+SBOM, FILES = "sbom-", "inventory-files-"  # the kept files' names (record/derived.py): these and a key
 
 
 def previous_ids(client: Any, images: list[ImagePlan]) -> dict[str, str]:
@@ -45,13 +59,87 @@ def lock_hashes(plan: Plan) -> dict[tuple[str, str], str]:
     return {(canonical_name(p.name), p.version): p.sha256 for entry in lock.images.values() for p in entry.pip}
 
 
+class Sboms:
+    """The SBOM text of local images for one run: kept (record/derived.py) or made, then kept; the lock's wheel
+    hashes read once, for the first SBOM made."""
+
+    def __init__(self, client: Any, plan: Plan, kept: Derived) -> None:
+        self.client, self.plan, self.kept = client, plan, kept
+        self._hashes: dict[tuple[str, str], str] | None = None
+        # what else goes into an SBOM (the image's repo digests aside): the lock's hashes, the timestamp's override
+        self._inputs = (file_sha256(plan.lock_file) if plan.lock_file else None,
+                        os.environ.get("SOURCE_DATE_EPOCH", "").strip())
+
+    def text(self, image_id: str) -> str:
+        """The SBOM of `image_id` (in this engine); an exception when it can be neither found kept nor made."""
+        info = as_store(self.client).inspect(image_id)
+        if info is None:
+            from imagebuild.inventory import ImageNotFound
+
+            raise ImageNotFound(f"no image {image_id!r} in the local engine")
+        name = SBOM + key_of(*self._inputs, sorted(str(d) for d in info.get("RepoDigests") or ()))
+        data = self.kept.get(image_id, name)
+        if data is not None:
+            why = sbom_problem(data, image_id)
+            if why is None:
+                return data.decode("utf-8")
+            self.kept.discard(image_id, name, why)
+        from imagebuild.inventory import dump_sbom, make_sbom  # not on a no-op: loads the CycloneDX writer
+
+        if self._hashes is None:
+            self._hashes = lock_hashes(self.plan)
+        text = dump_sbom(make_sbom(local_inventory(self.client, self.kept, image_id, info), self._hashes))
+        self.kept.put(image_id, name, text.encode("utf-8"), kind=SBOM)  # the latest key's only
+        return text
+
+
+def sbom_problem(data: bytes, image_id: str) -> str | None:
+    """Why kept bytes are not a CycloneDX SBOM of `image_id` (a file that hashes right may still be planted)."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+        component = doc["metadata"]["component"]
+        if doc.get("bomFormat") != "CycloneDX" or component.get("bom-ref") != image_id:
+            return f"not a CycloneDX SBOM of {image_id}"
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        return f"not a CycloneDX SBOM ({type(exc).__name__})"
+    return None
+
+
+def image_files(client: Any, kept: Derived, image_id: str) -> ImageFiles:
+    """What an inventory reads from the image's filesystem: kept, else read (the whole image streamed) and kept."""
+    from imagebuild.inventory import kept as codec
+    from imagebuild.inventory import read_files
+
+    name = FILES + key_of(codec.FORMAT)
+    data = kept.get(image_id, name)
+    if data is not None:
+        try:
+            return codec.loads(data)
+        except ValueError as exc:
+            kept.discard(image_id, name, str(exc))
+    files = read_files(client, image_id)
+    kept.put(image_id, name, codec.dumps(files), kind=FILES)
+    return files
+
+
+def local_inventory(client: Any, kept: Derived, image_id: str, inspect: dict[str, Any] | None = None) -> Inventory:
+    """The inventory of a local image, its files part kept once per image ID (image_files)."""
+    from imagebuild.inventory import ImageNotFound, find_image, read_local
+
+    info = inspect if inspect is not None else find_image(client, image_id)
+    if info is None:
+        raise ImageNotFound(f"no image {image_id!r} in the local engine")
+    return read_local(client, image_id, info, files=image_files(client, kept, image_id))
+
+
 def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir: Path, recorded: dict[str, dict[str, Any]],
-                say: Callable[[str], None]) -> None:
+                kept: Derived, say: Callable[[str], None]) -> None:
     """SBOM per built/up-to-date local image: reports/<matrix>/sbom/<plan id>.cdx.json; fills `row.sbom`.
 
-    `recorded`: plan id -> the record's sbom entry (path, sha256, image_id) from an earlier run."""
+    `recorded`: plan id -> the record's sbom entry (path, sha256, image_id) from an earlier run; `kept`: the state's
+    derived files (the SBOM of an image ID read before is copied from there, not read from the image again)."""
     by_tag = plan.by_tag()
-    hashes: dict[tuple[str, str], str] | None = None  # the lock's, read for the first SBOM made
+    sboms = Sboms(client, plan, kept)
     folder = Path(report_dir) / "sbom"
     for res in results:
         img: ImagePlan | None = by_tag.get(res.tag)
@@ -65,14 +153,8 @@ def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir:
                 "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() == old.get("sha256"):
             res.sbom = dict(old)
             continue
-        # not for a no-op (its SBOMs are recorded): inventory loads the tar and CycloneDX readers
-        from imagebuild.inventory import dump_sbom, make_sbom, read_local
-
-        if hashes is None:
-            hashes = lock_hashes(plan)
         try:
-            inv = read_local(client, res.image_id)
-            text = dump_sbom(make_sbom(inv, hashes))
+            text = sboms.text(res.image_id)
         except Exception as exc:  # the build stands; the report says the SBOM is missing and why
             say(f"warning: {img.tag}: no SBOM ({exc})")
             res.sbom = {"error": str(exc)}
@@ -81,21 +163,21 @@ def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir:
         write_text_atomic(path, text)  # by rename: a link planted at the name is replaced, not written through
         data = text.encode()
         res.sbom = {"path": str(path), "sha256": "sha256:" + hashlib.sha256(data).hexdigest(),
-                    "image_id": res.image_id, "components": text.count('"bom-ref"') - 1,
-                    "spec": "CycloneDX 1.6"}
+                    "image_id": res.image_id, "components": text.count('"bom-ref"') - 1, "spec": SBOM_SPEC}
 
 
-def diff_rebuilds(client: Any, plan: Plan, results: list[ImageResult], before: dict[str, str],
+def diff_rebuilds(client: Any, plan: Plan, results: list[ImageResult], before: dict[str, str], kept: Derived,
                   say: Callable[[str], None]) -> None:
-    """For every image rebuilt onto a tag that pointed at another image: what changed (`row.diff`)."""
+    """For every image rebuilt onto a tag that pointed at another image: what changed (`row.diff`); each image's
+    files from the kept copies when it was read before (the new one: by its SBOM, just now)."""
     for res in results:
         old = before.get(res.tag)
         if res.status != BuildStatus.BUILT or not old or not res.image_id or old == res.image_id:
             continue
-        from imagebuild.inventory import diff_images, diff_to_json, format_diff  # only for a rebuild
+        from imagebuild.inventory import diff, diff_to_json, format_diff  # only for a rebuild
 
         try:
-            d = diff_images(client, old, res.image_id)
+            d = diff(local_inventory(client, kept, old), local_inventory(client, kept, res.image_id))
         except Exception as exc:  # the previous image may be gone (pruned); say so, keep going
             say(f"warning: {res.tag}: no diff against the previous image {old[7:19]} ({exc})")
             continue
