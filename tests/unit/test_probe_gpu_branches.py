@@ -309,7 +309,6 @@ def test_compile_child_compiles_on_cuda(monkeypatch, libcuda, cuda_error):
     tc = {"cxx": "/usr/bin/g++", "cc": "/usr/bin/cc", "python_include": "/usr/include/python3.11", "python_h": True,
           "libcuda_in_ldconfig": libcuda}
     monkeypatch.setattr(torch_compile, "toolchain", lambda: tc)
-    monkeypatch.setattr(torch_compile.vec_isa, "warm", lambda: None)
     monkeypatch.setattr(torch_compile, "_function", work("function"))
     monkeypatch.setattr(torch_compile, "_module", work("module"))
     monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")  # child() sets it for Inductor: not for the test process

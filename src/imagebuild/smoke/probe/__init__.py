@@ -24,9 +24,10 @@ command line dispatches and the suite selects:
                  probe) and the checks each reports (GPU or not): the suite's tests are generated from its rows
     common       Probe (results, torch import, GPU state), subprocess helpers, watchdog
     summary      the short text table of a saved result (--table)
-    zygote       one python that imports torch once and forks the child probes (compile, gloo/NCCL ranks, TE)
+    children     the child probes (compile, gloo/NCCL ranks, TE, release): forked by the standard library's
+                 forkserver with torch preloaded where torch is installed, else fresh pythons
     __main__     the command line: --sections --perf --timeout --output --table --list-sections --list-checks (+ hidden
-                 --dist-worker, --child, --zygote)
+                 --dist-worker, --child)
     pack         builds the one-file zipapp (probe.pyz) that is shipped into containers
 
 Inside the package, modules import each other by the top-level name `probe` (no relative imports), which is what

@@ -12,7 +12,6 @@ Everything printed by libraries (NCCL_DEBUG, warnings) goes to stderr; stdout ca
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import os
 import sys
@@ -49,20 +48,6 @@ def child_runner(name: str):
 CHILD_SECTIONS = tuple(row.name for row in TABLE if row.child)
 
 
-def zygote_from_here(probe: Probe, ahead: dict, out_fd: int) -> None:
-    """When a child probe starts ahead (a torch image's compile child), import torch now, before any section, and
-    fork the zygote the child probes are forked from out of this process (probe.zygote.start_here): torch is then
-    imported once in the whole probe run instead of twice. The import is what the first section that needs torch
-    would do; no section has run, so nothing but `import torch` is in the zygote's state."""
-    if not any(name in probe.sections for name in ahead) or importlib.util.find_spec("torch") is None:
-        return
-    if probe.import_torch() is None:  # its sections report the import error; children run as fresh pythons
-        return
-    from probe.zygote import start_here
-
-    start_here(main, close_fds=(out_fd,))
-
-
 def main(argv=None) -> int:
     import argparse
 
@@ -83,7 +68,6 @@ def main(argv=None) -> int:
                     help="print the table's checks (section, flavor, where each runs, GPU or not) as JSON and exit")
     ap.add_argument("--child", choices=sorted(CHILD_SECTIONS), help=argparse.SUPPRESS)
     ap.add_argument("--te-child", action="store_const", dest="child", const="te", help=argparse.SUPPRESS)
-    ap.add_argument("--zygote", action="store_true", help=argparse.SUPPRESS)  # probe.zygote: forks child probes
     args = ap.parse_args(argv)
 
     if args.list_sections:
@@ -96,10 +80,6 @@ def main(argv=None) -> int:
         with open(args.table) as fh:
             print(render_table(json.load(fh)))
         return 0
-    if args.zygote:
-        from probe.zygote_serve import serve
-
-        return serve(main)
     if args.dist_worker:
         from probe.distributed import dist_worker
 
@@ -127,9 +107,7 @@ def main(argv=None) -> int:
     if args.child:
         child_runner(args.child)(probe)
     else:
-        ahead = starters()
-        zygote_from_here(probe, ahead, out_fd)
-        probe.run(runners(), ahead)
+        probe.run(runners(), starters())
     text = json.dumps(probe.doc, default=str, indent=None)
     if args.output:
         with open(args.output, "w") as fh:

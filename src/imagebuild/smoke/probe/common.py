@@ -129,7 +129,7 @@ class Probe:
 
 
 # How far the probe's own work (and what it spawns) steps back from the child started ahead: its longest chain.
-YIELD_NICE = 10  # children forked by probe.zygote (started before the probe steps back) keep the zygote's priority
+YIELD_NICE = 10  # the forkserver (probe.children) starts before the probe steps back: its children keep its nice
 
 
 def yield_cpu(step=YIELD_NICE):
@@ -227,8 +227,9 @@ def stop_process(handle):
 
 
 def start_child(args):
-    """Start a child probe (probe.zygote: forked where torch is installed): the handle finish_child takes."""
-    from probe.zygote import launch
+    """Start a child probe (probe.children: forked by the forkserver where torch is installed): the handle
+    finish_child takes."""
+    from probe.children import launch
 
     return launch(args)
 

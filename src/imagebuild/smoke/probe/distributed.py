@@ -1,5 +1,6 @@
 """distributed: all_reduce over one process per GPU (NCCL, with the NCCL_DEBUG log parsed for transports) or two
-CPU processes (gloo). The ranks are child probes (`--dist-worker`), forked by probe.zygote where it runs."""
+CPU processes (gloo). The ranks are child probes (`--dist-worker`, probe.children: forked by the forkserver where
+torch is installed)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import sys
 import time
 from typing import Any
 
+from probe.children import launch
 from probe.common import NO_TORCH, RESULT_MARK, Probe, free_port
-from probe.zygote import launch
 
 _NCCL_CHANNEL = re.compile(
     r"NCCL INFO Channel (?P<channel>\d+(?:/\d+)?) ?: (?P<src>\d+)\[(?P<srcdev>[^\]]+)\] -> (?P<dst>\d+)\[(?P<dstdev>[^\]]+)\]"
@@ -113,8 +114,8 @@ def run(p: Probe):
 
 
 def run_dist(world, backend, perf, timeout):
-    """One worker process per rank (a child probe, `--dist-worker`, forked by probe.zygote where it runs); collect
-    the results and the NCCL log."""
+    """One worker process per rank (a child probe, `--dist-worker`: probe.children); collect the results and the
+    NCCL log."""
     port = free_port()
     env = dict(os.environ)
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world))

@@ -26,9 +26,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
-from probe.common import Probe, which
+from probe.common import Probe, finish_process, start_process, which
 from probe.elf import ET_DYN, elf_dynamic, elf_header, machine_name, search_path_note
 from probe.linking import (
     DRIVER_LIBS,
@@ -148,15 +147,43 @@ def driver_present() -> bool:
     return os.path.exists("/dev/nvidiactl")
 
 
-def _ldd(cmd, path):
+LDD_TIMEOUT = 120
+
+
+def _start(cmd, path):
+    """`cmd path` started (output in files of its own), or the OSError that kept it from starting."""
     try:
-        out = subprocess.run(cmd + [path], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return {"resolved": {}, "missing": [], "version_errors": [], "dynamic": True, "error": str(exc)}
-    res = parse_ldd(out.stdout + "\n" + out.stderr)
-    if out.returncode != 0 and res["dynamic"] and not res["resolved"] and not res["missing"]:
-        res["error"] = (out.stderr.strip() or f"exit {out.returncode}")[-300:]
+        return start_process(cmd + [path])
+    except OSError as exc:
+        return exc
+
+
+def _ldd(cmd, path, started=None):
+    """ldd's view of `path` (`started`: its ldd, already started by _start)."""
+    started = _start(cmd, path) if started is None else started
+    rc, stdout, stderr = (None, "", "") if isinstance(started, OSError) else finish_process(started, LDD_TIMEOUT)
+    if rc is None:
+        error = started if isinstance(started, OSError) else subprocess.TimeoutExpired(cmd + [path], LDD_TIMEOUT)
+        return {"resolved": {}, "missing": [], "version_errors": [], "dynamic": True, "error": str(error)}
+    res = parse_ldd(stdout + "\n" + stderr)
+    if rc != 0 and res["dynamic"] and not res["resolved"] and not res["missing"]:
+        res["error"] = (stderr.strip() or f"exit {rc}")[-300:]
     return res
+
+
+def ldd_all(cmd, libs, workers) -> dict:
+    """{library: _ldd's view} of each of `libs`, `workers` ldd processes at a time: each writes to files of its own,
+    read once it has ended (no thread waits on it)."""
+    results: dict = {}
+    running: list = []  # (library, its ldd started), oldest first
+    for lib in libs:
+        if len(running) == workers:
+            done, started = running.pop(0)
+            results[done] = _ldd(cmd, done, started)
+        running.append((lib, _start(cmd, lib)))
+    for done, started in running:
+        results[done] = _ldd(cmd, done, started)
+    return results
 
 
 def run(p: Probe):
@@ -181,8 +208,7 @@ def run(p: Probe):
                 roots=roots)
         return
     workers = max(2, min(8, 2 * (os.cpu_count() or 1)))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = dict(pool.map(lambda lib: (lib, _ldd(cmd, lib)), ours))
+    results = ldd_all(cmd, ours, workers)
     errors = {lib: r["error"] for lib, r in results.items() if r.get("error")}
     driver = driver_present()
     allowed = () if driver else DRIVER_LIBS

@@ -8,7 +8,8 @@ what is missing (compiler, headers, libcuda) instead of Inductor's traceback alo
 Runs in a child probe (`--child compile`): Inductor spawns compiler processes and a crash must not take the probe
 down with it. The child starts with the probe (`start`), so that its cold compile overlaps the other sections:
 Inductor's cold start is one chain (its vector-ISA dry compiles, the precompiled kernel header, then the kernels),
-most of a runtime image's probe time, and the probe's other work yields the CPU to it (common.Probe.run).
+most of a runtime image's probe time, and the probe's other work yields the CPU to it (common.Probe.run). Inductor
+runs as it is shipped: the probe patches nothing in torch (tests/unit/test_probe_standard.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import subprocess
 import sysconfig
 import time
 
-from probe import vec_isa
 from probe.common import NO_TORCH, Probe, finish_child, start_child, stop_child, which
 
 CPU_CHECKS = ("compile.toolchain", "compile.cpu_function", "compile.cpu_module", "compile.cpu_max_autotune")
@@ -119,7 +119,6 @@ def child(p: Probe):
     # no worker pool: set before torch is imported (Inductor reads it once, with its config)
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     torch = p.import_torch()
-    vec_isa.warm()
     tc = toolchain()
     doc = p.doc.setdefault("compile", {})
     doc["toolchain"] = tc

@@ -1,0 +1,184 @@
+"""probe/children.py for real: child probes forked by the standard library's forkserver with torch preloaded (torch
+imported once for all of them), each answering as a fresh child would (output, exit status, environment, directory,
+a session of its own); a timeout and the watchdog kill them; where the forkserver cannot start one (no torch, a
+torch whose import crashes it), the child is a fresh python.
+
+A stand-in `torch` package (a file that logs each import) shows how many pythons imported it; the real CPU torch runs
+the gloo ranks and the compile child through the forkserver in test_probe_cpu.py and test_probe_compile.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from imagebuild.smoke import probe as P
+from imagebuild.smoke.probe import pack
+
+PKG_PARENT = pack.PACKAGE_DIR.parent  # the directory holding probe/
+PROBE = P.zipapp_path()
+
+
+def _fake_torch(root: Path, body: str = "", distributed: str = "") -> Path:
+    """A `torch` that appends its importer's pid to root/imports.log (and runs `body`); `distributed`: the source of
+    its torch.distributed (default: none, so a gloo rank fails at once, saying so)."""
+    pkg = root / "fake" / "torch"
+    pkg.mkdir(parents=True)
+    log = root / "imports.log"
+    (pkg / "__init__.py").write_text(f"import os\nopen({str(log)!r}, 'a').write(f'{{os.getpid()}}\\n')\n{body}\n")
+    if distributed:
+        (pkg / "distributed.py").write_text(distributed)
+    return root / "fake"
+
+
+def _imports(root: Path) -> list[str]:
+    log = root / "imports.log"
+    return log.read_text().split() if log.exists() else []
+
+
+def _driver(tmp_path: Path, fake: Path | None, code: str) -> dict:
+    """Run `code` in a python that imports the probe package from its directory (and the stand-in torch, if any);
+    it prints one JSON value."""
+    path = [str(PKG_PARENT)] if fake is None else [str(fake), str(PKG_PARENT)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _fresh(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(PROBE), *args], capture_output=True, text=True, timeout=60)
+
+
+LAUNCH = """
+import json, os
+from probe.children import launch
+from probe.common import finish_child, finish_process
+handles = [launch(["--list-sections"]) for _ in range(3)] + [launch(["--dist-worker", "gloo"], merged=True)]
+kinds = [type(h[0]).__name__ for h in handles]
+docs = [finish_child(h, 60) for h in handles[:3]]
+rc, rank, _ = finish_process(handles[3], 60)
+os.makedirs("elsewhere")
+os.chdir("elsewhere")  # the child's directory and environment are the caller's at launch, not the forkserver's
+env = dict(os.environ, IB_TEST_PASSWORD="x")
+say = launch(["--sections", "system", "--output", "doc.json"], env=env)
+said = finish_child(say, 60)
+bad = finish_process(launch(["--sections", "nope"]), 60)
+print(json.dumps({"kinds": kinds, "docs": docs, "rank": rank, "rc": rc, "me": os.getpid(),
+                  "secrets": [s["name"] for s in said["system"]["env"]["secret_names"]],
+                  "output_here": os.path.exists("doc.json"), "bad": [bad[0], bad[2]]}))
+"""
+
+
+def test_children_fork_from_one_torch_import_and_answer_as_fresh_ones(tmp_path):
+    res = _driver(tmp_path, _fake_torch(tmp_path), LAUNCH)
+    fresh = json.loads(_fresh("--list-sections").stdout)
+    assert res["kinds"] == ["Forked"] * 4
+    assert res["docs"] == [fresh] * 3
+    # the rank took its torch from the forkserver (the stand-in has no torch.distributed): it did not import torch
+    assert res["rc"] == 0 and "IBPROBE-RESULT" in res["rank"] and "torch.distributed" in res["rank"]
+    assert "IB_TEST_PASSWORD" in res["secrets"] and res["output_here"]
+    assert res["bad"][0] == 2 and "unknown section" in res["bad"][1]  # argparse's exit status and message
+    pids = _imports(tmp_path)
+    assert len(pids) == 1 and int(pids[0]) != res["me"], pids  # ONE import: the forkserver's
+
+
+def test_without_torch_children_are_fresh_pythons(tmp_path):
+    res = _driver(tmp_path, None, LAUNCH)
+    assert res["kinds"] == ["Popen"] * 4 and res["docs"] == [json.loads(_fresh("--list-sections").stdout)] * 3
+    assert "IB_TEST_PASSWORD" in res["secrets"] and res["output_here"] and res["bad"][0] == 2
+
+
+def test_a_torch_that_fails_to_import_fails_in_each_child_as_in_a_fresh_one(tmp_path):
+    fake = _fake_torch(tmp_path, "raise ImportError('libtorch_cpu.so: cannot open shared object file')")
+    res = _driver(tmp_path, fake, LAUNCH)
+    assert res["docs"] == [json.loads(_fresh("--list-sections").stdout)] * 3
+    assert "libtorch_cpu.so" in res["rank"] and "IBPROBE-RESULT" in res["rank"]  # the rank's own import says why
+    assert len(_imports(tmp_path)) == 2  # the forkserver's try (an ImportError it passes over) and the rank's
+
+
+def test_a_torch_whose_import_crashes_the_forkserver_leaves_children_to_fresh_pythons(tmp_path):
+    fake = _fake_torch(tmp_path, "raise OSError('libcudnn.so.9: cannot open shared object file')")
+    res = _driver(tmp_path, fake, LAUNCH)
+    assert res["kinds"] == ["Popen"] * 4  # the forkserver died on the first: no second try
+    assert res["docs"] == [json.loads(_fresh("--list-sections").stdout)] * 3
+    assert "libcudnn.so.9" in res["rank"] and "IBPROBE-RESULT" in res["rank"]
+    assert len(_imports(tmp_path)) == 2  # the forkserver's and the rank's
+
+
+STUCK = """
+import json, os, signal, subprocess, time
+from probe.children import launch
+from probe.common import stop_child
+h = launch(["--dist-worker", "gloo"], merged=True)
+pid = None
+for _ in range(600):
+    seen = open("rank.pid").read().split() if os.path.exists("rank.pid") else []
+    if seen:
+        pid = int(seen[0])
+        break
+    time.sleep(0.05)
+try:
+    h[0].wait(0.5)
+    timed_out = False
+except subprocess.TimeoutExpired:
+    timed_out = True
+own_session = os.getsid(pid) == pid
+stop_child(h)
+print(json.dumps({"timed_out": timed_out, "own_session": own_session, "rc": h[0].returncode,
+                  "same": pid == h[0].pid}))
+"""
+SLEEPS = "import os, time\nopen('rank.pid', 'a').write(f'{os.getpid()}\\n')\ntime.sleep(120)\n"
+
+
+def test_a_child_times_out_and_its_session_is_killed(tmp_path):
+    res = _driver(tmp_path, _fake_torch(tmp_path, distributed=SLEEPS), STUCK)
+    assert res == {"timed_out": True, "own_session": True, "rc": -9, "same": True}
+
+
+def test_the_watchdog_kills_forked_children_and_the_probe_ends(tmp_path):
+    """`probe.pyz --sections distributed --timeout 3` whose ranks hang: the probe prints its partial JSON at 3 s and
+    exits 3, the ranks (forked by the forkserver) killed; the forkserver ends with the probe (nothing holds its
+    output open)."""
+    fake = _fake_torch(tmp_path, "class version:\n    cuda = None", distributed=SLEEPS)  # a CPU torch: gloo
+    t0 = time.time()
+    out = subprocess.run([sys.executable, str(PROBE), "--sections", "distributed", "--timeout", "3"],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(fake)), cwd=tmp_path,
+                         timeout=60)
+    assert out.returncode == 3 and json.loads(out.stdout)["probe"]["timed_out"] is True, out.stderr[-2000:]
+    assert time.time() - t0 < 30
+    pids = [int(x) for x in (tmp_path / "rank.pid").read_text().split()]
+    assert len(pids) == 2  # both ranks were running
+    deadline = time.time() + 10
+    while time.time() < deadline and any(_running(pid) for pid in pids):
+        time.sleep(0.1)
+    assert not [pid for pid in pids if _running(pid)]
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_compile_child_starts_ahead_through_the_forkserver(tmp_path):
+    """`probe.pyz --sections compile` (a child started ahead): the child's checks come back (they fail on the
+    stand-in), torch is imported twice in the whole run (the probe's and the forkserver's: the child's is the
+    forkserver's), and the probe's output ends with the probe."""
+    fake = _fake_torch(tmp_path)
+    proc = subprocess.Popen([sys.executable, str(PROBE), "--sections", "compile", "--timeout", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(fake)),
+                            cwd=tmp_path, text=True)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    names = {c["name"] for c in json.loads(out)["checks"]}
+    assert {"compile.toolchain", "compile.cpu_function"} <= names
+    pids = _imports(tmp_path)
+    assert len(pids) == 2 and str(proc.pid) in pids, pids
