@@ -7,7 +7,7 @@ WHEELHOUSE ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
 CA_CERT ?= $(or $(PIP_CERT),/etc/ssl/certs/ca-certificates.crt)
 MATRIX ?= images/cpu.yaml
 
-.PHONY: help install system-deps modern-engine cosign lint test test-unit test-integration build-cpu render-check bench e2e-cuda e2e-zstd-cuda e2e-cuda13-dev e2e-h100 e2e-gh200 e2e-layers binfmt clean
+.PHONY: help install system-deps modern-engine cosign lint test test-all test-unit record-probe-results test-integration build-cpu render-check bench e2e-cuda e2e-zstd-cuda e2e-cuda13-dev e2e-h100 e2e-gh200 e2e-layers binfmt clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -31,11 +31,16 @@ install: system-deps modern-engine cosign $(BIN)/imagebuild ## Install system pa
 lint: $(BIN)/imagebuild ## ruff, render --check of every shipped matrix, mypy (scripts/lint.sh; make test runs it too)
 	scripts/lint.sh
 
-test-unit: $(BIN)/imagebuild ## Unit tests only (no engine)
-	$(BIN)/pytest -q tests/unit
+test-unit: $(BIN)/imagebuild ## Unit tests on every core (no engine; the few that run a real torch are left to make test)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider -n $(JOBS) -m "not torch" tests/unit
 
-test: install ## Everything CI runs: starts a private Docker engine and registry, unit + integration tests
+JOBS ?= 2
+
+test: install ## What CI runs: linters, unit tests, integration tests on private engines and a real registry (docs/testing.md)
 	scripts/run-tests.sh
+
+test-all: install binfmt ## make test plus the full tier: every bench in quick mode, arm64 under QEMU, bootstraps, fresh engines
+	IMAGEBUILD_TIER=all scripts/run-tests.sh
 
 # build-cpu's engine: the dockerd 26.1 `make install` provides, started once under ENGINE_DIR and reused after
 ENGINE_DIR ?= /var/tmp/imagebuild-engine
@@ -44,10 +49,21 @@ build-cpu: install ## The main job on this machine: build the CPU matrix through
 	eval "$$(scripts/modern-engine.sh --fresh $(ENGINE_DIR))" && $(BIN)/imagebuild build --matrix $(MATRIX) \
 	  --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) --torch-index-url none --test
 
+# the probe results tests/unit/test_smoke_recorded.py replays to the smoke suite, recorded from the real CPU images on a
+# fresh engine of their own; the full tier fails when a fresh run drifts from them (tests/integration/test_probe_recordings.py)
+RECORD_ENGINE ?= /var/tmp/imagebuild-record-engine
+
+record-probe-results: install ## Re-record tests/fixtures/probe-results/ from the real CPU images (fresh engine; ~20 min here)
+	eval "$$(scripts/modern-engine.sh --fresh $(RECORD_ENGINE))" \
+	  && PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/imagebuild build --matrix images/cpu.yaml --wheelhouse $(WHEELHOUSE) \
+	    --ca-cert $(CA_CERT) --torch-index-url none --plain \
+	  && $(BIN)/python scripts/record_probe_results.py --matrix images/cpu.yaml; \
+	  rc=$$?; scripts/modern-engine.sh --stop $(RECORD_ENGINE); rm -rf $(RECORD_ENGINE); exit $$rc
+
 render-check: $(BIN)/imagebuild
 	for m in images/*.yaml; do $(BIN)/imagebuild render --matrix $$m --check || exit 1; done
 
-bench: install ## Every benchmark for real (an hour: builds on fresh engines; tables, not tests). CI: scripts/bench-quick.sh
+bench: install ## Every benchmark for real (an hour: builds on fresh engines; tables, not tests). make test-all: scripts/bench-quick.sh
 	$(BIN)/python bench/bench_resolve.py
 	$(BIN)/python bench/bench_te.py --matrix images/h100.yaml
 	eval "$$(scripts/docker-engine.sh)" \

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Every bench script in its --quick mode (small inputs, one repetition), so that no bench can rot unnoticed:
-# scripts/run-tests.sh runs this after the linters, on the engine it started; any bench that exits non-zero (a
-# traceback included) fails the run. The figures printed here are not measurements; `make bench` gives those.
+# `make test-all` (scripts/run-tests.sh, IMAGEBUILD_TIER=all) runs this after the integration tests, on the engines it
+# started; any bench that exits non-zero (a traceback included) fails the run. The figures printed here are not measurements; `make bench` gives those.
 #
 # What is cheap: the pure benches (resolve, te) need no engine. The ones that need built images share ONE build of
 # the smallest thing the project builds, the CPU matrix's base image (`--only base`: bootstrap + base, about a
-# minute, and the integration tests' CPU build then finds the OS image and the base's layers in the engine's cache);
+# minute, or less where the integration tests left the OS image and the base's layers in the engine's cache);
 # each bench then does a no-op of it or pushes it (bench_repro compares a two-file image of its own with itself).
-# A bench added to bench/ must be listed here
+# `--no-engine` runs the pure ones only (make test does). A bench added to bench/ must be listed here
 # (tests/unit/test_bench_scripts.py checks that every bench/*.py is, and that each has --quick).
 #
 # Needs: DOCKER_HOST (or the default socket) reaching an engine, Debian's docker CLI and docker-registry, the
@@ -36,6 +36,10 @@ bench() {  # bench NAME COMMAND...: run it, its output under a header; a failure
 # pure: no engine
 bench bench_resolve python bench/bench_resolve.py --quick
 bench bench_te python bench/bench_te.py --quick
+if [[ "${1:-}" == --no-engine ]]; then  # make test: only these (the rest needs built images: make test-all)
+  echo "bench-quick: the benches without an engine ran ($((SECONDS - started)) s)" >&2
+  exit 0
+fi
 
 # the one build the others reuse (a real build on a fresh engine, a no-op on a warm one)
 bench "build --only base" imagebuild build "${build[@]}" --plain --report-dir "$work/report"

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The README's test command (`make test`) ends here; .ci/run calls `make test`.
 # First the linters (scripts/lint.sh: ruff, shellcheck, `render --check` of every shipped matrix, mypy): any finding
-# fails the run before an engine is started or a test runs. Then, on the engine, every bench in its quick mode
-# (scripts/bench-quick.sh), then pytest.
+# fails the run before an engine is started or a test runs. Then the unit tests on every core (pytest-xdist), then
+# the integration tests one at a time in a random order (the seed is in pytest's header: IMAGEBUILD_TEST_SEED=N
+# repeats it). Last, what the run cost the two engines (scripts/engine_counts.py) and each phase's seconds.
+# Tiers (docs/testing.md): IMAGEBUILD_TIER=ci (the default, `make test`, CI) leaves out the tests marked full_tier;
+# IMAGEBUILD_TIER=all (`make test-all`) runs them and, last, every bench in its quick mode (scripts/bench-quick.sh).
+# Arguments are given to the integration tests' pytest.
 # Starts a PRIVATE Docker engine with an empty data-root for this run, so no test can pass on images or build cache
 # left by an earlier session; stops it and deletes its data afterwards. IMAGEBUILD_REUSE_ENGINE=1 uses the engine
 # DOCKER_HOST (or the default socket) reaches instead — faster while developing, not what CI does.
@@ -12,11 +16,28 @@
 # as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tier="${IMAGEBUILD_TIER:-ci}"
+case "$tier" in
+  ci) select=(-m "not full_tier") ;;
+  all) select=() ;;
+  *) echo "error: run-tests: IMAGEBUILD_TIER=$tier; choices: ci, all" >&2; exit 2 ;;
+esac
+started=$SECONDS
+phases=()
+phase() { phases+=("$1 $((SECONDS - ${2:-$started}))s"); }
 export PATH="$PWD/.venv/bin:$PATH"
 export IMAGEBUILD_WHEELHOUSE="${IMAGEBUILD_WHEELHOUSE:-${PIP_FIND_LINKS:-/opt/wheels}}"
 export IMAGEBUILD_CA_CERT="${IMAGEBUILD_CA_CERT:-${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}}"
 
 scripts/lint.sh
+phase lint
+t0=$SECONDS
+# unit tests on every core: no engine, order-free (each has its own tmp folder and record folder)
+# (REQUIRE_ENGINE: a test that cannot make its torch venv fails instead of skipping, as under CI before)
+IMAGEBUILD_REQUIRE_ENGINE=1 python -m pytest -q -p no:cacheprovider -n "${IMAGEBUILD_TEST_JOBS:-2}" --durations=20 tests/unit
+phase unit "$t0"
+# the benches that need no engine, in their quick mode (the others run in make test-all)
+scripts/bench-quick.sh --no-engine
 
 # what this run started or made, undone on exit in reverse order whatever happens
 # (each entry is expanded when it runs, hence single quotes: SC2016 is meant)
@@ -50,8 +71,22 @@ layer_cache="$(mktemp -d /var/tmp/imagebuild-layer-cache.XXXXXX)"
 # shellcheck disable=SC2016
 undo+=('rm -rf "$layer_cache"')
 export IMAGEBUILD_LAYER_CACHE="$layer_cache"
-echo "run-tests: engine at ${DOCKER_HOST:-default socket}; BuildKit engine at $IMAGEBUILD_BUILDKIT_HOST" >&2
-# every bench in --quick mode on this engine: a bench that crashes fails the run (its base build is reused below)
-scripts/bench-quick.sh
+echo "run-tests: tier $tier; engine at ${DOCKER_HOST:-default socket}; BuildKit engine at $IMAGEBUILD_BUILDKIT_HOST" >&2
+# read by the undo entry below when it runs (hence SC2034)
+# shellcheck disable=SC2034
+engines_since="$(date +%s)"
+# shellcheck disable=SC2034
+classic_host="${DOCKER_HOST:-unix:///var/run/docker.sock}"
+# shellcheck disable=SC2016
+undo+=('python scripts/engine_counts.py --since "$engines_since" "classic=$classic_host" "buildkit=$IMAGEBUILD_BUILDKIT_HOST" || true; echo "run-tests: tier $tier, ${phases[*]}, total $((SECONDS - started))s" >&2')
+t0=$SECONDS
 # the slowest tests by name at the end: where the run's time goes (CI must stay well under its 90 minutes)
-python -m pytest -q -p no:cacheprovider --durations=40 tests "$@"
+python -m pytest -q -p no:cacheprovider --durations=40 "${select[@]}" tests/integration "$@"
+phase integration "$t0"
+if [[ "$tier" == all ]]; then
+  # every bench in --quick mode on these engines, after the tests (which must find the engines empty: the session's
+  # build proves its own bootstrap): a bench that crashes fails the run
+  t0=$SECONDS
+  scripts/bench-quick.sh
+  phase bench-quick "$t0"
+fi

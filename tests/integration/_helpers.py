@@ -45,8 +45,8 @@ def bk_args(cpu_build, tmp: Path) -> list[str]:
     args = cpu_build.build_args()
     args[args.index("--log-dir") + 1] = str(tmp / "logs")
     args[args.index("--report-dir") + 1] = str(tmp / "report")
-    # --force: bench-quick's BuildKit bench built the CPU base in this engine before the tests (another tag, the same
-    # inputs hash): without it that image is rightly "up to date" and nothing here would prove a BuildKit build
+    # --force: on a warm engine (IMAGEBUILD_BUILDKIT_HOST set by hand, or benches run before) the same inputs hash is
+    # rightly "up to date" and nothing here would prove a BuildKit build
     return [*args, "--backend", "buildkit", "--test", "--no-registry-cache", "--force"]
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +18,59 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _helpers import BK_HOST, ROOT, bk_args, bk_env, imagebuild, start_registry, stop_registry  # noqa: E402
+from _helpers import BK_HOST, start_registry, stop_registry  # noqa: E402
 from _helpers import PASSWORD as PUSH_PASSWORD  # noqa: E402
 from _helpers import USER as PUSH_USER  # noqa: E402
+from _images import WHEELHOUSE, ImageProvider  # noqa: E402
 
-WHEELHOUSE = Path(os.environ.get("IMAGEBUILD_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS") or "/opt/wheels")
-CA = os.environ.get("IMAGEBUILD_CA_CERT") or os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
+SEED_VARIABLE = "IMAGEBUILD_TEST_SEED"
+
+
+def _order_seed() -> int | None:
+    """The integration tests run in a random order (files shuffled, then the tests inside each file): a test that
+    passes only after another one fails somewhere. IMAGEBUILD_TEST_SEED=N repeats an order, =none keeps file order."""
+    value = os.environ.get(SEED_VARIABLE, "")
+    if value == "none":
+        return None
+    if value:
+        try:
+            return int(value)
+        except ValueError:
+            raise pytest.UsageError(f"{SEED_VARIABLE}={value!r}: not a number; choices: an integer, none") from None
+    seed = secrets.randbelow(1_000_000)
+    os.environ[SEED_VARIABLE] = str(seed)  # the same seed in pytest's header and for any child that asks
+    return seed
+
+
+def pytest_report_header(config):
+    seed = os.environ.get(SEED_VARIABLE, "")
+    if seed and seed != "none":
+        return f"integration order: random, {SEED_VARIABLE}={seed} repeats it"
+    return "integration order: file order"
+
+
+def pytest_collection_modifyitems(session, config, items):
+    seed = _order_seed()
+    mine = [i for i in items if Path(str(i.fspath)).parent == Path(__file__).parent]
+    if seed is None or not mine:
+        return
+    import random
+
+    rng = random.Random(seed)
+    by_file: dict[str, list] = {}
+    for item in mine:
+        by_file.setdefault(str(item.fspath), []).append(item)
+    files = sorted(by_file)
+    rng.shuffle(files)
+    order = []
+    for name in files:  # a file's tests stay together: its module-scoped fixtures are made once
+        tests = by_file[name]
+        rng.shuffle(tests)
+        order.extend(tests)
+    chosen = set(mine)
+    items[:] = [i for i in items if i not in chosen] + order
+
+
 USER = "ibci"
 
 
@@ -109,49 +155,34 @@ def registry(docker_client):
     stop_registry(info)
 
 
-@dataclass
-class CpuBuild:
-    client: object
-    plan: object
-    result: subprocess.CompletedProcess
-    tmp: Path
-    registry: Registry
-    prefix: str  # --registry given to every command: 127.0.0.1:PORT/ibtest-xxxx
+@pytest.fixture(scope="session")
+def provider(auth_registry, client, tmp_path_factory):
+    """The run's image provider (_images.py): the CPU matrix once per backend, small images derived from it."""
+    made = ImageProvider(auth_registry, client, tmp_path_factory.mktemp("images"))
+    _PROVIDERS.append(made)
+    yield made
+    made.cleanup()
 
-    def args(self, *extra: str) -> list[str]:
-        return ["--matrix", str(ROOT / "images" / "cpu.yaml"), "--registry", self.prefix, *extra]
 
-    def build_args(self) -> list[str]:
-        return self.args("--wheelhouse", str(WHEELHOUSE), "--ca-cert", CA, "--torch-index-url", "none", "--plain",
-                         "--log-dir", str(self.tmp / "logs"), "--report-dir", str(self.tmp / "report"))
+_PROVIDERS: list[ImageProvider] = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    for made in _PROVIDERS:
+        for line in made.summary():
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
-def cpu_build(auth_registry, client, tmp_path_factory):
+def cpu_build(provider):
     """images/cpu.yaml built for real (bootstrap Debian 12 → base → runtime → dev), tagged for the test registry."""
-    from imagebuild.inputs import BuildInputs
-    from imagebuild.plan import make_plan
-
     if not list(WHEELHOUSE.glob("torch-2.13.0*cp311*.whl")):
         pytest.skip(f"no torch 2.13.0 cp311 wheel in {WHEELHOUSE}")
-    tmp = tmp_path_factory.mktemp("cpu")
-    prefix = f"{auth_registry.address}/ibtest-{secrets.token_hex(4)}"
-    plan = make_plan(ROOT / "images" / "cpu.yaml",
-                     BuildInputs(ca_certs=(Path(CA),), torch_index_url="none", wheelhouse=WHEELHOUSE), prefix)
-    build = CpuBuild(client, plan, None, tmp, auth_registry, prefix)  # type: ignore[arg-type]
-    # a proxy variable that must never reach the image (build arg only)
-    build.result = imagebuild("build", *build.build_args(), "--force", env={"no_proxy": "ibtest-noproxy.invalid"})
-    yield build
-    for img in plan.images:
-        for ref in (img.tag, *img.aliases):
-            try:
-                client.api.remove_image(ref, force=True)
-            except Exception:
-                pass
+    return provider.cpu()
 
 
 @pytest.fixture(scope="session")
-def bk_build(cpu_build, tmp_path_factory):
+def bk_build(provider, cpu_build):
     """images/cpu.yaml built (--force) and smoke-tested through the BuildKit backend on the modern engine, once per
     session (test_buildkit_backend.py compares it with cpu_build; test_env_layers.py rebuilds its runtime with one
     package more): (CompletedProcess, docker client of that engine, its folder: report/, logs/, state/)."""
@@ -160,10 +191,10 @@ def bk_build(cpu_build, tmp_path_factory):
             pytest.fail("IMAGEBUILD_BUILDKIT_HOST is not set: scripts/run-tests.sh starts the modern engine")
         pytest.skip("no modern engine: eval \"$(scripts/modern-engine.sh --fresh DIR)\" and set "
                     "IMAGEBUILD_BUILDKIT_HOST to its DOCKER_HOST")
-    import docker
+    return provider.buildkit(BK_HOST)
 
-    tmp = tmp_path_factory.mktemp("bk")
-    result = imagebuild("build", *bk_args(cpu_build, tmp), env=bk_env(tmp / "state"), timeout=3600)
-    client = docker.DockerClient(base_url=BK_HOST, timeout=600)
-    yield result, client, tmp
-    client.close()
+
+@pytest.fixture(scope="session")
+def derive(provider):
+    """provider.derive: an image FROM a built one plus a few Dockerfile lines (see _images.py)."""
+    return provider.derive

@@ -42,6 +42,15 @@ def _env(tmp: Path) -> dict[str, str]:
     return {"DOCKER_HOST": BK_HOST, "DOCKER_CONFIG": BK_CONFIG, "IMAGEBUILD_STATE_DIR": str(tmp / "state")}
 
 
+# the emulated build is the full tier's (make test-all): an arm64 bootstrap and build under QEMU take ~10 minutes here;
+# the classic builder's refusal below needs no build and stays in make test
+def emulated(test):
+    """Marks a test of the emulated build: full tier, QEMU, an arm64 bootstrap."""
+    for mark in (pytest.mark.full_tier, pytest.mark.qemu, pytest.mark.bootstrap):
+        test = mark(test)
+    return test
+
+
 @pytest.fixture(scope="module")
 def arm_build(tmp_path_factory):
     required = os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1"
@@ -66,6 +75,7 @@ def arm_build(tmp_path_factory):
     client.close()
 
 
+@emulated
 def test_arm64_base_builds_and_passes_its_smoke_suite_under_emulation(arm_build):
     result, client, tmp, _ = arm_build
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -87,8 +97,8 @@ def test_arm64_base_builds_and_passes_its_smoke_suite_under_emulation(arm_build)
     assert row["image_id"] in {entry["image_id"] for entry in record["images"].values()}
 
 
-def test_the_classic_builder_refuses_arm64_before_anything_builds(arm_build, tmp_path):
-    _, _, _, matrix = arm_build
+def test_the_classic_builder_refuses_arm64_before_anything_builds(tmp_path):
+    matrix = _matrix(tmp_path)
     result = imagebuild("build", "--matrix", str(matrix), "--backend", "classic", "--force",
                         "--report-dir", str(tmp_path / "report"), env=_env(tmp_path))
     assert result.returncode == 2
@@ -99,6 +109,7 @@ def test_the_classic_builder_refuses_arm64_before_anything_builds(arm_build, tmp
     assert not (tmp_path / "report" / "build-report.json").exists()
 
 
+@emulated
 def test_both_platforms_are_pushed_as_one_tag_an_oci_index(arm_build, tmp_path):
     """`imagebuild push`: each platform's base written by digest, then one OCI index under the plain tag (the
     arm64 image keeps its own `-arm64-` tag); the modern engine pulls that one tag as either platform."""
@@ -146,6 +157,7 @@ def test_both_platforms_are_pushed_as_one_tag_an_oci_index(arm_build, tmp_path):
         stop_registry(registry)
 
 
+@emulated
 def test_export_platform_writes_the_arm64_sqsh(arm_build, tmp_path):
     """`export --matrix M --platform linux/arm64`: the arm64 row of a two-platform plan as an enroot .sqsh whose
     binaries are aarch64 (ELF e_machine 183); without --platform the choice is one error line naming both."""

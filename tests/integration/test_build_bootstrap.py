@@ -1,6 +1,8 @@
 """The bootstrap base source for real: mmdebstrap of Debian 12 from the mirror, imported through the SDK, reused.
 
-Slow (~1 min, downloads ~40 MB from the Debian mirror). Uses its own repository name and removes its image.
+`make test` reads the Debian 12 bootstrap the session's CPU build made (conftest.cpu_build: the one Debian bootstrap
+of the classic engine) and bootstraps Ubuntu 24.04 once; the full tier (`make test-all`) bootstraps Debian 12 again
+under a repository of its own (~1 min, ~40 MB from the mirror) and Ubuntu 24.04 twice (bit-reproducible).
 """
 
 from __future__ import annotations
@@ -23,6 +25,31 @@ DEBIAN12 = OSInfo(id="debian12", family="debian", version="12", codename="bookwo
                   archive_keys=load_tables().os["debian12"].archive_keys, keyring="debian-archive.asc")
 
 
+def test_the_sessions_debian12_bootstrap_is_labelled_and_reused(cpu_build, client, tmp_path):
+    """The OS image the session's CPU build bootstrapped (its log in the build's log folder): labelled with its spec's
+    hash and suite, Python 3.11 + tini + bookworm inside, no man pages; asked again, it is reused by tag and label."""
+    assert cpu_build.result.returncode == 0, cpu_build.result.stderr[-3000:]
+    [base] = [img for img in cpu_build.plan.images if img.flavor == "base"]
+    spec = bootstrap.spec_for(base.variant)
+    logs = sorted((cpu_build.tmp / "logs").rglob(f"bootstrap-debian12-{spec.hash()[:12]}.log"))
+    assert logs, f"the session's build left no bootstrap log in {cpu_build.tmp / 'logs'}: it did not bootstrap"
+    assert "mmdebstrap" in logs[0].read_text() or "debootstrap" in logs[0].read_text()
+    info = client.api.inspect_image(spec.tag)
+    labels = info["Config"]["Labels"]
+    assert labels[bootstrap.HASH_LABEL] == spec.hash()
+    assert labels["io.imagebuild.bootstrap-suite"] == "bookworm"
+    out = client.containers.run(
+        spec.tag, ["sh", "-c", "python3 -c 'import sys, venv, ssl; print(sys.version_info[:2])'; tini --version;"
+                               " . /etc/os-release; echo $VERSION_CODENAME; ls /usr/share/man | wc -l"],
+        network_mode="none", remove=True).decode().split("\n")
+    assert out[0] == "(3, 11)" and out[1].startswith("tini version") and out[2] == "bookworm"
+    assert out[3] == "0"  # man pages filtered out
+    again = bootstrap.ensure_bootstrap(client, spec, log_dir=tmp_path)
+    assert again.reused and again.image_id == info["Id"]
+
+
+@pytest.mark.full_tier
+@pytest.mark.bootstrap
 def test_bootstrap_debian12_import_label_reuse(client, tmp_path):
     var = ResolvedVariant(key="k", name="n", registry="", versions=Versions("0", "cpu", "3.11", "debian12"),
                           cuda_tag="cpu", os=DEBIAN12, base=BaseSource(kind="bootstrap"), torch_index_url=None,
@@ -66,9 +93,21 @@ def _ubuntu_archive_answers() -> str | None:
         return f"the Ubuntu archive does not answer ({UBUNTU_ARCHIVE}: {exc})"
 
 
-def test_bootstrap_ubuntu2404_on_this_host_verified_and_bit_reproducible(client, tmp_path):
+@pytest.mark.bootstrap
+def test_bootstrap_ubuntu2404_on_this_host_verified(client, tmp_path):
     """An Ubuntu 24.04 base from the Ubuntu archive (updates + security pockets) on a Debian host: apt trusts only the
-    pinned archive keys; two bootstraps of the same mirror state give one layer digest."""
+    pinned archive keys (one bootstrap; the full tier's test below makes two and compares them)."""
+    _ubuntu_bootstraps(client, tmp_path, times=1)
+
+
+@pytest.mark.full_tier
+@pytest.mark.bootstrap
+def test_bootstrap_ubuntu2404_on_this_host_verified_and_bit_reproducible(client, tmp_path):
+    """As above, twice: two bootstraps of the same mirror state give one layer digest."""
+    _ubuntu_bootstraps(client, tmp_path, times=2)
+
+
+def _ubuntu_bootstraps(client, tmp_path: Path, times: int) -> None:
     reason = _ubuntu_archive_answers()
     if reason:
         pytest.skip(reason)
@@ -84,14 +123,14 @@ def test_bootstrap_ubuntu2404_on_this_host_verified_and_bit_reproducible(client,
     assert epoch and int(epoch) > 1_700_000_000
     layers, ids = [], []
     try:
-        for _ in range(2):
+        for _ in range(times):
             res = bootstrap.ensure_bootstrap(client, spec, force=True, log_dir=tmp_path)
             info = client.api.inspect_image(res.image_id)
             layers.append(info["RootFS"]["Layers"])
             ids.append(res.image_id)
             log = Path(res.log_path).read_text()
             assert "--keyring=" in log and "ubuntu24.04-archive.gpg" in log
-        assert len(layers[0]) == 1 and layers[0] == layers[1], layers  # one digest for the same mirror state
+        assert len(layers[0]) == 1 and all(more == layers[0] for more in layers[1:]), layers  # one digest
         out = client.containers.run(
             spec.tag, ["sh", "-c", ". /etc/os-release; echo $ID $VERSION_ID $VERSION_CODENAME; "
                                    "python3 -c 'import sys, venv, ssl; print(sys.version_info[:2])'; tini --version; "
@@ -99,7 +138,7 @@ def test_bootstrap_ubuntu2404_on_this_host_verified_and_bit_reproducible(client,
             network_mode="none", remove=True).decode().split("\n")
         assert out[0] == "ubuntu 24.04 noble" and out[1] == "(3, 12)" and out[2].startswith("tini version")
         assert out[3].startswith("apt ")  # Ubuntu's minbase lacks apt; every flavor installs with apt-get
-        print(f"\nbootstrap ubuntu24.04: layer {layers[0][0][:19]} twice, epoch {epoch}")
+        print(f"\nbootstrap ubuntu24.04: layer {layers[0][0][:19]} {times} time(s), epoch {epoch}")
     finally:
         for image_id in dict.fromkeys(ids):
             try:

@@ -5,7 +5,8 @@ one: images/cpu.yaml, torch 2.13.0 CPU from the wheelhouse, tiers torch + matrix
 is rebuilt ONCE with one package (six) added to the matrix's pip_packages: every layer up to numpy's keeps its diff ID,
 six's layer comes next and only it (and the small steps above it) is new; the tiers' file sets are disjoint (no upper
 layer rewrites a lower one's file); `pip check` passes in the rebuilt image; its build report names each environment layer with its size. One
-runtime build per backend in CI (the base is up to date: same inputs hash). The rebuild has its own records and
+runtime build per backend (the base is up to date: same inputs hash): BuildKit's, the default backend, in make test;
+the classic builder's in the full tier (make test-all). The rebuild has its own records and
 registry namespace, so the session's tags and records still name the images/cpu.yaml builds.
 
 Not in CI: the same layer list from a second fresh BuildKit engine (`make e2e-layers`, tests/e2e/e2e_env_layers.py).
@@ -18,6 +19,7 @@ import secrets
 import tarfile
 from pathlib import Path
 
+import pytest
 from _helpers import BK_CONFIG, BK_HOST, ROOT, imagebuild
 
 from imagebuild.report.layers import tier_steps
@@ -115,6 +117,7 @@ def _check_layers(client, first_id: str, second: dict, tmp: Path) -> None:
     assert b"2.13.0" in out
 
 
+@pytest.mark.full_tier
 def test_classic_builder_keeps_every_layer_below_the_changed_tier(cpu_build, client, tmp_path):
     assert cpu_build.result.returncode == 0, cpu_build.result.stderr[-3000:]
     [runtime] = [img for img in cpu_build.plan.images if img.flavor == "runtime"]

@@ -12,7 +12,6 @@ The derived images are removed at the end.
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 import sys
 import time
@@ -112,7 +111,7 @@ USER 1000
 """, "uid.tmp_writable", "temp dir /tmp not writable by uid 12345 gid 0"),
     "torchperm": ("runtime", """\
 USER 0
-RUN s="{site}"; chown -R 1000:1000 "$s/torch" && chmod -R go-rwx "$s/torch"
+RUN s="{site}"; chown 1000:1000 "$s/torch" && chmod 700 "$s/torch"
 USER 1000
 """, "uid.torch_import", "as uid 12345"),
     "home": ("runtime", """\
@@ -129,30 +128,15 @@ def runtime_image(request):
 
 
 @pytest.fixture(scope="module")
-def broken(client, request, tmp_path_factory):
-    """kind -> tag of the derived image (BROKEN, or "parent-loaded": PARENT_LOADED on the runtime), built lazily;
-    all removed at the end."""
-    token = secrets.token_hex(4)
-    built: dict[str, str] = {}
+def broken(derive, request):
+    """kind -> tag of the derived image (BROKEN, or "parent-loaded": PARENT_LOADED on the runtime), built lazily by
+    the run's image provider (conftest.derive) and removed at the end of the run."""
 
     def get(kind: str) -> str:
-        if kind not in built:
-            flavor, lines = ("runtime", PARENT_LOADED) if kind == "parent-loaded" else BROKEN[kind][:2]
-            ctx = tmp_path_factory.mktemp(f"broken-{kind}")
-            (ctx / "Dockerfile").write_text(f"FROM {cpu_image(request, flavor)}\n" + lines.format(site=SITE))
-            tag = f"ibtest-broken-{kind}:{token}"
-            t0 = time.time()
-            client.images.build(path=str(ctx), tag=tag, network_mode="host", rm=True, forcerm=True)
-            print(f"\nbuilt {tag} in {time.time() - t0:.1f}s")
-            built[kind] = tag
-        return built[kind]
+        flavor, lines = ("runtime", PARENT_LOADED) if kind == "parent-loaded" else BROKEN[kind][:2]
+        return derive(f"broken-{kind}", cpu_image(request, flavor), lines.format(site=SITE))
 
-    yield get
-    for tag in built.values():
-        try:
-            client.images.remove(tag, force=True)
-        except Exception:
-            pass
+    return get
 
 
 def _test(ref: str, tmp_path: Path) -> tuple[int, dict[str, dict]]:

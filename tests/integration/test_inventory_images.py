@@ -9,11 +9,10 @@ import hashlib
 import io
 import json
 import secrets
-import tarfile
 import zipfile
 
 import pytest
-from _helpers import MTIME, imagebuild
+from _helpers import imagebuild
 
 from imagebuild.render.data import DEV_APT, JUPYTERLAB_VERSION
 
@@ -50,25 +49,13 @@ def _wheel() -> tuple[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def derived(images):
-    build, runtime, _ = images
-    client = build.client
+def derived(images, derive):
+    """The runtime plus one wheel installed and one package purged, from the run's image provider."""
+    _, runtime, _ = images
     wheel_name, wheel = _wheel()
-    dockerfile = (f"FROM {client.images.get(runtime.tag).id}\nUSER root\nCOPY {wheel_name} /tmp/\n"
+    return derive("inventory", runtime.tag, f"USER root\nCOPY {wheel_name} /tmp/\n"
                   f"RUN pip install --no-index --no-deps /tmp/{wheel_name} && rm /tmp/{wheel_name} "
-                  f"&& dpkg --purge {PURGED}\nUSER ml\n").encode()
-    ctx = io.BytesIO()
-    with tarfile.open(fileobj=ctx, mode="w") as tar:
-        for name, data in (("Dockerfile", dockerfile), (wheel_name, wheel)):
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime = len(data), MTIME
-            tar.addfile(info, io.BytesIO(data))
-    ctx.seek(0)
-    tag = f"ibtest-inventory-{secrets.token_hex(4)}:derived"
-    image, _ = client.images.build(fileobj=ctx, custom_context=True, tag=tag, rm=True, forcerm=True,
-                                   network_mode="host")  # the SDK raises BuildError on an error in the stream
-    yield tag
-    client.api.remove_image(image.id, force=True)
+                  f"&& dpkg --purge {PURGED}\nUSER ml\n", files={wheel_name: wheel})
 
 
 def test_sbom_of_runtime_validates_and_holds_torch_and_libc(images, tmp_path):

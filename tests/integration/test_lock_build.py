@@ -97,7 +97,11 @@ def _run(client, image: str, script: str) -> str:
     return out.decode()
 
 
+@pytest.mark.full_tier
+@pytest.mark.cold_build
 def test_locked_cpu_runtime_installs_exactly_the_locked_files(engine, tmp_path):
+    """A locked base + runtime built for real (~2 minutes: a runtime on another base, so torch is installed cold);
+    make test keeps the tampered-hash build below: pip's --require-hashes on the lock, on a real build."""
     client, made = engine
     matrix = _matrix(tmp_path, "[base, runtime]")
     lock = _lock(matrix)

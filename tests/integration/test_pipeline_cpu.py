@@ -91,8 +91,10 @@ def test_push_pull_back_and_test_the_copy(tested):
     assert runtime.short_tag in md
 
 
-def test_build_with_test_flag_and_relative_report_dir(cpu_build, tmp_path):
-    """`imagebuild build --test` as the README's main job runs it: relative --report-dir, from another folder."""
+def test_build_with_test_flag_and_relative_report_dir(tested, tmp_path):
+    """`imagebuild build --test` as the README's main job runs it: relative --report-dir, from another folder; after
+    the module's `test` run (the `tested` fixture) passed the suite on these very images."""
+    cpu_build, _, _ = tested
     assert cpu_build.result.returncode == 0
     args = [a for a in cpu_build.build_args()]
     i = args.index("--report-dir")

@@ -4,7 +4,7 @@ After the session's build (tests/integration/conftest.py `cpu_build`), with no b
 - `plan` shows, for every image, the inputs hash its label carries and the image ID the engine holds;
 - `test` and `push --registry OTHER` work on the same images by ID (a second registry: no rebuild, no retest);
 - a second, fresh engine (its own data-root) asks the registry first: (a) nothing changed: every image is up to
-  date in the registry, nothing is pulled or built; (b) a change that only touches the dev flavor: runtime is
+  date in the registry, nothing is pulled or built; (b, make test-all) a change that only touches the dev flavor: runtime is
   pulled once by digest, only dev is built on it.
 """
 
@@ -103,13 +103,19 @@ def engine_b():
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def _pushed(build, tmp_path: Path, engine_b) -> dict[str, str]:
+    """The matrix pushed to the session's registry; the environment of a CLI run on engine B."""
+    push = imagebuild("push", *build.args("--report-dir", str(tmp_path / "push")), env=creds(build.registry))
+    assert push.returncode == 0, push.stdout[-3000:] + push.stderr[-3000:]
+    host, _ = engine_b
+    return {"DOCKER_HOST": host, "IMAGEBUILD_STATE_DIR": str(tmp_path / "state-b"), **creds(build.registry)}
+
+
+@pytest.mark.fresh_engine
 def test_fresh_engine_takes_unchanged_images_from_the_registry(tested_build, engine_b, tmp_path):
     build = tested_build
-    registry = build.registry
-    push = imagebuild("push", *build.args("--report-dir", str(tmp_path / "push")), env=creds(registry))
-    assert push.returncode == 0, push.stdout[-3000:] + push.stderr[-3000:]
-    host, client_b = engine_b
-    env = {"DOCKER_HOST": host, "IMAGEBUILD_STATE_DIR": str(tmp_path / "state-b"), **creds(registry)}
+    env = _pushed(build, tmp_path, engine_b)
+    _, client_b = engine_b
 
     # (a) nothing changed: up to date in the registry, nothing pulled, nothing built
     t0 = time.monotonic()
@@ -124,7 +130,16 @@ def test_fresh_engine_takes_unchanged_images_from_the_registry(tested_build, eng
     assert all(r["status"] == "up-to-date" and r["source"].startswith("registry ") for r in rows_a), rows_a
     print(f"\nregistry cache (a) no change on a fresh engine: {seconds_a:.1f}s, 0 images pulled")
 
-    # (b) a change that only touches dev: runtime pulled once by digest, only dev built on it
+
+@pytest.mark.full_tier
+@pytest.mark.fresh_engine
+@pytest.mark.cold_build
+def test_fresh_engine_pulls_the_parent_of_the_one_changed_image(tested_build, engine_b, tmp_path):
+    """A change that only touches dev: runtime pulled once by digest, only dev built on it (~2 minutes: the pull
+    and a cold dev build; make test keeps the test above, nothing changed: nothing pulled, nothing built)."""
+    build = tested_build
+    env = _pushed(build, tmp_path, engine_b)
+    _, client_b = engine_b
     matrix = tmp_path / "cpu.yaml"
     text = (ROOT / "images" / "cpu.yaml").read_text()
     assert "    runtime: [numpy]" in text

@@ -2,8 +2,10 @@
 with unchanged inputs keeps every image ID; a rebuild that misses the engine's cache but reproduces the layers keeps
 the previous image.
 
-The bootstrap test runs mmdebstrap twice (~1-2 min each, ~40 MB from the Debian mirror) and starts a private engine
-(scripts/docker-engine.sh --fresh); the --force test reuses the session's CPU matrix build (cpu_build).
+In `make test` the session's two Debian 12 bootstraps (conftest.cpu_build's on the classic engine, conftest.bk_build's
+on the modern one: two mmdebstrap runs, two engines) are compared. The full tier's test bootstraps twice more, on the
+classic engine and a private fresh one (scripts/docker-engine.sh --fresh), and compares the image IDs; the --force
+test reuses the session's CPU matrix build (cpu_build).
 """
 
 from __future__ import annotations
@@ -62,6 +64,27 @@ def _debian12_spec() -> bootstrap.BootstrapSpec:
     return dataclasses.replace(bootstrap.spec_for(var), repository=f"ibdev-repro-{secrets.token_hex(4)}-os")
 
 
+def test_the_sessions_two_engines_bootstrapped_one_layer(cpu_build, bk_build):
+    """Two independent mmdebstrap runs of this session, one per engine (each engine's first build found no OS image):
+    one layer with one diff ID, the same labels and creation date (the mirror's)."""
+    result, modern, folder = bk_build
+    assert cpu_build.result.returncode == 0 and result.returncode == 0, result.stderr[-3000:]
+    [base] = [img for img in cpu_build.plan.images if img.flavor == "base"]
+    spec = bootstrap.spec_for(base.variant)
+    for logs in (cpu_build.tmp / "logs", folder / "logs"):  # each build bootstrapped for itself
+        assert sorted(logs.rglob(f"bootstrap-debian12-{spec.hash()[:12]}.log")), f"no bootstrap log in {logs}"
+    one, two = cpu_build.client.api.inspect_image(spec.tag), modern.api.inspect_image(spec.tag)
+    if one["Created"] != two["Created"]:  # the creation date is the mirror's InRelease date
+        pytest.skip(f"the Debian mirror changed between the session's two bootstraps ({one['Created']}, "
+                    f"{two['Created']}): not the same input")
+    assert len(one["RootFS"]["Layers"]) == 1 and one["RootFS"]["Layers"] == two["RootFS"]["Layers"]
+    assert one["Config"]["Labels"] == two["Config"]["Labels"]
+    print(f"\nbootstrap debian12 on the session's two engines: layer {one['RootFS']['Layers'][0][:19]} twice")
+
+
+@pytest.mark.full_tier
+@pytest.mark.bootstrap
+@pytest.mark.fresh_engine
 def test_bootstrap_on_a_second_fresh_engine_gives_the_same_image_id(client, fresh_engine, tmp_path):
     spec = _debian12_spec()
     epoch = bootstrap.mirror_epoch(spec)

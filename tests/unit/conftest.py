@@ -44,3 +44,11 @@ def torch_python() -> str:
     from _torch_venv import torch_python as make
 
     return make()
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that asks for `torch_python` runs a real torch: marked `torch`, so `make test-unit` (-m "not torch")
+    stays quick while `make test` and CI run it."""
+    for item in items:
+        if "torch_python" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.torch)

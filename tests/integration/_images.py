@@ -1,0 +1,171 @@
+"""The integration tests' image provider: every image a test needs, built once per test run and handed out by role.
+
+- The CPU matrix (images/cpu.yaml) per backend: `classic` on the Docker 20.10 engine DOCKER_HOST names, `buildkit`
+  on the dockerd 26.1 engine IMAGEBUILD_BUILDKIT_HOST names. Each is built at most once per run, the first time a
+  test asks for it (conftest.cpu_build / conftest.bk_build), `--force` so that every step runs its cache check even
+  on a warm engine; the plan's inputs hashes key it (`inputs_hash`).
+- Derived images: a test that needs a broken or changed image gets one FROM a built image (`derive`): a few
+  Dockerfile lines over the parent's image ID, built in seconds, named by the hash of what it is made of (the same
+  derivation asked twice is built once), removed when the run ends.
+
+Tests never build images/cpu.yaml themselves and never bootstrap an OS for a broken variant; what this module built
+is printed at the end of the run (conftest.pytest_terminal_summary), beside what the engines did
+(scripts/engine_counts.py in scripts/run-tests.sh).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import secrets
+import subprocess
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from _helpers import ROOT, bk_args, bk_env, imagebuild
+
+WHEELHOUSE = Path(os.environ.get("IMAGEBUILD_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS") or "/opt/wheels")
+CA = os.environ.get("IMAGEBUILD_CA_CERT") or os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
+MATRIX = ROOT / "images" / "cpu.yaml"
+MTIME = 1_700_000_000
+
+
+@dataclass
+class CpuBuild:
+    """images/cpu.yaml built on the classic engine for the session's registry prefix."""
+    client: object
+    plan: object
+    result: subprocess.CompletedProcess
+    tmp: Path
+    registry: object  # conftest.Registry
+    prefix: str  # --registry given to every command: 127.0.0.1:PORT/ibtest-xxxx
+
+    def args(self, *extra: str) -> list[str]:
+        return ["--matrix", str(MATRIX), "--registry", self.prefix, *extra]
+
+    def build_args(self) -> list[str]:
+        return self.args("--wheelhouse", str(WHEELHOUSE), "--ca-cert", CA, "--torch-index-url", "none", "--plain",
+                         "--log-dir", str(self.tmp / "logs"), "--report-dir", str(self.tmp / "report"))
+
+    def tag(self, flavor: str) -> str:
+        return next(i.tag for i in self.plan.images if i.flavor == flavor)
+
+    def inputs_hash(self, flavor: str) -> str:
+        return next(i.inputs_hash for i in self.plan.images if i.flavor == flavor)
+
+
+@dataclass
+class Built:
+    """One thing the provider made: what, on which engine, in how many seconds."""
+    what: str
+    engine: str
+    seconds: float
+
+
+@dataclass
+class ImageProvider:
+    registry: object  # conftest.Registry
+    client: object  # the classic engine (imagebuild.engine.connect)
+    folder: Path
+    prefix: str = field(default_factory=lambda: f"ibtest-{secrets.token_hex(4)}")
+    made: list[Built] = field(default_factory=list)
+    _cpu: CpuBuild | None = None
+    _bk: tuple | None = None
+    _derived: dict[str, tuple[object, str]] = field(default_factory=dict)  # key -> (engine client, tag)
+
+    # -- the CPU matrix, once per backend -------------------------------------------------------------------------
+
+    def cpu(self) -> CpuBuild:
+        """images/cpu.yaml through the classic builder (bootstrap Debian 12 -> base -> runtime -> dev)."""
+        if self._cpu is None:
+            from imagebuild.inputs import BuildInputs
+            from imagebuild.plan import make_plan
+
+            tmp = self.folder / "cpu"
+            tmp.mkdir(parents=True, exist_ok=True)
+            prefix = f"{self.registry.address}/{self.prefix}"
+            plan = make_plan(MATRIX, BuildInputs(ca_certs=(Path(CA),), torch_index_url="none", wheelhouse=WHEELHOUSE),
+                             prefix)
+            build = CpuBuild(self.client, plan, None, tmp, self.registry, prefix)
+            t0 = time.monotonic()
+            # a proxy variable that must never reach the image (build arg only)
+            build.result = imagebuild("build", *build.build_args(), "--force",
+                                      env={"no_proxy": "ibtest-noproxy.invalid"})
+            self.made.append(Built("images/cpu.yaml (base, runtime, dev)", "classic", time.monotonic() - t0))
+            self._cpu = build
+        return self._cpu
+
+    def buildkit(self, host: str) -> tuple:
+        """images/cpu.yaml through the BuildKit backend on the modern engine, smoke-tested (`--test`): (result,
+        docker client of that engine, its folder: report/, logs/, state/)."""
+        if self._bk is None:
+            import docker
+
+            cpu = self.cpu()
+            tmp = self.folder / "bk"
+            tmp.mkdir(parents=True, exist_ok=True)
+            t0 = time.monotonic()
+            result = imagebuild("build", *bk_args(cpu, tmp), env=bk_env(tmp / "state"), timeout=3600)
+            self.made.append(Built("images/cpu.yaml (base, runtime, dev) + smoke", "buildkit", time.monotonic() - t0))
+            self._bk = (result, docker.DockerClient(base_url=host, timeout=600), tmp)
+        return self._bk
+
+    # -- small images FROM built ones -----------------------------------------------------------------------------
+
+    def derive(self, name: str, parent: str, lines: str, files: dict[str, bytes] | None = None,
+               client: object | None = None) -> str:
+        """An image FROM `parent` (a tag or image ID in `client`'s engine, the classic one by default) plus the
+        Dockerfile `lines` and the context `files`; its tag. Built once per run for the same parent image ID, lines
+        and files."""
+        engine = client or self.client
+        parent_id = engine.images.get(parent).id
+        parts = [parent_id.encode(), lines.encode()] + [k.encode() + b"\0" + v for k, v in sorted((files or {}).items())]
+        key = hashlib.sha256(b"\0\0".join(parts)).hexdigest()[:12]
+        if key in self._derived:
+            return self._derived[key][1]
+        tag = f"{self.prefix}-derived-{name}:{key}"
+        context = io.BytesIO()
+        with tarfile.open(fileobj=context, mode="w") as tar:
+            for entry, data in {"Dockerfile": f"FROM {parent_id}\n{lines}".encode(), **(files or {})}.items():
+                info = tarfile.TarInfo(entry)
+                info.size, info.mtime = len(data), MTIME
+                tar.addfile(info, io.BytesIO(data))
+        context.seek(0)
+        t0 = time.monotonic()
+        # the SDK raises BuildError on an error in the stream
+        engine.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True,
+                            network_mode="host")
+        self.made.append(Built(f"{name} FROM {parent}", "classic" if client is None else "buildkit",
+                               time.monotonic() - t0))
+        self._derived[key] = (engine, tag)
+        return tag
+
+    # -- the end of the run ---------------------------------------------------------------------------------------
+
+    def summary(self) -> list[str]:
+        matrix = [b for b in self.made if b.what.startswith("images/")]
+        derived = [b for b in self.made if not b.what.startswith("images/")]
+        lines = [f"image provider: {len(matrix)} matrix builds, {len(derived)} derived images"]
+        lines += [f"  {b.engine:8} {b.seconds:6.0f} s  {b.what}" for b in self.made]
+        return lines
+
+    def cleanup(self) -> None:
+        if os.environ.get("IMAGEBUILD_SMOKE_KEEP") == "1":
+            return
+        for engine, tag in reversed(list(self._derived.values())):
+            try:
+                engine.api.remove_image(tag, force=True)
+            except Exception:
+                pass
+        if self._cpu is not None:
+            for img in self._cpu.plan.images:
+                for ref in (img.tag, *img.aliases):
+                    try:
+                        self.client.api.remove_image(ref, force=True)
+                    except Exception:
+                        pass
+        if self._bk is not None:
+            self._bk[1].close()
