@@ -2,7 +2,7 @@
 # The README's test command (`make test`) ends here; .ci/run calls `make test`.
 # First the linters (scripts/lint.sh: ruff, shellcheck, `render --check` of every shipped matrix, mypy): any finding
 # fails the run before an engine is started or a test runs. Then the unit tests on every core (pytest-xdist), then
-# the integration tests one at a time in a random order (the seed is in pytest's header: IMAGEBUILD_TEST_SEED=N
+# the integration tests one at a time in a random order (the seed in the first and last lines: IMAGEBUILD_TEST_SEED=N
 # repeats it). Last, what the run cost the two engines (scripts/engine_counts.py) and each phase's seconds.
 # Tiers (docs/testing.md): IMAGEBUILD_TIER=ci (the default, `make test`, CI) leaves out the tests marked full_tier;
 # IMAGEBUILD_TIER=all (`make test-all`) runs them and, last, every bench in its quick mode (scripts/bench-quick.sh).
@@ -71,6 +71,10 @@ layer_cache="$(mktemp -d /var/tmp/imagebuild-layer-cache.XXXXXX)"
 # shellcheck disable=SC2016
 undo+=('rm -rf "$layer_cache"')
 export IMAGEBUILD_LAYER_CACHE="$layer_cache"
+# the integration order's seed, chosen here so that the first and the last lines of the run name it (pytest -q prints
+# no header): IMAGEBUILD_TEST_SEED=N make test repeats the order
+export IMAGEBUILD_TEST_SEED="${IMAGEBUILD_TEST_SEED:-$(( (RANDOM * 32768 + RANDOM) % 1000000 ))}"
+echo "run-tests: integration order IMAGEBUILD_TEST_SEED=$IMAGEBUILD_TEST_SEED" >&2
 echo "run-tests: tier $tier; engine at ${DOCKER_HOST:-default socket}; BuildKit engine at $IMAGEBUILD_BUILDKIT_HOST" >&2
 # read by the undo entry below when it runs (hence SC2034)
 # shellcheck disable=SC2034
@@ -78,7 +82,7 @@ engines_since="$(date +%s)"
 # shellcheck disable=SC2034
 classic_host="${DOCKER_HOST:-unix:///var/run/docker.sock}"
 # shellcheck disable=SC2016
-undo+=('python scripts/engine_counts.py --since "$engines_since" "classic=$classic_host" "buildkit=$IMAGEBUILD_BUILDKIT_HOST" || true; echo "run-tests: tier $tier, ${phases[*]}, total $((SECONDS - started))s" >&2')
+undo+=('python scripts/engine_counts.py --since "$engines_since" "classic=$classic_host" "buildkit=$IMAGEBUILD_BUILDKIT_HOST" || true; echo "run-tests: tier $tier, IMAGEBUILD_TEST_SEED=$IMAGEBUILD_TEST_SEED, ${phases[*]}, total $((SECONDS - started))s" >&2')
 t0=$SECONDS
 # the slowest tests by name at the end: where the run's time goes (CI must stay well under its 90 minutes)
 python -m pytest -q -p no:cacheprovider --durations=40 "${select[@]}" tests/integration "$@"

@@ -128,6 +128,7 @@ def test_a_registry_refusing_oci_is_one_error_line_and_no_tag(docker_client, reg
 
         image_id = docker_client.api.inspect_image(base.tag)["Id"]
         (tmp_path / "x.yaml").write_text("name: x\n")
+        monkeypatch.setenv("IMAGEBUILD_STATE_DIR", str(tmp_path / "state"))  # its own record, in any test order
         monkeypatch.setattr("imagebuild.pipeline.loaded.resolve_matrix_path", lambda m: tmp_path / "x.yaml")
         monkeypatch.setattr("imagebuild.pipeline.loaded.make_plan", lambda *a, **k: Plan("x.yaml", [base]))
         monkeypatch.setattr("imagebuild.pipeline.flow.locate", lambda client, img, rec: Located(image_id))

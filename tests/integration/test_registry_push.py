@@ -133,6 +133,7 @@ def test_wrong_password_exits_1_with_registry_message_and_no_retries(docker_clie
         from imagebuild.pipeline.located import Located
 
         (tmp_path / "x.yaml").write_text("name: x\n")
+        monkeypatch.setenv("IMAGEBUILD_STATE_DIR", str(tmp_path / "state"))  # its own record, in any test order
         monkeypatch.setattr("imagebuild.pipeline.loaded.resolve_matrix_path", lambda m: tmp_path / "x.yaml")
         monkeypatch.setattr("imagebuild.pipeline.loaded.make_plan", lambda *a, **k: plan)
         monkeypatch.setattr("imagebuild.pipeline.flow.locate", lambda client, img, rec: Located(image_id))

@@ -78,6 +78,9 @@ def test_push_with_password_stdin_writes_report(setup, tmp_path):
     doc = json.loads((report / "build-report.json").read_text())
     assert [row["push"]["status"] for row in doc["images"]] == ["pushed", "pushed"]
     assert doc["run"]["command"] == "push" and doc["registry"] == REG
+    # the push report keeps the recorded test result the gate read (a report without it says "not tested")
+    assert [(row["tests"]["passed"], row["tests"]["failed"], row["tests"]["up_to_date"]) for row in doc["images"]] \
+        == [(5, 0, True)] * 2
     assert "pw-from-stdin" not in (report / "build-report.json").read_text()
     rec = load_record(tmp_path / "h100.yaml")
     assert rec.images[plan.images[1].id].pushes[plan.images[1].repository]["image_id"] == "sha256:runtime"

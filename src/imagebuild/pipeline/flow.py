@@ -30,6 +30,7 @@ from imagebuild.pipeline.building import (
     finish,
     platform_preflight,
 )
+from imagebuild.pipeline.cached import recorded_tests
 from imagebuild.pipeline.loaded import Loaded, Say, load
 from imagebuild.pipeline.located import Located, locate, plan_registry
 from imagebuild.pipeline.selection import select_images
@@ -226,7 +227,13 @@ def push_run(options: RunOptions, say: Say, show: Say) -> RunResult:
         return RunResult([Step.PUSH])
     pushed = push_step(client, plan, images, loaded.book, settings, say, describe_credentials=True)
     for res in pushed.results:
-        fill_row(loaded.record, plan.by_tag()[res.tag], res)
+        image = plan.by_tag()[res.tag]
+        fill_row(loaded.record, image, res)
+        # the report keeps what the gate read: the recorded test result of this very image (a push report without
+        # it would say "not tested" of a tested image)
+        hit = pushed.gate[res.tag].tests if res.tag in pushed.gate else None
+        if hit is not None and res.image_id:
+            res.tests = recorded_tests(hit, res.image_id, image.flavor, str(hit.get("where") or "cpu"))
     result = RunResult([Step.PUSH], pushed.results, pushed=pushed, ok=not pushed.not_pushed)
     _report(options, loaded, result, started)
     say(f"push: {len(pushed.results) - pushed.not_pushed} ok, {pushed.not_pushed} not pushed; "

@@ -7,7 +7,7 @@ OTHER from its ID, pushed, and the digest is recorded per repository."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -54,6 +54,7 @@ class GateRow:
 @dataclass
 class PushRun:
     results: list[ImageResult]  # one per image asked, `push` filled
+    gate: dict[str, GateRow] = field(default_factory=dict)  # tag -> what the gate read (the record's test result)
 
     @property
     def failed(self) -> int:
@@ -165,5 +166,5 @@ def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], 
         if p.get("status") in (PushStatus.FAILED, PushStatus.SKIPPED):
             line += f"  ({p.get('error') or p.get('reason')})"
         log(redact(line))
-    return PushRun(pushed)
+    return PushRun(pushed, rows)
 
