@@ -52,7 +52,7 @@ def emulated(test):
 
 
 @pytest.fixture(scope="module")
-def arm_build(tmp_path_factory):
+def arm_build(tmp_path_factory, request):
     required = os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1"
     missing = ("IMAGEBUILD_BUILDKIT_HOST is not set (scripts/modern-engine.sh)" if not BK_HOST
                else missing_emulation("aarch64"))
@@ -60,6 +60,10 @@ def arm_build(tmp_path_factory):
         if required:
             pytest.fail(f"linux/arm64 under emulation cannot run: {missing}")
         pytest.skip(f"linux/arm64 under emulation cannot run: {missing} (sudo scripts/binfmt.sh)")
+    # the session's BuildKit build first (conftest.bk_build): its linux/amd64 base stands on the same Debian 12 OS
+    # image as this one's, which that build bootstraps on this engine (test_reproducible_images.py reads its log);
+    # built here first, the session's build would find it and bootstrap nothing
+    request.getfixturevalue("bk_build")
     import docker
 
     tmp = tmp_path_factory.mktemp("arm64")
@@ -122,10 +126,11 @@ def test_both_platforms_are_pushed_as_one_tag_an_oci_index(arm_build, tmp_path):
     registry = start_registry(None, "", "--dir", str(tmp_path / "registry"))
     try:
         prefix = f"{registry['REGISTRY']}/ibtest-index"
-        args = ("--matrix", str(matrix), "--registry", prefix, "--report-dir", str(tmp / "report"))
+        # its own report folder: the build's (arm_build's) is read by the test of the build, in any order
+        args = ("--matrix", str(matrix), "--registry", prefix, "--report-dir", str(tmp_path / "report"))
         pushed = imagebuild("push", *args, env=_env(tmp), timeout=900)
         assert pushed.returncode == 0, pushed.stdout[-3000:] + pushed.stderr[-3000:]
-        rows = {r["platform"]: r for r in json.loads((tmp / "report" / "build-report.json").read_text())["images"]}
+        rows = {r["platform"]: r for r in json.loads((tmp_path / "report" / "build-report.json").read_text())["images"]}
         amd, arm = rows["linux/amd64"], rows["linux/arm64"]
         index = amd["push"]["index"]
         assert index["status"] == "pushed", amd["push"]
@@ -151,7 +156,7 @@ def test_both_platforms_are_pushed_as_one_tag_an_oci_index(arm_build, tmp_path):
             assert out.decode().strip() == machine[platform], (platform, out)
         again = imagebuild("push", *args, env=_env(tmp), timeout=900)
         assert again.returncode == 0, again.stderr[-3000:]
-        rows = {r["platform"]: r for r in json.loads((tmp / "report" / "build-report.json").read_text())["images"]}
+        rows = {r["platform"]: r for r in json.loads((tmp_path / "report" / "build-report.json").read_text())["images"]}
         assert rows["linux/amd64"]["push"]["index"]["status"] == "unchanged"
     finally:
         stop_registry(registry)

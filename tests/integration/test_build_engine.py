@@ -161,7 +161,8 @@ def run_cli(plan: Plan, tmp_path: Path, *args: str, wait: bool = True):
         from imagebuild.cli import main
         main()
     """)
-    env = {**os.environ, "PYTHONPATH": SRC, "PYTHONUNBUFFERED": "1"}
+    # its own record folder: another test's injected.state.json (another injected.yaml) is a warning line otherwise
+    env = {**os.environ, "PYTHONPATH": SRC, "PYTHONUNBUFFERED": "1", "IMAGEBUILD_STATE_DIR": str(tmp_path / "state")}
     proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env)
     if not wait:

@@ -43,7 +43,11 @@ INPUTS = ("--ca-cert", CA, "--wheelhouse", str(WHEELHOUSE), "--torch-index-url",
 
 
 @pytest.fixture()
-def engine():
+def engine(cpu_build):
+    """The engine, after the session's CPU build (conftest.cpu_build): these builds stand on the Debian 12 OS image
+    that build bootstrapped. Asked first (any test order), a build here would bootstrap it instead, the session's build
+    would find it by its label and bootstrap nothing, and the tests that read the session's bootstrap log
+    (test_build_bootstrap.py, test_reproducible_images.py) would find none."""
     docker = pytest.importorskip("docker")
     if not list(WHEELHOUSE.glob("torch-2.13.0*cp311*.whl")):
         pytest.skip(f"no torch 2.13.0 cp311 wheel in {WHEELHOUSE}")

@@ -1,24 +1,31 @@
 """The whole path on the real CPU matrix: build -> test -> push (htpasswd registry) -> pull back -> test the copy.
 
-Runs after tests/integration/test_build_cpu_matrix.py has checked the build itself (same session build).
+On the session's build (conftest.cpu_build), in any test order: this module's `test` run, its JUnit files and its
+push have folders of their own (the build's report folder is test_build_cpu_matrix.py's and stays a build's report),
+the suite really runs (--retest: another module's `test` may already have recorded a pass for these images), and the
+push goes to a registry namespace of its own (another module pushes the session's tags, which would make this first
+push "unchanged"); the session's own tags are never removed.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 
 import pytest
 from _helpers import imagebuild
+from _images import MATRIX
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
 
 
 @pytest.fixture(scope="module")
-def tested(cpu_build):
+def tested(cpu_build, tmp_path_factory):
     assert cpu_build.result.returncode == 0, cpu_build.result.stdout[-3000:] + cpu_build.result.stderr[-3000:]
-    report_dir = cpu_build.tmp / "report"
-    res = imagebuild("test", *cpu_build.args("--report-dir", str(report_dir), "--junit", str(cpu_build.tmp / "junit"),
-                                             "--json"))
+    folder = tmp_path_factory.mktemp("pipeline")
+    report_dir = folder / "report"
+    res = imagebuild("test", *cpu_build.args("--report-dir", str(report_dir), "--junit", str(folder / "junit"),
+                                             "--json", "--retest"))
     return cpu_build, res, report_dir
 
 
@@ -39,7 +46,7 @@ def test_smoke_suite_passes_on_every_cpu_image_and_skips_gpu_with_reason(tested)
     # the CPU substitutes really ran and passed
     passed = {name for name, c in runtime.items() if c["status"] == "passed"}
     assert {"amp.cpu_bf16", "distributed.gloo"} <= passed, sorted(passed)
-    junit = list((build.tmp / "junit").glob("*.xml"))
+    junit = list((report_dir.parent / "junit").glob("*.xml"))
     assert len(junit) == 3
     report = json.loads((report_dir / "build-report.json").read_text())
     rows_by_tag = {r["tag"]: r for r in report["images"]}
@@ -53,48 +60,63 @@ def test_push_pull_back_and_test_the_copy(tested):
     build, res, report_dir = tested
     assert res.returncode == 0
     registry = build.registry
-    push = imagebuild("push", *build.args("--report-dir", str(report_dir), "-u", registry.user, "--password-stdin"),
-                      stdin=registry.password + "\n")
-    assert push.returncode == 0, push.stdout[-3000:] + push.stderr[-3000:]
-    report_text = (report_dir / "build-report.json").read_text()
-    assert registry.password not in report_text + push.stdout + push.stderr
-    rows = {r["tag"]: r for r in json.loads(report_text)["images"]}
-    runtime = next(i for i in build.plan.images if i.flavor == "runtime")
-    digest = rows[runtime.tag]["push"]["digest"]
-    assert rows[runtime.tag]["push"]["status"] == "pushed" and digest.startswith("sha256:")
-
-    # pull it back under a new name through the registry, with credentials, and test the pulled copy
+    # a namespace of this test's own: its first push is the first to these tags in any test order
+    prefix = f"{registry.address}/ibtest-pipeline-{secrets.token_hex(4)}"
+    own = {img.tag: img.tag.replace(build.prefix + "/", prefix + "/", 1) for img in build.plan.images}
+    push_dir = report_dir.parent / "push"
+    args = ["--matrix", str(MATRIX), "--registry", prefix, "--report-dir", str(push_dir), "-u", registry.user,
+            "--password-stdin"]
     client = build.client
-    repo, tag = runtime.tag.rsplit(":", 1)
-    client.api.remove_image(runtime.tag)  # the dev image still holds the layers; the tag must come from the registry
-    auth = {"username": registry.user, "password": registry.password}
-    pulled = client.images.pull(repo, tag=tag, auth_config=auth)
-    assert any(d.endswith(digest) for d in pulled.attrs["RepoDigests"]), pulled.attrs["RepoDigests"]
-    copy = f"ibtest-pulled-{build.prefix.rsplit('-', 1)[1]}:runtime"
-    pulled.tag(copy)
     try:
-        smoke = imagebuild("test", "--image", copy, "--json")
-        assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-3000:]
-        checks = json.loads(smoke.stdout)[0]["checks"]
-        versions = [c for c in checks if c["name"].startswith("versions/")]
-        assert versions and all(c["status"] in ("passed", "skipped") for c in versions)
-    finally:
-        client.api.remove_image(copy)
+        push = imagebuild("push", *args, stdin=registry.password + "\n")
+        assert push.returncode == 0, push.stdout[-3000:] + push.stderr[-3000:]
+        report_text = (push_dir / "build-report.json").read_text()
+        assert registry.password not in report_text + push.stdout + push.stderr
+        rows = {r["tag"]: r for r in json.loads(report_text)["images"]}
+        assert set(rows) == set(own.values()), sorted(rows)
+        runtime = next(i for i in build.plan.images if i.flavor == "runtime")
+        pushed = own[runtime.tag]
+        digest = rows[pushed]["push"]["digest"]
+        assert rows[pushed]["push"]["status"] == "pushed" and digest.startswith("sha256:")
+        assert rows[pushed]["image_id"] == client.api.inspect_image(runtime.tag)["Id"]  # the session's very image
 
-    again = imagebuild("push", *build.args("--report-dir", str(report_dir), "-u", registry.user, "--password-stdin"),
-                       stdin=registry.password + "\n")
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    rows = {r["tag"]: r for r in json.loads((report_dir / "build-report.json").read_text())["images"]}
-    assert all(rows[i.tag]["push"]["status"] == "unchanged" for i in build.plan.images), \
-        {t: r["push"]["status"] for t, r in rows.items()}
-    md = (report_dir / "build-report.md").read_text()
-    assert runtime.short_tag in md
+        # pull it back through the registry, with credentials, and test the pulled copy: push tagged the image here
+        # under this namespace; that tag goes (the session's tags still hold the image), the pull brings it back
+        repo, tag = pushed.rsplit(":", 1)
+        client.api.remove_image(pushed)
+        auth = {"username": registry.user, "password": registry.password}
+        pulled = client.images.pull(repo, tag=tag, auth_config=auth)
+        assert any(d.endswith(digest) for d in pulled.attrs["RepoDigests"]), pulled.attrs["RepoDigests"]
+        copy = f"ibtest-pulled-{build.prefix.rsplit('-', 1)[1]}:runtime"
+        pulled.tag(copy)
+        try:
+            smoke = imagebuild("test", "--image", copy, "--json")
+            assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-3000:]
+            checks = json.loads(smoke.stdout)[0]["checks"]
+            versions = [c for c in checks if c["name"].startswith("versions/")]
+            assert versions and all(c["status"] in ("passed", "skipped") for c in versions)
+        finally:
+            client.api.remove_image(copy)
+
+        again = imagebuild("push", *args, stdin=registry.password + "\n")
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        rows = {r["tag"]: r for r in json.loads((push_dir / "build-report.json").read_text())["images"]}
+        assert all(rows[own[i.tag]]["push"]["status"] == "unchanged" for i in build.plan.images), \
+            {t: r["push"]["status"] for t, r in rows.items()}
+        md = (push_dir / "build-report.md").read_text()
+        assert runtime.short_tag in md
+    finally:  # this namespace's local tags (push tagged each image under it); the session's tags stay
+        for ref in own.values():
+            try:
+                client.api.remove_image(ref)
+            except Exception:
+                pass
 
 
 def test_build_with_test_flag_and_relative_report_dir(tested, tmp_path):
     """`imagebuild build --test` as the README's main job runs it: relative --report-dir, from another folder; after
     the module's `test` run (the `tested` fixture) passed the suite on these very images."""
-    cpu_build, _, _ = tested
+    cpu_build, _, report_dir = tested
     assert cpu_build.result.returncode == 0
     args = [a for a in cpu_build.build_args()]
     i = args.index("--report-dir")
@@ -122,7 +144,7 @@ def test_build_with_test_flag_and_relative_report_dir(tested, tmp_path):
         assert len(cases) == int(suite.get("tests")) > 20 and suite.get("failures") == "0"
         assert "up to date: not run again" in suite.find("system-out").text
     # the runtime image's cases are the checks of the run `test` made above (its JSON result), name for name
-    ran = json.loads(next((cpu_build.tmp / "junit").glob("*runtime.json")).read_text())
+    ran = json.loads(next((report_dir.parent / "junit").glob("*runtime.json")).read_text())
     runtime = next(p for p in per_image if p.name.endswith("runtime.xml"))
     names = [c.get("name") if c.get("classname") == "smoke" else f"{c.get('classname')[6:]}/{c.get('name')}"
              for c in ET.parse(runtime).getroot().iter("testcase")]

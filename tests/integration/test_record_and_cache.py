@@ -121,6 +121,7 @@ def test_fresh_engine_takes_unchanged_images_from_the_registry(tested_build, eng
     t0 = time.monotonic()
     args_a = build.build_args()
     args_a[args_a.index("--report-dir") + 1] = str(tmp_path / "report-a")
+    args_a[args_a.index("--log-dir") + 1] = str(tmp_path / "logs-a")  # not the session build's log folder
     a = imagebuild("build", *args_a, env=env)
     seconds_a = time.monotonic() - t0
     assert a.returncode == 0, a.stdout[-3000:] + a.stderr[-3000:]
@@ -147,6 +148,7 @@ def test_fresh_engine_pulls_the_parent_of_the_one_changed_image(tested_build, en
     args = build.build_args()
     args[args.index("--matrix") + 1] = str(matrix)
     args[args.index("--report-dir") + 1] = str(tmp_path / "report-b")
+    args[args.index("--log-dir") + 1] = str(tmp_path / "logs-b")  # its dev build's log: not over the session build's
     t0 = time.monotonic()
     b = imagebuild("build", *args, env=env)
     seconds_b = time.monotonic() - t0
