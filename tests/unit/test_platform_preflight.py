@@ -150,11 +150,13 @@ def test_the_smoke_runner_knows_an_emulated_image():
 
 
 def _with_interpreter(tmp_path: Path, version_line: str) -> Path:
-    """A recorded handler whose interpreter is a link (as Debian's ARCH-binfmt-P) to a program printing a version."""
+    """A recorded handler whose interpreter is a link (as Debian's ARCH-binfmt-P) to a program carrying a version
+    banner among its bytes; run, it would leave a marker file (it must never be run)."""
     root = _root(tmp_path, entry="enabled\ninterpreter /opt/qemu/aarch64-binfmt-P\nflags: POF\n")
     qemu = root / "opt" / "qemu"
     qemu.mkdir(parents=True)
-    (qemu / "qemu-aarch64").write_text(f"#!/bin/sh\necho '{version_line}'\necho 'Copyright (c) QEMU'\n")
+    (qemu / "qemu-aarch64").write_bytes(b"#!/bin/sh\ntouch " + str(tmp_path / "ran").encode() + b"\nexit 0\n\0\0"
+                                        + version_line.encode() + b"\nCopyright (c) QEMU\0\0")
     (qemu / "qemu-aarch64").chmod(0o755)
     (qemu / "aarch64-binfmt-P").symlink_to("qemu-aarch64")
     return root
@@ -172,3 +174,8 @@ def test_the_emulator_says_its_version_and_an_old_one_is_named(tmp_path):
     assert emulation_note("aarch64", _root(tmp_path / "none", entry=None)) == "QEMU (version unknown)"
     silent = _with_interpreter(tmp_path / "silent", "no version here")
     assert emulator_version("aarch64", silent) is None
+    # the interpreter is read, never run (a handler someone else registered is not ours to execute)
+    assert not any(tmp_path.glob("*/ran")), list(tmp_path.glob("*/ran"))
+    directory = _root(tmp_path / "dir", entry="enabled\ninterpreter /opt/qemu\nflags: POF\n")
+    (directory / "opt" / "qemu").mkdir(parents=True)
+    assert emulator_version("aarch64", directory) is None  # not a file: nothing read
