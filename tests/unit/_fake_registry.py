@@ -36,6 +36,7 @@ class FakeRegistry:
         self.send_errors: list[Exception] = []  # what the next copies into this registry raise (CopyError)
         self.sends: list[tuple[str, str, str | None, str | None]] = []  # (name, digest, user, password) per copy
         self.refuse_index = False  # a registry that takes image manifests but no OCI image index
+        self.platforms: dict[str, str] = {}  # image ID -> the os/architecture its pushed config says (linux/amd64)
 
     # -- filling it ----------------------------------------------------------------------------------------------
     def put_blob(self, data: bytes) -> str:
@@ -131,8 +132,8 @@ class FakeRegistry:
 
 
 class FakeCopier:
-    """push.Copier landing in a FakeRegistry: prepare makes a deterministic manifest of one config and one layer
-    per image ID (the same image, the same digest, as skopeo's deterministic zstd); send stores blobs + manifest by
+    """push.Copier landing in a FakeRegistry: prepare makes a deterministic manifest of one config (the image's
+    os/architecture: FakeRegistry.platforms) and one layer per image ID (the same image, the same digest, as skopeo's deterministic zstd); send stores blobs + manifest by
     digest, no tag, or raises the registry's next scripted error."""
 
     def __init__(self, registry: FakeRegistry) -> None:
@@ -146,7 +147,8 @@ class FakeCopier:
         from imagebuild.push.skopeo import Prepared
 
         self.prepared.append(image_id)
-        config = json.dumps({"image": image_id}).encode()
+        os_name, arch = self.registry.platforms.get(image_id, "linux/amd64").split("/")[:2]
+        config = json.dumps({"image": image_id, "os": os_name, "architecture": arch}).encode()
         layer = f"{image_id}-{compression}".encode() * 10
         zstd = compression == "zstd"
         layer_type = ("application/vnd.oci.image.layer.v1.tar+zstd" if zstd

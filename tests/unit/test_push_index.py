@@ -45,6 +45,7 @@ def setup(monkeypatch):
     amd, arm64 = pair()
     add(api, amd.tag, image_id="sha256:" + "a" * 64)
     add(api, arm64.tag, image_id="sha256:" + "b" * 64)
+    reg.platforms["sha256:" + "b" * 64] = ARM  # its config says arm64, as a real arm64 image's does
     return reg, api, amd, arm64
 
 

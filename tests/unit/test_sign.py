@@ -30,6 +30,13 @@ PRIV = "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\neyJr\n-----END ENCRYPTED
 DIGEST = "sha256:" + "ab" * 32
 
 
+def _private_key(path: Path, mode: int = 0o600) -> Path:
+    """A private key file as cosign generate-key-pair writes it: readable by its owner only."""
+    path.write_text(PRIV)
+    path.chmod(mode)
+    return path
+
+
 # -- provenance --------------------------------------------------------------------------------------------------
 
 def _provenance_case(index_password: str = "idx-pass-1234"):
@@ -132,7 +139,7 @@ def test_signing_key_checks_the_file_before_cosign_runs(tmp_path, monkeypatch):
         SigningKey.from_option(str(tmp_path / "junk.key"), None)
     with pytest.raises(UsageError, match="a folder"):
         SigningKey.from_option(str(tmp_path), None)
-    (tmp_path / "cosign.key").write_text(PRIV)
+    _private_key(tmp_path / "cosign.key")
     key = SigningKey.from_option(str(tmp_path / "cosign.key"), None)
     assert key.password == "env-pw-123" and key.ref == str(tmp_path / "cosign.key")
     assert "env-pw-123" not in repr(key)
@@ -148,7 +155,7 @@ def test_kms_uris_go_to_cosign_as_they_are(monkeypatch):
 
 
 def test_wrong_password_is_bad_input_naming_the_key(tmp_path, monkeypatch):
-    (tmp_path / "cosign.key").write_text(PRIV)
+    _private_key(tmp_path / "cosign.key")
     key = SigningKey.from_option(str(tmp_path / "cosign.key"), "wrong-pw-1")
     refusal = CosignResult(1, "", "Error: decrypt: encrypted: decryption failed\nerror during command execution: "
                                   "decrypt: encrypted: decryption failed\n")
@@ -161,7 +168,7 @@ def test_wrong_password_is_bad_input_naming_the_key(tmp_path, monkeypatch):
 
 def test_public_key_option_and_environment(tmp_path, monkeypatch):
     (tmp_path / "cosign.pub").write_text(PUB)
-    (tmp_path / "cosign.key").write_text(PRIV)
+    _private_key(tmp_path / "cosign.key")
     monkeypatch.delenv("IMAGEBUILD_VERIFY_KEY", raising=False)
     assert configured_public_key(None) is None
     monkeypatch.setenv("IMAGEBUILD_VERIFY_KEY", str(tmp_path / "cosign.pub"))
@@ -344,7 +351,7 @@ def test_no_cosign_stops_the_push_naming_the_images(tmp_path, monkeypatch):
     from imagebuild.pipeline.signing import open_signing_key
     from imagebuild.sign import CosignMissing
 
-    (tmp_path / "cosign.key").write_text(PRIV)
+    _private_key(tmp_path / "cosign.key")
     monkeypatch.setenv("IMAGEBUILD_COSIGN", str(tmp_path / "no-cosign"))
     images = [make_image(flavor="base"), make_image()]
     with pytest.raises(CosignMissing) as exc:
@@ -363,8 +370,9 @@ def _index_registry():
     reg = FakeRegistry("reg.example:5000")
     members = {}
     for arch, fill in (("amd64", "a1"), ("arm64", "b2")):
+        config = reg.put_blob(json.dumps({"os": "linux", "architecture": arch, "fill": fill}).encode())
         body = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                           "config": {"digest": "sha256:" + fill * 32, "size": 2}, "layers": []}).encode()
+                           "config": {"digest": config, "size": 2}, "layers": []}).encode()
         members[arch] = reg.put_manifest("ml/pytorch", None, body)
     index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
                         "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": d,
@@ -411,7 +419,8 @@ def test_verify_follows_an_index_to_every_platform_image(monkeypatch):
     checked = {a[-1].split("@")[1] for a in asked}
     assert checked == {index, *members.values()}
     # the engine's arm64 image (its ID is that manifest's config digest) is the verified one
-    assert verify_mod.local_image_matches({"Id": "sha256:" + "b2" * 32, "RepoDigests": []}, got, reg)
+    arm_config = json.loads(reg.manifests[members["arm64"]])["config"]["digest"]
+    assert verify_mod.local_image_matches({"Id": arm_config, "RepoDigests": []}, got, reg)
     assert not verify_mod.local_image_matches({"Id": "sha256:" + "99" * 32, "RepoDigests": []}, got, reg)
     # one platform image unsigned: the whole tag is refused, naming that platform
     run, _ = _fake_cosign({members["arm64"]})

@@ -4,6 +4,7 @@ for exactly that digest? (see imagebuild/sign/verify.py)"""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -37,17 +38,34 @@ def command(reference: str, key: str | None, ca_file: str | None, as_json: bool)
     if public is None:
         raise UsageError("give --key cosign.pub (or a KMS URI), or set IMAGEBUILD_VERIFY_KEY")
     verified = check_image(reference, public, ca_file=ca_file)
-    if as_json:
+    repo = verified.digest_ref.split("@", 1)[0]
+    if as_json:  # an index: each platform image, its digest and its own statements (the index has none)
+        members = [{"platform": platform, "digest": digest, "verified": f"{repo}@{digest}",
+                    "attestations": verified.member_statements.get(platform, {})}
+                   for platform, digest in verified.members.items()]
         click.echo(json.dumps({"reference": reference, "digest": verified.digest, "verified": verified.digest_ref,
-                               "key": public.describe(), "attestations": verified.statements}, indent=2))
+                               "key": public.describe(), "attestations": verified.statements,
+                               **({"members": members} if members else {})}, indent=2))
         return EXIT_OK
-    sbom = verified.statements["cyclonedx"].get("predicate") or {}
-    prov = (verified.statements["slsaprovenance1"].get("predicate") or {}).get("buildDefinition") or {}
-    matrix = ((prov.get("externalParameters") or {}).get("matrix") or {})
-    click.echo(f"{reference}: verified {verified.digest_ref}")
+    count = len(verified.members)
+    click.echo(f"{reference}: verified {verified.digest_ref}"
+               + (f" (an image index: each of its {count} platform images verified)" if count else ""))
     click.echo(f"  signature: cosign, key {public.describe()}")
-    click.echo(f"  sbom: CycloneDX {sbom.get('specVersion', '?')}, {len(sbom.get('components') or [])} components")
-    click.echo(f"  provenance: SLSA v1, matrix {matrix.get('path', '?')} "
+    if not count:
+        _describe("  ", verified.statements)
+    for platform, digest in verified.members.items():
+        click.echo(f"  {platform}: {repo}@{digest}")
+        _describe("    ", verified.member_statements.get(platform, {}))
+    return EXIT_OK
+
+
+def _describe(indent: str, statements: dict[str, Any]) -> None:
+    """The SBOM and provenance lines of one image's verified statements."""
+    sbom = (statements.get("cyclonedx") or {}).get("predicate") or {}
+    prov = ((statements.get("slsaprovenance1") or {}).get("predicate") or {}).get("buildDefinition") or {}
+    matrix = ((prov.get("externalParameters") or {}).get("matrix") or {})
+    click.echo(f"{indent}sbom: CycloneDX {sbom.get('specVersion', '?')}, {len(sbom.get('components') or [])} "
+               "components")
+    click.echo(f"{indent}provenance: SLSA v1, matrix {matrix.get('path', '?')} "
                f"(sha256 {str((matrix.get('digest') or {}).get('sha256', '?'))[:12]}), "
                f"{len(prov.get('resolvedDependencies') or [])} resolved dependencies")
-    return EXIT_OK

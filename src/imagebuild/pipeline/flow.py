@@ -219,10 +219,17 @@ def push_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     _check_outputs(options, loaded)
     plan = loaded.plan
     chosen = select_images(plan, options.only, loaded.path).named
+    signing = None
+    if settings.dry_run:  # the key and its password, checked as the push would (it checks them itself)
+        from imagebuild.pipeline.signing import open_signing_key
+
+        signing = open_signing_key(settings, chosen)
     client = engine.connect("push")
     images = _located(client, chosen, loaded)
     if settings.dry_run:
         _dry_run(images, loaded, settings.require_tests, show)
+        if signing is not None:
+            show(f"dry run: would sign with {signing[0].describe()} (the key opens with its password)")
         return RunResult([Step.PUSH])
     pushed = push_step(client, plan, images, loaded.book, settings, say, describe_credentials=True)
     from imagebuild.pipeline.cached import recorded_tests  # the smoke runner: not on the no-op build's path

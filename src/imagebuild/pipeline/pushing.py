@@ -139,12 +139,12 @@ def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], 
             store.tag(here.image_id, ref.name, ref.tag or "latest", force=True)
     auth_for = auth_cache(settings, log, describe_credentials)
     located = {img.tag: here.image_id for img, here in images}
-    sign_pushed = sign_index = None
+    sign_pushed = sign_index = vouch = None
     if signing is not None:
         key, public_pem = signing
         log(f"push: signing with {key.describe()} (cosign {cosign_version()}, key-based, no transparency log)")
-        sign_pushed, sign_index = signer(client, plan, book, settings, key, public_pem,
-                                         {t: i for t, i in located.items() if i}, auth_for, log)
+        sign_pushed, sign_index, vouch = signer(client, plan, book, settings, key, public_pem,
+                                                {t: i for t, i in located.items() if i}, auth_for, log)
 
     def compression(registry: str) -> str:
         return compression_for(registry, settings, plan)
@@ -154,7 +154,7 @@ def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], 
                        report_rows={tag: row.for_push() for tag, row in rows.items()},
                        require_tests=settings.require_tests, log=lambda m: log(redact(m)), ca_file=settings.ca_file,
                        retries=DEFAULT_RETRIES if settings.retries is None else settings.retries,
-                       sign_pushed=sign_pushed, sign_index=sign_index)
+                       sign_pushed=sign_pushed, sign_index=sign_index, vouch=vouch)
     book.update(lambda rec: record_push(rec, plan, pushed, {t: i for t, i in located.items() if i}))
     for res in pushed:
         p = res.push or {}

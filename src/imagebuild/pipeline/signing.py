@@ -7,6 +7,10 @@ or a wrong password stops the run with one line and nothing pushed. The SBOM att
 for this very image ID (the record's `sbom`, its sha256 checked), else one made now (pipeline/supply.py: from what
 was kept of the image with the state, else read from the image); the provenance is made from the record and the
 lock (sign/provenance.py).
+
+An index is signed over members this run pushed, or members the registry holds that this key signed and attested
+already (`vouch`, push/publish.py asks it); signatures and attestations go beside other keys', once per key
+(sign/signer.py).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from imagebuild.oci import RegistryAuth, RegistryClient
 from imagebuild.pipeline.loaded import RecordBook, Say
 from imagebuild.pipeline.settings import PushSettings
 from imagebuild.pipeline.supply import Sboms
-from imagebuild.push import SignIndex, SignPushed
+from imagebuild.push import SignIndex, SignPushed, Vouch
 from imagebuild.record.derived import Derived
 from imagebuild.sign import (
     CosignMissing,
@@ -35,6 +39,7 @@ from imagebuild.sign import (
     sign_digest,
     sign_index,
 )
+from imagebuild.sign.signer import vouch
 
 
 def _lock(plan: Plan) -> tuple[Lock | None, str | None]:
@@ -74,9 +79,10 @@ def open_signing_key(settings: PushSettings, images: list[ImagePlan]) -> tuple[S
 
 
 def signer(client: Any, plan: Plan, book: RecordBook, settings: PushSettings, key: SigningKey, public_pem: str,
-           image_ids: dict[str, str], auth_for: Any, say: Say) -> tuple[SignPushed, SignIndex]:
-    """push.SignPushed for this run (SBOM + provenance per image) and push.SignIndex (an index's signature), cosign
-    through the push's own credentials."""
+           image_ids: dict[str, str], auth_for: Any, say: Say) -> tuple[SignPushed, SignIndex, Vouch]:
+    """push.SignPushed for this run (SBOM + provenance per image), push.SignIndex (an index's signature) and
+    push.Vouch (an index member this run did not push: signed and attested by this key?), cosign through the push's
+    own credentials."""
     lock, lock_sha = _lock(plan)
     registries: dict[str, Any] = {}
     sboms = Sboms(client, plan, Derived(book.state_dir, say))  # an image read before: its kept files
@@ -113,4 +119,7 @@ def signer(client: Any, plan: Plan, book: RecordBook, settings: PushSettings, ke
         host = digest_ref.split("/", 1)[0]
         return sign_index(digest_ref, key, registry_for(host), public_key_pem=public_pem).as_record()
 
-    return sign_pushed, index_signed
+    def vouched(digest_ref: str) -> None:
+        vouch(digest_ref, key, registry_for(digest_ref.split("/", 1)[0]), public_pem)
+
+    return sign_pushed, index_signed, vouched

@@ -10,7 +10,7 @@ under (its tag and the aliases it owns) is the plan's decision (`imagebuild.plan
     results = push_plan(plan, client=connect("push"), auth_for=lambda reg: resolve_auth(reg))
 """
 
-from imagebuild.push.publish import gate, push_plan, result_for
+from imagebuild.push.publish import Vouch, gate, push_plan, result_for
 from imagebuild.push.pusher import (
     DEFAULT_RETRIES,
     PushAuthError,
@@ -24,6 +24,6 @@ from imagebuild.push.skopeo import COMPRESSIONS, DEFAULT_COMPRESSION
 
 __all__ = [
     "COMPRESSIONS", "DEFAULT_COMPRESSION",
-    "DEFAULT_RETRIES", "PushAuthError", "PushError", "Pusher", "SignIndex", "SignPushed", "classify", "gate", "push_plan",
-    "result_for",
+    "DEFAULT_RETRIES", "PushAuthError", "PushError", "Pusher", "SignIndex", "SignPushed", "Vouch", "classify", "gate",
+    "push_plan", "result_for",
 ]

@@ -34,6 +34,7 @@ class Member:
     digest: str
     size: int  # the manifest's length in bytes
     media_type: str
+    here: bool = True  # pushed (and signed, when the run signs) in this run; False: found in the registry
 
 
 @dataclass(frozen=True)

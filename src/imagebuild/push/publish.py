@@ -5,6 +5,12 @@ Which images may be pushed (`gate`): built, and tested unless --untested. An ind
 signed when the run signs, and only then are the plain tag and its aliases pointed at it; anything short of that
 (a platform image that failed or was skipped, a member the registry does not serve, a registry that refuses an OCI
 index) is one `error:` line and no tag moved.
+
+Sign only what was checked: before an index is written (let alone signed), every member must be the platform it is
+listed as (its image config's os/architecture/variant, read from the registry by digest: oci/platform.py), and,
+when the run signs, either pushed (and signed) in this run or already signed and attested by the signing key
+(`vouch`: cosign against the key's public half, by digest). A member that another run or anyone else left under a
+platform's tag (`push --only` of one platform) is otherwise one `error:` line: nothing written, signed or moved.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from imagebuild.errors import ImagebuildError
 from imagebuild.models import DEFAULT_PLATFORM, ImagePlan, ImageResult, Plan
 from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryAuth, RegistryAuthError, RegistryError
 from imagebuild.oci.answers import index_entries, is_index, parse_object
+from imagebuild.oci.platform import platform_mismatch
 from imagebuild.plan.tags import references
 from imagebuild.push.compress import OCI_MANIFEST
 from imagebuild.push.index import (
@@ -43,6 +50,10 @@ from imagebuild.secrets import redact
 
 if TYPE_CHECKING:
     from imagebuild.engine.store import EngineClient
+
+# REPO@DIGEST of an index member this run did not push: returns when the signing key vouches for it (signed and
+# attested by that key, for that digest), raises ImagebuildError saying why not
+Vouch = Callable[[str], None]
 
 
 def _push_registry(tag: str) -> str | None:
@@ -90,6 +101,7 @@ def push_plan(
     sign_pushed: SignPushed | None = None,
     sign_index: SignIndex | None = None,
     known: dict[str, str] | None = None,
+    vouch: Vouch | None = None,
 ) -> list[ImageResult]:
     """Push the selected images of `plan` (default: all) that were built (and tested, unless require_tests=False).
 
@@ -97,7 +109,8 @@ def push_plan(
     (+ "reason"). Raises PushAuthError (exit 1) when a registry refuses the credentials. `sign_pushed(image,
     "REPO@DIGEST")` runs once the digest is written and verified, before any tag of it moves (a refusal fails that
     image and leaves its tags where they were). `known`: tag -> the digest the record says that very image was
-    pushed as with this compression (Pusher.push_image: unchanged without a save and a compression)."""
+    pushed as with this compression (Pusher.push_image: unchanged without a save and a compression). `vouch`:
+    the signing key's check of an index member this run did not push (see the module docstring)."""
     selected = images if images is not None else plan.images
     rows = report_rows or {}
     results: list[ImageResult] = []
@@ -140,7 +153,7 @@ def push_plan(
                 log(f"error: {image.tag}: push failed: {res.push.get('error')}")
             results.append(res)
         for group in groups:
-            _publish(group, {r.tag: r for r in results}, pushers, log, sign_index)
+            _publish(group, {r.tag: r for r in results}, pushers, log, sign_index, vouch)
     finally:
         for pusher in pushers.values():
             pusher.close()
@@ -148,7 +161,7 @@ def push_plan(
 
 
 def _publish(group: IndexGroup, results: dict[str, ImageResult], pushers: dict[str, Pusher],
-             log: Callable[[str], None], sign_index: SignIndex | None) -> None:
+             log: Callable[[str], None], sign_index: SignIndex | None, vouch: Vouch | None) -> None:
     """The group's index, once every platform image of it is in the registry; its record on the carrier's result
     (a failed index fails the carrier's push: its references name nothing new)."""
     carrier = results.get(group.carrier.tag) or next(results[m.tag] for m in group.images if m.tag in results)
@@ -179,7 +192,7 @@ def _publish(group: IndexGroup, results: dict[str, ImageResult], pushers: dict[s
                                "error": f"{group.refs[0]}: no index published ({'; '.join(problems)}); no tag was "
                                         "moved"}
     else:
-        rec = publish_index(pusher, list(group.refs), members, sign_index)
+        rec = publish_index(pusher, list(group.refs), members, sign_index, vouch)
     carrier.push = {**(carrier.push or {}), "index": rec}
     if rec["status"] == "failed":
         log(f"error: {group.refs[0]}: index not published: {rec.get('error')}")
@@ -198,7 +211,7 @@ def _registry_member(pusher: Pusher, image: ImagePlan) -> Member | None:
         body, media_type, digest = pusher.registry.manifest_raw(ref.repository, str(ref.tag))
         doc = parse_object(body, str(ref))
         if not is_index(doc, media_type):
-            return Member(image.variant.platform, digest, len(body), media_type)
+            return Member(image.variant.platform, digest, len(body), media_type, here=False)
         if image.variant.platform != DEFAULT_PLATFORM:
             return None  # its own tag names an index: not what push writes for one platform
         entries = index_entries(doc, str(ref))
@@ -206,15 +219,44 @@ def _registry_member(pusher: Pusher, image: ImagePlan) -> Member | None:
         raise PushAuthError(str(exc)) from exc
     except RegistryError:
         return None
-    return next((Member(image.variant.platform, e.digest, e.size, e.media_type) for e in entries
+    return next((Member(image.variant.platform, e.digest, e.size, e.media_type, here=False) for e in entries
                  if e.platform_name == image.variant.platform), None)
 
 
+def _check_members(pusher: Pusher, name: str, repo_path: str, members: list[Member], vouch: Vouch | None) -> None:
+    """Every member served by digest, of the platform it is listed as, and (`vouch`: the run signs) pushed in this
+    run or vouched for by the signing key; PushError naming the first that is not."""
+    for m in members:
+        ref = f"{name}@{m.digest}"
+        if pusher.served(repo_path, m.digest) != m.digest:
+            raise PushError(f"{name}: the {m.platform} image {m.digest} is not in the repository: the index would "
+                            "name a manifest nobody can pull")
+        try:
+            why = platform_mismatch(pusher.registry, repo_path, m.digest, m.platform, ref)
+        except RegistryAuthError as exc:
+            raise PushAuthError(str(exc)) from exc
+        except RegistryError as exc:
+            raise PushError(f"{ref}: its platform cannot be read, so it is not listed as {m.platform} "
+                            f"({redact(str(exc))})") from None
+        if why:
+            raise PushError(f"{ref} is not the {m.platform} image the index would list it as: {why}")
+        if vouch is not None and not m.here:
+            try:
+                vouch(ref)
+            except PushAuthError:
+                raise
+            except ImagebuildError as exc:
+                raise PushError(f"{ref}, the {m.platform} image the registry holds, was not pushed in this run and "
+                                f"is not signed by the signing key ({redact(str(exc))}); push that platform in this "
+                                "run too, or sign it with this key first") from None
+
+
 def publish_index(pusher: Pusher, refs: list[str], members: list[Member],
-                  sign_index: SignIndex | None = None) -> dict[str, Any]:
-    """The OCI index of `members` (each already written by digest in the references' repository) written by
-    digest, checked, signed (`sign_index`), then `refs` pointed at it. The index's push record; status "failed"
-    with nothing tagged for anything that went wrong (PushAuthError raised on refused credentials)."""
+                  sign_index: SignIndex | None = None, vouch: Vouch | None = None) -> dict[str, Any]:
+    """The OCI index of `members` (each already written by digest in the references' repository) checked
+    (`_check_members`: `vouch` only when the run signs), written by digest, signed (`sign_index`), then `refs`
+    pointed at it. The index's push record; status "failed" with nothing written, signed or tagged for anything
+    that went wrong (PushAuthError raised on refused credentials)."""
     body = index_document(members)
     digest = index_digest(body)
     started = time.monotonic()
@@ -222,13 +264,12 @@ def publish_index(pusher: Pusher, refs: list[str], members: list[Member],
                            "media_type": INDEX_MEDIA_TYPE, "tags": list(refs), "pushed": [], "unchanged": [],
                            "platforms": {m.platform: m.digest for m in members}, "seconds": 0.0}
     try:
-        for name, tags in pusher.by_repository(refs).items():
+        repositories = pusher.by_repository(refs)
+        for name, tags in repositories.items():  # every member of every repository checked before anything is written
+            pusher.check_auth(tags[0].repository)
+            _check_members(pusher, name, tags[0].repository, members, vouch if sign_index is not None else None)
+        for name, tags in repositories.items():
             repo_path = tags[0].repository
-            pusher.check_auth(repo_path)
-            for m in members:
-                if pusher.served(repo_path, m.digest) != m.digest:
-                    raise PushError(f"{name}: the {m.platform} image {m.digest} is not in the repository: the "
-                                    "index would name a manifest nobody can pull")
             if pusher.served(repo_path, digest) != digest:
                 try:
                     pusher.registry.put_manifest(repo_path, digest, body, INDEX_MEDIA_TYPE)

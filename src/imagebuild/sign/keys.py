@@ -3,7 +3,8 @@ pushed or started: a missing key file, a file that is not a cosign key, or a wro
 said in one line before a single layer moves.
 
 A key is a cosign key file (`cosign generate-key-pair`: an encrypted private key, its password from COSIGN_PASSWORD
-or stdin) or a KMS URI passed through to cosign as it is (awskms://, gcpkms://, azurekms://, hashivault://, k8s://,
+or stdin; refused when its group or anyone else may read or write it, as ssh refuses such private keys: the password
+is all that stands between another account and the key, and a CI secret mounted 0644 usually has a weak one) or a KMS URI passed through to cosign as it is (awskms://, gcpkms://, azurekms://, hashivault://, k8s://,
 gitlab://, pkcs11:): cosign talks to the KMS, the private key never exists here. The password lives in memory, is
 registered with imagebuild.secrets (so no message can carry it) and is handed to cosign in its environment only.
 """
@@ -28,6 +29,16 @@ _MAX_KEY_FILE = 1 << 20
 
 def is_kms(ref: str) -> bool:
     return bool(_KMS.match(ref))
+
+
+def _private_key_mode(path: Path, flag: str, value: str) -> None:
+    """UsageError when anyone but the owner may read or write the private key file (mode & 0o077, as ssh)."""
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        who, bits = ("every user", mode & 0o007) if mode & 0o007 else ("its group", (mode >> 3) & 0o007)
+        may = " and ".join(v for b, v in ((4, "read"), (2, "change")) if bits & b) or "reach"
+        raise UsageError(f"{flag} {value}: permissions {mode:04o}: {who} may {may} this private key; refused "
+                         f"(as ssh refuses such keys): chmod 600 {path}")
 
 
 def _key_text(path: Path, flag: str) -> str:
@@ -64,6 +75,7 @@ class SigningKey:
             raise UsageError(f"--sign-key {value}: a public key; signing needs the private key (cosign.key)")
         if "PRIVATE KEY-----" not in text:
             raise UsageError(f"--sign-key {value}: not a cosign private key (no PRIVATE KEY block)")
+        _private_key_mode(path, "--sign-key", value)
         return cls(str(path), password)
 
     def describe(self) -> str:
@@ -88,6 +100,7 @@ class PublicKey:
 
     ref: str
     source: str = "--verify-key"  # the flag or variable it came from (messages name it)
+    label: str = ""  # what messages call it instead of `ref` (a signing key's public half in a temporary file)
 
     @classmethod
     def from_option(cls, value: str, source: str = "--verify-key") -> PublicKey:
@@ -102,7 +115,7 @@ class PublicKey:
         return cls(str(path), source)
 
     def describe(self) -> str:
-        return redact(self.ref)
+        return redact(self.label or self.ref)
 
 
 def configured_public_key(flag_value: str | None) -> PublicKey | None:

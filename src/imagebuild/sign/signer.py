@@ -6,26 +6,36 @@ and "the tags point at it".
 runs, in this order (each one an OCI artifact cosign stores beside the image, `sha256-<hex>.sig` / `.att`):
 
     cosign sign   --key KEY --tlog-upload=false --yes [--allow-http-registry] [--registry-cacert CA] REPO@DIGEST
-    cosign attest --key KEY --tlog-upload=false --yes --replace --type cyclonedx       --predicate SBOM REPO@DIGEST
-    cosign attest --key KEY --tlog-upload=false --yes --replace --type slsaprovenance1 --predicate PROV REPO@DIGEST
+    cosign attest --key KEY --tlog-upload=false --yes --type cyclonedx       --predicate SBOM REPO@DIGEST
+    cosign attest --key KEY --tlog-upload=false --yes --type slsaprovenance1 --predicate PROV REPO@DIGEST
 
-`--replace` keeps one attestation per type when the same digest is signed again (a re-push); the signature itself is
-added once more only when the digest does not already verify with this key (`already_signed`). Any refusal (the
-registry refusing the upload, a KMS refusing the key) is a SignError naming the image with cosign's own reason.
+Many signers: a signature or an attestation is added beside what the digest carries, never instead of it (no
+`cosign attest --replace`: it drops every attestation of the predicate type, whichever key made it), so a second key
+(key rotation, two pipelines signing one digest) leaves the first key's verifying, and `verify --key` passes for
+each. Re-signing with the same key adds nothing: the signature is skipped when the digest verifies with this key
+already (`already_signed`), and then each attestation when this key has attested that type for exactly this digest
+(a statement that verifies with the key and names the digest as its subject). So one attestation per key and type
+stays on a digest: the first one. A later push of the same bytes (the same digest) does not replace it with a newer
+provenance (the bytes it describes are the same); the record says which were kept (`attested_before`).
+
+Any refusal (the registry refusing the upload, a KMS refusing the key) is a SignError naming the image with cosign's
+own reason. `vouch` asks the opposite question for an image this run did not push (an index member found in the
+registry): is it signed and attested by this key already? (push/publish.py signs no index over anything else)
 """
 
 from __future__ import annotations
 
 import json
-import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ImagebuildError
 from imagebuild.sign.cosign import Registry, run_cosign
-from imagebuild.sign.keys import SigningKey
+from imagebuild.sign.keys import PublicKey, SigningKey
 
 PREDICATE_TYPES = {"cyclonedx": "https://cyclonedx.org/bom", "slsaprovenance1": "https://slsa.dev/provenance/v1"}
 
@@ -39,33 +49,55 @@ class Signed:
     digest_ref: str  # REPO@DIGEST
     key: str  # the key's description (a path or KMS URI; never a secret)
     attestations: tuple[str, ...]  # the predicate types attached
-    already: bool = False  # the digest verified with this key before: only the attestations were replaced
+    already: bool = False  # the digest verified with this key before: no second signature
+    kept: tuple[str, ...] = ()  # the attestations this key had made for this digest before: none added
 
     def as_record(self) -> dict[str, Any]:
-        return {"key": self.key, "attestations": list(self.attestations), "already_signed": self.already}
+        return {"key": self.key, "attestations": list(self.attestations), "already_signed": self.already,
+                "attested_before": list(self.kept)}
 
 
 def _signing_flags(key: SigningKey, registry: Registry) -> list[str]:
     return ["--key", key.ref, "--tlog-upload=false", "--yes", *registry.flags()]
 
 
-def already_signed(digest_ref: str, public_key_pem: str, registry: Registry) -> bool:
-    """Does `digest_ref` carry a signature that verifies with this public key? (a re-push signs no second time)"""
+@contextmanager
+def _public_half(key: SigningKey, public_key_pem: str | None) -> Iterator[PublicKey | None]:
+    """The signing key's public half as the file cosign verifies with (None without it), named after the key."""
+    if public_key_pem is None:
+        yield None
+        return
     with tempfile.TemporaryDirectory(prefix="imagebuild-sign-") as tmp:
         pub = Path(tmp) / "cosign.pub"
         pub.write_text(public_key_pem, encoding="utf-8")
-        done = run_cosign(["verify", "--key", str(pub), "--insecure-ignore-tlog", *registry.flags(), digest_ref],
-                          registry=registry)
+        yield PublicKey(str(pub), "--sign-key", label=f"{key.describe()}, its public half")
+
+
+def already_signed(digest_ref: str, public: PublicKey, registry: Registry) -> bool:
+    """Does `digest_ref` carry a signature that verifies with this public key? (a re-push signs no second time)"""
+    done = run_cosign(["verify", "--key", public.ref, "--insecure-ignore-tlog", *registry.flags(), digest_ref],
+                      registry=registry)
     return done.returncode == 0
 
 
-def _signature(digest_ref: str, key: SigningKey, registry: Registry, public_key_pem: str | None,
-               refused: str) -> bool:
+def already_attested(digest_ref: str, kind: str, public: PublicKey, registry: Registry) -> bool:
+    """Does this key's `kind` attestation of exactly this digest stand on it? (re-signing adds no second one)"""
+    from imagebuild.sign.verify import VerifyError, attestation  # verify imports this module
+
+    name, digest = digest_ref.split("@", 1)
+    try:
+        attestation(name, digest, kind, public, registry, digest_ref)
+    except VerifyError:
+        return False
+    return True
+
+
+def _signature(digest_ref: str, key: SigningKey, registry: Registry, public: PublicKey | None, refused: str) -> bool:
     """`cosign sign` of `digest_ref` unless it verifies with this key already (returned: it did); SignError
     "REF: <refused>: <cosign's reason>" when cosign refuses."""
     if "@sha256:" not in digest_ref:
         raise SignError(f"{digest_ref}: signing needs a digest reference (REPO@sha256:…), never a tag")
-    already = public_key_pem is not None and already_signed(digest_ref, public_key_pem, registry)
+    already = public is not None and already_signed(digest_ref, public, registry)
     if not already:
         done = run_cosign(["sign", *_signing_flags(key, registry), digest_ref], password=key.password,
                           registry=registry)
@@ -76,23 +108,43 @@ def _signature(digest_ref: str, key: SigningKey, registry: Registry, public_key_
 
 def sign_digest(digest_ref: str, key: SigningKey, registry: Registry, *, sbom: dict[str, Any],
                 provenance: dict[str, Any], public_key_pem: str | None = None) -> Signed:
-    """Sign `digest_ref` (REPO@sha256:…) and attest its SBOM and provenance; SignError naming it on any refusal."""
-    already = _signature(digest_ref, key, registry, public_key_pem, "not signed")
+    """Sign `digest_ref` (REPO@sha256:…) and attest its SBOM and provenance, beside any other key's and once per
+    key (see the module docstring); SignError naming it on any refusal."""
     flags = _signing_flags(key, registry)
-    with tempfile.TemporaryDirectory(prefix="imagebuild-attest-") as tmp:
-        os.chmod(tmp, 0o700)
+    kept: list[str] = []
+    with _public_half(key, public_key_pem) as public, \
+            tempfile.TemporaryDirectory(prefix="imagebuild-attest-") as tmp:
+        already = _signature(digest_ref, key, registry, public, "not signed")
         for kind, predicate in (("cyclonedx", sbom), ("slsaprovenance1", provenance)):
+            if already and public is not None and already_attested(digest_ref, kind, public, registry):
+                kept.append(kind)
+                continue
             path = Path(tmp) / f"{kind}.json"
             path.write_text(json.dumps(predicate, sort_keys=True), encoding="utf-8")
-            done = run_cosign(["attest", *flags, "--replace", "--type", kind, "--predicate", str(path), digest_ref],
+            done = run_cosign(["attest", *flags, "--type", kind, "--predicate", str(path), digest_ref],
                               password=key.password, registry=registry)
             if done.returncode != 0:
                 raise SignError(f"{digest_ref}: signed, but the {kind} attestation was not attached: {done.error}")
-    return Signed(digest_ref, key.describe(), tuple(PREDICATE_TYPES), already)
+    return Signed(digest_ref, key.describe(), tuple(PREDICATE_TYPES), already, tuple(kept))
 
 
 def sign_index(digest_ref: str, key: SigningKey, registry: Registry, *, public_key_pem: str | None = None) -> Signed:
     """Sign an image index's digest (REPO@sha256:…) only: what a tag names is signed, and each platform image it
     lists carries its own signature and attestations (verify follows the index to them)."""
-    already = _signature(digest_ref, key, registry, public_key_pem, "index not signed")
+    with _public_half(key, public_key_pem) as public:
+        already = _signature(digest_ref, key, registry, public, "index not signed")
     return Signed(digest_ref, key.describe(), (), already)
+
+
+def vouch(digest_ref: str, key: SigningKey, registry: Registry, public_key_pem: str) -> None:
+    """Returns when `digest_ref` is signed by this key and carries both attestations made by it for exactly that
+    digest (what `imagebuild verify` asks of an image); SignError saying what is missing otherwise."""
+    from imagebuild.sign.verify import VerifyError, check_digest  # verify imports this module
+
+    name, digest = digest_ref.split("@", 1)
+    with _public_half(key, public_key_pem) as public:
+        assert public is not None
+        try:
+            check_digest(name, digest, public, registry, digest_ref)
+        except VerifyError as exc:
+            raise SignError(str(exc).removeprefix(f"{digest_ref}: ")) from None

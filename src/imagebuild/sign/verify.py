@@ -12,6 +12,11 @@ DIGEST (cosign files attestations by digest but does not compare a statement's s
 copied from another image would otherwise pass). Each refusal is a VerifyError naming the image and why: unsigned,
 signed by another key, an attestation missing or made for another digest, the tag gone.
 
+An image index (one tag, several platforms) is signed itself, and every platform image it lists is checked as an
+image is (signature and both attestations), after its image config was read from the registry and found to be the
+platform the index lists it as; an index that lists one platform twice is refused (which one a node pulls is not
+the verifier's choice). Each member's statements are kept (`member_statements`; `verify --json` reports them).
+
 `local_image_matches` then ties the verified digest to the image the engine would start: its RepoDigests, or the
 manifest's config digest (= the classic store's image ID), or the ID itself (the containerd store's).
 """
@@ -26,6 +31,7 @@ from typing import Any
 from imagebuild.errors import ImagebuildError
 from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryClient, RegistryError
 from imagebuild.oci.answers import index_entries, is_index, parse_object
+from imagebuild.oci.platform import descriptor_platform, normalized, platform_mismatch
 from imagebuild.sign.cosign import CosignMissing, Registry, cosign_registry, run_cosign
 from imagebuild.sign.keys import PublicKey
 from imagebuild.sign.signer import PREDICATE_TYPES
@@ -43,6 +49,8 @@ class Verified:
     repository: str  # the path inside its registry (the v2 API's name)
     statements: dict[str, dict[str, Any]] = field(default_factory=dict)  # cosign --type -> the in-toto statement
     members: dict[str, str] = field(default_factory=dict)  # an index's platform -> manifest digest, each verified
+    # an index's platform -> its image's statements (cosign --type -> statement); `statements` is then empty
+    member_statements: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
@@ -114,7 +122,9 @@ def _statement(envelope: dict[str, Any]) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _attestation(name: str, digest: str, kind: str, key: PublicKey, registry: Registry, shown: str) -> dict[str, Any]:
+def attestation(name: str, digest: str, kind: str, key: PublicKey, registry: Registry, shown: str) -> dict[str, Any]:
+    """The `kind` statement of NAME@DIGEST that verifies with `key` (every one such names DIGEST as its subject);
+    VerifyError naming `shown` otherwise."""
     done = run_cosign(["verify-attestation", "--key", key.ref, "--insecure-ignore-tlog", "--type", kind,
                        *registry.flags(), f"{name}@{digest}"], registry=registry)
     if done.returncode != 0:
@@ -135,6 +145,13 @@ def _attestation(name: str, digest: str, kind: str, key: PublicKey, registry: Re
     return statements[-1]
 
 
+def check_digest(name: str, digest: str, key: PublicKey, registry: Registry, shown: str) -> dict[str, dict[str, Any]]:
+    """NAME@DIGEST's signature and both attestations, each verified with `key` for exactly that digest: the
+    statements (cosign --type -> statement); VerifyError naming `shown` otherwise."""
+    _signature(name, digest, key, registry, shown)
+    return {kind: attestation(name, digest, kind, key, registry, shown) for kind in PREDICATE_TYPES}
+
+
 def verify_reference(reference: str, key: PublicKey, registry: Registry, client: RegistryClient) -> Verified:
     """Verify the signature and both attestations of what `reference` names now (see the module docstring)."""
     try:
@@ -148,20 +165,33 @@ def verify_reference(reference: str, key: PublicKey, registry: Registry, client:
     name = f"{ref.registry}/{ref.repository}"
     _signature(name, digest, key, registry, reference)
     members = index_members(client, ref.repository, digest, reference)
-    if members:  # one tag, several platforms: the index is signed, each platform image signed and attested
-        statements: dict[str, dict[str, Any]] = {}
-        for platform, member in members.items():
-            shown = f"{reference} ({platform})"
-            _signature(name, member, key, registry, shown)
-            statements = {kind: _attestation(name, member, kind, key, registry, shown) for kind in PREDICATE_TYPES}
-        return Verified(reference, f"{name}@{digest}", digest, ref.repository, statements, members)
-    statements = {kind: _attestation(name, digest, kind, key, registry, reference) for kind in PREDICATE_TYPES}
-    return Verified(reference, f"{name}@{digest}", digest, ref.repository, statements)
+    if not members:
+        statements = {kind: attestation(name, digest, kind, key, registry, reference) for kind in PREDICATE_TYPES}
+        return Verified(reference, f"{name}@{digest}", digest, ref.repository, statements)
+    # one tag, several platforms: the index is signed, each platform image is that platform, signed and attested
+    each: dict[str, dict[str, dict[str, Any]]] = {}
+    for platform, member in members.items():
+        shown = f"{reference} ({platform})"
+        _member_platform(client, ref.repository, member, platform, shown)
+        each[platform] = check_digest(name, member, key, registry, shown)
+    return Verified(reference, f"{name}@{digest}", digest, ref.repository, {}, members, each)
+
+
+def _member_platform(client: RegistryClient, repository: str, digest: str, platform: str, shown: str) -> None:
+    try:
+        why = platform_mismatch(client, repository, digest, platform, shown)
+    except RegistryError as exc:
+        if exc.status == 404:
+            raise VerifyError(f"{shown}: the registry no longer serves {digest}") from None
+        raise VerifyError(f"{shown}: the platform of {digest} cannot be read: {exc}") from None
+    if why:
+        raise VerifyError(f"{shown}: {digest} is listed as {platform}, but {why}")
 
 
 def index_members(client: RegistryClient, repository: str, digest: str, shown: str) -> dict[str, str]:
     """platform -> manifest digest when `digest` is an image index (push/index.py writes one per multi-platform
-    image); {} for an image manifest. Read with oci/answers' checks (RegistryError naming the field otherwise)."""
+    image); {} for an image manifest. Read with oci/answers' checks (RegistryError naming the field otherwise); a
+    platform listed twice is a VerifyError."""
     try:
         body, media_type, _ = client.manifest_raw(repository, digest)
     except RegistryError as exc:
@@ -172,11 +202,18 @@ def index_members(client: RegistryClient, repository: str, digest: str, shown: s
     if not is_index(doc, media_type):
         return {}
     members: dict[str, str] = {}
+    seen: dict[str, str] = {}
     for entry in index_entries(doc, f"{shown} ({digest})"):
         if "unknown" in (entry.platform.get("os"), entry.platform.get("architecture")):
             continue  # BuildKit's attestation manifests: not an image a node runs
-        name = "/".join(entry.platform[k] for k in ("os", "architecture", "variant") if entry.platform.get(k))
-        members[name or entry.digest] = entry.digest
+        name = descriptor_platform(entry.platform)
+        if not name:
+            raise VerifyError(f"{shown}: the image index {digest} lists {entry.digest} without a platform")
+        if normalized(name) in seen:
+            raise VerifyError(f"{shown}: the image index {digest} lists {name} twice ({seen[normalized(name)]} and "
+                              f"{entry.digest}): which one a node pulls is not the signer's choice; refused")
+        seen[normalized(name)] = entry.digest
+        members[name] = entry.digest
     if not members:
         raise VerifyError(f"{shown}: {digest} is an image index that lists no platform image")
     return members
