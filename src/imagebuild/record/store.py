@@ -30,7 +30,7 @@ from typing import Any
 from imagebuild import __version__, values
 from imagebuild.files import FileProblem, open_lock_file, read_bounded_text, write_text_atomic
 from imagebuild.inputs import BuildInputs
-from imagebuild.secrets import redact
+from imagebuild.secrets import mask_tree
 
 SCHEMA = 1
 STATE_DIR_ENV = "IMAGEBUILD_STATE_DIR"
@@ -138,7 +138,9 @@ class Record:
             "images": {k: asdict(v) for k, v in self.images.items()},
             "tests": self.tests,
         }
-        return redact(json.dumps(doc, indent=2, sort_keys=False)) + "\n"
+        # masked value by value (never the serialised text: a password `null` or `sha256` would break the JSON or
+        # every image ID); the values that carry credentials are masked where they are made, this is the last net
+        return json.dumps(mask_tree(doc), indent=2, sort_keys=False) + "\n"
 
 
 _STR, _OPT_STR, _NUM = (str,), (str, type(None)), (int, float, type(None))

@@ -5,7 +5,8 @@ registry, the command and the run; JUnit carries only what this run did (an earl
 Each run also appends one line to history.jsonl beside it (the clearly separate history). What an image *is* (its
 ID, inputs hash, when and how long it was built, its tests and pushes) comes from the record
 (.imagebuild/<matrix>.state.json), so a no-op rerun shows "up to date" with the build time of the build that made
-the image. Everything written passes through `secrets.redact`.
+the image. Every value written is masked (`secrets.mask_tree` over the document's string values, before it is
+serialised or rendered; never a pass over the written text, which could change its structure or its hashes).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from imagebuild.models import ImageResult, Plan
 from imagebuild.report import stored
 from imagebuild.report.budget import largest_layers
 from imagebuild.report.layers import format_layers
-from imagebuild.secrets import redact
+from imagebuild.secrets import mask_tree, redact, redact_host
 from imagebuild.units import format_size
 
 JSON_NAME = "build-report.json"
@@ -42,20 +43,10 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _redact_obj(obj: Any) -> Any:
-    if isinstance(obj, str):
-        return redact(obj)
-    if isinstance(obj, dict):
-        return {k: _redact_obj(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_redact_obj(v) for v in obj]
-    return obj
-
-
 def result_to_row(result: ImageResult | dict[str, Any]) -> dict[str, Any]:
     row = dataclasses.asdict(result) if dataclasses.is_dataclass(result) else dict(result)
-    redacted: dict[str, Any] = _redact_obj(row)  # a dict's redaction is a dict
-    return redacted
+    masked: dict[str, Any] = mask_tree(row)  # a dict's masking is a dict
+    return masked
 
 
 def row_to_result(row: dict[str, Any]) -> ImageResult:
@@ -95,9 +86,13 @@ def write_reports(results: list[ImageResult], report_dir: str | Path, plan: Plan
     run.setdefault("id", _now().replace(":", "").replace("-", "") + "-" + os.urandom(3).hex())
     run.setdefault("finished", _now())
     order = {img.tag: n for n, img in enumerate(plan.images)} if plan else {}
-    rows = sorted((result_to_row(r) for r in results), key=lambda r: order.get(r["tag"], len(order)))
-    doc = {"schema": SCHEMA, "run": _redact_obj(run), "matrix": plan.matrix_file if plan else run.get("matrix"),
-           "registry": redact(run["registry"]) if run.get("registry") else None, "images": rows}
+    # in the plan's order by the real tags, THEN masked (a password equal to a tag must not reorder the rows)
+    raw = sorted((dataclasses.asdict(r) if dataclasses.is_dataclass(r) else dict(r) for r in results),
+                 key=lambda r: order.get(r["tag"], len(order)))
+    rows = [result_to_row(r) for r in raw]
+    matrix = plan.matrix_file if plan else run.get("matrix")
+    doc = {"schema": SCHEMA, "run": mask_tree(run), "matrix": redact(matrix) if matrix else None,
+           "registry": redact_host(run["registry"]) if run.get("registry") else None, "images": rows}
     paths = {"json": report_dir / JSON_NAME, "md": report_dir / MD_NAME, "junit": report_dir / JUNIT_NAME,
              "history": report_dir / HISTORY_NAME}
     with _locked(report_dir):
@@ -153,7 +148,7 @@ def _status_cell(r: dict[str, Any]) -> str:
     status = r.get("status") or "planned"
     text = _STATUS_MARK.get(status, status)
     if r.get("source") and r["source"].startswith("registry"):
-        text += f" (in {r['source'].split(' ', 1)[1]})"
+        text += f" (in {r['source'].partition(' ')[2]})"
     elif status == "up-to-date" and r.get("built_at"):
         text += f" (built {r['built_at']})"
     return text
@@ -183,6 +178,9 @@ def _short_tag(tag: str) -> str:
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
+    """The Markdown of a report document, rendered from its masked values (never masked as a whole text: a password
+    holding `|` or a digest fragment would break the table or the short IDs)."""
+    doc = mask_tree(doc)
     rows = doc.get("images") or []
     run = doc.get("run") or {}
     title = f"imagebuild {run.get('command') or 'report'}" + (f": `{doc['matrix']}`" if doc.get("matrix") else "")
@@ -244,7 +242,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         lines += [f"<details><summary>`{_short_tag(r['tag'])}` against the image before "
                   f"(`{str(d.get('against'))[7:19]}`): {changed}</summary>", "", "```text",
                   str(d.get("text") or "").rstrip(), "```", "", "</details>", ""]
-    return redact("\n".join(lines))
+    return "\n".join(lines)
 
 
 # -- JUnit -----------------------------------------------------------------------------------------------------
@@ -259,6 +257,7 @@ def _x(text: object) -> str:
 def render_junit(doc: dict[str, Any]) -> str:
     """Three suites, each only for the steps this run took: `build` (a case per image with a build status),
     `smoke` (a case per tested image: failed checks as its failure) and `push` (a case per push)."""
+    doc = mask_tree(doc)
     rows = doc.get("images") or []
     steps = set((doc.get("run") or {}).get("steps") or ("build", "test", "push"))
     root = ET.Element("testsuites", name="imagebuild")

@@ -5,7 +5,9 @@ DSSE-wrapped in-toto statements in `.att`) are cosign's own; the tool that write
 
 What never reaches cosign's command line (where `ps` shows it): the key's password (COSIGN_PASSWORD in cosign's
 environment only, stdin closed so cosign never waits on a prompt) and registry credentials (a private DOCKER_CONFIG
-folder of our own, mode 0700, removed when cosign exits). cosign's messages are redacted before anything shows them.
+folder of our own, mode 0700, removed when cosign exits). cosign's messages (stderr) are redacted before anything
+shows them; its stdout is data (JSON lines, a PEM key) that is parsed, never shown, and kept byte for byte (masking
+it as text would let a password `null` or `sha256` change what verification reads).
 Key-based and private-registry: `--tlog-upload=false` when signing and `--insecure-ignore-tlog` when verifying (no
 Rekor, no Fulcio: nothing leaves for the public sigstore services).
 """
@@ -39,7 +41,7 @@ class CosignMissing(ImagebuildError):
 @dataclass(frozen=True)
 class CosignResult:
     returncode: int
-    stdout: str
+    stdout: str  # as cosign wrote it: parsed, never shown
     stderr: str  # redacted
 
     @property
@@ -114,7 +116,7 @@ def _docker_config(folder: Path, auth: RegistryAuth) -> None:
 def run_cosign(args: Sequence[str], *, password: str | None = None, registry: Registry | None = None,
                timeout: float = TIMEOUT) -> CosignResult:
     """cosign ARGS with the key's password and the registry's credentials handed over out of sight (see the module
-    docstring); the result's text redacted. CosignMissing without a binary."""
+    docstring); the result's messages redacted. CosignMissing without a binary."""
     binary = find_cosign()
     env = {k: v for k, v in os.environ.items() if k != "COSIGN_PASSWORD"}
     env["COSIGN_PASSWORD"] = password or ""  # never a prompt and never stdin: an empty password is a wrong one
@@ -132,7 +134,7 @@ def run_cosign(args: Sequence[str], *, password: str | None = None, registry: Re
             return CosignResult(124, "", f"Error: cosign {args[0]} did not finish in {timeout:.0f} s")
         except OSError as exc:
             raise CosignMissing(f"cosign ({binary}) does not run: {exc}") from None
-    return CosignResult(done.returncode, redact(done.stdout), redact(done.stderr))
+    return CosignResult(done.returncode, done.stdout, redact(done.stderr))
 
 
 def version() -> str:

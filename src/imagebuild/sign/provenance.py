@@ -4,8 +4,8 @@ cosign wraps it in an in-toto statement whose subject is the pushed digest (`cos
 so a security team reads who built the image from what with `cosign verify-attestation`:
 
 - buildDefinition.externalParameters: the matrix file and its sha256, the image (plan id, tag, flavor), the build
-  inputs as the record holds them (BuildInputs.public(): credentials already masked; masked again here) and the
-  registry;
+  inputs as the record holds them (BuildInputs.public(): credentials already masked; each value masked again here) and
+  the registry;
 - internalParameters: the inputs hash (the image's own label) and the versions the image was resolved to;
 - resolvedDependencies: the matrix and lock files with their sha256; the parent image by the digest it was pushed
   as (else its image ID) or, for a base image, the OS image (a registry reference with the lock's digest, or the
@@ -13,18 +13,19 @@ so a security team reads who built the image from what with `cosign verify-attes
 - runDetails: imagebuild's version as the builder, when the image was built, the SBOM attested beside it.
 
 Pure: the same record, lock and digest give the same predicate (no clock, no engine), so tests pin its values.
+Built from masked values (`secrets.mask_tree` on each part as it is assembled: string values only, hashes kept whole)
+and never rewritten afterwards: what cosign signs is exactly the structure made here.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from imagebuild import __version__
 from imagebuild.lock.model import Lock, LockedImage
 from imagebuild.models import ImagePlan, Plan
 from imagebuild.record.store import ImageRecord, Record
-from imagebuild.secrets import redact
+from imagebuild.secrets import mask_tree, redact, redact_host
 
 BUILD_TYPE = "https://imagebuild.dev/slsa/container-image/v1"  # names the shape of externalParameters below
 BUILDER_ID = "https://imagebuild.dev/builder"
@@ -38,7 +39,7 @@ def _hex(digest: str | None) -> dict[str, str]:
 
 
 def _file(name: str, path: str, digest: str | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": name, "uri": f"file:{path}"}
+    out: dict[str, Any] = {"name": name, "uri": redact(f"file:{path}")}
     if _hex(digest):
         out["digest"] = _hex(digest)
     return out
@@ -61,7 +62,7 @@ def _pip_files(lock: Lock | None, chain: list[ImagePlan]) -> list[dict[str, Any]
             if (pin.name, pin.version) in seen:
                 continue
             seen.add((pin.name, pin.version))
-            dep: dict[str, Any] = {"name": pin.file, "uri": f"pkg:pypi/{pin.name}@{pin.version}"}
+            dep: dict[str, Any] = {"name": redact(pin.file), "uri": redact(f"pkg:pypi/{pin.name}@{pin.version}")}
             if pin.sha256:
                 dep["digest"] = {"sha256": pin.sha256.removeprefix("sha256:")}
             out.append(dep)
@@ -75,12 +76,12 @@ def _parent(plan: Plan, image: ImagePlan, record: Record | None) -> dict[str, An
     entry: ImageRecord | None = record.image(parent.id) if record is not None else None
     push = (entry.pushes.get(parent.repository) or {}) if entry is not None else {}
     pushed = push.get("digest") if push.get("image_id") in (None, entry.image_id if entry else None) else None
-    dep: dict[str, Any] = {"name": "parent", "uri": f"oci://{parent.repository}@{pushed}" if pushed
-                           else f"oci://{parent.tag}"}
+    dep: dict[str, Any] = {"name": "parent", "uri": redact(f"oci://{parent.repository}@{pushed}" if pushed
+                                                          else f"oci://{parent.tag}")}
     if _hex(pushed):
         dep["digest"] = _hex(pushed)
     annotations = {"plan_id": parent.id, "image_id": entry.image_id if entry is not None else None}
-    dep["annotations"] = {k: v for k, v in annotations.items() if v}
+    dep["annotations"] = mask_tree({k: v for k, v in annotations.items() if v})
     return dep
 
 
@@ -91,7 +92,7 @@ def _os_image(image: ImagePlan, lock: Lock | None) -> dict[str, Any]:
     if base.kind == "registry":
         ref = base.ref or ""
         digest = (base_lock.digest if base_lock is not None else None) or (ref.split("@", 1)[1] if "@" in ref else None)
-        dep: dict[str, Any] = {"name": "base-image", "uri": f"oci://{ref}"}
+        dep: dict[str, Any] = {"name": "base-image", "uri": redact(f"oci://{ref}")}
         if _hex(digest):
             dep["digest"] = _hex(digest)
         return dep
@@ -104,7 +105,8 @@ def _os_image(image: ImagePlan, lock: Lock | None) -> dict[str, Any]:
         annotations["mirror_state"] = dict(sorted(base_lock.mirror_state.items()))
     if base.packages:
         annotations["packages"] = list(base.packages)
-    return {"name": "base-image", "uri": f"bootstrap:{mirror}?suite={osinfo.codename}", "annotations": annotations}
+    return {"name": "base-image", "uri": redact(f"bootstrap:{mirror}?suite={osinfo.codename}"),
+            "annotations": mask_tree(annotations)}
 
 
 def make_provenance(plan: Plan, image: ImagePlan, record: Record | None, lock: Lock | None, digest: str,
@@ -116,7 +118,7 @@ def make_provenance(plan: Plan, image: ImagePlan, record: Record | None, lock: L
         "matrix": {"path": matrix_path, "digest": _hex(record.matrix_digest if record is not None else None)},
         "image": {"id": image.id, "tag": image.tag, "flavor": image.flavor, "aliases": list(image.aliases)},
         "inputs": dict(record.inputs) if record is not None else {},
-        "registry": record.registry if record is not None else None,
+        "registry": redact_host(record.registry) if record is not None and record.registry else None,
     }
     internal: dict[str, Any] = {
         "inputsHash": image.inputs_hash,
@@ -137,12 +139,12 @@ def make_provenance(plan: Plan, image: ImagePlan, record: Record | None, lock: L
         byproducts.append({"name": "image-config", "digest": _hex(entry.image_id)})
     if _hex(sbom_sha256):
         byproducts.append({"name": "sbom", "digest": _hex(sbom_sha256), "mediaType": "application/vnd.cyclonedx+json"})
-    predicate = {
-        "buildDefinition": {"buildType": BUILD_TYPE, "externalParameters": external,
-                            "internalParameters": internal, "resolvedDependencies": deps},
+    # every variable part from masked values (the record's inputs are masked when written; once more here, value by
+    # value, so no path of this module carries a credential), the fixed words and the hashes as they are; the
+    # statement is not touched again once assembled
+    return {
+        "buildDefinition": {"buildType": BUILD_TYPE, "externalParameters": mask_tree(external),
+                            "internalParameters": mask_tree(internal), "resolvedDependencies": deps},
         "runDetails": {"builder": {"id": BUILDER_ID, "version": {"imagebuild": __version__}},
-                       "metadata": metadata, "byproducts": byproducts},
+                       "metadata": mask_tree(metadata), "byproducts": byproducts},
     }
-    # the record's inputs are masked when written; mask once more, so no path of this module can carry a credential
-    masked: dict[str, Any] = json.loads(redact(json.dumps(predicate)))
-    return masked
