@@ -199,9 +199,17 @@ def test_disk_full_is_one_line_and_leaves_nothing(tmp_path):
 
 
 def test_archive_is_written_whole_with_its_sha256(tmp_path):
-    res = export_archive(iter([b"abc", b"def"]), INSPECT, tmp_path / "img.tar")
-    assert (tmp_path / "img.tar").read_bytes() == b"abcdef" and res.format == "docker-archive"
-    assert res.sha256 == "sha256:bef57ec7f53a6d40beb640a780a639c83bc29ac8a9816f1fc6c5c6dcd93c4721"
+    import hashlib
+
+    from _archives import classic, tar_of
+
+    image_id, files = classic()
+    data = tar_of(files)
+    res = export_archive(iter([data[:700], data[700:]]), {**INSPECT, "Id": image_id}, tmp_path / "img.tar")
+    written = (tmp_path / "img.tar").read_bytes()
+    assert res.format == "docker-archive" and res.sha256 == f"sha256:{hashlib.sha256(written).hexdigest()}"
+    with tarfile.open(tmp_path / "img.tar") as t:
+        assert {m.name: t.extractfile(m).read() for m in t if m.isreg()}.keys() == files.keys()
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

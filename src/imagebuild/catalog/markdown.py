@@ -9,10 +9,12 @@ from typing import Any
 
 from imagebuild import __version__
 from imagebuild.catalog.collect import Entry
+from imagebuild.oci import Reference
 from imagebuild.oci.pyxis import pyxis_image
 from imagebuild.units import format_size
 
-COLUMNS = ("tag", "flavor", "torch", "CUDA", "cuDNN", "NCCL", "Python", "OS", "TE", "compressed", "uncompressed",
+COLUMNS = ("tag", "flavor", "torch", "CUDA", "cuDNN", "NCCL", "Python", "OS", "TE", "GPUs", "driver ≥", "compressed",
+           "uncompressed",
            "digest", "runs on", "smoke p/f/s", "tested on", "created", "pyxis")
 _ALIGN = {"compressed": "---:", "uncompressed": "---:"}
 
@@ -53,6 +55,14 @@ def _smoke(entry: Entry) -> tuple[str, str]:
     return f"{mark} {s['passed']}/{s['failed']}/{s['skipped']}", _cell(s["ran_on"])
 
 
+def pinned(entry: Entry) -> str:
+    """The pyxis image of a row: REPO@DIGEST of what was read (the bytes the row describes), the tag when not
+    pushed."""
+    if entry.pushed and entry.digest:
+        return pyxis_image(f"{Reference.parse(entry.reference).name}@{entry.digest}")
+    return pyxis_image(entry.reference)
+
+
 def _row(entry: Entry) -> list[str]:
     v = entry.versions
     tag = f"↳ `{entry.tag}`" if entry.alias_of else f"`{entry.tag}`"
@@ -64,9 +74,10 @@ def _row(entry: Entry) -> list[str]:
     smoke, where = _smoke(entry)
     built = (entry.created or "")[:10]
     return [tag, "alias" if entry.alias_of else _cell(entry.flavor), *(_cell(v.get(k)) for k in
-            ("torch", "cuda", "cudnn", "nccl", "python", "os", "transformer_engine")), *sizes, digest,
+            ("torch", "cuda", "cudnn", "nccl", "python", "os", "transformer_engine")),
+            _cell((v.get("gpus") or "").replace(",", ", ")), _cell(v.get("min_driver")), *sizes, digest,
             _cell(entry.runs_on if entry.pushed else None), smoke, where,
-            _cell(built), f"`{pyxis_image(entry.reference)}`"]
+            _cell(built), f"`{pinned(entry)}`"]
 
 
 def render_markdown(entries: list[Entry], header: Header) -> str:
@@ -93,6 +104,9 @@ def render_markdown(entries: list[Entry], header: Header) -> str:
         "**not pushed** show what the plan would publish.",
         "- created: the image's `org.opencontainers.image.created` label: its source date (the OS archive's date, so "
         "rebuilds of the same inputs reproduce the same image), or the build time when built with `--created now`.",
+        "- GPUs: the image's target GPUs with their compute capabilities (its `io.imagebuild.gpus` label: the "
+        "matrix's `gpus:`, else its family's default); driver ≥: the oldest NVIDIA driver that runs its CUDA "
+        "(`io.imagebuild.min-driver`), which `imagebuild run` and `slurm` compare with the node's driver.",
         "- compressed: the sum of the manifest's layer sizes (what a pull downloads).",
         "- runs on: what a node's runtime needs to pull the tag, from its layers' media types: zstd layers (what "
         "`imagebuild push` writes by default) need Docker ≥ 23, containerd ≥ 1.5 or enroot ≥ 3.5; for older "
@@ -102,8 +116,9 @@ def render_markdown(entries: list[Entry], header: Header) -> str:
         "engine's size of that image. – / no record: that record does not know the image (a registry cannot tell "
         "unpacked sizes without pulling the layers). smoke p/f/s: checks passed/failed/skipped in the latest "
         "`imagebuild test` of that image; tested on: CPU host (every GPU check skipped) or the GPU model(s).",
-        "- pyxis: the tag as Slurm's pyxis plugin (enroot) takes it: `srun --container-image=<pyxis> …`; the registry "
-        "is split off with `#`. For a cluster-wide copy: `imagebuild export … -o image.sqsh`.",
+        "- pyxis: the row's digest as Slurm's pyxis plugin (enroot) takes it: `srun --container-image=<pyxis> …` "
+        "starts exactly the image the row describes, not whatever the tag names later (rows not pushed: the tag); "
+        "the registry is split off with `#`. For a cluster-wide copy: `imagebuild export … -o image.sqsh`.",
     ]
     notes = [f"- `{e.tag}`: {escape_text(note)}" for e in entries for note in e.notes]
     if notes:
@@ -115,6 +130,6 @@ def render_json(entries: list[Entry], header: Header) -> str:
     doc = {
         "matrix": header.matrix, "registry": header.registry, "repositories": list(header.repositories),
         "generated_at": header.generated_at, "generator": f"imagebuild {__version__}", "record": header.record,
-        "entries": [{**e.as_dict(), "pyxis": pyxis_image(e.reference)} for e in entries],
+        "entries": [{**e.as_dict(), "pyxis": pinned(e)} for e in entries],
     }
     return json.dumps(doc, indent=2) + "\n"

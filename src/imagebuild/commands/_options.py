@@ -4,6 +4,7 @@ what they mean is imagebuild.pipeline.settings."""
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from imagebuild.pipeline.settings import resolve_matrix_path
 from imagebuild.secrets import redact_url, register_url_credentials
 
 # resolve_matrix_path is pipeline.settings'; lock.py and render.py import it from here
-__all__ = ["build_input_options", "layer_limit_option", "matrix_option", "only_option", "registry_option",
+__all__ = ["build_input_options", "layer_limit_option", "matrix_option", "no_empty_key", "only_option", "registry_option",
            "resolve_matrix_path", "sign_options", "sign_password", "state_dir_option", "verify_key_option"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -145,12 +146,32 @@ def build_input_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 
+def no_empty_key(envvar: str, what: str) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+    """A key option's callback: an empty value (`--verify-key ""`, an unset CI variable that expanded to nothing) or
+    an empty environment variable behind it is one usage error, never "no key" (which would skip a check or a
+    signature). Click itself reads an empty variable as unset, so the variable is looked at here."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        flag = param.opts[0]
+        choices = f"give {what} (a FILE or a KMS URI such as awskms://...)"
+        from_env = ctx.get_parameter_source(str(param.name)) == click.core.ParameterSource.ENVIRONMENT
+        if value is not None and not value.strip() and not from_env:
+            raise UsageError(f"{flag} {value!r}: empty; {choices}, or leave {flag} out")
+        env = os.environ.get(envvar)
+        if (value is None or from_env) and env is not None and not env.strip():
+            raise UsageError(f"{envvar} is set but empty; {choices}, or unset {envvar}")
+        return value
+
+    return callback
+
+
 def sign_options(func: F) -> F:
     """--sign-key / --sign-password-stdin (push, build --push): what signs every pushed digest."""
     func = click.option("--sign-password-stdin", is_flag=True,
                         help="Read the signing key's password from standard input (default: COSIGN_PASSWORD).")(func)
     return click.option(
         "--sign-key", "sign_key", default=None, metavar="FILE|KMS-URI", envvar="IMAGEBUILD_SIGN_KEY",
+        callback=no_empty_key("IMAGEBUILD_SIGN_KEY", "the cosign private key (cosign.key)"),
         help="Sign every pushed digest with this cosign key (a cosign.key file, its password from COSIGN_PASSWORD "
              "or --sign-password-stdin; or a KMS URI such as awskms://..., hashivault://...) and attach its "
              "CycloneDX SBOM and SLSA provenance as signed attestations (env IMAGEBUILD_SIGN_KEY).")(func)
@@ -181,8 +202,9 @@ def verify_key_option(func: F) -> F:
     """--verify-key (run, export, slurm): check the image's signature and attestations first."""
     return click.option(
         "--verify-key", "verify_key", default=None, metavar="FILE|KMS-URI",
+        callback=no_empty_key("IMAGEBUILD_VERIFY_KEY", "the cosign public key (cosign.pub)"),
         help="Start/export only an image whose registry digest is signed with this cosign public key and carries "
-             "its SBOM and provenance attestations (default: $IMAGEBUILD_VERIFY_KEY; unset: no check).")(func)
+             "its SBOM and provenance attestations (default: $IMAGEBUILD_VERIFY_KEY; unset: no check; empty: an error).")(func)
 
 
 def platform_choice(value: str | None) -> str | None:

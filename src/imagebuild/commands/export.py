@@ -200,9 +200,10 @@ def command(image: str | None, output: Path | None, fmt: str, compression: str, 
             result = ex.export_squashfs(lambda: rootfs.container_filesystem(client, str(info["Id"])), info, output,
                                         compression=compression, force=force, work_dir=tmp_dir, progress=progress)
         else:
-            save_as = name if name != info["Id"] and not name.startswith("sha256:") else str(info["Id"])
-            result = ex.export_archive(rootfs.saved_image(client, save_as), info, output, force=force,
-                                       progress=progress)
+            # saved by the ID inspected (and verified), never by a name the engine resolves again; the name is
+            # written into the archive, which is checked to be that ID's image before it is renamed into place
+            result = ex.export_archive(rootfs.saved_image(client, str(info["Id"])), info, output, name=name,
+                                       force=force, progress=progress)
     if row is not None and matrix_path is not None:
         _remember(matrix_path, row, result)
     from imagebuild.units import format_size

@@ -59,18 +59,20 @@ def _image(client: Any, ref: str | None, matrix: str | None, flavor: str | None,
     return info
 
 
-def _verify_first(client: Any, info: ImageInfo, verify_key: str | None, echo: Callable[[str], None]) -> None:
-    """With a verify key configured: the image's reference verified, and the engine's image is that digest's."""
+def _verify_first(client: Any, info: ImageInfo, verify_key: str | None, echo: Callable[[str], None]) -> str | None:
+    """With a verify key configured: the image's reference verified, and the engine's image is that digest's; the
+    verified REPO@DIGEST (None without a key)."""
     from imagebuild.sign import configured_public_key
 
     public = configured_public_key(verify_key)
     if public is None:
-        return
+        return None
     from imagebuild.engine.store import as_store
     from imagebuild.sign.verify import check_image
 
     verified = check_image(info.ref, public, inspect=as_store(client).inspect(info.id) or {"Id": info.id})
     echo(f"verified: {verified.digest_ref} (signature + SBOM + provenance, key {public.describe()})")
+    return verified.digest_ref
 
 
 def _refuse_options_after_ref(args: list[str], ref: str | None) -> None:
@@ -160,7 +162,7 @@ def command(args: Sequence[str], matrix: str | None, flavor: str | None, only: s
 
     client = connect("smoke")
     info = _image(client, ref, matrix, flavor, only, registry, echo)
-    _verify_first(client, info, verify_key, echo)
+    verified = _verify_first(client, info, verify_key, echo)
     from imagebuild.host import host_root
 
     topo, mem = _host_facts(host_root(Path(os.environ.get(ROOT_ENV) or "/"), f"${ROOT_ENV}"))
@@ -169,7 +171,9 @@ def command(args: Sequence[str], matrix: str | None, flavor: str | None, only: s
         echo(note)
     if print_only:
         settings = launch.settings
-        if info.ref != info.id and settings.image == info.id:  # print the name the user gave, not the ID
+        if verified is not None and settings.image == info.id:  # the digest verified, never a name resolved again
+            settings = replace(settings, image=verified)
+        elif info.ref != info.id and settings.image == info.id:  # print the name the user gave, not the ID
             settings = replace(settings, image=info.ref)
         click.echo(shell_join(settings.docker_run_args()))
         if launch.access is not None:

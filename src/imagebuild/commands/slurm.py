@@ -24,6 +24,7 @@ class _Chosen:
     image: str  # the plan row's tag, or the record's .sqsh export of its image
     tag: str | None = None
     exported_id: str | None = None  # the image ID the .sqsh was exported from
+    exported_sha256: str | None = None  # the sha256 export wrote for it (sha256:HEX)
     push: dict[str, Any] = field(default_factory=dict)  # the record's push of the row to its repository
 
 
@@ -42,18 +43,42 @@ def _matrix_image(matrix: str, only: str | None, flavor: str | None, registry: s
     push = (entry.pushes.get(row.repository) if entry is not None else None) or {}
     if image_id and export.get("image_id") == image_id and Path(str(export.get("path"))).is_file():
         echo(f"image: {export['path']} (the record's export of {row.tag})")
-        return _Chosen(str(export["path"]), row.tag, image_id, push)
+        return _Chosen(str(export["path"]), row.tag, image_id, str(export.get("sha256") or "") or None, push)
     return _Chosen(row.tag, row.tag)
 
 
-def _is_file(image: str) -> bool:
-    return image.startswith(("/", "./", "../")) or image.endswith(".sqsh")
+def _file_is_the_export(image: str, chosen: _Chosen) -> None:
+    """The .sqsh about to be named is, byte for byte, the file export wrote: whole (`export --check`'s check,
+    its sidecar included) and of the sha256 the record holds (a file replaced after the export, its sidecar with it,
+    is refused). VerifyError naming the file otherwise."""
+    from imagebuild.export.squashfs import verify
+    from imagebuild.files import sha256_file
+    from imagebuild.sign.verify import VerifyError
+
+    path = Path(image)
+    hashed: dict[Path, str] = {}
+
+    def sha256_of(p: Path) -> str:
+        if p not in hashed:
+            hashed[p] = sha256_file(p)
+        return hashed[p]
+
+    verdict = verify(path, sha256_of=sha256_of)
+    if verdict.problems:
+        raise VerifyError(f"not verified: {verdict.problems[0]}")
+    want = chosen.exported_sha256 or ""
+    got = f"sha256:{sha256_of(path)}"
+    if got != want:
+        raise VerifyError(f"{image}: sha256 {got} is not the {want or 'sha256 (none recorded)'} the record holds "
+                          f"for its export of {str(chosen.exported_id)[:19]}: the file changed since the export; "
+                          "export it again (imagebuild export --matrix ... --force)")
 
 
 def _verified(image: str, chosen: _Chosen | None, verify_key: str | None, echo: Callable[[str], None]) -> str:
     """With a verify key configured: the image pyxis starts is the signed digest. A reference is verified and
     pinned to that digest (the nodes pull exactly what was verified, even if the tag moves later); a .sqsh passes
     only when the record ties it to the signed digest its tag names (an export of the image pushed as it)."""
+    from imagebuild.oci.pyxis import is_file_image
     from imagebuild.sign import configured_public_key
 
     public = configured_public_key(verify_key)
@@ -61,14 +86,16 @@ def _verified(image: str, chosen: _Chosen | None, verify_key: str | None, echo: 
         return image
     from imagebuild.sign.verify import VerifyError, check_image
 
-    if not _is_file(image):
+    from_record = chosen is not None and chosen.exported_id is not None and image == chosen.image
+    if not (from_record if chosen is not None else is_file_image(image)):
         verified = check_image(image, public)
         echo(f"verified: {verified.digest_ref} (signature + SBOM + provenance, key {public.describe()}); "
              "pyxis pulls that digest")
         return verified.digest_ref
     if chosen is None or chosen.tag is None:
-        raise VerifyError(f"{image}: a .sqsh file carries no signature; with a verify key give the image reference "
-                          "or --matrix (whose record ties its export to the signed digest)")
+        raise VerifyError(f"{os.path.abspath(image)}: a .sqsh file carries no signature; with a verify key give the "
+                          "image reference or --matrix (whose record ties its export to the signed digest)")
+    _file_is_the_export(image, chosen)
     verified = check_image(chosen.tag, public)
     if chosen.push.get("digest") != verified.digest or chosen.push.get("image_id") != chosen.exported_id:
         raise VerifyError(f"{image}: exported from {str(chosen.exported_id)[:19]}, which the record does not show "
@@ -105,7 +132,8 @@ def command(args: Sequence[str], matrix: str | None, only: str | None, flavor: s
             no_workspace: bool, workdir: str, job_name: str, partition: str | None, time_limit: str | None,
             host_root: Path | None, as_sbatch: bool, verify_key: str | None) -> int:
     """Print how to start IMAGE (a .sqsh from `imagebuild export`, or a tag) on Slurm with pyxis: one task per GPU,
-    CPU/memory bound to each GPU's NUMA node, NCCL on the InfiniBand ports found, the workspace mounted.
+    CPU/memory bound to each GPU's NUMA node, NCCL on the InfiniBand ports found, the workspace mounted. A path, a
+    name ending .sqsh/.sqfs/.squashfs or a file here is a local squashfs (written absolute), never a registry image.
 
     \b
     Examples:

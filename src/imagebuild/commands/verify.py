@@ -8,12 +8,14 @@ from typing import Any
 
 import click
 
+from imagebuild.commands._options import no_empty_key
 from imagebuild.errors import EXIT_OK, UsageError
 
 
 @click.command("verify")
 @click.argument("reference", metavar="REF")
 @click.option("--key", "key", default=None, metavar="FILE|KMS-URI",
+              callback=no_empty_key("IMAGEBUILD_VERIFY_KEY", "the cosign public key (cosign.pub)"),
               help="The cosign public key (cosign.pub) or KMS URI the image must be signed with "
                    "(default: $IMAGEBUILD_VERIFY_KEY).")
 @click.option("--ca-file", default=None, type=click.Path(dir_okay=False, exists=True),

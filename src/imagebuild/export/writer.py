@@ -24,6 +24,7 @@ from imagebuild.dates import image_source_date
 from imagebuild.engine.rootfs import EngineReadError, signals_deferred
 from imagebuild.errors import ImagebuildError
 from imagebuild.export import squashfs
+from imagebuild.export.archive import ArchiveError, copy_checked
 from imagebuild.export.enrootfiles import enroot_files
 from imagebuild.export.unpack import UnpackError, add_directory, add_file, pseudo_definitions, unpack
 from imagebuild.files import sha256_file
@@ -149,24 +150,25 @@ def export_squashfs(open_filesystem: Callable[[], contextlib.AbstractContextMana
                         compression=compression, image_size=inspect.get("Size"))
 
 
-def export_archive(stream: Iterable[bytes], inspect: dict[str, Any], dest: Path, *, force: bool = False,
-                   progress: Progress | None = None) -> ExportResult:
-    """`docker save` of the image at `dest` (a docker-archive for `apptainer build x.sif docker-archive:DEST`)."""
+def export_archive(stream: Iterable[bytes], inspect: dict[str, Any], dest: Path, *, name: str | None = None,
+                   force: bool = False, progress: Progress | None = None) -> ExportResult:
+    """`docker save` of the image at `dest` (a docker-archive for `apptainer build x.sif docker-archive:DEST`):
+    `stream` is the save of the image ID inspected (`inspect["Id"]`), `name` the tag written into the archive;
+    renamed into place only once the copy is checked to hold exactly that image (export/archive.py)."""
     progress = progress or Progress(False)
     check_destination(dest, force)
     started = time.monotonic()
     aside = _aside(dest)
-    written = 0
     try:
         with open(aside, "wb") as f:
-            for chunk in stream:
-                f.write(chunk)
-                written += len(chunk)
-                progress.bytes("saving the image", written)
+            copy_checked(stream, f, str(inspect["Id"]), name,
+                         on_bytes=lambda n: progress.bytes("saving the image", n))
         progress.done("saving the image")
         digest = _install(aside, dest)
     except OSError as exc:
         raise _os_error(exc, str(dest)) from None
+    except ArchiveError as exc:
+        raise ExportError(f"{dest}: {exc}; nothing was written under that name") from None
     except EngineReadError as exc:
         raise ExportError(f"{dest}: {exc}") from None
     finally:
