@@ -136,6 +136,8 @@ class ResolvedVariant:
     layer_limit: int | None = None  # matrix `layer_limit` in bytes (None: report.layers.DEFAULT_LAYER_LIMIT)
     platform: str = DEFAULT_PLATFORM  # one of the row's `platforms:`; resolve makes one variant per platform
     compression: dict[str, str] = field(default_factory=dict)  # matrix `compression`: registry ("*": any) -> zstd|gzip
+    # target GPUs (matrix `gpus:`, else the image family's default): (name, compute capability) pairs, this platform's
+    gpus: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -225,10 +227,14 @@ class ImageResult:
     platform: str = DEFAULT_PLATFORM  # the image's OS/architecture (a report written before platforms: amd64)
     # the environment's layers as built (report/layers.py): [{"tier", "holds", "size"}], [] when not known
     env_layers: list[dict[str, Any]] = field(default_factory=list)
+    # the hardware the image is for, from its planned labels (render/hardware.py): "h100=9.0,b200=10.0", "525.60.13"
+    gpus: str | None = None
+    min_driver: str | None = None
 
     @classmethod
     def of(cls, image: ImagePlan) -> ImageResult:
         """The planned row of `image` (every stage starts from this)."""
         return cls(tag=image.tag, flavor=image.flavor, inputs_hash=image.inputs_hash,
                    versions=image.variant.versions.as_dict(), parent=image.parent,
-                   platform=image.variant.platform)
+                   platform=image.variant.platform, gpus=image.labels.get("io.imagebuild.gpus") or None,
+                   min_driver=image.labels.get("io.imagebuild.min-driver") or None)

@@ -16,7 +16,7 @@ CU128_TE = ResolvedVariant(
                       triton="3.5.1", torchvision="0.24.1", torchaudio="2.9.1", transformer_engine="2.9.0"),
     cuda_tag="cu128", os=UBUNTU2404, base=BaseSource("bootstrap", mirror="http://archive.ubuntu.com/ubuntu"),
     torch_index_url=None, flavors=FLAVORS, tf32=True, gpu_archs=("sm_90",), arch_list=("sm_80", "sm_90", "sm_100"),
-    min_driver="525", fp8_min_arch="sm_89",
+    min_driver="525.60.13", fp8_min_arch="sm_89", gpus=(("h100", "9.0"), ("h200", "9.0")),
 )
 CU130 = ResolvedVariant(
     key="2.9.1-cuda13.0-py3.13-ubuntu24.04", name="pytorch", registry="registry.example.internal:5000/ml",
@@ -24,7 +24,7 @@ CU130 = ResolvedVariant(
                       triton="3.5.1", torchvision="0.24.1", torchaudio="2.9.1"),
     cuda_tag="cu130", os=UBUNTU2404, base=BaseSource("registry", ref="ubuntu:24.04"),
     torch_index_url="https://download.pytorch.org/whl/cu130", flavors=FLAVORS, tf32=True, gpu_archs=("sm_90",),
-    arch_list=("sm_80", "sm_90", "sm_100", "sm_120"), min_driver="580",
+    arch_list=("sm_80", "sm_90", "sm_100", "sm_120"), min_driver="580.65.06",
     apt_packages={"dev": ("tmux",)}, pip_packages={"dev": ("ipywidgets",)},
 )
 CPU = ResolvedVariant(

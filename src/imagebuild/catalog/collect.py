@@ -38,6 +38,8 @@ VERSION_LABELS = {
     "python": "io.imagebuild.python",
     "os": "io.imagebuild.os",
     "transformer_engine": "io.imagebuild.transformer-engine",
+    "gpus": "io.imagebuild.gpus",  # target GPUs and their compute capabilities (render/hardware.py)
+    "min_driver": "io.imagebuild.min-driver",  # the oldest NVIDIA driver that runs it
 }
 FLAVOR_LABEL = "io.imagebuild.flavor"
 CREATED_LABEL = "org.opencontainers.image.created"

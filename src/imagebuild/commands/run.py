@@ -109,11 +109,13 @@ def _refuse_options_after_ref(args: list[str], ref: str | None) -> None:
 @click.option("--ssh-key", type=click.Path(dir_okay=False, path_type=Path),
               help="with --ssh: public key file (default: ~/.ssh/*.pub)")
 @click.option("--print", "print_only", is_flag=True, help="print the equivalent `docker run` line, start nothing")
+@click.option("--ignore-driver", is_flag=True, help="start even when this host's NVIDIA driver is older than the "
+              "image's io.imagebuild.min-driver label")
 @verify_key_option
 def command(args: Sequence[str], matrix: str | None, flavor: str | None, only: str | None, registry: str | None,
             gpus: str, ipc_host: bool, shm_size: str | None, no_numa: bool, workspace: Path | None,
             no_workspace: bool, env: tuple[str, ...], name: str | None, jupyter: bool, ssh: bool, port: int | None,
-            ssh_key: Path | None, print_only: bool, verify_key: str | None) -> int:
+            ssh_key: Path | None, print_only: bool, verify_key: str | None, ignore_driver: bool = False) -> int:
     """Start IMAGE (or the matrix's image of --flavor) with GPUs, a big /dev/shm, memlock/stack ulimits, NUMA
     pinning, the current directory at /workspace as your UID/GID; removed on exit.
 
@@ -163,6 +165,9 @@ def command(args: Sequence[str], matrix: str | None, flavor: str | None, only: s
     client = connect("smoke")
     info = _image(client, ref, matrix, flavor, only, registry, echo)
     verified = _verify_first(client, info, verify_key, echo)
+    from imagebuild.launch.driver import check_run
+
+    check_run(info.labels, info.ref, ignore_driver, echo)  # the labels of the image ID about to start
     from imagebuild.host import host_root
 
     topo, mem = _host_facts(host_root(Path(os.environ.get(ROOT_ENV) or "/"), f"${ROOT_ENV}"))

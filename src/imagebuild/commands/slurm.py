@@ -126,11 +126,13 @@ def _verified(image: str, chosen: _Chosen | None, verify_key: str | None, echo: 
               help="read the node model (GPUs, NUMA, /sys/class/infiniband) under this tree, e.g. one recorded on a "
                    "compute node (default: $IMAGEBUILD_HOST_ROOT or this host)")
 @click.option("--sbatch/--srun", "as_sbatch", default=True, help="print the sbatch script (default) or the srun line")
+@click.option("--ignore-driver", is_flag=True, help="print the job even when the node's NVIDIA driver is older than "
+              "the image's io.imagebuild.min-driver label")
 @verify_key_option
 def command(args: Sequence[str], matrix: str | None, only: str | None, flavor: str | None, registry: str | None,
             platform: str | None, nodes: int, gpus_per_node: int | None, mounts: tuple[str, ...], workspace: str | None,
             no_workspace: bool, workdir: str, job_name: str, partition: str | None, time_limit: str | None,
-            host_root: Path | None, as_sbatch: bool, verify_key: str | None) -> int:
+            host_root: Path | None, as_sbatch: bool, verify_key: str | None, ignore_driver: bool = False) -> int:
     """Print how to start IMAGE (a .sqsh from `imagebuild export`, or a tag) on Slurm with pyxis: one task per GPU,
     CPU/memory bound to each GPU's NUMA node, NCCL on the InfiniBand ports found, the workspace mounted. A path, a
     name ending .sqsh/.sqfs/.squashfs or a file here is a local squashfs (written absolute), never a registry image.
@@ -173,6 +175,9 @@ def command(args: Sequence[str], matrix: str | None, only: str | None, flavor: s
     else:
         root = check_root(Path(os.environ.get(ROOT_ENV) or "/"), f"${ROOT_ENV}")
     image = _verified(image, chosen, verify_key, echo)
+    from imagebuild.launch.driver import check_slurm
+
+    check_slurm(image, chosen.exported_id if chosen else None, root, ignore_driver, echo)
     topo = read_topology(root, **nvidia_smi_outputs(root))
     from imagebuild.oci import ReferenceSyntaxError
 

@@ -29,6 +29,7 @@ class MatrixDoc:
     layer_limit: int | None = None
     perf_min: dict[str, float] = field(default_factory=dict)
     compression: dict[str, str] = field(default_factory=dict)  # registry ("*": any) -> zstd | gzip (push)
+    gpus: tuple[str, ...] = ()  # the matrix-level `gpus:` (checked names/archs; a variant's own replaces it)
     problems: list[Problem] = field(default_factory=list)  # schema problems; resolve_matrix raises them all
     loaded: Loaded | None = None
 
@@ -83,6 +84,7 @@ def parse_matrix(text: str, file: str = "<matrix>", base_dir: Path | None = None
         layer_limit=schema.layer_limit,
         perf_min=schema.perf_min,
         compression=schema.compression,
+        gpus=schema.gpus.value if schema.gpus is not None and schema.gpus.ok else (),
         problems=loaded.problems + problems + expand_problems,
         loaded=loaded,
     )

@@ -16,6 +16,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from imagebuild.backends import choices
 from imagebuild.compat import Tables
+from imagebuild.compat.gpus import ARCH_RE as GPU_ARCH_RE
+from imagebuild.compat.gpus import load as load_gpus
+from imagebuild.compat.gpus import name_of
 from imagebuild.models import FLAVORS, PARENT_FLAVOR
 from imagebuild.oci.reference import ReferenceSyntaxError, parse_reference
 from imagebuild.secrets import has_credentials, redact, redact_url
@@ -248,6 +251,37 @@ def _platforms(value: Any, raw: str | None, tables: Tables) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _gpus(value: Any, raw: str | None, tables: Tables) -> tuple[str, ...]:
+    """Target GPUs (compat/data/gpus.yaml names, any case: `H100`, `rtx-pro-6000`) or SASS archs (`sm_90`,
+    `sm_90a`): normalised to the data's names and lower-case archs, in the file's order. `[]`: no target (a CPU
+    row of a matrix whose `gpus:` names some)."""
+    data = load_gpus()
+    if isinstance(value, str):
+        value = [value]  # `gpus: h100` means the one-element list
+    if not isinstance(value, list):
+        raise Bad(f"expected a list of GPUs, got {describe(value)}", "valid choices: " + data.choices())
+    out: list[str] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise Bad(f"expected a GPU name like 'h100' or an arch like 'sm_90', got {describe(item)}",
+                      "valid choices: " + data.choices(), sub=(i,))
+        gpu = data.lookup(item)
+        arch = item.strip().lower()
+        name = gpu.name if gpu else (arch if GPU_ARCH_RE.match(arch) else name_of(item))
+        if gpu is None and GPU_ARCH_RE.match(name):
+            if data.arch_range(name) is None:
+                raise Bad(f"unknown GPU arch {item!r}", suggest(name, data.archs), sub=(i,))
+        elif gpu is None:
+            hint = suggest(name, data.gpus)
+            raise Bad(f"unknown GPU {item!r}",
+                      f"{hint} (valid choices: {data.choices()})" if hint.startswith("did") else
+                      "valid choices: " + data.choices(), sub=(i,))
+        if name in out:
+            raise Bad(f"GPU {name!r} is listed twice", sub=(i,))
+        out.append(name)
+    return tuple(out)
+
+
 def _backend(value: Any, raw: str | None, tables: Tables) -> str:
     names = choices()  # auto + THE table of backends (imagebuild/backends.py)
     if value not in names:
@@ -277,6 +311,7 @@ VARIANT_FIELDS: dict[str, Checker] = {
     "torch_index_url": _index_url,
     "backend": _backend,  # how images are built: imagebuild/backends.py
     "platforms": _platforms,  # OS/architecture pairs, default linux/amd64 (compat/data/platforms.yaml)
+    "gpus": _gpus,  # target GPUs or sm_XY archs (compat/data/gpus.yaml); the matrix-level `gpus:` when unset
 }
 
 REQUIRED_FIELDS = ("torch", "cuda", "os")  # python defaults to the OS's own python3

@@ -27,7 +27,7 @@ from imagebuild.oci.reference import (
 )
 from imagebuild.secrets import redact_host
 
-TOP_KEYS = ("name", "registry", "gpu_archs", "defaults", "matrix", "include", "exclude", "ca_certs",
+TOP_KEYS = ("name", "registry", "gpu_archs", "gpus", "defaults", "matrix", "include", "exclude", "ca_certs",
             "size_budget", "perf_min", "layer_limit", "compression")
 ARCH_RE = re.compile(r"^sm_\d{2,3}[af]?$")
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b|b)?\s*$", re.IGNORECASE)
@@ -50,6 +50,7 @@ class Schema:
     name: str = ""
     registry: str = ""
     gpu_archs: tuple[str, ...] = ()
+    gpus: Cell | None = None  # the matrix-level `gpus:` (a variant's own `gpus` replaces it)
     defaults: dict[str, Cell] = field(default_factory=dict)
     axes: list[tuple[str, list[Cell]]] = field(default_factory=list)
     include: list[tuple[YPath, dict[str, Cell]]] = field(default_factory=list)
@@ -140,6 +141,8 @@ def check_document(loaded: Loaded, tables: Tables, base_dir: Path) -> tuple[Sche
     out.unknown_keys = _check_top_keys(c, doc)
     _check_name_and_registry(c, doc, out)
     out.gpu_archs = _check_gpu_archs(c, doc)
+    if doc.get("gpus") is not None:
+        out.gpus = c.cell("gpus", doc["gpus"], ("gpus",))
     if "defaults" in doc:
         out.defaults = c.fields(doc["defaults"], ("defaults",), "defaults") or {}
     if "matrix" in doc:

@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from imagebuild.models import DEFAULT_PLATFORM, Plan
+from imagebuild.render.hardware import GPUS_LABEL, MIN_DRIVER_LABEL
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -41,6 +42,8 @@ def plan_rows(plan: Plan, states: dict[str, dict[str, Any]] | None = None,
                 "chosen": dict(v.chosen),
                 "base": {"kind": v.base.kind, "ref": v.base.ref},
                 "gpu_archs": list(v.gpu_archs),
+                "gpus": image.labels.get(GPUS_LABEL) or None,  # what the image is labelled for (render/hardware.py)
+                "min_driver": image.labels.get(MIN_DRIVER_LABEL) or None,
                 "inputs_hash": image.inputs_hash,
                 "dockerfile": str(image.dockerfile_path) if image.dockerfile_path else None,
                 **({"state": (states or {}).get(image.id)} if states is not None else {}),

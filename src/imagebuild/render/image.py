@@ -23,6 +23,7 @@ from imagebuild.inputs import BuildInputs
 from imagebuild.lock.model import LockedImage, requirements_text
 from imagebuild.models import FLAVORS, PARENT_FLAVOR, ResolvedVariant
 from imagebuild.render import data, tiers
+from imagebuild.render.hardware import BASE_KEYS, hardware_labels
 from imagebuild.render.te_key import KEY_LABEL, te_build_key
 from imagebuild.secrets import has_credentials, redact
 
@@ -164,7 +165,7 @@ def _labels(variant: ResolvedVariant, flavor: str) -> dict[str, str]:
     labels = _variant_labels(variant, flavor)
     if flavor == "base":
         labels["io.imagebuild.matrix-key"] = labels["org.opencontainers.image.version"] = base_key(variant)
-        labels = {k: v for k, v in labels.items() if k in BASE_LABEL_KEYS}
+        labels = {k: v for k, v in labels.items() if k in BASE_LABEL_KEYS or k in BASE_KEYS}
     return labels
 
 
@@ -189,6 +190,7 @@ def _variant_labels(variant: ResolvedVariant, flavor: str) -> dict[str, str]:
         "io.imagebuild.tf32": "true" if variant.tf32 else "false",
         "io.imagebuild.matrix-key": variant.key,
     }
+    labels.update(hardware_labels(variant, flavor))  # target GPUs, driver floor (render/hardware.py)
     te_key = te_build_key(variant)
     if te_key:  # which cached TE wheel the image holds: part of the inputs hash, unlike the wheel's bytes
         labels[KEY_LABEL] = te_key

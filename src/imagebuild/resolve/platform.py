@@ -78,8 +78,10 @@ def check_archs(ctx: Ctx, rv: RawVariant, release: TorchRelease, cuda: str, arch
 
 
 def pick_te(ctx: Ctx, rv: RawVariant, release: TorchRelease, info: CudaInfo | None, cudnn: str | None,
-            chosen: dict[str, str]) -> tuple[bool, str | None, str | None]:
-    """(ok, transformer_engine version, fp8_min_arch)."""
+            chosen: dict[str, str], gpu_archs: tuple[str, ...] | None = None) -> tuple[bool, str | None, str | None]:
+    """(ok, transformer_engine version, fp8_min_arch); `gpu_archs`: the archs the image targets (default: the
+    matrix's gpu_archs)."""
+    archs = ctx.doc.gpu_archs if gpu_archs is None else gpu_archs
     wanted = rv.values.get("transformer_engine")
     if wanted is None or wanted is False:
         return True, None, None
@@ -93,10 +95,10 @@ def pick_te(ctx: Ctx, rv: RawVariant, release: TorchRelease, info: CudaInfo | No
                 known_list(ctx.tables.te, wanted, "transformer_engine"))
         return False, None, None
     te = ctx.tables.te[version]
-    reasons = te_problems(te, release, info, cudnn, ctx.doc.gpu_archs)
+    reasons = te_problems(te, release, info, cudnn, archs)
     if reasons:
         valid = [v for v, t in sorted(ctx.tables.te.items(), key=lambda kv: vtuple(kv[0]))
-                 if not te_problems(t, release, info, cudnn, ctx.doc.gpu_archs)]
+                 if not te_problems(t, release, info, cudnn, archs)]
         fit = (f"transformer_engine releases that fit torch {release.version} + CUDA {info.version}: "
                f"{', '.join(valid)}" if valid else "no known transformer_engine release fits this variant; "
                "set transformer_engine: false")
@@ -104,7 +106,7 @@ def pick_te(ctx: Ctx, rv: RawVariant, release: TorchRelease, info: CudaInfo | No
             ctx.bad(rv, "transformer_engine", message, fit)
         return False, None, None
     note = f"{wanted} → {version} (newest known patch)" if version != wanted else version
-    no_fp8 = [a for a in ctx.doc.gpu_archs if arch_num(a) < arch_num(te.fp8_min_arch)]
+    no_fp8 = [a for a in archs if arch_num(a) < arch_num(te.fp8_min_arch)]
     if no_fp8:
         note += f"; FP8 needs {te.fp8_min_arch}+, so {', '.join(no_fp8)} run it without FP8"
     if note != version:

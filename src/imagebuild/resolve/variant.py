@@ -15,6 +15,7 @@ from imagebuild.models import (
     Versions,
     platform_suffix,
 )
+from imagebuild.resolve import gpus as targets
 from imagebuild.resolve.machine import platform_archs, platform_index, row_platforms, te_note
 from imagebuild.resolve.origins import base_source, torch_index
 from imagebuild.resolve.pins import companion, library_pins, pick_cuda, pick_torch
@@ -46,10 +47,14 @@ def resolve_row(ctx: Ctx, rv: RawVariant) -> list[ResolvedVariant]:
         archs = platform_archs(ctx, rv, release, platform, first.arch_list)
         if not ok or archs is None or len(ctx.problems) > before:
             continue
+        pairs = targets.for_platform(ctx, rv, release, platform, archs, chosen)
+        if pairs is None:
+            continue
         if first.versions.transformer_engine and (note := te_note(ctx, platform)):
             chosen[f"transformer_engine ({platform})"] = note
         out.append(dataclasses.replace(
-            first, platform=platform, torch_index_url=index_url, arch_list=archs, chosen=chosen,
+            first, platform=platform, torch_index_url=index_url, arch_list=archs, chosen=chosen, gpus=pairs,
+            gpu_archs=targets.target_archs(ctx.doc.gpu_archs, pairs, targets.named(ctx, rv)),
             key=variant_key(first.versions.torch, first.versions.cuda, first.versions.python, first.os.id, platform),
             base=_platform_base(ctx, rv, first, platform)))
     return out
@@ -68,6 +73,7 @@ def _platform_base(ctx: Ctx, rv: RawVariant, first: ResolvedVariant, platform: s
 def resolve_variant(ctx: Ctx, rv: RawVariant) -> ResolvedVariant | None:
     before = len(ctx.problems)
     v = rv.values
+    doc = ctx.doc
     chosen: dict[str, str] = {}
     release = pick_torch(ctx, rv, chosen)
     if release is None:
@@ -83,7 +89,10 @@ def resolve_variant(ctx: Ctx, rv: RawVariant) -> ResolvedVariant | None:
     if variant is None or pins is None:
         return None
     check_archs(ctx, rv, release, v["cuda"], variant.archs)
-    ok_te, te, fp8_min_arch = pick_te(ctx, rv, release, info, pins["cudnn"], chosen)
+    pairs = targets.for_platform(ctx, rv, release, ctx.tables.default_platform, variant.archs, chosen) \
+        if targets.check_row(ctx, rv, release, row_platforms(ctx, rv)) else None
+    gpu_archs = targets.target_archs(doc.gpu_archs, pairs or (), targets.named(ctx, rv))
+    ok_te, te, fp8_min_arch = pick_te(ctx, rv, release, info, pins["cudnn"], chosen, gpu_archs)
     base = base_source(ctx, rv, osinfo, chosen)
     index_url = torch_index(ctx, rv, release, chosen)
     if len(ctx.problems) > before or python is None or base is None or not (ok_vision and ok_audio and ok_te):
@@ -103,7 +112,6 @@ def resolve_variant(ctx: Ctx, rv: RawVariant) -> ResolvedVariant | None:
         torchaudio=torchaudio,
         transformer_engine=te,
     )
-    doc = ctx.doc
     return ResolvedVariant(
         key=variant_key(release.version, v["cuda"], python, osinfo.id),
         name=doc.name,
@@ -115,7 +123,7 @@ def resolve_variant(ctx: Ctx, rv: RawVariant) -> ResolvedVariant | None:
         torch_index_url=index_url,
         flavors=tuple(v.get("flavors") or FLAVORS),
         tf32=v.get("tf32", True),
-        gpu_archs=doc.gpu_archs,
+        gpu_archs=gpu_archs,
         arch_list=variant.archs,
         min_driver=info.min_driver if info else None,
         fp8_min_arch=fp8_min_arch,
@@ -129,4 +137,5 @@ def resolve_variant(ctx: Ctx, rv: RawVariant) -> ResolvedVariant | None:
         chosen=chosen,
         source=doc.location(rv.row),
         backend=v.get("backend", AUTO),
+        gpus=pairs or (),
     )

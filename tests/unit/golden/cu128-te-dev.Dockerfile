@@ -116,7 +116,9 @@ LABEL \
     io.imagebuild.cudnn="9.10.2.21" \
     io.imagebuild.flavor="dev" \
     io.imagebuild.gpu-archs="sm_90" \
+    io.imagebuild.gpus="h100=9.0,h200=9.0" \
     io.imagebuild.matrix-key="2.9.1-cuda12.8-py3.12-ubuntu24.04" \
+    io.imagebuild.min-driver="525.60.13" \
     io.imagebuild.nccl="2.27.5" \
     io.imagebuild.os="ubuntu24.04" \
     io.imagebuild.python="3.12" \

@@ -82,6 +82,7 @@ LABEL \
     io.imagebuild.cuda="13.0" \
     io.imagebuild.flavor="base" \
     io.imagebuild.matrix-key="cuda13.0-py3.13-ubuntu24.04" \
+    io.imagebuild.min-driver="580.65.06" \
     io.imagebuild.os="ubuntu24.04" \
     io.imagebuild.python="3.13" \
     org.opencontainers.image.source="https://github.com/imagebuild/imagebuild" \

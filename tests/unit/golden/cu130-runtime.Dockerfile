@@ -180,6 +180,7 @@ LABEL \
     io.imagebuild.flavor="runtime" \
     io.imagebuild.gpu-archs="sm_90" \
     io.imagebuild.matrix-key="2.9.1-cuda13.0-py3.13-ubuntu24.04" \
+    io.imagebuild.min-driver="580.65.06" \
     io.imagebuild.nccl="2.27.7" \
     io.imagebuild.os="ubuntu24.04" \
     io.imagebuild.python="3.13" \
