@@ -182,7 +182,9 @@ def test_another_key_is_refused_by_verify_run_export_and_slurm(signed, keys, tmp
     run = imagebuild("run", "--verify-key", good, "--gpus", "none", "--no-workspace", "--print", base.tag,
                      env=_env(), timeout=300)
     assert run.returncode == 0, run.stderr
-    assert "verified: " in run.stderr and base.tag in run.stdout
+    # the line printed names what was verified, REPO@DIGEST, never the tag resolved again
+    assert "verified: " in run.stderr and f"{base.repository}@sha256:" in run.stdout, run.stdout
+    assert base.tag not in run.stdout, run.stdout
     slurm = imagebuild("slurm", "--verify-key", good, "--srun", base.tag, "--", "true", env=_env(), timeout=300)
     assert slurm.returncode == 0, slurm.stderr
     assert "@sha256:" in slurm.stdout and f":{base.short_tag}" not in slurm.stdout
