@@ -36,7 +36,7 @@ def command(reference: str, key: str | None, ca_file: str | None, as_json: bool)
     from imagebuild.sign import configured_public_key
     from imagebuild.sign.verify import check_image
 
-    public = configured_public_key(key)
+    public = configured_public_key(key, "--key")  # messages name the option this command has
     if public is None:
         raise UsageError("give --key cosign.pub (or a KMS URI), or set IMAGEBUILD_VERIFY_KEY")
     verified = check_image(reference, public, ca_file=ca_file)

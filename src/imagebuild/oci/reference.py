@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from imagebuild.hints import credentials_hint
+
 DOCKER_HUB = "docker.io"  # the registry of a reference that names none
 _HUB_ALIASES = frozenset({DOCKER_HUB, "index.docker.io"})  # docker normalises the legacy name too
 _OFFICIAL = "library"  # Docker Hub's namespace for single-component names: `ubuntu` is `library/ubuntu`
@@ -178,8 +180,7 @@ def check_registry(text: str) -> str:
         raise ReferenceSyntaxError(f"a registry is host[:port][/path] without '{scheme}://' (the engine picks https, or "
                              "http for a registry it is told is insecure)")
     if "@" in registry.split("/", 1)[0]:
-        raise ReferenceSyntaxError("a registry cannot carry credentials; log in with `docker login`, --username/"
-                             "--password-stdin or IMAGEBUILD_REGISTRY_USER/IMAGEBUILD_REGISTRY_PASSWORD")
+        raise ReferenceSyntaxError(f"a registry cannot carry credentials; give them with {credentials_hint()}")
     if "@" in registry:
         raise ReferenceSyntaxError("a registry cannot carry a digest; put only host[:port][/path]")
     last = registry.rsplit("/", 1)[-1]

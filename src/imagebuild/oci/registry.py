@@ -34,6 +34,7 @@ from typing import IO
 
 from imagebuild import __version__
 from imagebuild.errors import ImagebuildError
+from imagebuild.hints import ca_hint, credentials_hint
 from imagebuild.oci.auth import RegistryAuth, credentials_refused
 from imagebuild.oci.reference import DOCKER_HUB
 from imagebuild.retry import REGISTRY, RetryPolicy
@@ -308,7 +309,7 @@ class RegistryClient:
                 reason = getattr(exc, "reason", exc)
                 if isinstance(reason, ssl.SSLCertVerificationError):
                     raise RegistryError(f"{self.registry}: TLS: {reason.verify_message}; give the registry's CA "
-                                        f"with --ca-file or /etc/docker/certs.d/{self.registry}/ca.crt") from exc
+                                        f"with {ca_hint(self.registry)}") from exc
                 last = exc
                 continue
             if r.status == 400 and b"HTTPS server" in r.body:
@@ -327,7 +328,7 @@ class RegistryClient:
             reason = getattr(exc, "reason", exc)
             if isinstance(reason, ssl.SSLCertVerificationError):
                 raise RegistryError(f"{self.registry}: TLS: {reason.verify_message}; give the registry's CA "
-                                    f"with --ca-file or /etc/docker/certs.d/{self.registry}/ca.crt") from exc
+                                    f"with {ca_hint(self.registry)}") from exc
             raise RegistryError(f"{self.registry}: {method} {path}: {reason}", transient=True) from exc
         if r.status >= 500 or r.status == 429:
             raise RegistryError(
@@ -374,8 +375,7 @@ class RegistryClient:
         if kind == "basic":
             if self.auth.anonymous:
                 raise RegistryAuthError(f"{self._auth_text(first)}; no credentials found for {self.registry} "
-                                        "(docker login, --username/--password-stdin or IMAGEBUILD_REGISTRY_*)",
-                                        status=401)
+                                        f"({credentials_hint()})", status=401)
             self._basic_ok = True
             return self._basic_header()
         if kind == "bearer":

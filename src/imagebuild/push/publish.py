@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from imagebuild.engine.store import ImageStore, as_store
 from imagebuild.errors import ImagebuildError
+from imagebuild.hints import has_option
 from imagebuild.models import DEFAULT_PLATFORM, ImagePlan, ImageResult, Plan
 from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryAuth, RegistryAuthError, RegistryError
 from imagebuild.oci.answers import index_entries, is_index, parse_object
@@ -78,7 +79,8 @@ def gate(image: ImagePlan, row: dict[str, Any] | None, require_tests: bool) -> s
         return None
     tests = (row or {}).get("tests")
     if not tests:
-        return "not tested (run `imagebuild test` first, or push with --untested)"
+        return "not tested (run `imagebuild test` first" + (", or push with --untested)" if has_option("--untested")
+                                                             else ")")
     if tests.get("failed"):
         return f"{tests['failed']} smoke test(s) failed"
     return None

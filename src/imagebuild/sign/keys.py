@@ -118,9 +118,10 @@ class PublicKey:
         return redact(self.label or self.ref)
 
 
-def configured_public_key(flag_value: str | None) -> PublicKey | None:
-    """The verify key of `run`/`export`/`slurm`: --verify-key, else IMAGEBUILD_VERIFY_KEY, else none (no check)."""
+def configured_public_key(flag_value: str | None, flag: str = "--verify-key") -> PublicKey | None:
+    """The verify key of `run`/`export`/`slurm` (`flag`: the option the command has; `verify`'s is --key): the
+    option, else IMAGEBUILD_VERIFY_KEY, else none (no check)."""
     if flag_value:
-        return PublicKey.from_option(flag_value, "--verify-key")
+        return PublicKey.from_option(flag_value, flag)
     env = os.environ.get(ENV_VERIFY_KEY)
     return PublicKey.from_option(env, ENV_VERIFY_KEY) if env else None

@@ -32,6 +32,7 @@ from imagebuild.errors import ImagebuildError
 from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryClient, RegistryError
 from imagebuild.oci.answers import index_entries, is_index, parse_object
 from imagebuild.oci.platform import descriptor_platform, normalized, platform_mismatch
+from imagebuild.sign import refusals
 from imagebuild.sign.cosign import CosignMissing, Registry, cosign_registry, run_cosign
 from imagebuild.sign.keys import PublicKey
 from imagebuild.sign.signer import PREDICATE_TYPES
@@ -70,23 +71,8 @@ def _json_lines(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def _unsigned_or_other_key(reason: str) -> str:
-    low = reason.lower()
-    if "no signatures found" in low or "no matching attestations" in low and "invalid" not in low:
-        return "unsigned"
-    if "invalid signature" in low or "no matching signatures" in low or "verification failed" in low:
-        return "signed by another key"
-    return "not verified"
-
-
-def _attestation_problem(reason: str) -> str:
-    """cosign's refusal of an attestation in words: made for another digest, missing, or as for a signature."""
-    low = reason.lower()
-    if "subject digest" in low:  # cosign compares the statement's subject with the digest it was filed under
-        return "made for another digest, not this image"
-    if "none of the attestations matched" in low or ("no matching attestations" in low and "invalid" not in low):
-        return "missing"
-    return _unsigned_or_other_key(reason)
+_unsigned_or_other_key = refusals.signature_problem  # cosign's refusals in true words: sign/refusals.py
+_attestation_problem = refusals.attestation_problem
 
 
 def resolve_digest(ref: Reference, client: RegistryClient) -> str:
@@ -96,7 +82,7 @@ def resolve_digest(ref: Reference, client: RegistryClient) -> str:
     try:
         digest = client.manifest_digest(ref.repository, ref.tag or "latest")
     except RegistryError as exc:
-        raise VerifyError(f"{ref}: the registry does not answer: {exc}") from None
+        raise VerifyError(f"{ref}: {refusals.registry_problem(exc)}: {exc}") from None
     if digest is None:
         raise VerifyError(f"{ref}: no such tag in {ref.registry}")
     return digest
@@ -128,7 +114,13 @@ def attestation(name: str, digest: str, kind: str, key: PublicKey, registry: Reg
     done = run_cosign(["verify-attestation", "--key", key.ref, "--insecure-ignore-tlog", "--type", kind,
                        *registry.flags(), f"{name}@{digest}"], registry=registry)
     if done.returncode != 0:
-        raise VerifyError(f"{shown}: the {kind} attestation of {digest} is {_attestation_problem(done.error)} "
+        problem = _attestation_problem(done.error)
+        if problem == refusals.OTHER_KEY:  # cosign words a malformed envelope the same: read them
+            from imagebuild.oci import resolve_auth
+
+            client = RegistryClient(registry.auth or resolve_auth(registry.host), ca_file=registry.ca_file)
+            problem = refusals.envelope_problem(client, name.split("/", 1)[1], digest, key.ref) or problem
+        raise VerifyError(f"{shown}: the {kind} attestation of {digest} is {problem} "
                           f"(key {key.describe()}): {done.error}")
     statements = [s for s in (_statement(e) for e in _json_lines(done.stdout))
                   if s.get("predicateType") == PREDICATE_TYPES[kind]]
@@ -259,7 +251,7 @@ def check_image(reference: str, key: PublicKey, *, inspect: dict[str, Any] | Non
         registry = cosign_registry(client, ca_file)
         verified = verify_reference(reference, key, registry, client)
     except RegistryError as exc:
-        raise VerifyError(f"{reference}: the registry does not answer: {exc}") from None
+        raise VerifyError(f"{reference}: {refusals.registry_problem(exc)}: {exc}") from None
     except CosignMissing as exc:
         raise VerifyError(f"{reference}: not verified: {exc}") from None
     if inspect is not None and not local_image_matches(inspect, verified, client):
