@@ -8,6 +8,7 @@ Helpers that several test files use live in underscore modules beside the tests,
     _push_fakes.py    push set-up: plan rows, engine push streams, the fake engine and registry wired (test_push_*.py)
     _render_cases.py  the resolved variants the golden render tests use (test_render_*.py)
     _torch_venv.py    a python with the CPU torch wheel (fixture torch_python: the probe tests that run torch)
+    _nvidia_wheels.py real NVIDIA wheels from PyPI, cached once and pinned by sha256 (coverage and NCCL tests)
 A test module never imports another test module or conftest (tests/unit/test_import_rules.py checks it).
 """
 

@@ -117,7 +117,9 @@ def test_each_check_has_exactly_one_test_per_flavor(flavor):
     generated = [i.split("[", 1)[1].rsplit("-", 1)[0] for i in ids if "::test_check[" in i]
     claimed = {"tf32.accuracy": "test_tf32.py::test_tf32_accuracy", "te.import": "test_te.py::test_te_import",
                "uid.home_writable": "test_arbitrary_uid.py::test_arbitrary_uid_home_writable",
-               "hpc.te": "test_hpc_runtime.py::test_hpc_te"}
+               "hpc.te": "test_hpc_runtime.py::test_hpc_te",
+               "coverage.kernels": "test_coverage.py::test_kernel_coverage",
+               "cudalibs.nccl_version": "test_cudalibs.py::test_nccl_version_is_the_pinned_one"}
     claimed.update({f"perf.{k}": f"test_perf.py::test_perf[local-{k}]"
                     for k in ("gemm_fp32", "gemm_tf32", "gemm_bf16", "allreduce")})
     applies = [c.name for c in P.checks_for(flavor, opt_in=True)]

@@ -9,6 +9,9 @@ command line dispatches and the suite selects:
     hygiene      (as root) no SSH host keys, nothing in /tmp or /var/tmp, no pip/apt caches
     versions     torch/CUDA/cuDNN/NCCL/... versions; versions_match (the suite's comparison rule)
     libraries    one copy of each cuDNN/NCCL/cuBLAS library
+    cudalibs     one loadable libnccl, its version = torch's build = torch's pin; one CUDA major across the nvidia-*
+                 wheels, cuDNN and cuBLAS
+    coverage     which SASS/PTX every CUDA ELF carries (fatbin.py reads .nv_fatbin headers): which GPUs run it
     gpu          devices, nvidia-smi -L (MIG), arch list
     tf32         TF32 policy at import; GPU speed-up and accuracy
     amp          autocast training steps (CUDA fp16/bf16, CPU bf16)
@@ -60,6 +63,10 @@ from probe.common import (  # noqa: E402
     SECTIONS,
     Probe,
 )
+from probe.coverage import failures as coverage_failures  # noqa: E402
+from probe.coverage import judge as judge_coverage  # noqa: E402
+from probe.coverage import summary as coverage_summary  # noqa: E402
+from probe.cudalibs import same_version as same_nccl_version  # noqa: E402
 from probe.distributed import dist_worker, nccl_transport_kind, parse_nccl_log  # noqa: E402
 from probe.gpu import normalize_arch, parse_nvidia_smi_list  # noqa: E402
 from probe.hygiene import findings as hygiene_findings  # noqa: E402
@@ -113,5 +120,6 @@ __all__ = [
     "library_key", "nccl_transport_kind", "normalize_arch", "parse_environ", "parse_ldconfig",
     "parse_ldd", "parse_nccl_log", "parse_nvidia_smi_list", "parse_os_release", "parse_pip_check",
     "parse_sshd_T", "parse_sshd_config_files", "render_table",
-    "tf32_state", "versions_match", "where_found", "zipapp_path",
+    "tf32_state", "versions_match", "where_found", "zipapp_path", "coverage_failures", "judge_coverage",
+    "coverage_summary", "same_nccl_version",
 ]
