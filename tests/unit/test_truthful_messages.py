@@ -109,7 +109,7 @@ def _envelope(sig: str, payload: str = base64.b64encode(b'{"_type":"x"}').decode
     ([_envelope(base64.b64encode(bytes(64)).decode())], "malformed (a signature is not a DER"),  # P1363, not cosign's
     ([_envelope(REAL_SIG, payload="not*base64")], "malformed (a DSSE payload is not base64)"),
     ([b"{not json"], "malformed (a layer is not JSON"),
-    ([json.dumps({"payload": "eA==", "signatures": []}).encode()], "malformed (a DSSE envelope holds no signature)"),
+    ([json.dumps({"payload": "e30=", "signatures": []}).encode()], "malformed (a DSSE envelope holds no signature)"),
     (None, None),
 ])
 def test_attestation_envelopes_are_read_to_tell_malformed_from_another_key(tmp_path, envelopes, want):
@@ -294,3 +294,20 @@ def test_a_key_refusal_names_the_option_the_command_has(tmp_path, monkeypatch, a
     assert isinstance(res.exception, UsageError), (res.output, res.exception)  # main() prints it: one error: line
     named = set(_OPTION.findall(str(res.exception) + res.output))
     assert option in named and named <= OPTIONS[args[0]], (named, res.output, res.exception)
+
+
+def test_only_envelopes_of_the_type_asked_about_are_judged(tmp_path):
+    """cosign drops an envelope it cannot verify and says the type is missing: a broken SBOM attestation is called
+    malformed, a broken provenance beside a missing SBOM does not make the SBOM 'malformed'."""
+    pub = tmp_path / "cosign.pub"
+    pub.write_text(EC_PUB)
+
+    def typed(kind: str, sig: str) -> bytes:
+        return _envelope(sig, base64.b64encode(json.dumps({"predicateType": kind}).encode()).decode())
+
+    bom, prov = "https://cyclonedx.org/bom", "https://slsa.dev/provenance/v1"
+    broken_bom = _Client([typed(bom, "not*base64!"), typed(prov, REAL_SIG)])
+    assert envelope_problem(broken_bom, "t/x", DIGEST, str(pub), bom).startswith("malformed")
+    assert envelope_problem(broken_bom, "t/x", DIGEST, str(pub), prov) is None
+    assert envelope_problem(_Client([_envelope(REAL_SIG, base64.b64encode(b"{x").decode())]), "t/x", DIGEST,
+                            str(pub), bom).startswith("malformed (a DSSE payload is not an in-toto statement")

@@ -17,6 +17,8 @@ cosign 2.5's own messages, as read from a real registry (tests/unit/test_refusal
     no matching attestations: accepted signatures do not match threshold -> signed by another key, or malformed:
                                                                             cosign says the same for both, so the
                                                                             envelopes are read (`envelope_problem`)
+    none of the attestations matched the predicate type: cyclonedx       -> missing, or malformed (cosign drops an
+                                                                            envelope it cannot verify): read too
 """
 
 from __future__ import annotations
@@ -154,13 +156,20 @@ def _b64(text: object) -> bytes | None:
         return None
 
 
-def _one_envelope(body: bytes, ec_key: bool) -> str | None:
+def _one_envelope(body: bytes, ec_key: bool, predicate_type: str | None) -> str | None:
     try:
         env = json.loads(body)
     except ValueError:
         return "a layer is not JSON, no DSSE envelope"
-    if not isinstance(env, dict) or _b64(env.get("payload")) is None:
+    payload = _b64(env.get("payload")) if isinstance(env, dict) else None
+    if payload is None:
         return "a DSSE payload is not base64"
+    try:
+        statement = json.loads(payload)
+    except ValueError:
+        return "a DSSE payload is not an in-toto statement (not JSON)"
+    if predicate_type and isinstance(statement, dict) and statement.get("predicateType") != predicate_type:
+        return None  # another type's attestation: not the one asked about
     sigs = env.get("signatures")
     if not isinstance(sigs, list) or not sigs:
         return "a DSSE envelope holds no signature"
@@ -173,9 +182,11 @@ def _one_envelope(body: bytes, ec_key: bool) -> str | None:
     return None
 
 
-def envelope_problem(client: RegistryClient, repository: str, digest: str, key_ref: str) -> str | None:
-    """Why the attestations stored for `digest` (cosign's `sha256-<hex>.att`) are malformed, or None when every
-    envelope is well formed (then they are another key's). Unreadable: None (cosign's words stand)."""
+def envelope_problem(client: RegistryClient, repository: str, digest: str, key_ref: str,
+                     predicate_type: str | None = None) -> str | None:
+    """Why the attestations stored for `digest` (cosign's `sha256-<hex>.att`; of `predicate_type` where an envelope's
+    payload says its type) are malformed, or None when every one is well formed (then cosign's words stand: another
+    key's, or missing). Unreadable: None."""
     try:
         found = client.manifest(repository, digest.replace(":", "-") + ".att")
         if found is None:
@@ -188,7 +199,7 @@ def envelope_problem(client: RegistryClient, repository: str, digest: str, key_r
             layer_digest = layer.get("digest") if isinstance(layer, dict) else None
             if not isinstance(layer_digest, str):
                 return f"{MALFORMED} (a layer without a digest)"
-            problem = _one_envelope(client.blob(repository, layer_digest, max_bytes=4 << 20), ec_key)
+            problem = _one_envelope(client.blob(repository, layer_digest, max_bytes=4 << 20), ec_key, predicate_type)
             if problem:
                 return f"{MALFORMED} ({problem})"
     except RegistryError:

@@ -115,11 +115,12 @@ def attestation(name: str, digest: str, kind: str, key: PublicKey, registry: Reg
                        *registry.flags(), f"{name}@{digest}"], registry=registry)
     if done.returncode != 0:
         problem = _attestation_problem(done.error)
-        if problem == refusals.OTHER_KEY:  # cosign words a malformed envelope the same: read them
+        if problem in (refusals.OTHER_KEY, refusals.MISSING):  # cosign words a malformed envelope the same
             from imagebuild.oci import resolve_auth
 
             client = RegistryClient(registry.auth or resolve_auth(registry.host), ca_file=registry.ca_file)
-            problem = refusals.envelope_problem(client, name.split("/", 1)[1], digest, key.ref) or problem
+            problem = refusals.envelope_problem(client, name.split("/", 1)[1], digest, key.ref,
+                                                PREDICATE_TYPES[kind]) or problem
         raise VerifyError(f"{shown}: the {kind} attestation of {digest} is {problem} "
                           f"(key {key.describe()}): {done.error}")
     statements = [s for s in (_statement(e) for e in _json_lines(done.stdout))
