@@ -52,7 +52,9 @@ ALLOWED: dict[str, set[str]] = {
                          "inventory", "sign"},
     # flags -> pipeline.settings.RunOptions -> pipeline; never the builder (its steps are the pipeline's)
     "commands": PURE | {"pipeline", "engine", "host", "report", "record", "push", "smoke", "catalog", "launch",
-                         "inventory", "export", "sign"},
+                         "inventory", "export", "sign", "audit"},
+    # issue 42: installed packages against advisories; the Python half (python.py, osv.py, cvss.py) needs only packaging
+    "audit": {"foundation"},
     "export": PURE | {"engine", "record"},  # `imagebuild export`: engine calls only through engine/rootfs.py
     "cli": {"foundation", "commands"},
     "probe": set(),  # runs inside images: see probe_rule
