@@ -25,6 +25,8 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from imagebuild.audit import model
+from imagebuild.audit.model import NotLookedUp
 from imagebuild.audit.osv import (
     Advisory,
     Damaged,
@@ -63,14 +65,6 @@ class PythonFinding:
     @property
     def cves(self) -> tuple[str, ...]:
         return tuple(a for a in (self.id, *self.aliases) if a.startswith("CVE-"))
-
-
-@dataclass(frozen=True)
-class NotLookedUp:
-    package: str
-    version: str
-    source: str  # osv | pypi
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -113,6 +107,34 @@ class PythonAudit:
                 "not_looked_up": [asdict(n) for n in self.not_looked_up],
                 "unlooked": [{"package": p, "version": v} for p, v in self.unlooked],
                 "sources": [asdict(s) for s in self.sources]}
+
+    def model_sources(self) -> tuple[model.SourceStatus, ...]:
+        """Each source as the audit's SourceStatus: checked (damaged entries named in the detail) or not checked
+        (not given, unreadable, not answering: the detail says which)."""
+        return tuple(model.SourceStatus(s.source, model.CHECKED if s.consulted else model.NOT_CHECKED,
+                                        s.detail if s.state != "error" else f"error: {s.detail}", s.date)
+                     for s in self.sources)
+
+    def model_findings(self) -> tuple[model.Finding, ...]:
+        """Each finding as the audit's Finding (kind python): the lowest fixed version, the advisory's ids with its
+        aliases, the other fixed versions or the last affected version in the note."""
+        out = []
+        for f in self.findings:
+            notes = []
+            if f.last_affected and not f.fixed:
+                notes.append(f"no fix known; last affected {f.last_affected}")
+            if len(f.fixed) > 1:
+                notes.append("also fixed in " + ", ".join(f.fixed[1:]))
+            out.append(model.Finding(", ".join(f.sources), f.package, f.installed, f.fixed[0] if f.fixed else "",
+                                     (f.id, *f.aliases), f.severity, "python", "", f.modified,
+                                     "; ".join(notes) or f.summary))
+        return tuple(out)
+
+    def into(self, result: model.AuditResult) -> model.AuditResult:
+        """`result` (one image's audit) with this Python half added: its sources, findings and not-looked-up."""
+        return replace(result, sources=result.sources + self.model_sources(),
+                       findings=result.findings + self.model_findings(),
+                       not_looked_up=result.not_looked_up + self.not_looked_up)
 
     def summary(self) -> str:
         if not self.checked:
