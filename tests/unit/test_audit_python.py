@@ -437,21 +437,22 @@ def test_into_the_audit_model(source: OsvSource) -> None:
         {"id": "GHSA-g4mx-q9vg-27p4", "aliases": ["CVE-2023-45803"], "fixed_in": ["2.0.7", "1.26.18"]}]))
     py = audit_python([("urllib3", "1.26.4"), ("osv-fixture-example", "1.2"), ("odd", "?")], source, pypi)
     result = py.into(model.AuditResult(image="img:1", image_id="sha256:" + "a" * 64))
-    assert result.checked() and {s.source for s in result.sources} == {"osv", "pypi"}
+    assert result.checked() and result.checked("python")
+    assert {s.source for s in result.sources} == {"python osv", "python pypi"}
     assert all(s.state == model.CHECKED for s in result.sources)
     by_id = {f.ids[0]: f for f in result.findings}
     assert set(by_id) == {"PYSEC-2021-108", "PYSEC-2023-212", "TEST-2026-0001"}
     merged = by_id["PYSEC-2023-212"]
-    assert (merged.kind, merged.source, merged.fixed, merged.note) == ("python", "osv, pypi", "1.26.18",
+    assert (merged.kind, merged.source, merged.fixed, merged.note) == ("python", "python osv+pypi", "1.26.18",
                                                                        "also fixed in 2.0.7")
     assert "CVE-2023-45803" in merged.ids and merged.severity == "medium" and merged.date
     unfixed = by_id["TEST-2026-0001"]
-    assert (unfixed.fixed, unfixed.note, unfixed.severity) == ("", "no fix known; last affected 1.4.2", "critical")
-    assert {(n.package, n.source) for n in result.not_looked_up} == {("odd", "osv"), ("odd", "pypi"),
-                                                                      ("osv-fixture-example", "pypi")}
+    assert (unfixed.fixed, unfixed.note, unfixed.severity) == ("", "last affected 1.4.2", "critical")
+    assert {(n.package, n.source) for n in result.not_looked_up} == {
+        ("odd", "python osv"), ("odd", "python pypi"), ("osv-fixture-example", "python pypi")}
 
     nothing = audit_python([("urllib3", "1.26.4")], open_osv(Path("/nonexistent/all.zip"), environ={}))
     empty = nothing.into(model.AuditResult(image="img:1", image_id=""))
-    assert not empty.checked() and not empty.findings
+    assert not empty.checked() and not empty.checked("python") and not empty.findings
     (status,) = empty.sources
     assert status.state == model.NOT_CHECKED and status.detail.startswith("error: /nonexistent/all.zip")

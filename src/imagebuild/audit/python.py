@@ -109,32 +109,37 @@ class PythonAudit:
                 "sources": [asdict(s) for s in self.sources]}
 
     def model_sources(self) -> tuple[model.SourceStatus, ...]:
-        """Each source as the audit's SourceStatus: checked (damaged entries named in the detail) or not checked
-        (not given, unreadable, not answering: the detail says which)."""
-        return tuple(model.SourceStatus(s.source, model.CHECKED if s.consulted else model.NOT_CHECKED,
+        """Each source as the audit's SourceStatus named `python <source>`: checked (damaged entries named in the
+        detail) or not checked (not given, unreadable, not answering: the detail says which)."""
+        return tuple(model.SourceStatus(f"python {s.source}", model.CHECKED if s.consulted else model.NOT_CHECKED,
                                         s.detail if s.state != "error" else f"error: {s.detail}", s.date)
                      for s in self.sources)
 
     def model_findings(self) -> tuple[model.Finding, ...]:
-        """Each finding as the audit's Finding (kind python): the lowest fixed version, the advisory's ids with its
-        aliases, the other fixed versions or the last affected version in the note."""
+        """Each finding as the audit's Finding (kind python, source `python osv+pypi`): the lowest fixed version,
+        the advisory's id and aliases as ids; the note: the other fixed versions, else the last affected version,
+        else "no fix known"."""
         out = []
         for f in self.findings:
-            notes = []
-            if f.last_affected and not f.fixed:
-                notes.append(f"no fix known; last affected {f.last_affected}")
             if len(f.fixed) > 1:
-                notes.append("also fixed in " + ", ".join(f.fixed[1:]))
-            out.append(model.Finding(", ".join(f.sources), f.package, f.installed, f.fixed[0] if f.fixed else "",
-                                     (f.id, *f.aliases), f.severity, "python", "", f.modified,
-                                     "; ".join(notes) or f.summary))
+                note = "also fixed in " + ", ".join(f.fixed[1:])
+            elif f.fixed:
+                note = ""
+            else:
+                note = f"last affected {f.last_affected}" if f.last_affected else "no fix known"
+            out.append(model.Finding("python " + "+".join(f.sources), f.package, f.installed,
+                                     f.fixed[0] if f.fixed else "", (f.id, *f.aliases), f.severity, "python", "",
+                                     f.modified, note))
         return tuple(out)
+
+    def model_not_looked_up(self) -> tuple[NotLookedUp, ...]:
+        return tuple(replace(n, source=f"python {n.source}") for n in self.not_looked_up)
 
     def into(self, result: model.AuditResult) -> model.AuditResult:
         """`result` (one image's audit) with this Python half added: its sources, findings and not-looked-up."""
         return replace(result, sources=result.sources + self.model_sources(),
                        findings=result.findings + self.model_findings(),
-                       not_looked_up=result.not_looked_up + self.not_looked_up)
+                       not_looked_up=result.not_looked_up + self.model_not_looked_up())
 
     def summary(self) -> str:
         if not self.checked:
