@@ -49,12 +49,13 @@ ALLOWED: dict[str, set[str]] = {
     "sign": PURE | {"record"},  # cosign + the registry through oci; provenance from the record; no engine
     # build -> SBOM -> test -> push -> report over one plan and record: the one layer that drives the stages
     "pipeline": PURE | {"engine", "host", "report", "record", "builder", "push", "smoke", "catalog", "launch",
-                         "inventory", "sign"},
+                         "inventory", "sign", "audit"},
     # flags -> pipeline.settings.RunOptions -> pipeline; never the builder (its steps are the pipeline's)
     "commands": PURE | {"pipeline", "engine", "host", "report", "record", "push", "smoke", "catalog", "launch",
                          "inventory", "export", "sign", "audit"},
     # issue 42: installed packages against advisories; the Python half (python.py, osv.py, cvss.py) needs only packaging
-    "audit": {"foundation"},
+    # the OS half (debian.py, os.py, policy.py): the pinned keys (compat), Debian version order (lock.apt), the policy
+    "audit": {"foundation", "compat", "lock", "matrix"},
     "export": PURE | {"engine", "record"},  # `imagebuild export`: engine calls only through engine/rootfs.py
     "cli": {"foundation", "commands"},
     "probe": set(),  # runs inside images: see probe_rule

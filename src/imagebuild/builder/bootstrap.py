@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from imagebuild.compat import keys
 from imagebuild.engine.store import ImageStore, as_store
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ResolvedVariant, platform_arch
@@ -234,63 +235,33 @@ def _strip_credentials(spec: BootstrapSpec, tmp: Path) -> tuple[list[str], Path 
 
 
 def key_file(name: str) -> Path:
-    """A packaged archive key file (compat/data/keys/NAME)."""
-    from importlib import resources
-
-    return Path(str(resources.files("imagebuild.compat").joinpath("data").joinpath("keys").joinpath(name)))
+    """A packaged archive key file (compat/data/keys/NAME): compat/keys.py's."""
+    return keys.key_file(name)
 
 
 def fingerprints(path: Path, gpg_home: Path) -> list[str]:
-    """Primary-key fingerprints in a key file or keyring, as gpg reads them."""
-    out = subprocess.run(["gpg", "--homedir", str(gpg_home), "--batch", "--no-autostart", "--show-keys", "--with-colons", str(path)],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        raise BootstrapError(f"gpg cannot read {path}: {out.stderr.strip()[-300:]}")
-    fprs, primary = [], False
-    for line in out.stdout.splitlines():
-        fields = line.split(":")
-        if fields[0] == "pub":
-            primary = True
-        elif fields[0] == "fpr" and primary:
-            fprs.append(fields[9].upper())
-            primary = False
-        elif fields[0] == "sub":
-            primary = False
-    return fprs
+    """Primary-key fingerprints in a key file or keyring, as gpg reads them (compat/keys.py)."""
+    try:
+        return keys.fingerprints(path, gpg_home)
+    except keys.ArchiveKeyError as exc:
+        raise BootstrapError(str(exc)) from None
 
 
 def pinned_keyring(spec: BootstrapSpec, tmp: Path) -> Path:
-    """A binary keyring holding exactly the archive keys pinned for `spec` (nothing else reaches apt). gpg runs with
-    --no-autostart: public keys need no gpg-agent, and an agent started per bootstrap would outlive it."""
-    if not spec.archive_keys or not spec.keyring:
-        raise BootstrapError(f"{spec.os_id}: no archive key fingerprints in compat/data/os.yaml: its mirror cannot "
-                             "be verified, so it is not bootstrapped")
-    if shutil.which("gpg") is None:
-        raise BootstrapError("bootstrap verifies the archive keys with gpg: apt-get install gpg")
-    source = key_file(spec.keyring)
-    if not source.is_file():
-        raise BootstrapError(f"{spec.os_id}: archive key file {source} is missing from the package")
+    """A binary keyring holding exactly the archive keys pinned for `spec` (nothing else reaches apt), made by
+    compat/keys.py (the audit verifies the security suites with the same keys)."""
     home = tmp / "gnupg"
-    home.mkdir(mode=0o700)
-    have = set(fingerprints(source, home))
-    missing = [f for f in spec.archive_keys if f not in have]
-    if missing:
-        raise BootstrapError(f"{spec.os_id}: {source.name} lacks the pinned archive key(s) {', '.join(missing)}")
-    subprocess.run(["gpg", "--homedir", str(home), "--batch", "--no-autostart", "--quiet", "--import", str(source)],
-                   check=True, capture_output=True)
     # apt verifies as its sandbox user (_apt): the keyring (public keys only) must be readable outside our 0700 tmp
     pub = tmp / "keyring"
-    pub.mkdir(mode=0o755)
-    pub.chmod(0o755)
-    tmp.chmod(0o711)
-    out = pub / f"{spec.os_id}-archive.gpg"
-    with open(out, "wb") as fh:
-        subprocess.run(["gpg", "--homedir", str(home), "--batch", "--no-autostart", "--export", *spec.archive_keys], check=True,
-                       stdout=fh, stderr=subprocess.PIPE)
+    try:
+        home.mkdir(mode=0o700)
+        pub.mkdir(mode=0o755)
+        pub.chmod(0o755)
+        tmp.chmod(0o711)
+        out = keys.export_pinned(spec.os_id, spec.keyring, spec.archive_keys, home, pub / f"{spec.os_id}-archive.gpg")
+    except keys.ArchiveKeyError as exc:
+        raise BootstrapError(str(exc)) from None
     out.chmod(0o644)
-    got = fingerprints(out, home)
-    if sorted(got) != sorted(spec.archive_keys):  # belt and braces: exactly the pinned keys, nothing more
-        raise BootstrapError(f"{spec.os_id}: exported keyring holds {got}, expected {list(spec.archive_keys)}")
     return out
 
 

@@ -10,6 +10,7 @@ from imagebuild.compat import Tables
 from imagebuild.compat import load as load_tables
 from imagebuild.errors import MatrixError, Problem
 from imagebuild.files import FileProblem, read_bounded_text
+from imagebuild.matrix.audit import AuditPolicy
 from imagebuild.matrix.expand import RawVariant, expand
 from imagebuild.matrix.schema import check_document
 from imagebuild.matrix.yamlload import MAX_TEXT, Loaded, YPath, keypath, load_yaml
@@ -30,6 +31,7 @@ class MatrixDoc:
     perf_min: dict[str, float] = field(default_factory=dict)
     compression: dict[str, str] = field(default_factory=dict)  # registry ("*": any) -> zstd | gzip (push)
     gpus: tuple[str, ...] = ()  # the matrix-level `gpus:` (checked names/archs; a variant's own replaces it)
+    audit: AuditPolicy | None = None  # `audit:` (matrix/audit.py)
     problems: list[Problem] = field(default_factory=list)  # schema problems; resolve_matrix raises them all
     loaded: Loaded | None = None
 
@@ -84,6 +86,7 @@ def parse_matrix(text: str, file: str = "<matrix>", base_dir: Path | None = None
         layer_limit=schema.layer_limit,
         perf_min=schema.perf_min,
         compression=schema.compression,
+        audit=schema.audit,
         gpus=schema.gpus.value if schema.gpus is not None and schema.gpus.ok else (),
         problems=loaded.problems + problems + expand_problems,
         loaded=loaded,

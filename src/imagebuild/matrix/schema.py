@@ -16,6 +16,7 @@ from typing import Any
 from imagebuild.compat import Tables
 from imagebuild.errors import Problem
 from imagebuild.files import FileProblem, certificate_blocks
+from imagebuild.matrix.audit import AuditPolicy, check_audit
 from imagebuild.matrix.fields import VARIANT_FIELDS, Bad, check_field, describe, suggest
 from imagebuild.matrix.yamlload import Loaded, YPath
 from imagebuild.models import FLAVORS
@@ -28,7 +29,7 @@ from imagebuild.oci.reference import (
 from imagebuild.secrets import redact_host
 
 TOP_KEYS = ("name", "registry", "gpu_archs", "gpus", "defaults", "matrix", "include", "exclude", "ca_certs",
-            "size_budget", "perf_min", "layer_limit", "compression")
+            "size_budget", "perf_min", "layer_limit", "compression", "audit")
 ARCH_RE = re.compile(r"^sm_\d{2,3}[af]?$")
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b|b)?\s*$", re.IGNORECASE)
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -60,6 +61,7 @@ class Schema:
     perf_min: dict[str, float] = field(default_factory=dict)
     layer_limit: int | None = None  # bytes: no layer of any image larger (None: the default, 8 GiB)
     compression: dict[str, str] = field(default_factory=dict)  # registry host ("*": any) -> zstd | gzip
+    audit: AuditPolicy | None = None  # `audit:` (matrix/audit.py): what `imagebuild audit` fails on
     unknown_keys: tuple[str, ...] = ()  # top-level typos ("matrx"): they explain a missing matrix
 
 
@@ -154,6 +156,7 @@ def check_document(loaded: Loaded, tables: Tables, base_dir: Path) -> tuple[Sche
     out.layer_limit = _check_layer_limit(c, doc)
     out.perf_min = _check_perf_min(c, doc)
     out.compression = _check_compression(c, doc)
+    out.audit = check_audit(c, doc, loaded.line, loaded.file)
     return out, c.problems
 
 

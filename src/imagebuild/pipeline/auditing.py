@@ -1,0 +1,96 @@
+"""`imagebuild audit`'s run: which images (--image REFs; a matrix's planned images the engine holds), each image's
+inventory (the files kept once per image ID beside the record: supply.local_inventory), the OS half against the
+security suite (audit/os.py) and the Python half against the OSV database (audit/python.py), each index and database
+read once per run, judged by the matrix's `audit:` policy (audit/policy.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from imagebuild.audit.debian import SecurityIndexes, urllib_fetch
+from imagebuild.audit.model import NOT_CHECKED, AuditResult, SourceStatus
+from imagebuild.audit.os import Changelogs, Installed, audit_os
+from imagebuild.audit.policy import DEFAULT, exit_code, judge_all
+from imagebuild.audit.python import audit_python, open_osv
+from imagebuild.audit.report import format_text, merge, to_json
+from imagebuild.errors import MatrixError
+from imagebuild.inventory.model import Inventory
+from imagebuild.matrix.audit import AuditPolicy
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class AuditRun:
+    results: list[AuditResult] = field(default_factory=list)
+    json: list[dict[str, Any]] = field(default_factory=list)
+    text: str = ""
+    exit_code: int = 0
+
+
+def _policy(matrix: str) -> AuditPolicy:
+    from imagebuild.matrix import load_matrix
+    from imagebuild.pipeline.settings import resolve_matrix_path
+
+    doc = load_matrix(resolve_matrix_path(matrix))
+    problems = [p for p in doc.problems if p.keypath.startswith("audit")]
+    if problems:  # the rest of the matrix is the plan's to report (below); an allowance problem stops the audit here
+        raise MatrixError(problems)
+    return doc.audit or DEFAULT
+
+
+def _targets(images: list[str], matrix: str | None, state_dir: str | None, client: Any, say: Say
+             ) -> list[tuple[str, str | None, str]]:
+    """(what to call it, local image ID or None, why not) for each image to audit."""
+    from imagebuild.inventory import find_image
+
+    out: list[tuple[str, str | None, str]] = []
+    for ref in images:
+        info = find_image(client, ref)
+        out.append((ref, str(info["Id"]) if info else None, "" if info else
+                    f"no image {ref!r} in the local engine (a pushed tag's SBOM is not read yet: pull it first)"))
+    if matrix and not images:
+        from imagebuild.pipeline.loaded import load
+        from imagebuild.pipeline.located import locate
+
+        loaded = load(matrix, None, None, state_dir, say)
+        for img in loaded.plan.images:
+            where = locate(client, img, loaded.record)
+            out.append((img.tag or img.id, where.image_id, where.why))
+    return out
+
+
+def audit_images(images: list[str], matrix: str | None, state_dir: str | None, osv: str | None,
+                 changelogs: bool, say: Say) -> AuditRun:
+    from imagebuild.compat import load as load_tables
+    from imagebuild.engine import connect
+    from imagebuild.pipeline.supply import local_inventory
+    from imagebuild.record.derived import Derived
+
+    policy = _policy(matrix) if matrix else DEFAULT
+    client = connect("inspect")
+    kept = Derived(state_dir, say)
+    indexes = SecurityIndexes(load_tables())
+    logs = Changelogs(urllib_fetch if changelogs else None)
+    osv_db = open_osv(osv)
+    run = AuditRun()
+    judged_all = []
+    for name, image_id, why in _targets(images, matrix, state_dir, client, say):
+        if image_id is None:
+            result = AuditResult(name, "", (SourceStatus("image", NOT_CHECKED, why),))
+        else:
+            inv: Inventory = local_inventory(client, kept, image_id)
+            rel = inv.os_release
+            debs = [Installed(d.name, d.version, d.architecture, d.source, d.source_version) for d in inv.debs]
+            os_part = audit_os(rel.id, rel.codename, inv.architecture or "amd64", debs, indexes, logs)
+            py_part = audit_python([(p.name, p.version) for p in inv.pythons], osv_db)
+            result = merge(name, image_id, os_part, py_part)
+        judged = judge_all(result, policy)
+        judged_all.append((result, judged))
+        run.results.append(result)
+        run.json.append(to_json(result, judged))
+        run.text += format_text(result, judged)
+    run.exit_code = exit_code(judged_all)
+    return run

@@ -1,0 +1,58 @@
+"""The REAL bookworm-security index for the audit tests, fetched once into a cache folder.
+
+The signed InRelease is fetched from deb.debian.org and a copy kept ($IMAGEBUILD_CACHE_DIR/security-index/test-suites/,
+else ~/.cache/imagebuild/...); its Packages.xz lands in the audit's own by-hash cache. Offline, the kept copies are
+used (checked against the pinned keys like a fresh one; the clock is set to the copy's date, so its Valid-Until
+holds). Neither reachable nor kept: the test skips saying so, or fails under IMAGEBUILD_REQUIRE_ENGINE=1."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+
+import pytest
+
+from imagebuild.audit.debian import SecurityIndex, SecurityIndexes, cache_root, suite_for, urllib_fetch
+from imagebuild.compat import load as load_tables
+
+_INDEXES: dict[str, SecurityIndex] = {}
+
+
+def unavailable(why: str) -> None:
+    if os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+def real_indexes(codename: str = "bookworm") -> tuple[SecurityIndexes, SecurityIndex]:
+    """The run's SecurityIndexes (the real cache, a fetch that keeps the InRelease) and the real index."""
+    tables = load_tables()
+    suite = suite_for(tables, "debian", codename, "amd64")
+    assert suite is not None
+    kept = cache_root() / "test-suites" / f"{suite.suite}.InRelease"
+
+    def fetch(url: str, timeout: float) -> bytes:
+        if url.endswith("/InRelease"):
+            try:
+                data = urllib_fetch(url, 20.0)
+            except OSError:
+                if kept.is_file():
+                    return kept.read_bytes()
+                raise
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_bytes(data)
+            return data
+        return urllib_fetch(url, 60.0)
+
+    now = None
+    if kept.is_file():  # a kept copy may be older than a week: judge its Valid-Until on its own date
+        now = datetime.fromtimestamp(kept.stat().st_mtime, timezone.utc)
+    indexes = SecurityIndexes(tables, fetch=fetch, now=now)
+    if codename not in _INDEXES:
+        from imagebuild.audit.debian import IndexUnavailable
+
+        try:
+            _INDEXES[codename] = indexes.get(suite)
+        except IndexUnavailable as exc:
+            unavailable(f"the real {suite.suite} index is neither reachable nor cached: {exc}")
+    return indexes, _INDEXES[codename]
