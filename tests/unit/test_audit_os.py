@@ -212,3 +212,78 @@ def test_changelog_ids_are_the_entries_newer_than_the_installed_version():
     assert ids == () and why.startswith("ids not read: http://metadata.ftp-master.debian.org not reachable")
     ids, why = logs.ids("debian", "curl", "7.88.1-10+deb12u14", "7.88.1-10")
     assert len(asked) == 2 and "not reachable" in why  # after one failure the server is not asked again
+
+
+def _tar(files: dict[str, str]) -> bytes:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_audit_of_a_local_image_reads_its_kept_inventory_once(tmp_path, monkeypatch):
+    """`imagebuild audit --image REF`'s run over the one fake engine: the image's dpkg database (real stanzas, libssl3
+    replaced) against the real index; the second run reads the kept inventory, not the image."""
+    from _fake_engine import FakeEngine
+
+    import imagebuild.engine
+    import imagebuild.pipeline.auditing as auditing
+
+    indexes, index = real_indexes()
+    stanzas = _stanzas(_packages_text(index, indexes), {"libssl3", "openssl"})
+    engine = FakeEngine()
+    iid = engine.add_image("img:1", {})
+    engine.filesystems[iid] = _tar({
+        "etc/os-release": 'ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n',
+        "var/lib/dpkg/status": _status(stanzas, {"libssl3": "3.0.11-1~deb12u2"}),
+    })
+    engine.images_by_id[iid]["Architecture"] = "amd64"
+    exports = []
+    real_export = engine.export
+
+    def counted(image, **kw):
+        exports.append(image)
+        return real_export(image, **kw)
+
+    monkeypatch.setattr(engine, "export", counted)
+    monkeypatch.setattr(imagebuild.engine, "connect", lambda purpose: engine)
+    monkeypatch.setattr(auditing, "SecurityIndexes", lambda tables: indexes)
+    monkeypatch.delenv("IMAGEBUILD_OSV_DB", raising=False)
+    said: list[str] = []
+    run = auditing.audit_images(["img:1"], None, str(tmp_path), None, False, said.append)
+    assert run.exit_code == 1  # the default policy: a security fix is a violation
+    (result,) = run.results
+    assert [(f.package, f.fixed) for f in result.findings] == [("libssl3", index.binaries["libssl3"].version)]
+    states = {s.source: s.state for s in result.sources}
+    assert states == {"debian-security bookworm-security": CHECKED, "python osv": NOT_CHECKED}
+    assert "python osv: NOT CHECKED" in run.text and "VIOLATION" in run.text
+    again = auditing.audit_images(["img:1"], None, str(tmp_path), None, False, said.append)
+    assert again.json == run.json and len(exports) == 1  # the kept inventory of that image ID
+    missing = auditing.audit_images(["nope:1"], None, str(tmp_path), None, False, said.append)
+    assert missing.exit_code == 3 and "NOT CHECKED: no image 'nope:1' in the local engine" in missing.text
+
+
+def test_audit_of_a_matrix_names_each_planned_image_not_in_the_engine(tmp_path, monkeypatch):
+    from _fake_engine import FakeEngine
+
+    import imagebuild.engine
+    import imagebuild.pipeline.auditing as auditing
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setattr(imagebuild.engine, "connect", lambda purpose: FakeEngine())
+    monkeypatch.setattr(auditing, "SecurityIndexes", lambda tables: SecurityIndexes(tables, fetch=_down, cache=tmp_path))
+    run = auditing.audit_images([], str(root / "images" / "cpu.yaml"), str(tmp_path), None, False, lambda m: None)
+    assert run.exit_code == 3 and len(run.results) == 3  # base, runtime, dev: none built here, none called clean
+    assert all(r.sources[0].state == NOT_CHECKED and r.findings == () for r in run.results)
+    assert run.text.count("image: NOT CHECKED: not in the record (never built here)") == 3
+
+
+def _down(url: str, timeout: float) -> bytes:
+    raise OSError("offline")

@@ -3,6 +3,7 @@ how `imagebuild audit` judges findings and exits."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import subprocess
@@ -103,6 +104,10 @@ def test_findings_are_judged_by_the_policy():
     assert "libssl3 3.0.11-1~deb12u2 -> 3.0.17-1~deb12u3  CVE-2025-9230  allowed (no TLS server, until 2027-03-31)" in text
     assert "setuptools 65.5.0 -> 65.5.1 high  PYSEC-2022-43012  VIOLATION" in text
     assert "debian-security bookworm-security: checked, 1 finding(s)" in text
+    two = _result(dataclasses.replace(PY_HIGH, source="python osv+pypi"),
+                  sources=(SourceStatus("python osv", CHECKED, "read"), SourceStatus("python pypi", CHECKED, "asked")))
+    assert "python osv: checked, 1 finding(s)" in format_text(two, []) and \
+        "python pypi: checked, 1 finding(s)" in format_text(two, [])
     doc = to_json(result, judged)
     assert doc["findings"][0]["allowed"]["reason"] == "no TLS server" and doc["findings"][2]["violates"] is True
     # the default policy (no `audit:`): any security fix fails; fail_on none lets OS fixes pass

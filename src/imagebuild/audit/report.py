@@ -19,7 +19,12 @@ def merge(image: str, image_id: str, os_audit: OsAudit | None, py: PythonAudit |
 
 
 def _found(s: SourceStatus, f: Finding) -> bool:
-    return f.source == s.source or s.source in f.source.split(", ")
+    """Whether `f` came from source `s` ("python osv+pypi" came from "python osv" and from "python pypi")."""
+    if f.source == s.source:
+        return True
+    kind, _, names = f.source.rpartition(" ")
+    own_kind, _, own = s.source.rpartition(" ")
+    return kind == own_kind and own in names.split("+")
 
 
 def to_json(result: AuditResult, judged: list[Judged]) -> dict[str, Any]:
