@@ -196,10 +196,10 @@ EXTERNAL = {
                "--tlog-upload", "--type", "--yes", "--cert"},
     "skopeo": {"--dest-authfile", "--dest-cert-dir", "--dest-decompress", "--dest-tls-verify", "--preserve-digests",
                "--retry-times", "--src-authfile", "--src-tls-verify"},
-    "mmdebstrap/gpg/dpkg/tar": {"--aptopt", "--arch", "--architectures", "--batch", "--components",
+    "mmdebstrap/gpg/gpgv/dpkg/tar": {"--aptopt", "--arch", "--architectures", "--batch", "--components",
                                 "--customize-hook", "--dpkgopt", "--homedir", "--import", "--include", "--keyring",
                                 "--no-autostart", "--numeric-owner", "--print-architecture", "--show-keys",
-                                "--variant", "--with-colons", "--xattrs", "--compare-versions"},
+                                "--variant", "--with-colons", "--xattrs", "--compare-versions", "--status-fd"},
     "others": {"--query-gpu", "--junitxml", "--no-browser", "--no-fail", "--bridge", "--fresh", "--from", "--lock",
                "--option", "--fmt"},
 }
