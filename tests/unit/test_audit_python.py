@@ -456,3 +456,53 @@ def test_into_the_audit_model(source: OsvSource) -> None:
     assert not empty.checked() and not empty.checked("python") and not empty.findings
     (status,) = empty.sources
     assert status.state == model.NOT_CHECKED and status.detail.startswith("error: /nonexistent/all.zip")
+
+
+def test_audit_command_run_with_osv_and_pypi_over_the_fake_engine(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`imagebuild audit --image img:1 --osv FIXTURE --pypi`'s run: the image's METADATA read through the one fake
+    engine, OSV and PyPI (fetch replaced: no network) both consulted, PyPI asked once per project."""
+    import io
+    import tarfile
+
+    from _fake_engine import FakeEngine
+
+    import imagebuild.engine
+    import imagebuild.pipeline.auditing as auditing
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, text in {
+            "etc/os-release": 'ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n',
+            "opt/venv/lib/python3.11/site-packages/urllib3-1.26.4.dist-info/METADATA":
+                "Metadata-Version: 2.1\nName: urllib3\nVersion: 1.26.4\n",
+            "opt/venv/lib/python3.11/site-packages/weird-1.dist-info/METADATA":
+                "Metadata-Version: 2.1\nName: weird\nVersion: 1.0-local build\n",
+        }.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    engine = FakeEngine()
+    iid = engine.add_image("img:1", {})
+    engine.filesystems[iid] = buf.getvalue()
+    engine.images_by_id[iid]["Architecture"] = "amd64"
+    monkeypatch.setattr(imagebuild.engine, "connect", lambda purpose: engine)
+    asked: list[str] = []
+
+    def fetch(url: str) -> bytes:
+        asked.append(url)
+        return _pypi_answer("2.2.3", [])
+
+    monkeypatch.setattr(auditing, "pypi_fetch", lambda: fetch)
+    monkeypatch.delenv(ENV_OSV, raising=False)
+    run = auditing.audit_images(["img:1"], None, str(tmp_path), str(FIXTURE), False, lambda m: None, pypi=True)
+    (result,) = run.results
+    states = {s.source: s.state for s in result.sources if s.source.startswith("python")}
+    assert states == {"python osv": "checked", "python pypi": "checked"}
+    assert {f.ids[0] for f in result.findings if f.kind == "python"} == {"PYSEC-2021-108", "PYSEC-2023-212"}
+    assert asked == ["https://pypi.org/pypi/urllib3/json"]  # weird's version is not PEP 440: nothing to ask
+    reasons = {(m.package, m.source): m.reason for m in result.not_looked_up}
+    assert reasons[("urllib3", "python pypi")] == "not checked via PyPI: installed 1.26.4 is not the newest release 2.2.3"
+    assert "not a PEP 440 version" in reasons[("weird", "python osv")]
+    assert "PYSEC-2021-108" in run.text

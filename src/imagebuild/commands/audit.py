@@ -25,12 +25,15 @@ def _say(message: str) -> None:
 @click.option("--osv", default=None, metavar="PATH",
               help="OSV database for the Python packages: a folder of OSV JSON or the PyPI export all.zip "
                    "(default: $IMAGEBUILD_OSV_DB; none: Python is 'not checked').")
+@click.option("--pypi", is_flag=True,
+              help="Also ask PyPI's project JSON (network, $PIP_CERT trusted): its advisories cover only the newest "
+                   "release, so an older installed version is listed as not checked via PyPI.")
 @click.option("--no-changelogs", is_flag=True,
               help="Do not read the fixed packages' changelogs for CVE IDs (findings then say the IDs were not read).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @state_dir_option
-def command(images: tuple[str, ...], matrix: str | None, osv: str | None, no_changelogs: bool, as_json: bool,
-            state_dir: str | None) -> int:
+def command(images: tuple[str, ...], matrix: str | None, osv: str | None, pypi: bool, no_changelogs: bool,
+            as_json: bool, state_dir: str | None) -> int:
     """Compare each image's dpkg packages with the security suite of its release (Debian
     <codename>-security, Ubuntu <codename>-security main + universe; InRelease verified with the archive keys
     compat/data/os.yaml pins, Packages checked against its sha256; read once per run, kept by hash in
@@ -53,7 +56,7 @@ def command(images: tuple[str, ...], matrix: str | None, osv: str | None, no_cha
         raise UsageError("give --image REF (repeatable) or -m/--matrix FILE")
     from imagebuild.pipeline.auditing import audit_images
 
-    results = audit_images(list(images), matrix, state_dir, osv, not no_changelogs, _say)
+    results = audit_images(list(images), matrix, state_dir, osv, not no_changelogs, _say, pypi=pypi)
     if as_json:
         doc: dict[str, Any] = {"images": results.json, "exit_code": results.exit_code}
         click.echo(json.dumps(doc, indent=2, sort_keys=True))

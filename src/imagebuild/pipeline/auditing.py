@@ -13,7 +13,8 @@ from imagebuild.audit.debian import SecurityIndexes, urllib_fetch
 from imagebuild.audit.model import NOT_CHECKED, AuditResult, SourceStatus
 from imagebuild.audit.os import Changelogs, Installed, audit_os
 from imagebuild.audit.policy import DEFAULT, exit_code, judge_all
-from imagebuild.audit.python import audit_python, open_osv
+from imagebuild.audit.python import PyPIAdvisories, audit_python, open_osv
+from imagebuild.audit.python import urllib_fetch as pypi_fetch
 from imagebuild.audit.report import format_text, merge, to_json
 from imagebuild.errors import MatrixError
 from imagebuild.inventory.model import Inventory
@@ -63,7 +64,7 @@ def _targets(images: list[str], matrix: str | None, state_dir: str | None, clien
 
 
 def audit_images(images: list[str], matrix: str | None, state_dir: str | None, osv: str | None,
-                 changelogs: bool, say: Say) -> AuditRun:
+                 changelogs: bool, say: Say, pypi: bool = False) -> AuditRun:
     from imagebuild.compat import load as load_tables
     from imagebuild.engine import connect
     from imagebuild.pipeline.supply import local_inventory
@@ -75,6 +76,7 @@ def audit_images(images: list[str], matrix: str | None, state_dir: str | None, o
     indexes = SecurityIndexes(load_tables())
     logs = Changelogs(urllib_fetch if changelogs else None)
     osv_db = open_osv(osv)
+    pypi_advisories = PyPIAdvisories(pypi_fetch()) if pypi else None  # each project asked once per run
     run = AuditRun()
     judged_all = []
     for name, image_id, why in _targets(images, matrix, state_dir, client, say):
@@ -85,7 +87,7 @@ def audit_images(images: list[str], matrix: str | None, state_dir: str | None, o
             rel = inv.os_release
             debs = [Installed(d.name, d.version, d.architecture, d.source, d.source_version) for d in inv.debs]
             os_part = audit_os(rel.id, rel.codename, inv.architecture or "amd64", debs, indexes, logs)
-            py_part = audit_python([(p.name, p.version) for p in inv.pythons], osv_db)
+            py_part = audit_python([(p.name, p.version) for p in inv.pythons], osv_db, pypi_advisories)
             result = merge(name, image_id, os_part, py_part)
         judged = judge_all(result, policy)
         judged_all.append((result, judged))
