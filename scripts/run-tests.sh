@@ -76,13 +76,22 @@ export IMAGEBUILD_LAYER_CACHE="$layer_cache"
 export IMAGEBUILD_TEST_SEED="${IMAGEBUILD_TEST_SEED:-$(( (RANDOM * 32768 + RANDOM) % 1000000 ))}"
 echo "run-tests: integration order IMAGEBUILD_TEST_SEED=$IMAGEBUILD_TEST_SEED" >&2
 echo "run-tests: tier $tier; engine at ${DOCKER_HOST:-default socket}; BuildKit engine at $IMAGEBUILD_BUILDKIT_HOST" >&2
-# read by the undo entry below when it runs (hence SC2034)
-# shellcheck disable=SC2034
-engines_since="$(date +%s)"
-# shellcheck disable=SC2034
+# what the two engines do, recorded as it happens (an engine keeps only its last 256 events for a later query);
+# counted last, after the recorders stop
+events_dir="$(mktemp -d /var/tmp/imagebuild-events.XXXXXX)"
 classic_host="${DOCKER_HOST:-unix:///var/run/docker.sock}"
+python scripts/engine_counts.py record "$events_dir/classic.jsonl" "$classic_host" &
+recorders=("$!")
+python scripts/engine_counts.py record "$events_dir/buildkit.jsonl" "$IMAGEBUILD_BUILDKIT_HOST" &
+recorders+=("$!")
 # shellcheck disable=SC2016
-undo+=('python scripts/engine_counts.py --since "$engines_since" "classic=$classic_host" "buildkit=$IMAGEBUILD_BUILDKIT_HOST" || true; echo "run-tests: tier $tier, IMAGEBUILD_TEST_SEED=$IMAGEBUILD_TEST_SEED, ${phases[*]}, total $((SECONDS - started))s" >&2')
+undo+=('rm -rf "$events_dir"; echo "run-tests: tier $tier, IMAGEBUILD_TEST_SEED=$IMAGEBUILD_TEST_SEED, ${phases[*]}, total $((SECONDS - started))s" >&2')
+# shellcheck disable=SC2016
+undo+=('kill "${recorders[@]}" 2>/dev/null; wait "${recorders[@]}" 2>/dev/null; python scripts/engine_counts.py count "classic=$events_dir/classic.jsonl" "buildkit=$events_dir/buildkit.jsonl" || true')
+for _ in $(seq 50); do  # each recorder's first line says its stream is open: no event of the run is missed
+  [[ -s "$events_dir/classic.jsonl" && -s "$events_dir/buildkit.jsonl" ]] && break
+  sleep 0.2
+done
 t0=$SECONDS
 # the slowest tests by name at the end: where the run's time goes (CI must stay well under its 90 minutes)
 python -m pytest -q -p no:cacheprovider --durations=40 "${select[@]}" tests/integration "$@"
