@@ -38,6 +38,9 @@ class Coverage:
 
     @property
     def verdicts(self) -> dict[str, Any]:
+        """Per target GPU; none where no CUDA library was found (nothing to run is not "runs natively")."""
+        if not self.libraries:
+            return {}
         verdicts: dict[str, Any] = rules.judge(self.libraries, self.targets)
         return verdicts
 
@@ -161,6 +164,6 @@ def format_text(cov: Coverage) -> str:
         extra = f" ({len(v['ptx_only'])} libraries by PTX JIT)" if v["runs"] == rules.PTX_JIT else ""
         lines.append(f"{target}: {how}{extra}")
     all_sass = sort_archs({a for r in cov.libraries.values() for a in r["sass"]})
-    lines.append(f"{len(cov.libraries)} of {cov.scanned} shared objects carry GPU code (SASS {' '.join(all_sass)})")
+    lines.append(f"{len(cov.libraries)} of {cov.scanned} shared objects carry GPU code (SASS {' '.join(all_sass) or 'none'})")
     lines += [f"FAIL {line}" for line in cov.failures]
     return "\n".join(lines) + "\n"
