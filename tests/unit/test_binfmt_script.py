@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import threading
 import uuid
 from pathlib import Path
 
@@ -73,7 +72,7 @@ class FakeKernel:
         (folder / "status").write_text("enabled\n")
         self.registrations: list[str] = []
         self._chunks: list[bytes] = []
-        self._thread: threading.Thread | None = None
+        self._fd: int | None = None
 
     def add(self, name: str, **kw) -> str:
         text = entry_text(**kw)
@@ -83,29 +82,31 @@ class FakeKernel:
     def entries(self) -> dict[str, str]:
         return {p.name: p.read_text() for p in sorted(self.dir.iterdir()) if p.name != "register"}
 
-    def _serve(self):
-        while True:
-            with open(self.dir / "register", "rb") as f:
-                data = f.read()
-            if b"\0STOP" in data:
-                self._chunks.append(data.replace(b"\0STOP", b""))
-                return
-            self._chunks.append(data)
-
     def start(self):
-        self._chunks = []
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        """Hold the register FIFO open for reading and writing, without blocking: every write of the script lands
+        in the pipe's buffer (registrations are a few hundred bytes; the buffer holds 64 KiB), nothing waits on a
+        reader thread."""
+        self._fd = os.open(self.dir / "register", os.O_RDWR | os.O_NONBLOCK)
 
     def settle(self, before: dict[str, str]):
-        """Stop collecting, then apply the writes as the kernel would have: removals and disables of entries that
-        existed, then each registration (a name registered again must have been removed first), then a 0/1 written
-        to a name after its registration."""
-        with open(self.dir / "register", "wb") as f:  # blocks until the reader opens: no write is lost
-            f.write(b"\0STOP")
-        assert self._thread is not None
-        self._thread.join(10)
-        assert not self._thread.is_alive()
+        """Read what the script wrote, then apply the writes as the kernel would have: removals and disables of
+        entries that existed, then each registration (a name registered again must have been removed first), then
+        a 0/1 written to a name after its registration."""
+        assert self._fd is not None
+        chunks = []
+        try:
+            while True:
+                try:
+                    chunk = os.read(self._fd, 65536)
+                except BlockingIOError:
+                    break
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+        self._chunks = chunks
         self.registrations = split_registrations(b"".join(self._chunks).decode())
         status = (self.dir / "status").read_text()
         if status in ("0", "1"):
