@@ -254,8 +254,8 @@ def pinned_keyring(spec: BootstrapSpec, tmp: Path) -> Path:
     # apt verifies as its sandbox user (_apt): the keyring (public keys only) must be readable outside our 0700 tmp
     pub = tmp / "keyring"
     try:
-        home.mkdir(mode=0o700)
-        pub.mkdir(mode=0o755)
+        home.mkdir(mode=0o700, exist_ok=True)
+        pub.mkdir(mode=0o755, exist_ok=True)
         pub.chmod(0o755)
         tmp.chmod(0o711)
         out = keys.export_pinned(spec.os_id, spec.keyring, spec.archive_keys, home, pub / f"{spec.os_id}-archive.gpg")
