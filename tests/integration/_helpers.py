@@ -184,3 +184,12 @@ def under_pty(argv: list[str], timeout: float = 120.0) -> tuple[int, str]:
     _, status = os.waitpid(pid, 0)
     os.close(fd)
     return os.waitstatus_to_exitcode(status), out.decode(errors="replace").replace("\r\n", "\n")
+
+
+def cosign_key_pair(cosign: str, prefix: Path, password: str) -> Path:
+    """A real cosign key pair, PREFIX.key (0600, as cosign writes it) and PREFIX.pub, the key under `password`."""
+    done = subprocess.run([cosign, "generate-key-pair", "--output-key-prefix", str(prefix)],
+                          env={**os.environ, "COSIGN_PASSWORD": password}, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return prefix

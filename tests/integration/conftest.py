@@ -108,6 +108,20 @@ class Registry:
 
 
 @pytest.fixture(scope="session")
+def cosign():
+    """The real cosign (make install's, or IMAGEBUILD_COSIGN): a failure under make test, a skip with its reason
+    elsewhere."""
+    from imagebuild.sign import find_cosign
+
+    try:
+        return find_cosign()
+    except Exception as exc:
+        if os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1":
+            pytest.fail(f"cosign is missing: {exc}")
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
 def auth_registry():
     if not shutil.which("docker-registry"):
         pytest.skip("docker-registry not installed (scripts/system-deps.sh)")

@@ -26,10 +26,10 @@ from imagebuild.pipeline.located import Located
 from imagebuild.pipeline.pushing import push_step
 from imagebuild.pipeline.settings import PushSettings
 from imagebuild.push import Pusher
-from imagebuild.sign import SigningKey, cosign_registry, find_cosign, sign_digest
+from imagebuild.sign import SigningKey, cosign_registry, sign_digest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _helpers import PASSWORD, USER, Images, auth, image_plan, imagebuild, ns  # noqa: E402
+from _helpers import PASSWORD, USER, Images, auth, cosign_key_pair, image_plan, imagebuild, ns  # noqa: E402
 from faultproxy import Fault, FaultProxy  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
@@ -38,24 +38,11 @@ OTHER_PASSWORD = "kq-" + secrets.token_hex(10)
 
 
 @pytest.fixture(scope="module")
-def cosign():
-    try:
-        return find_cosign()
-    except Exception as exc:
-        if os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1":
-            pytest.fail(f"cosign is missing: {exc}")
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="module")
 def keys(cosign, tmp_path_factory):
     """Two real cosign key pairs: `good` signs, `other` is someone else's."""
     folder = tmp_path_factory.mktemp("keys")
     for name, password in (("good", KEY_PASSWORD), ("other", OTHER_PASSWORD)):
-        done = subprocess.run([cosign, "generate-key-pair", "--output-key-prefix", str(folder / name)],
-                              env={**os.environ, "COSIGN_PASSWORD": password}, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
+        cosign_key_pair(cosign, folder / name, password)
     return folder
 
 

@@ -27,26 +27,16 @@ import pytest
 from click.testing import CliRunner
 
 from imagebuild.push import Pusher
-from imagebuild.sign import SigningKey, cosign_registry, find_cosign, sign_digest
+from imagebuild.sign import SigningKey, cosign_registry, sign_digest
 from imagebuild.sign.verify import VerifyError
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _helpers import PASSWORD, USER, Images, auth, image_plan, imagebuild, ns  # noqa: E402
+from _helpers import PASSWORD, USER, Images, auth, cosign_key_pair, image_plan, imagebuild, ns  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
 KEY_PASSWORD = "kb-" + secrets.token_hex(10)
 PROVENANCE = {"buildDefinition": {"buildType": "https://example.invalid/test", "externalParameters": {}},
               "runDetails": {"builder": {"id": "https://example.invalid/test"}}}
-
-
-@pytest.fixture(scope="module")
-def cosign():
-    try:
-        return find_cosign()
-    except Exception as exc:
-        if os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1":
-            pytest.fail(f"cosign is missing: {exc}")
-        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +50,7 @@ def env(tmp_path_factory):
 def signed(cosign, docker_client, registry, tmp_path_factory):
     """One tiny image pushed and signed (signature + SBOM + provenance) with a fresh key, and an unsigned one."""
     folder = tmp_path_factory.mktemp("trust-bytes-keys")
-    done = subprocess.run([cosign, "generate-key-pair", "--output-key-prefix", str(folder / "good")],
-                          env={**os.environ, "COSIGN_PASSWORD": KEY_PASSWORD}, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    cosign_key_pair(cosign, folder / "good", KEY_PASSWORD)
     os.chmod(folder / "good.key", 0o600)
     key = SigningKey.from_option(str(folder / "good.key"), KEY_PASSWORD)
     images = Images(docker_client)

@@ -11,9 +11,7 @@ Tiny FROM-scratch images (a few KB); the module's own registry, keys, record fol
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,23 +22,12 @@ from imagebuild.pipeline.loaded import RecordBook
 from imagebuild.pipeline.located import Located
 from imagebuild.pipeline.pushing import push_step
 from imagebuild.pipeline.settings import PushSettings
-from imagebuild.sign import find_cosign
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _helpers import USER, Images, imagebuild, ns, start_registry, stop_registry  # noqa: E402
+from _helpers import USER, Images, cosign_key_pair, imagebuild, ns, start_registry, stop_registry  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-
-
-@pytest.fixture(scope="module")
-def cosign():
-    try:
-        return find_cosign()
-    except Exception as exc:
-        if os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1":
-            pytest.fail(f"cosign is missing: {exc}")
-        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="module")
@@ -50,20 +37,12 @@ def images(docker_client):
     made.cleanup()
 
 
-def _key(cosign: str, folder: Path, password: str) -> Path:
-    done = subprocess.run([cosign, "generate-key-pair", "--output-key-prefix", str(folder / "signer")],
-                          env={**os.environ, "COSIGN_PASSWORD": password}, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return folder / "signer"
-
-
 @pytest.mark.parametrize("registry_password, key_password", [("sha256", "null"), ("null", "sha256")])
 def test_a_structural_password_changes_nothing_that_is_written_or_signed(docker_client, images, cosign, tmp_path,
                                                                          registry_password, key_password):
     info = start_registry(USER, registry_password)
     try:
-        key = _key(cosign, tmp_path, key_password)
+        key = cosign_key_pair(cosign, tmp_path / "signer", key_password)
         matrix = tmp_path / "passwords.yaml"
         matrix.write_text("# the record's matrix file\n")
         plans = images.chain(f"{info['REGISTRY']}/{ns()}", sizes=(16 << 10, 8 << 10, 4 << 10))[:2]

@@ -22,10 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.sign import find_cosign
-
 sys.path.insert(0, str(Path(__file__).parent))
-from _helpers import imagebuild, start_registry, stop_registry  # noqa: E402
+from _helpers import cosign_key_pair, imagebuild, start_registry, stop_registry  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
 USER = "trust"
@@ -34,25 +32,18 @@ SIG_ANNOTATION = "dev.cosignproject.cosign/signature"
 
 
 @pytest.fixture(scope="module")
-def cosign():
+def cosign(cosign):
+    """The session's cosign (conftest.py), with the registry and skopeo this module pushes with."""
     if not (shutil.which("docker-registry") and shutil.which("skopeo")):
         pytest.skip("docker-registry and skopeo are needed (scripts/system-deps.sh)")
-    try:
-        return find_cosign()
-    except Exception as exc:
-        if os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1":
-            pytest.fail(f"cosign is missing: {exc}")
-        pytest.skip(str(exc))
+    return cosign
 
 
 @pytest.fixture(scope="module")
 def keys(cosign, tmp_path_factory):
     folder = tmp_path_factory.mktemp("trust-keys")
     for name in ("good", "other"):
-        done = subprocess.run([cosign, "generate-key-pair", "--output-key-prefix", str(folder / name)],
-                              env={**os.environ, "COSIGN_PASSWORD": KEY_PASSWORD}, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
+        cosign_key_pair(cosign, folder / name, KEY_PASSWORD)
     return folder
 
 

@@ -19,9 +19,7 @@ import dataclasses
 import hashlib
 import io
 import json
-import os
 import secrets
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -35,10 +33,10 @@ from imagebuild.pipeline.located import Located
 from imagebuild.pipeline.pushing import push_step
 from imagebuild.pipeline.settings import PushSettings
 from imagebuild.plan.tags import index_references
-from imagebuild.sign import SigningKey, cosign_registry, find_cosign, sign_digest
+from imagebuild.sign import SigningKey, cosign_registry, sign_digest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _helpers import PASSWORD, USER, auth, image_plan, imagebuild  # noqa: E402
+from _helpers import PASSWORD, USER, auth, cosign_key_pair, image_plan, imagebuild  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
 PASSWORDS = {"a": "ka-" + secrets.token_hex(10), "b": "kb-" + secrets.token_hex(10)}
@@ -46,20 +44,11 @@ ARM = "linux/arm64"
 
 
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory):
+def keys(cosign, tmp_path_factory):
     """Two real cosign key pairs, a.key and b.key (two signers of the same images)."""
-    try:
-        cosign = find_cosign()
-    except Exception as exc:
-        if os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1":
-            pytest.fail(f"cosign is missing: {exc}")
-        pytest.skip(str(exc))
     folder = tmp_path_factory.mktemp("signers")
     for name, password in PASSWORDS.items():
-        done = subprocess.run([cosign, "generate-key-pair", "--output-key-prefix", str(folder / name)],
-                              env={**os.environ, "COSIGN_PASSWORD": password}, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
+        cosign_key_pair(cosign, folder / name, password)
     return folder
 
 
