@@ -29,6 +29,7 @@ import re
 import secrets
 import stat
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -315,3 +316,35 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def read_chunks(chunks: Iterable[bytes], on_bytes: Callable[[int], None] | None = None,
+                buffer_size: int = 1 << 20) -> IO[bytes]:
+    """A file object over an iterator of byte chunks (the SDK's `export()`/`save()` streams), read sequentially;
+    `on_bytes(total)` after each read, with the bytes handed over so far."""
+    import io
+
+    class _ChunkReader(io.RawIOBase):
+        def __init__(self) -> None:
+            self._it = iter(chunks)
+            self._buf = b""
+            self.total = 0
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+            while not self._buf:
+                try:
+                    self._buf = next(self._it)
+                except StopIteration:
+                    return 0
+            n = min(len(b), len(self._buf))
+            b[:n] = self._buf[:n]
+            self._buf = self._buf[n:]
+            self.total += n
+            if on_bytes is not None:
+                on_bytes(self.total)
+            return n
+
+    return io.BufferedReader(_ChunkReader(), buffer_size=buffer_size)

@@ -21,9 +21,10 @@ import json
 import posixpath
 import re
 import tarfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import IO, Any
 
+from imagebuild.files import read_chunks
 from imagebuild.oci import Reference, ReferenceSyntaxError
 
 _BLOB = re.compile(r"(?:\./)?blobs/sha256/([0-9a-f]{64})")
@@ -35,32 +36,6 @@ _CHUNK = 1 << 20
 
 class ArchiveError(Exception):
     """The saved archive is not the image asked for (or not a docker-archive); one line."""
-
-
-class _Chunks(io.RawIOBase):
-    """An iterator of byte chunks as a file tarfile reads in stream mode; counts what it hands over."""
-
-    def __init__(self, chunks: Iterable[bytes], on_bytes: Callable[[int], None]) -> None:
-        self._it: Iterator[bytes] = iter(chunks)
-        self._buf = b""
-        self._on_bytes = on_bytes
-        self.total = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        while not self._buf:
-            try:
-                self._buf = next(self._it)
-            except StopIteration:
-                return 0
-        n = min(len(b), len(self._buf))
-        b[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
-        self.total += n
-        self._on_bytes(self.total)
-        return n
 
 
 def repo_tag(name: str | None) -> str | None:
@@ -140,9 +115,9 @@ def copy_checked(chunks: Iterable[bytes], out: IO[bytes], image_id: str, name: s
     (module docstring). ArchiveError otherwise; OSError from writing passes through."""
     tag = repo_tag(name)
     seen = _Copy()
-    src = _Chunks(chunks, on_bytes)
+    src = read_chunks(chunks, on_bytes, _CHUNK)
     try:
-        with tarfile.open(fileobj=io.BufferedReader(src, _CHUNK), mode="r|") as tin, \
+        with tarfile.open(fileobj=src, mode="r|") as tin, \
                 tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tout:
             for member in tin:
                 path = posixpath.normpath(member.name)

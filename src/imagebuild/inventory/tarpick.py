@@ -12,6 +12,7 @@ import tarfile
 from collections.abc import Iterable
 from typing import IO, Protocol, cast
 
+from imagebuild import files
 from imagebuild.inventory import dpkg, pydist
 from imagebuild.inventory.model import OSRelease
 
@@ -124,25 +125,4 @@ def os_release(files: dict[str, bytes]) -> OSRelease:
 
 def read_chunks(chunks: Iterable[bytes]) -> IO[bytes]:
     """A file object over an iterator of byte chunks (the SDK's `export()` stream), read sequentially."""
-    import io
-
-    class _ChunkReader(io.RawIOBase):
-        def __init__(self) -> None:
-            self._it = iter(chunks)
-            self._buf = b""
-
-        def readable(self) -> bool:
-            return True
-
-        def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
-            while not self._buf:
-                try:
-                    self._buf = next(self._it)
-                except StopIteration:
-                    return 0
-            n = min(len(b), len(self._buf))
-            b[:n] = self._buf[:n]
-            self._buf = self._buf[n:]
-            return n
-
-    return io.BufferedReader(_ChunkReader(), buffer_size=1 << 20)
+    return files.read_chunks(chunks)
