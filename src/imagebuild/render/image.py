@@ -273,6 +273,7 @@ class Common:
             "pip_index_comment": "",
             "pip_lock": False,
             "apt_pins": {},
+            "security_refresh": None,  # build --security-refresh: this image's index identity and upgrades
         }
 
 
@@ -468,6 +469,9 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
             ctx["wheelhouse"] = True
             dirs[WHEELHOUSE_DIR] = Path(inputs.wheelhouse)
     files = dict(parts.files)
+    refresh = inputs.refresh_for(f"{variant.key}-{flavor}")
+    if refresh is not None:  # only then: a default render stays byte-identical
+        ctx["security_refresh"] = {"index": refresh.index, "upgrade": list(refresh.upgrade)}
     if locked is not None:
         ctx["apt_pins"] = {p: locked.apt[p] for p in parts.apt if p in locked.apt}
         if parts.pip_requirements:
