@@ -230,6 +230,8 @@ class ImageResult:
     # the hardware the image is for, from its planned labels (render/hardware.py): "h100=9.0,b200=10.0", "525.60.13"
     gpus: str | None = None
     min_driver: str | None = None
+    # the record's last audit of exactly image_id (record/audits.audit_summary): counts or None (not audited)
+    audit: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, image: ImagePlan) -> ImageResult:

@@ -95,4 +95,28 @@ def audit_images(images: list[str], matrix: str | None, state_dir: str | None, o
         run.json.append(to_json(result, judged))
         run.text += format_text(result, judged)
     run.exit_code = exit_code(judged_all)
+    if matrix and not images:
+        keep_results(matrix, state_dir, run, say)
     return run
+
+
+def keep_results(matrix: str, state_dir: str | None, run: AuditRun, say: Say) -> None:
+    """Each audited image's result into the matrix's record, under the image ID it audited (record/audits.py), so
+    the build report, the catalog and a signed push show it for exactly that image. No trusted record: not kept."""
+    from imagebuild import __version__
+    from imagebuild.pipeline.settings import resolve_matrix_path
+    from imagebuild.record import load_record, now, updating
+    from imagebuild.record.audits import audit_entry
+
+    path = resolve_matrix_path(matrix)
+    found = load_record(path, state_dir)
+    if found is None or found.problem:
+        say(f"warning: {path}: the audit results are not kept (no trusted record of this matrix: build it first)")
+        return
+    at = now()
+    entries = [audit_entry(doc, at, __version__) for doc in run.json if doc.get("image_id")]
+    if not entries:
+        return
+    with updating(path, directory=state_dir) as rec:
+        for entry in entries:
+            rec.audits[entry["image_id"]] = entry

@@ -7,7 +7,8 @@ flags again and every command shows the same inputs hash (the one in the image's
   index URL plans the same Dockerfile and hash, since credentialed URLs are secret build args, never hashed);
 - `images`: per plan id, the inputs hash, the image ID it was built as, the build's seconds and time (kept by a no-op
   rerun), tags per registry, push digests per registry;
-- `tests`: smoke results keyed by content (image ID + suite version + expectations + where it ran), never by tag.
+- `tests`: smoke results keyed by content (image ID + suite version + expectations + where it ran), never by tag;
+- `audits`: per image ID, the last `imagebuild audit -m` of exactly that image (record/audits.py).
 
 A record of another schema, another tool version's schema or another matrix file is detected (`Record.problem`) and
 never silently trusted. Writes are atomic and serialised with a lock file, so `build --test` and a parallel `push`
@@ -30,6 +31,7 @@ from typing import Any
 from imagebuild import __version__, values
 from imagebuild.files import FileProblem, open_lock_file, read_bounded_text, write_text_atomic
 from imagebuild.inputs import BuildInputs
+from imagebuild.record.audits import audits_problem
 from imagebuild.secrets import mask_tree
 
 SCHEMA = 1
@@ -93,6 +95,7 @@ class Record:
     registry: str | None  # the registry prefix of the build (plan tags), None: the matrix's own
     images: dict[str, ImageRecord] = field(default_factory=dict)
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)  # test key -> result summary
+    audits: dict[str, dict[str, Any]] = field(default_factory=dict)  # image ID -> its last audit (record/audits.py)
     schema: int = SCHEMA
     tool_version: str = __version__
     updated: str | None = None
@@ -137,6 +140,7 @@ class Record:
             "registry": self.registry,
             "images": {k: asdict(v) for k, v in self.images.items()},
             "tests": self.tests,
+            "audits": self.audits,
         }
         # masked value by value (never the serialised text: a password `null` or `sha256` would break the JSON or
         # every image ID); the values that carry credentials are masked where they are made, this is the last net
@@ -205,7 +209,7 @@ def shape_problem(doc: object) -> str | None:
     for key, result in (doc.get("tests") or {}).items():
         if not isinstance(result, dict):
             return f"tests.{key} must be an object"
-    return None
+    return audits_problem(doc.get("audits"))
 
 
 def _value_at(check: Callable[[str], str], value: object, where: str) -> str | None:
@@ -268,7 +272,8 @@ def load_record(matrix_path: str | Path, directory: str | Path | None = None) ->
         matrix=str(doc.get("matrix") or matrix_path), matrix_digest=doc.get("matrix_digest"),
         inputs=doc.get("inputs") or {}, registry=doc.get("registry"),
         images={k: ImageRecord.from_dict(v) for k, v in (doc.get("images") or {}).items()},
-        tests=doc.get("tests") or {}, schema=doc.get("schema", 0), tool_version=doc.get("tool_version", "?"),
+        tests=doc.get("tests") or {}, audits=doc.get("audits") or {}, schema=doc.get("schema", 0),
+        tool_version=doc.get("tool_version", "?"),
         updated=doc.get("updated"), path=path,
     )
     if rec.schema != SCHEMA:
@@ -278,7 +283,7 @@ def load_record(matrix_path: str | Path, directory: str | Path | None = None) ->
         rec.problem = (f"{path}: records another matrix file ({rec.matrix}, not {matrix_path}); it is ignored and "
                        "will be replaced")
     if rec.problem:
-        rec.images, rec.tests = {}, {}
+        rec.images, rec.tests, rec.audits = {}, {}, {}
     return rec
 
 

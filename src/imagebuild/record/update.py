@@ -8,6 +8,7 @@ image; a failed build of the same inputs keeps the last good image; tags and pus
 from __future__ import annotations
 
 from imagebuild.models import ImagePlan, ImageResult, Plan
+from imagebuild.record.audits import audit_summary
 from imagebuild.record.store import ImageRecord, Record, now
 
 
@@ -54,6 +55,7 @@ def record_build(rec: Record, plan: Plan, results: list[ImageResult]) -> None:
             entry.error = res.error
         entry.status = res.status
         entry.log_path = res.log_path or entry.log_path
+        res.audit = audit_summary(rec.audits, res.image_id)
 
 
 def record_push(rec: Record, plan: Plan, results: list[ImageResult], image_ids: dict[str, str]) -> None:
@@ -89,4 +91,5 @@ def fill_row(rec: Record | None, img: ImagePlan, row: ImageResult) -> ImageResul
     row.build_seconds, row.built_at, row.source = entry.build_seconds, entry.built_at, entry.source
     row.te_wheel = entry.te_wheel
     row.sbom = entry.sbom if entry.sbom and entry.sbom.get("image_id") == row.image_id else None
+    row.audit = audit_summary(rec.audits if rec is not None else None, row.image_id)
     return row
