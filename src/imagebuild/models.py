@@ -138,6 +138,7 @@ class ResolvedVariant:
     compression: dict[str, str] = field(default_factory=dict)  # matrix `compression`: registry ("*": any) -> zstd|gzip
     # target GPUs (matrix `gpus:`, else the image family's default): (name, compute capability) pairs, this platform's
     gpus: tuple[tuple[str, str], ...] = ()
+    vscode: str | None = None  # matrix `vscode`: the code-server release the dev flavor carries (None: no VS Code)
 
 
 @dataclass(frozen=True)

@@ -282,6 +282,31 @@ def _gpus(value: Any, raw: str | None, tables: Tables) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _vscode(value: Any, raw: str | None, tables: Tables) -> str | bool:
+    """The dev flavor's code-server (compat/data/code_server.yaml): `true` is the data's default release, a version
+    names one, `false` (the default) none. Its Node must be pinned for every platform an image can be built for."""
+    from imagebuild.compat import code_server
+
+    data = code_server.load()
+    choices = "valid choices: true, false, " + ", ".join(f'"{v}"' for v in data.choices())
+    if value is False:
+        return False
+    if value is True:
+        return data.default
+    text = text_of(value, raw)
+    if text is None or not PIN_RE.match(text):
+        raise Bad(f"expected true, false or a code-server version (quoted, like \"{data.default}\"), got "
+                  f"{describe(value)}", choices)
+    if text not in data.releases:
+        raise Bad(f"unknown code-server version {text!r} ({code_server.DATA_FILE})", choices)
+    missing = data.missing_node(text, tables.platform_names)
+    if missing:
+        raise Bad(f"code-server {text} needs Node {data.releases[text].node}, and {code_server.DATA_FILE} pins no "
+                  f"Node {data.releases[text].node} build (npm's node-linux-<arch>) for {', '.join(missing)}",
+                  choices)
+    return text
+
+
 def _backend(value: Any, raw: str | None, tables: Tables) -> str:
     names = choices()  # auto + THE table of backends (imagebuild/backends.py)
     if value not in names:
@@ -312,6 +337,7 @@ VARIANT_FIELDS: dict[str, Checker] = {
     "backend": _backend,  # how images are built: imagebuild/backends.py
     "platforms": _platforms,  # OS/architecture pairs, default linux/amd64 (compat/data/platforms.yaml)
     "gpus": _gpus,  # target GPUs or sm_XY archs (compat/data/gpus.yaml); the matrix-level `gpus:` when unset
+    "vscode": _vscode,  # dev flavor: code-server, true/false/a version (compat/data/code_server.yaml)
 }
 
 REQUIRED_FIELDS = ("torch", "cuda", "os")  # python defaults to the OS's own python3

@@ -7,6 +7,7 @@ disk, by content). Nothing volatile is rendered: BASE_IMAGE, CREATED and REVISIO
 from __future__ import annotations
 
 import functools
+import json
 import re
 import shlex
 from collections.abc import Callable, Iterable
@@ -191,6 +192,8 @@ def _variant_labels(variant: ResolvedVariant, flavor: str) -> dict[str, str]:
         "io.imagebuild.matrix-key": variant.key,
     }
     labels.update(hardware_labels(variant, flavor))  # target GPUs, driver floor (render/hardware.py)
+    if flavor == "dev" and variant.vscode:  # `imagebuild run --vscode` reads it: which code-server the image holds
+        labels[CODE_SERVER_LABEL] = variant.vscode
     te_key = te_build_key(variant)
     if te_key:  # which cached TE wheel the image holds: part of the inputs hash, unlike the wheel's bytes
         labels[KEY_LABEL] = te_key
@@ -397,7 +400,47 @@ def _dev_parts(c: Common, inputs: BuildInputs) -> _Parts:
     }
     files = {f"{FILES_DIR}/{name}": _render_file(f"files/{name}.j2") for name in DEV_FILES}
     files.update(_banner(c))
+    ctx["code_server"] = None
+    if c.variant.vscode:
+        ctx["code_server"], files[CODE_SERVER_SCRIPT] = _code_server(c.variant)
     return _Parts(ctx, files=files, pip_requirements=dev_requirements, apt=_os_archive(c, sorted(dev_apt)))
+
+
+CODE_SERVER_PREFIX = "/opt/code-server"
+CODE_SERVER_SCRIPT = f"{FILES_DIR}/build-code-server"
+CODE_SERVER_LABEL = "io.imagebuild.code-server"
+CODE_SERVER_PIN_FILE = "/etc/imagebuild/code-server.json"  # what the probe compares `code-server --version` with
+# the builder stage's own packages (never in the image): node-gyp's toolchain for code-server's native modules (the
+# kerberos module needs libkrb5-dev), curl for the pinned tarballs
+CODE_SERVER_BUILD_APT = ("ca-certificates", "curl", "g++", "libkrb5-dev", "make", "pkg-config", "python3")
+
+
+def _code_server(variant: ResolvedVariant) -> tuple[dict[str, object], bytes]:
+    """The dev flavor's VS Code (matrix `vscode:`): the builder stage's template variables and its build script, every
+    tarball pinned by compat/data/code_server.yaml for the variant's platform."""
+    from imagebuild.compat import code_server
+
+    table = code_server.load()
+    version = variant.vscode or ""
+    if version not in table.releases or table.missing_node(version, (variant.platform,)):
+        # matrix/fields.py refuses these with FILE:LINE; a variant built in code (tests, derive) gets one line too
+        raise UsageError(f"{variant.key}: code-server {version!r} has no pinned Node build for {variant.platform} "
+                         f"in {code_server.DATA_FILE}; valid choices: {', '.join(table.choices())}")
+    cs, node, npm = table.code_server(version), table.node_for(version, variant.platform), table.npm
+    pin = {"code-server": cs.version, "node": node.version, "platform": variant.platform,
+           "license": {"code-server": cs.license, "node": node.license}, "integrity": cs.integrity}
+    script = render_template("files/build-code-server.j2", cs=cs, node=node, npm=npm, registry=table.registry,
+                             platform=variant.platform, prefix=CODE_SERVER_PREFIX, data_file=code_server.DATA_FILE,
+                             pin_json=json.dumps(pin, sort_keys=True))
+    ctx: dict[str, object] = {
+        "version": cs.version,
+        "node": node.version,
+        "node_package": node.package,
+        "script": CODE_SERVER_SCRIPT,
+        "prefix": CODE_SERVER_PREFIX,
+        "apt": sorted(CODE_SERVER_BUILD_APT),
+    }
+    return ctx, script.encode()
 
 
 @dataclass

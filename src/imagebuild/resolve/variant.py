@@ -138,4 +138,5 @@ def resolve_variant(ctx: Ctx, rv: RawVariant) -> ResolvedVariant | None:
         source=doc.location(rv.row),
         backend=v.get("backend", AUTO),
         gpus=pairs or (),
+        vscode=v.get("vscode") or None,  # matrix/fields.py: a checked code-server release, or False
     )
