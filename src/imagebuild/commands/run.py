@@ -105,7 +105,9 @@ def _refuse_options_after_ref(args: list[str], ref: str | None) -> None:
 @click.option("--name", help="container name (default: ibrun-<image>-<random>)")
 @click.option("--jupyter", is_flag=True, help="dev images: JupyterLab on 127.0.0.1 with a fresh token")
 @click.option("--ssh", is_flag=True, help="dev images: key-only sshd on 127.0.0.1 with your public key")
-@click.option("--port", type=int, help="with --jupyter/--ssh: the port (default: a free one)")
+@click.option("--vscode", is_flag=True, help="dev images built with `vscode:`: VS Code (code-server) on 127.0.0.1 "
+              "with a fresh password; --jupyter, --ssh and --vscode can be combined (one container, one line each)")
+@click.option("--port", type=int, help="with one of --jupyter/--ssh/--vscode: the port (default: a free one)")
 @click.option("--ssh-key", type=click.Path(dir_okay=False, path_type=Path),
               help="with --ssh: public key file (default: ~/.ssh/*.pub)")
 @click.option("--print", "print_only", is_flag=True, help="print the equivalent `docker run` line, start nothing")
@@ -115,7 +117,8 @@ def _refuse_options_after_ref(args: list[str], ref: str | None) -> None:
 def command(args: Sequence[str], matrix: str | None, flavor: str | None, only: str | None, registry: str | None,
             gpus: str, ipc_host: bool, shm_size: str | None, no_numa: bool, workspace: Path | None,
             no_workspace: bool, env: tuple[str, ...], name: str | None, jupyter: bool, ssh: bool, port: int | None,
-            ssh_key: Path | None, print_only: bool, verify_key: str | None, ignore_driver: bool = False) -> int:
+            ssh_key: Path | None, print_only: bool, verify_key: str | None, ignore_driver: bool = False,
+            vscode: bool = False) -> int:
     """Start IMAGE (or the matrix's image of --flavor) with GPUs, a big /dev/shm, memlock/stack ulimits, NUMA
     pinning, the current directory at /workspace as your UID/GID; removed on exit.
 
@@ -124,6 +127,7 @@ def command(args: Sequence[str], matrix: str | None, flavor: str | None, only: s
       imagebuild run registry/pytorch:2.9.1-cuda12.8-cudnn9-py3.12-ubuntu24.04-runtime -- python train.py
       imagebuild run --matrix images/h100.yaml --flavor dev --gpus 0,1
       imagebuild run --matrix images/cpu.yaml --flavor dev --jupyter
+      imagebuild run --matrix M --flavor dev --jupyter --ssh --vscode   # M with `vscode: true`
       imagebuild run --print IMAGE -- torchrun --nproc-per-node 8 train.py
       imagebuild run --verify-key cosign.pub registry/pytorch:2.9.1-...-runtime -- python train.py
 
@@ -156,7 +160,7 @@ def command(args: Sequence[str], matrix: str | None, flavor: str | None, only: s
     req = RunRequest(
         command=tuple(args), gpus=gpus, ipc_host=ipc_host, shm_size=shm_size, numa=not no_numa,
         workspace=None if no_workspace else (workspace or Path.cwd()), env=_env_pairs(env), name=name,
-        jupyter=jupyter, ssh=ssh, port=port, ssh_key=ssh_key,
+        jupyter=jupyter, ssh=ssh, vscode=vscode, port=port, ssh_key=ssh_key,
         interactive=sys.stdin.isatty() and sys.stdout.isatty() and not print_only,
         caller=(os.getuid(), os.getgid()), home=Path.home(),
     )
@@ -182,7 +186,8 @@ def command(args: Sequence[str], matrix: str | None, flavor: str | None, only: s
             settings = replace(settings, image=info.ref)
         click.echo(shell_join(settings.docker_run_args()))
         if launch.access is not None:
-            echo(f"then: {launch.access.message}")
+            for server in launch.access.servers():
+                echo(f"then: {server.message}")
         return 0
     from imagebuild.launch import session
 

@@ -1,6 +1,7 @@
-"""Dev-image access for `imagebuild run`: JupyterLab with a fresh token, or the key-only sshd with the caller's public
-key. Host networking only (never a bridge network), so both listen on 127.0.0.1 of the host, on a free port or the
-one asked for (checked before any container exists)."""
+"""Dev-image access for `imagebuild run`: JupyterLab with a fresh token, the key-only sshd with the caller's public
+key, VS Code (code-server) with a fresh password, or several of them in one container (`combine`). Host networking
+only (never a bridge network), so each listens on 127.0.0.1 of the host, on a free port or the one asked for (checked
+before any container exists)."""
 
 from __future__ import annotations
 
@@ -21,18 +22,27 @@ KEY_PREFERENCE = ("id_ed25519.pub", "id_ecdsa.pub", "id_ed25519_sk.pub", "id_ecd
 class Access:
     """What the container runs and what the user is told once it answers."""
 
-    kind: str  # "jupyter" | "ssh"
+    kind: str  # "jupyter" | "ssh" | "vscode", or the kinds of a combined access joined by "+"
     port: int
     command: list[str]
     environment: dict[str, str] = field(default_factory=dict)
     run_as_root: bool = False  # sshd must start as root; it drops to the login user per session
     message: str = ""  # the URL / the ssh command, printed on stdout once the port answers
+    parts: tuple[Access, ...] = ()  # a combined access (`combine`): the servers it starts, each announced alone
+
+    def servers(self) -> tuple[Access, ...]:
+        """The servers this container runs: its parts, or itself."""
+        return self.parts or (self,)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+def free_port(taken: tuple[int, ...] = ()) -> int:
+    """A port nothing listens on now, other than `taken` (the ports already handed to this container's servers)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            port = int(s.getsockname()[1])
+        if port not in taken:
+            return port
 
 
 def check_port(port: int, option: str = "--port") -> int:
@@ -86,9 +96,22 @@ def jupyter(port: int, *, as_root: bool) -> Access:
                   message=f"http://{HOST}:{port}/lab?token={token}")
 
 
+VSCODE_LABEL = "io.imagebuild.code-server"  # the code-server release a dev image holds (render/image.py sets it)
+VSCODE_PASSWORD_ENV = "PASSWORD"  # code-server reads its password from here (never from argv, where ps shows it)
+
+
+def vscode(port: int, folder: str) -> Access:
+    """VS Code (code-server) on HOST:port with a fresh password, opening `folder`; never `--auth none`."""
+    password = secrets.token_urlsafe(24)
+    cmd = ["code-server", "--bind-addr", f"{HOST}:{port}", "--auth", "password", "--disable-telemetry",
+           "--disable-update-check", folder]
+    return Access("vscode", port, cmd, {VSCODE_PASSWORD_ENV: password},
+                  message=f"http://{HOST}:{port}/?folder={folder} (password: {password})")
+
+
 # Runs as root in the container: make the image's user (uid `IMAGEBUILD_LOGIN_UID`, 1000 in our images) carry the
 # caller's UID/GID so files it creates in /workspace are the caller's, install the keys, then start-sshd.
-SSHD_SCRIPT = r"""set -eu
+SSHD_SETUP = r"""set -eu
 user="$(getent passwd "$IMAGEBUILD_LOGIN_UID" | cut -d: -f1)"
 [ -n "$user" ] || { echo "no user with uid $IMAGEBUILD_LOGIN_UID in the image" >&2; exit 1; }
 if [ "$IMAGEBUILD_CALLER_UID" != 0 ] && [ "$IMAGEBUILD_CALLER_UID" != "$IMAGEBUILD_LOGIN_UID" ]; then
@@ -101,7 +124,9 @@ printf '%s' "$IMAGEBUILD_SSH_KEYS" > "$home/.ssh/authorized_keys"
 chown "$user:$(id -g "$user")" "$home/.ssh/authorized_keys"
 chmod 0600 "$home/.ssh/authorized_keys"
 echo "imagebuild: ssh login user: $user" >&2
-exec start-sshd -p "$IMAGEBUILD_SSH_PORT" -o ListenAddress=""" + HOST + "\n"
+"""
+SSHD_START = 'start-sshd -p "$IMAGEBUILD_SSH_PORT" -o ListenAddress=' + HOST
+SSHD_SCRIPT = SSHD_SETUP + "exec " + SSHD_START + "\n"
 
 
 def ssh(port: int, keys: str, *, login_uid: int, caller: tuple[int, int], login_name: str = "ml") -> Access:
@@ -113,6 +138,44 @@ def ssh(port: int, keys: str, *, login_uid: int, caller: tuple[int, int], login_
     client = ["ssh", "-p", str(port), "-o", "UserKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=no",
               f"{login_name}@{HOST}"]
     return Access("ssh", port, ["sh", "-c", SSHD_SCRIPT], env, run_as_root=True, message=shell_join(client))
+
+
+# Several servers in one container (bash: `wait -n`): each started in the background, the container's life that of the
+# first to exit (the others are stopped then), SIGTERM/Ctrl-C passed on to all of them. With sshd the script runs as
+# root: the login user is set up first (SSHD_SETUP), then every other server runs as that user (setpriv, util-linux).
+SUPERVISE_START = """pids=""
+stop() { kill $pids 2>/dev/null || true; }
+trap 'stop; wait; exit 143' TERM INT
+"""
+SUPERVISE_END = """wait -n && rc=0 || rc=$?
+echo "imagebuild: a server exited (status $rc); stopping the others" >&2
+stop
+wait || true
+exit "$rc"
+"""
+AS_LOGIN_USER = ('as_user() { if [ "$IMAGEBUILD_CALLER_UID" = 0 ]; then "$@"; else HOME="$home" USER="$user" '
+                 'setpriv --reuid="$(id -u "$user")" --regid="$(id -g "$user")" --init-groups -- "$@"; fi; }\n')
+
+
+def combine(accesses: list[Access]) -> Access:
+    """One container that runs every server of `accesses` (one of them alone is returned as it is)."""
+    if len(accesses) == 1:
+        return accesses[0]
+    as_root = any(a.run_as_root for a in accesses)
+    script = SSHD_SETUP + AS_LOGIN_USER if as_root else "set -eu\n"
+    script += SUPERVISE_START
+    for a in accesses:
+        if a.kind == "ssh":
+            line = SSHD_START
+        else:
+            line = ("as_user " if as_root else "") + shell_join(a.command)
+        script += f"{line} &\npids=\"$pids $!\"\n"
+    script += SUPERVISE_END
+    env: dict[str, str] = {}
+    for a in accesses:
+        env.update(a.environment)
+    return Access("+".join(a.kind for a in accesses), accesses[0].port, ["bash", "-c", script], env,
+                  run_as_root=as_root, message="\n".join(a.message for a in accesses), parts=tuple(accesses))
 
 
 def port_answers(port: int, timeout: float = 0.5) -> bool:

@@ -18,7 +18,7 @@ from imagebuild.engine.containers import Interrupted, signals_raise  # noqa: F40
 from imagebuild.errors import ImagebuildError
 from imagebuild.launch import devaccess
 
-READY_TIMEOUT = 180.0  # seconds for Jupyter/sshd to answer (a first JupyterLab start builds its caches)
+READY_TIMEOUT = 180.0  # seconds for Jupyter/sshd/code-server to answer (a first JupyterLab start builds its caches)
 Echo = Callable[[str], None]
 
 
@@ -129,33 +129,37 @@ def _logs_tail(container: Any, lines: int = 15) -> str:
 
 def run_server(client: Any, settings: ContainerSettings, access: devaccess.Access, echo: Echo,
                ready_timeout: float = READY_TIMEOUT) -> int:
-    """Jupyter/sshd: start, wait for its port, print the URL / ssh command on stdout, stream its log to stderr until
-    it exits or the caller stops it (Ctrl-C, SIGTERM); the container is removed either way."""
+    """Jupyter/sshd/code-server (one, or several side by side): start, wait for each port, print each one's URL / ssh
+    command on stdout (one line each, once it answers), stream the log to stderr until the container exits or the
+    caller stops it (Ctrl-C, SIGTERM); the container is removed either way."""
     container = None
     try:
         with signals_raise():
             container = _start(client, settings, echo)
             deadline = time.monotonic() + ready_timeout
-            while not devaccess.port_answers(access.port):
-                container.reload()
-                if container.status not in ("created", "running"):
-                    tail = _logs_tail(container)
-                    echo(f"error: {access.kind} exited before it answered on {devaccess.HOST}:{access.port}"
-                         + (f"; its last output:\n{tail}" if tail else ""))
-                    return 1
-                if time.monotonic() > deadline:
-                    echo(f"error: {access.kind} did not answer on {devaccess.HOST}:{access.port} within "
-                         f"{ready_timeout:.0f}s")
-                    return 1
-                time.sleep(0.3)
-            message = access.message
-            if access.kind == "ssh":  # the login user as the container reported it
-                found = re.search(r"ssh login user: (\S+)", _logs_tail(container, 50))
-                if found:
-                    message = re.sub(r"\S+@" + re.escape(devaccess.HOST), f"{found.group(1)}@{devaccess.HOST}",
-                                     message)
-            print(message, flush=True)
-            echo(f"{access.kind} is up in container {settings.name}; Ctrl-C stops and removes it")
+            for server in access.servers():
+                while not devaccess.port_answers(server.port):
+                    container.reload()
+                    if container.status not in ("created", "running"):
+                        tail = _logs_tail(container)
+                        echo(f"error: {server.kind} exited before it answered on {devaccess.HOST}:{server.port}"
+                             + (f"; its last output:\n{tail}" if tail else ""))
+                        return 1
+                    if time.monotonic() > deadline:
+                        echo(f"error: {server.kind} did not answer on {devaccess.HOST}:{server.port} within "
+                             f"{ready_timeout:.0f}s")
+                        return 1
+                    time.sleep(0.3)
+                message = server.message
+                if server.kind == "ssh":  # the login user as the container reported it
+                    found = re.search(r"ssh login user: (\S+)", _logs_tail(container, 50))
+                    if found:
+                        message = re.sub(r"\S+@" + re.escape(devaccess.HOST), f"{found.group(1)}@{devaccess.HOST}",
+                                         message)
+                print(message, flush=True)
+            what = " and ".join(s.kind for s in access.servers())
+            echo(f"{what} {'are' if len(access.servers()) > 1 else 'is'} up in container {settings.name}; Ctrl-C "
+                 "stops and removes it")
             for chunk in container.logs(stream=True, follow=True, since=int(time.time())):
                 sys.stderr.buffer.write(chunk)
                 sys.stderr.flush()

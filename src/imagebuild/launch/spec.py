@@ -1,6 +1,6 @@
 """From `imagebuild run`'s options, the image and the host's facts to one `ContainerSettings`: GPUs, a /dev/shm sized
 from host memory (or the host's IPC namespace), memlock/stack ulimits, NUMA pinning, the current directory at
-/workspace, the caller's UID/GID, a terminal when there is one, Jupyter or sshd for dev images.
+/workspace, the caller's UID/GID, a terminal when there is one, Jupyter, sshd and/or VS Code for dev images.
 
 Everything here is decided before a container exists, so bad input stops the run with nothing to clean up."""
 
@@ -40,6 +40,7 @@ class RunRequest:
     name: str | None = None
     jupyter: bool = False
     ssh: bool = False
+    vscode: bool = False  # dev images built with `vscode:`: code-server with a fresh password
     port: int | None = None
     ssh_key: Path | None = None
     interactive: bool = False  # stdin is a terminal: -it
@@ -70,30 +71,48 @@ def _container_name(info: ImageInfo) -> str:
     return f"ibrun-{base}-{secrets.token_hex(3)}"
 
 
+def _dev_access(req: RunRequest, info: ImageInfo) -> devaccess.Access | None:
+    """The dev servers asked for (--jupyter, --ssh, --vscode; several run side by side in one container), or None."""
+    servers = [o for o, asked in (("--jupyter", req.jupyter), ("--ssh", req.ssh), ("--vscode", req.vscode)) if asked]
+    if (req.port is not None or req.ssh_key) and not servers:
+        raise UsageError("--port and --ssh-key go with --jupyter, --ssh or --vscode")
+    if req.ssh_key and not req.ssh:
+        raise UsageError("--ssh-key goes with --ssh")
+    if not servers:
+        return None
+    option = " ".join(servers)
+    if req.port is not None and len(servers) > 1:
+        raise UsageError(f"--port goes with one server; {option} each get a free port (leave --port out)")
+    if info.flavor != "dev":
+        found = f"a {info.flavor} image" if info.flavor else "not an imagebuild image (no io.imagebuild.flavor)"
+        raise UsageError(f"{option} needs a dev image (JupyterLab, sshd and VS Code live there): {info.ref} is "
+                         f"{found}; use the dev flavor (--matrix M --flavor dev)")
+    if req.vscode and not info.labels.get(devaccess.VSCODE_LABEL):
+        raise UsageError(f"--vscode: {info.ref} is a dev image without VS Code (no {devaccess.VSCODE_LABEL} label); "
+                         "build it from a matrix with `vscode: true`, or use --jupyter/--ssh")
+    if req.command:
+        raise UsageError(f"{option} runs its own server: give no command after the image")
+    taken: list[int] = []
+
+    def port() -> int:
+        taken.append(devaccess.check_port(req.port) if req.port is not None else devaccess.free_port(tuple(taken)))
+        return taken[-1]
+
+    accesses: list[devaccess.Access] = []
+    if req.jupyter:
+        accesses.append(devaccess.jupyter(port(), as_root=req.caller[0] == 0))
+    if req.ssh:
+        keys, _ = devaccess.public_keys(req.ssh_key, req.home)
+        accesses.append(devaccess.ssh(port(), keys, login_uid=info.user_uid() or 1000, caller=req.caller))
+    if req.vscode:
+        accesses.append(devaccess.vscode(port(), WORKSPACE))
+    return devaccess.combine(accesses)
+
+
 def make_launch(req: RunRequest, info: ImageInfo, topo: Topology, *, engine_has_gpus: bool,
                 mem_bytes: int | None) -> Launch:
     notes: list[str] = []
-    if req.jupyter and req.ssh:
-        raise UsageError("--jupyter and --ssh: pick one per container")
-    if (req.port is not None or req.ssh_key) and not (req.jupyter or req.ssh):
-        raise UsageError("--port and --ssh-key go with --jupyter or --ssh")
-    if req.ssh_key and not req.ssh:
-        raise UsageError("--ssh-key goes with --ssh")
-    access = None
-    if req.jupyter or req.ssh:
-        option = "--jupyter" if req.jupyter else "--ssh"
-        if info.flavor != "dev":
-            found = f"a {info.flavor} image" if info.flavor else "not an imagebuild image (no io.imagebuild.flavor)"
-            raise UsageError(f"{option} needs a dev image (JupyterLab and sshd live there): {info.ref} is {found}; "
-                             "use the dev flavor (--matrix M --flavor dev)")
-        if req.command:
-            raise UsageError(f"{option} runs its own server: give no command after the image")
-        port = devaccess.check_port(req.port) if req.port is not None else devaccess.free_port()
-        if req.jupyter:
-            access = devaccess.jupyter(port, as_root=req.caller[0] == 0)
-        else:
-            keys, _ = devaccess.public_keys(req.ssh_key, req.home)
-            access = devaccess.ssh(port, keys, login_uid=info.user_uid() or 1000, caller=req.caller)
+    access = _dev_access(req, info)
     if req.shm_size is not None and not _SIZE.match(req.shm_size):
         raise UsageError(f"--shm-size {req.shm_size!r}: want a size such as 16g or 512m")
     if req.ipc_host and req.shm_size is not None:
@@ -129,7 +148,7 @@ def make_launch(req: RunRequest, info: ImageInfo, topo: Topology, *, engine_has_
         gpus=selection.request,
         ipc_host=req.ipc_host,
         shm_size=req.shm_size or shm_size_for(mem_bytes),
-        network="host",  # Jupyter/sshd listen on the host's 127.0.0.1; never a bridge network
+        network="host",  # Jupyter/sshd/code-server listen on the host's 127.0.0.1; never a bridge network
         labels={RUN_LABEL: "1"},
         gpu_ids=selection.device_ids,
         cpuset_cpus=placement.cpus if placement else None,
