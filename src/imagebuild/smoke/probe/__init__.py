@@ -22,6 +22,8 @@ command line dispatches and the suite selects:
     release      PyTorch's release smoke checks: OpenMP, CPU ISA, conv2d, SVD, numpy; cuDNN/NCCL versions vs
                  compile-time and the nvidia-* packages; CUDA and GDS error paths
     dev          C++ extension, nvcc; services: JupyterLab, sshd
+    vscode       code-server (dev images built with `vscode:`): its version against the image's pin; services: it
+                 starts on loopback and serves only after a login with its password
     perf         GEMM TFLOP/s, NCCL bus bandwidth
     table        the sections (module, lowest flavor, where it runs: image user, root, arbitrary UID, hpc; child
                  probe) and the checks each reports (GPU or not): the suite's tests are generated from its rows

@@ -86,6 +86,7 @@ TABLE = (
     Section("amp", "amp", "runtime"),
     Section("distributed", "distributed", "runtime"),
     Section("dev", "dev", "dev"),
+    Section("vscode", "vscode", "dev"),  # code-server, where the dev image has it (matrix `vscode:`); else skipped
     Section("te", "te", "runtime", child=True),
     Section("release", "release", "runtime", child=True),
     Section("compile", "torch_compile", "runtime", child=True),
@@ -152,6 +153,8 @@ CHECKS = (
     Check("dev.nvcc"),
     Check("dev.jupyter"),
     Check("dev.sshd"),
+    Check("vscode.version"),
+    Check("vscode.serves"),
     Check("hpc.identity"),
     Check("hpc.home"),
     Check("hpc.host_env"),
