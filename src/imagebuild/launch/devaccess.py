@@ -140,11 +140,13 @@ def ssh(port: int, keys: str, *, login_uid: int, caller: tuple[int, int], login_
     return Access("ssh", port, ["sh", "-c", SSHD_SCRIPT], env, run_as_root=True, message=shell_join(client))
 
 
-# Several servers in one container (bash: `wait -n`): each started in the background, the container's life that of the
-# first to exit (the others are stopped then), SIGTERM/Ctrl-C passed on to all of them. With sshd the script runs as
-# root: the login user is set up first (SSHD_SETUP), then every other server runs as that user (setpriv, util-linux).
-SUPERVISE_START = """pids=""
-stop() { kill $pids 2>/dev/null || true; }
+# Several servers in one container (bash: `wait -n`): each started in the background in a process group of its own
+# (`set -m`), the container's life that of the first to exit (the others' groups are stopped then), SIGTERM/Ctrl-C
+# passed on to all of them. With sshd the script runs as root: the login user is set up first (SSHD_SETUP), then every
+# other server runs as that user (setpriv, util-linux).
+SUPERVISE_START = """set -m
+pids=""
+stop() { for p in $pids; do kill -TERM -- "-$p" 2>/dev/null || true; done; }
 trap 'stop; wait; exit 143' TERM INT
 """
 SUPERVISE_END = """wait -n && rc=0 || rc=$?
