@@ -78,14 +78,19 @@ def _say(msg: str) -> None:
 @click.option("--locked", is_flag=True,
               help="Refuse to build (exit 2) unless the matrix's lock (images/X.lock) exists and fits the matrix. "
                    "Without it an existing lock is used too; a missing one means an unlocked build.")
+@click.option("--security-refresh", "security_refresh", is_flag=True,
+              help="Rebuild the images whose OS packages the release's signed security suite has fixes for (as "
+                   "`plan --security` shows them) and their children: each stale image's apt step carries the "
+                   "suite's identity and upgrades the fixed packages; with a lock, its pins are raised to the fixed "
+                   "versions. Implies --test; the record says why each image was rebuilt.")
 @sign_options
 @compression_option
 def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[str, ...], force: bool,
             jobs: int | None, keep_going: bool, plain: bool, verbose: bool, log_dir: Path | None,
             report_dir: Path | None, state_dir: str | None, run_tests: bool, retest: bool, run_push: bool,
             layer_limit: int | None, registry_cache: bool, require_registry: bool, sbom: bool, locked: bool,
-            created: str | None, sign_key: str | None, sign_password_stdin: bool, compression: str | None,
-            **backend_options: str | None) -> int:
+            created: str | None, security_refresh: bool, sign_key: str | None, sign_password_stdin: bool,
+            compression: str | None, **backend_options: str | None) -> int:
     """Build the matrix's images: parents once, children FROM the parent's image ID, unchanged images skipped.
 
     \b
@@ -93,6 +98,7 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[
       imagebuild build --matrix images/cpu.yaml --wheelhouse /opt/wheels
       imagebuild build --matrix h100.yaml --only '*2.9.1*runtime' --jobs 2 --plain
       imagebuild build --matrix images/cpu.yaml --ca-cert corp-ca.pem --pip-index-url https://u:p@pypi.corp/simple
+      imagebuild build --matrix images/cpu.yaml --security-refresh
     """
     if inputs.backend in (None, AUTO):  # auto asks the engine's and buildx's versions: while the stages import
         from imagebuild.engine.cli import prefetch_versions
@@ -106,12 +112,15 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, only: tuple[
     key_password = sign_password(sign_key, sign_password_stdin)
     if compression and not run_push:
         raise UsageError("--compression is how --push writes layers: give --push too")
+    if security_refresh and not run_tests:
+        _say("security-refresh: the rebuilt images are tested (as --test)")
+        run_tests = True
     options = RunOptions(
         command=Step.BUILD, matrix=matrix, registry=registry, inputs=inputs, only=tuple(only), state_dir=state_dir,
         report_dir=report_dir,
         build=BuildSettings(force=force, jobs=jobs, keep_going=keep_going, plain=plain, verbose=verbose,
                             log_dir=log_dir, registry_cache=registry_cache, require_registry=require_registry,
-                            sbom=sbom, locked=locked, created=created,
+                            sbom=sbom, locked=locked, created=created, security_refresh=security_refresh,
                             backend_options={k: v for k, v in backend_options.items() if v}),
         test=TestSettings(retest=retest) if run_tests else None,
         push=PushSettings(require_tests=run_tests, sign_key=sign_key, sign_password=key_password,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +14,7 @@ from imagebuild.commands._options import (
 )
 
 if TYPE_CHECKING:
+    from imagebuild.audit.stale import Staleness
     from imagebuild.inputs import BuildInputs
 
 
@@ -24,8 +25,13 @@ if TYPE_CHECKING:
 @state_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of images.")
 @click.option("--github-matrix", is_flag=True, help="Print a GitHub Actions strategy.matrix (one job per variant).")
+@click.option("--security", "security", is_flag=True,
+              help="Also check each built image (the record's image ID for these inputs, read from the engine) "
+                   "against its release's signed security suite (network: the suite's InRelease): column/JSON "
+                   "`stale` (N security fixes, index SUITE@DATE/sha256), fresh, or not checked (no image, no engine, "
+                   "no trusted index). Off by default: plan stays offline.")
 def command(matrix: str, registry: str | None, inputs: BuildInputs, state_dir: str | None, as_json: bool,
-            github_matrix: bool) -> int:
+            github_matrix: bool, security: bool) -> int:
     """Print the images a matrix would build: tag, flavor, parent, key versions, inputs hash — with the build
     inputs its record (.imagebuild/<matrix>.state.json) holds when no build-input flag is given, so the hash is the
     one the built image carries, and (column `built`) the image ID the record has for exactly these inputs.
@@ -35,6 +41,7 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, state_dir: s
       imagebuild plan --matrix images/h100.yaml
       imagebuild plan --matrix h100.yaml --json | jq '.[].tag'
       imagebuild plan --matrix images/h100.yaml --github-matrix
+      imagebuild plan --matrix images/cpu.yaml --security
     """
     from imagebuild.pipeline.layers import plan_layers
     from imagebuild.pipeline.loaded import load
@@ -54,16 +61,37 @@ def command(matrix: str, registry: str | None, inputs: BuildInputs, state_dir: s
         click.echo(gh_matrix(plan))
         return 0
     layers = plan_layers(plan.images, {k: v.image_id for k, v in (recorded or {}).items()})
+    stale = security_states(planned, state_dir) if security else None
     if as_json:
-        click.echo(plan_json(plan, states, layers))
+        click.echo(plan_json(plan, states, layers, stale))
     else:
-        print_table(plan, states=states)
+        print_table(plan, states=states, security=stale)
         for img in plan.images:
             if img.id in layers:
                 click.echo(f"{img.short_tag}: environment layers, least changing first")
                 for line in format_layers(layers[img.id]):
                     click.echo(line)
     return 0
+
+
+def security_states(planned: Any, state_dir: str | None) -> dict[str, Staleness]:
+    """plan --security: each planned image's staleness (pipeline/staleness.py); no engine: every one not checked."""
+    from imagebuild.audit.debian import SecurityIndexes
+    from imagebuild.audit.stale import not_checked
+    from imagebuild.compat import load as load_tables
+    from imagebuild.engine import connect
+    from imagebuild.errors import ImagebuildError
+    from imagebuild.pipeline.staleness import check_images
+    from imagebuild.record.derived import Derived
+
+    say = lambda m: click.echo(m, err=True)  # noqa: E731
+    try:
+        client = connect("inspect")
+    except ImagebuildError as exc:  # said once; each image is not checked, never fresh
+        say(f"plan --security: {exc}")
+        return {img.id: not_checked("no Docker engine answered") for img in planned.plan.images}
+    return check_images(planned.plan.images, planned.record, client, Derived(state_dir, say),
+                        SecurityIndexes(load_tables()))
 
 
 def offline_backend_note(given: str | None, rows: list[str]) -> str | None:

@@ -93,6 +93,21 @@ def _summary(tested: list[TestedImage]) -> str:
     return runner.summary_table([(t.image.tag, t.tests) for t in tested])
 
 
+def _recorded(rec: Any, plan: Any, results: list[ImageResult], refresh: Any) -> None:
+    """record_build, and each built image's `rebuilt_because`: the refresh's reason, else none."""
+    record_build(rec, plan, results)
+    if refresh is not None:
+        from imagebuild.pipeline.staleness import mark_rebuilt
+
+        mark_rebuilt(rec, plan, results, refresh)
+        return
+    by_tag = plan.by_tag()
+    for res in results:  # built for changed inputs (or --force): an earlier refresh's reason is not this build's
+        img = by_tag.get(res.tag)
+        if res.status == "built" and img is not None and img.id in rec.images:
+            rec.images[img.id].rebuilt_because = None
+
+
 def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     """`build`: every selected image (and the parents it needs), then the steps asked for."""
     settings = options.build
@@ -119,6 +134,12 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     client = engine.connect("build", lazy=True)
     for line in auto_lines:
         say(line)
+    refresh = None
+    if settings.security_refresh:  # the stale images' apt steps carry the index they saw: they and their children
+        from imagebuild.pipeline.staleness import apply_refresh
+
+        loaded, refresh = apply_refresh(loaded, selection.with_parents, options.registry, options.state_dir, say)
+        plan, selection = loaded.plan, select_images(loaded.plan, options.only, loaded.path)
     platform_preflight(client, selection.with_parents, backend, own)  # before anything builds
     progress = make_progress(plain=settings.plain, verbose=settings.verbose)
     before = previous_ids(client, selection.with_parents) if settings.sbom else {}
@@ -131,8 +152,13 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
         recorded = {k: v.sbom for k, v in (rec.images if rec else {}).items() if v.sbom}
         write_sboms(client, plan, built.results, report_dir, recorded, kept, say)
         diff_rebuilds(client, plan, built.results, before, kept, say)
-    loaded.book.update(lambda rec: record_build(rec, plan, built.results), inputs=loaded.inputs,
+    loaded.book.update(lambda rec: _recorded(rec, plan, built.results, refresh), inputs=loaded.inputs,
                        registry=options.registry, replace_inputs=True)
+    if refresh is not None and refresh.stale:  # what each refreshed image still lacks: checked, recorded
+        from imagebuild.pipeline.staleness import check_after, mark_rebuilt
+
+        after = check_after(loaded, refresh, built.results, options.state_dir, say)
+        loaded.book.update(lambda rec: mark_rebuilt(rec, plan, built.results, refresh, after))
     progress.summary(built.results)
     finish(built, plan)
     result = RunResult([Step.BUILD], built.results, ok=built.ok)

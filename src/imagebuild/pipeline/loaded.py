@@ -80,6 +80,13 @@ def load(matrix: str, registry: str | None, inputs: BuildInputs | None, state_di
     given = inputs if inputs is not None else BuildInputs()
     if not building and given.backend == AUTO:  # only a build resolves auto; the others plan as the record says
         given = replace(given, backend=None)
+    carried = rec.build_inputs().security_refresh if rec is not None else ()
+    if carried and not given.security_refresh and (building or given != BuildInputs()):
+        # an earlier build --security-refresh stays part of these images' inputs (pipeline/staleness.py): without it
+        # their hashes would fall back to the pre-refresh layers
+        given = replace(given, security_refresh=carried)
+        if building:
+            say(f"note: keeping the security refresh recorded for {', '.join(r.image for r in carried)}")
     if building:
         if rec is not None and not same_inputs(rec.inputs, given):
             say(f"note: {rec.path} recorded a build with other inputs ({rec.describe_inputs()}); this build "

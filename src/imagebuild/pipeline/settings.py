@@ -39,6 +39,7 @@ class BuildSettings:
     sbom: bool = True
     locked: bool = False
     created: str | None = None
+    security_refresh: bool = False  # rebuild the images the security suite has fixes for, and their children
     # the options only one backend understands (a row's RunOption.setting -> the value given; --builder NAME,
     # --buildkit-cache REPOSITORY): imagebuild/backends.py's table names them, commands/build.py makes their flags
     backend_options: Mapping[str, str] = field(default_factory=dict)

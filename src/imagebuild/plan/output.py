@@ -11,11 +11,16 @@ from imagebuild.render.hardware import GPUS_LABEL, MIN_DRIVER_LABEL
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from imagebuild.audit.stale import Staleness
+
 
 def plan_rows(plan: Plan, states: dict[str, dict[str, Any]] | None = None,
-              layers: dict[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+              layers: dict[str, list[dict[str, Any]]] | None = None,
+              security: dict[str, Staleness] | None = None) -> list[dict[str, Any]]:
     """`states`: plan id -> what the matrix's record says of that image (pipeline.located.record_states, as_dict);
-    `layers`: plan id -> its environment layers (pipeline.layers.plan_layers: size None = not built)."""
+    `layers`: plan id -> its environment layers (pipeline.layers.plan_layers: size None = not built);
+    `security` (plan --security): plan id -> its staleness against the security suite (audit/stale.py): `stale` is
+    {security_fixes, index, fixes} when stale, false when checked fresh, null when not checked."""
     rows = []
     for image in plan.images:
         v = image.variant
@@ -48,14 +53,17 @@ def plan_rows(plan: Plan, states: dict[str, dict[str, Any]] | None = None,
                 "dockerfile": str(image.dockerfile_path) if image.dockerfile_path else None,
                 **({"state": (states or {}).get(image.id)} if states is not None else {}),
                 **({"layers": layers[image.id]} if layers and image.id in layers else {}),
+                **({"stale": security[image.id].stale_json(), "security": security[image.id].as_json()}
+                   if security is not None and image.id in security else {}),
             }
         )
     return rows
 
 
 def plan_json(plan: Plan, states: dict[str, dict[str, Any]] | None = None,
-              layers: dict[str, list[dict[str, Any]]] | None = None) -> str:
-    return json.dumps(plan_rows(plan, states, layers), indent=2)
+              layers: dict[str, list[dict[str, Any]]] | None = None,
+              security: dict[str, Staleness] | None = None) -> str:
+    return json.dumps(plan_rows(plan, states, layers, security), indent=2)
 
 
 def github_matrix(plan: Plan) -> str:
@@ -81,7 +89,8 @@ def github_matrix(plan: Plan) -> str:
     return json.dumps({"include": list(seen.values())}, separators=(",", ":"))
 
 
-def print_table(plan: Plan, console: Console | None = None, states: dict[str, dict[str, Any]] | None = None) -> None:
+def print_table(plan: Plan, console: Console | None = None, states: dict[str, dict[str, Any]] | None = None,
+                security: dict[str, Staleness] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -96,12 +105,16 @@ def print_table(plan: Plan, console: Console | None = None, states: dict[str, di
         cols.insert(2, "platform")
     if states is not None:
         cols.append("built")
+    if security is not None:
+        cols.append("security")
     for col in cols:
         table.add_column(col, overflow="fold", no_wrap=col != "tag", min_width=len(col))
     by_tag = plan.by_tag()
     for image in plan.images:
         v = image.variant.versions
         extra = [] if states is None else [(states.get(image.id) or {}).get("summary", "-")]
+        if security is not None:
+            extra.append(security[image.id].summary if image.id in security else "not checked")
         table.add_row(
             image.short_tag,
             image.flavor,
@@ -121,3 +134,9 @@ def print_table(plan: Plan, console: Console | None = None, states: dict[str, di
     chosen = {(i.variant.key, k): msg for i in plan.images for k, msg in i.variant.chosen.items()}
     for (key, _field), msg in sorted(chosen.items()):
         console.print(f"  [dim]{key}: {msg}[/dim]")
+    for image in plan.images if security is not None else ():
+        s = security[image.id] if security is not None and image.id in security else None
+        if s is not None and (s.index or s.why):
+            detail = s.changes(limit=5) if s.fixes else s.why
+            console.print(f"  {image.short_tag}: security {s.summary}" + (f" against {s.index}" if s.index else "")
+                          + (f": {detail}" if detail else ""), markup=False, highlight=False)

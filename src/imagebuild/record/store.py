@@ -30,7 +30,7 @@ from typing import Any
 
 from imagebuild import __version__, values
 from imagebuild.files import FileProblem, open_lock_file, read_bounded_text, write_text_atomic
-from imagebuild.inputs import BuildInputs
+from imagebuild.inputs import BuildInputs, SecurityRefresh
 from imagebuild.record.audits import audits_problem
 from imagebuild.secrets import mask_tree
 
@@ -80,6 +80,7 @@ class ImageRecord:
     sbom: dict[str, Any] | None = None  # {"path", "sha256", "image_id", ...}: the SBOM written for image_id
     exports: dict[str, dict[str, Any]] = field(default_factory=dict)  # format -> {"path", "sha256", "image_id", ...} (export)
     env_layers: list[dict[str, Any]] = field(default_factory=list)  # [{"tier", "holds", "size"}] of image_id
+    rebuilt_because: str | None = None  # why image_id was rebuilt when not for changed inputs ("security-refresh (…)")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ImageRecord:
@@ -112,6 +113,8 @@ class Record:
             torch_index_url=i.get("torch_index_url"),
             wheelhouse=Path(i["wheelhouse"]) if i.get("wheelhouse") else None,
             backend=i.get("backend") or None,  # the backend renders its own Dockerfiles: part of the plan
+            security_refresh=tuple(SecurityRefresh(k, v["index"], tuple(v.get("upgrade") or ()))
+                                   for k, v in sorted((i.get("security_refresh") or {}).items())),
         )
 
     def describe_inputs(self) -> str:
@@ -127,6 +130,8 @@ class Record:
             parts.append(f"--wheelhouse {i['wheelhouse']}")
         if i.get("backend"):
             parts.append(f"--backend {i['backend']}")
+        if i.get("security_refresh"):
+            parts.append(f"security refresh of {', '.join(sorted(i['security_refresh']))} (build --security-refresh)")
         return " ".join(parts) or "no build-input flags"
 
     # -- images ---------------------------------------------------------------------------------------------------
@@ -153,7 +158,7 @@ _IMAGE_FIELDS: dict[str, tuple[type, ...]] = {
     "built_at": _OPT_STR, "build_seconds": _NUM, "size": (int, type(None)), "layers": (list,), "versions": (dict,),
     "tags": (dict,), "pushes": (dict,), "source": _OPT_STR, "error": _OPT_STR, "log_path": _OPT_STR,
     "te_wheel": (dict, type(None)), "sbom": (dict, type(None)), "env_layers": (list,),
-    "exports": (dict,),
+    "exports": (dict,), "rebuilt_because": _OPT_STR,
 }
 _TOP_FIELDS: dict[str, tuple[type, ...]] = {
     "schema": (int,), "tool_version": _STR, "updated": _OPT_STR, "matrix": _OPT_STR, "matrix_digest": _OPT_STR,
@@ -185,6 +190,12 @@ def shape_problem(doc: object) -> str | None:
     for key in _INPUT_STRS:
         if not isinstance(inputs.get(key), _OPT_STR):
             return f"inputs.{key} must be a string or null"
+    refresh = inputs.get("security_refresh") or {}
+    if not isinstance(refresh, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("index"), str)
+            and isinstance(v.get("upgrade") or [], list) and all(isinstance(u, str) for u in v.get("upgrade") or [])
+            for v in refresh.values()):
+        return "inputs.security_refresh must map plan ids to {index: string, upgrade: [strings]}"
     for plan_id, entry in (doc.get("images") or {}).items():
         if not isinstance(entry, dict):
             return f"images.{plan_id} must be an object"
