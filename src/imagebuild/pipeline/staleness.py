@@ -21,6 +21,7 @@ from typing import Any
 from imagebuild.audit.debian import SecurityIndexes
 from imagebuild.audit.os import Installed
 from imagebuild.audit.stale import STALE, Staleness, not_checked, staleness
+from imagebuild.errors import ImagebuildError
 from imagebuild.inputs import BuildInputs, SecurityRefresh
 from imagebuild.models import ImagePlan, Plan
 from imagebuild.record import Record
@@ -44,7 +45,11 @@ def check_images(images: list[ImagePlan], rec: Record | None, client: Any, kept:
         if where.image_id is None:
             out[img.id] = not_checked(f"image not in the engine: {where.why}")
             continue
-        inv = local_inventory(client, kept, where.image_id)
+        try:
+            inv = local_inventory(client, kept, where.image_id)
+        except ImagebuildError as exc:  # gone since, or unreadable: not checked, with why
+            out[img.id] = not_checked(f"image {where.image_id[7:19]} not read: {exc}", where.image_id)
+            continue
         rel = inv.os_release
         debs = [Installed(d.name, d.version, d.architecture, d.source, d.source_version) for d in inv.debs]
         out[img.id] = staleness(rel.id, rel.codename, inv.architecture or "amd64", debs, indexes, where.image_id)

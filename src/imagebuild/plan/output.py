@@ -138,5 +138,5 @@ def print_table(plan: Plan, console: Console | None = None, states: dict[str, di
         s = security[image.id] if security is not None and image.id in security else None
         if s is not None and (s.index or s.why):
             detail = s.changes(limit=5) if s.fixes else s.why
-            console.print(f"  {image.short_tag}: security {s.summary}" + (f" against {s.index}" if s.index else "")
+            console.print(f"  {image.short_tag}: {s.summary}" + (f" against {s.index}" if s.index else "")
                           + (f": {detail}" if detail else ""), markup=False, highlight=False)

@@ -1,0 +1,248 @@
+"""Issue 42 item 4, stale means rebuild: `plan --security` marks an image whose inputs are unchanged but whose
+release's security suite has fixes for it; `build --security-refresh` rebuilds exactly those images and their
+children (the apt step carries the index it saw), the record says why, a lock's pins are raised.
+
+The REAL bookworm-security index (tests/unit/_security_index.py: cached, verified with the pinned keys), the one fake
+engine, images whose dpkg databases are real Packages stanzas (libssl3 replaced by an old version where stale)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from _fake_engine import FakeEngine
+from _security_index import real_indexes
+from _support import variant
+from test_audit_os import _packages_text, _stanzas, _status, _tar
+
+from imagebuild.audit.debian import SecurityIndexes
+from imagebuild.audit.stale import FRESH, NOT_CHECKED, STALE, index_identity
+from imagebuild.builder.uptodate import INPUTS_LABEL
+from imagebuild.errors import UsageError
+from imagebuild.inputs import BuildInputs, SecurityRefresh
+from imagebuild.models import ImageResult, Plan
+from imagebuild.pipeline.staleness import (
+    check_images,
+    children_of,
+    mark_rebuilt,
+    plan_refresh,
+    refresh_inputs,
+)
+from imagebuild.plan.assemble import plan_from_variants
+from imagebuild.plan.output import plan_json, print_table
+from imagebuild.record.derived import Derived
+from imagebuild.record.store import ImageRecord, Record, shape_problem
+
+OLD_SSL = "3.0.11-1~deb12u2"  # a real bookworm (12.4) libssl3, long replaced by the security suite
+KEY = "2.13.0-cpu-py3.11-debian12"
+
+
+@pytest.fixture(scope="module")
+def index():
+    return real_indexes()
+
+
+def _fs(indexes, index, stale: bool) -> bytes:
+    stanzas = _stanzas(_packages_text(index, indexes), {"libssl3", "openssl"})
+    return _tar({"etc/os-release": 'ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n',
+                 "var/lib/dpkg/status": _status(stanzas, {"libssl3": OLD_SSL} if stale else {})})
+
+
+def _plan(inputs: BuildInputs | None = None) -> Plan:
+    """A real render of one CPU variant (registry base), so a refresh reaches the Dockerfiles and hashes."""
+    return plan_from_variants([variant(KEY)], inputs or BuildInputs(), matrix_file="cpu.yaml")
+
+
+def _engine_and_record(plan: Plan, indexes, index, stale: dict[str, bool | None]) -> tuple[FakeEngine, Record]:
+    """Each image the record says was built; in the engine (stale or current packages) unless its value is None."""
+    engine, rec = FakeEngine(), Record("cpu.yaml", None, {}, None)
+    for img in plan.images:
+        iid = "sha256:" + f"{img.flavor:0<8}".encode().hex().ljust(64, "0")
+        rec.images[img.id] = ImageRecord(img.id, img.flavor, img.inputs_hash, image_id=iid, status="built")
+        if stale[img.flavor] is not None:
+            engine.add_image(img.tag, {INPUTS_LABEL: img.inputs_hash}, image_id=iid, Architecture="amd64")
+            engine.filesystems[iid] = _fs(indexes, index, bool(stale[img.flavor]))
+    return engine, rec
+
+
+def test_stale_is_marked_with_its_count_fresh_is_not_and_a_missing_image_is_not_checked(index, tmp_path, capsys):
+    indexes, real = index
+    plan = _plan()
+    base, runtime, dev = plan.images
+    engine, rec = _engine_and_record(plan, indexes, real, {"base": True, "runtime": False, "dev": None})
+    got = check_images(plan.images, rec, engine, Derived(tmp_path, print), indexes)
+    assert got[base.id].state == STALE and got[base.id].image_id == rec.images[base.id].image_id
+    assert [(f.package, f.installed, f.fixed) for f in got[base.id].fixes] == \
+        [("libssl3", OLD_SSL, real.binaries["libssl3"].version)]
+    assert got[base.id].index == index_identity(real) and got[base.id].index.startswith(f"bookworm-security@{real.date}/sha256:")
+    assert got[runtime.id].state == FRESH and got[runtime.id].fixes == ()
+    assert got[dev.id].state == NOT_CHECKED and "not in the engine" in got[dev.id].why
+
+    rows = {r["id"]: r for r in json.loads(plan_json(plan, None, None, got))}
+    assert rows[base.id]["stale"] == {"security_fixes": 1, "index": index_identity(real), "fixes": [
+        {"package": "libssl3", "installed": OLD_SSL, "fixed": real.binaries["libssl3"].version,
+         "source_package": "openssl"}]}
+    assert rows[runtime.id]["stale"] is False and rows[runtime.id]["security"]["state"] == "fresh"
+    assert rows[dev.id]["stale"] is None and rows[dev.id]["security"]["state"] == "not checked"
+    assert "stale" not in json.loads(plan_json(plan))[0]  # without --security: no field at all
+
+    capsys.readouterr()
+    print_table(plan, security=got)
+    text = capsys.readouterr().out
+    assert "│ stale: 1 security fix │" in text and "│ fresh " in text and "│ not checked " in text
+    assert (f"{base.short_tag}: stale: 1 security fix against {index_identity(real)}: libssl3 "
+            f"{OLD_SSL}→{real.binaries['libssl3'].version}") in text
+    assert f"{dev.short_tag}: not checked: image not in the engine" in text
+
+
+def test_an_image_other_inputs_or_no_trusted_index_is_not_checked_never_fresh(index, tmp_path):
+    indexes, real = index
+    plan = _plan()
+    engine, rec = _engine_and_record(plan, indexes, real, {"base": False, "runtime": False, "dev": False})
+    rec.images[plan.images[1].id].inputs_hash = "sha256:" + "1" * 64  # the record's build had other inputs
+    engine.images_by_id[rec.images[plan.images[1].id].image_id]["Config"]["Labels"][INPUTS_LABEL] = "sha256:" + "1" * 64
+
+    def down(url: str, timeout: float) -> bytes:
+        raise OSError("offline")
+
+    offline = SecurityIndexes(indexes.tables, fetch=down, cache=tmp_path / "empty")
+    got = check_images(plan.images, rec, engine, Derived(tmp_path, print), offline)
+    assert all(s.state == NOT_CHECKED for s in got.values())
+    assert "not reachable" in got[plan.images[0].id].why and "not in the engine" in got[plan.images[1].id].why
+    online = check_images(plan.images, rec, engine, Derived(tmp_path, print), indexes)
+    assert online[plan.images[0].id].state == FRESH and online[plan.images[1].id].state == NOT_CHECKED
+    nothing = check_images(plan.images, rec, None, Derived(tmp_path, print), indexes)  # no engine
+    assert all(s.state == NOT_CHECKED for s in nothing.values())
+
+
+def test_refresh_selects_exactly_the_stale_images_and_their_children_and_the_key_changes_only_then(index, tmp_path):
+    indexes, real = index
+    plan = _plan()
+    base, runtime, dev = plan.images
+    engine, rec = _engine_and_record(plan, indexes, real, {"base": True, "runtime": True, "dev": False})
+    got = check_images(plan.images, rec, engine, Derived(tmp_path, print), indexes)
+    refresh = plan_refresh(plan, BuildInputs(), got)
+    assert set(refresh.stale) == {base.id, runtime.id} and refresh.children == [dev.id]
+    again = _plan(refresh.inputs)
+    for old, new in zip(plan.images, again.images, strict=True):
+        assert old.inputs_hash != new.inputs_hash  # base and runtime refreshed, dev on a new parent
+    line = f"    : 'security-refresh {index_identity(real)}'; \\"
+    assert line in again.images[0].dockerfile and line in again.images[1].dockerfile
+    assert "--only-upgrade \\\n        libssl3; \\" in again.images[0].dockerfile
+    assert again.images[2].dockerfile == dev.dockerfile  # the child rebuilds because its parent changed
+    assert [i.inputs_hash for i in _plan().images] == [i.inputs_hash for i in plan.images]  # no refresh: as before
+    assert "security-refresh" not in "".join(i.dockerfile for i in plan.images)
+
+    # only the child stale: its parent keeps its hash, the child and its own child move
+    only_runtime = {k: (v if k == runtime.id else dataclasses.replace(v, state=FRESH, fixes=())) for k, v in got.items()}
+    second = plan_refresh(plan, BuildInputs(), only_runtime)
+    assert set(second.stale) == {runtime.id} and second.children == [dev.id]
+    moved = _plan(second.inputs)
+    assert moved.images[0].inputs_hash == base.inputs_hash
+    assert moved.images[1].inputs_hash != runtime.inputs_hash and moved.images[2].inputs_hash != dev.inputs_hash
+    assert children_of(plan, {base.id}) == [runtime.id, dev.id]
+
+    # nothing stale, nothing checked: the inputs are the ones given (an earlier refresh of another image kept)
+    earlier = BuildInputs(security_refresh=(SecurityRefresh(base.id, "bookworm-security@x/sha256:y", ("zlib1g",)),))
+    none = plan_refresh(plan, earlier, {k: dataclasses.replace(v, state=NOT_CHECKED, fixes=()) for k, v in got.items()})
+    assert none.stale == {} and none.children == [] and none.inputs == earlier
+    kept = plan_refresh(plan, earlier, second.stale)
+    assert {r.image for r in kept.inputs.security_refresh} == {base.id, runtime.id}
+
+
+def test_refresh_under_a_lock_upgrades_exactly_and_raises_the_pins(index, tmp_path):
+    from imagebuild.lock.model import Lock, LockedImage, dump, parse
+    from imagebuild.lock.refresh import raise_pins
+
+    indexes, real = index
+    plan = _plan()
+    base = plan.images[0]
+    engine, rec = _engine_and_record(plan, indexes, real, {"base": True, "runtime": False, "dev": False})
+    got = check_images(plan.images, rec, engine, Derived(tmp_path, print), indexes)
+    fixed = real.binaries["libssl3"].version
+    refresh = plan_refresh(plan, BuildInputs(), got, locked={base.id})
+    assert refresh.inputs.refresh_for(base.id).upgrade == (f"libssl3={fixed}",)
+    lock = Lock("cpu.yaml", {base.id: LockedImage(base.id, "debian12", "3.11", "manylinux_2_36_x86_64", (),
+                                                   apt={"libssl3": OLD_SSL, "tini": "0.19.0-1", "zz": "9:1"})})
+    raised, changed = raise_pins(lock, {**refresh.fixed_versions(), base.id: {"libssl3": fixed, "zz": "1:1",
+                                                                              "not-pinned": "1"}})
+    assert changed == {base.id: {"libssl3": (OLD_SSL, fixed)}}  # never lowered, never added
+    assert raised.images[base.id].apt == {"libssl3": fixed, "tini": "0.19.0-1", "zz": "9:1"}
+    back = parse(dump(raised), "cpu.lock")
+    assert back.seal == "ok" and back.images[base.id].apt["libssl3"] == fixed
+    same, none = raise_pins(raised, refresh.fixed_versions())
+    assert none == {} and same.images == raised.images
+
+
+def test_a_base_from_a_snapshot_cannot_reach_the_fixes_one_error_before_building(index, tmp_path):
+    from imagebuild.models import BaseSource
+
+    indexes, real = index
+    var = variant(KEY, base=BaseSource(kind="bootstrap", snapshot="20240101T000000Z"))
+    plan = plan_from_variants([var], BuildInputs(), matrix_file="cpu.yaml")
+    engine, rec = _engine_and_record(plan, indexes, real, {"base": True, "runtime": False, "dev": False})
+    said: list[str] = []
+    with pytest.raises(UsageError, match=r"cpu.yaml: variant .*base.snapshot 20240101T000000Z pins the archive"):
+        refresh_inputs(plan, plan.images, BuildInputs(), rec, engine, Derived(tmp_path, print), indexes,
+                       said.append, "cpu.yaml")
+    fresh, _ = _engine_and_record(plan, indexes, real, {"base": False, "runtime": False, "dev": None})
+    ok = refresh_inputs(plan, plan.images, BuildInputs(), rec, fresh, Derived(tmp_path / "2", print), indexes,
+                        said.append, "cpu.yaml")
+    assert ok.stale == {} and any("not checked" in s and "not refreshed" in s for s in said)
+
+
+def test_the_record_says_why_an_image_was_rebuilt_and_keeps_the_refresh(index, tmp_path):
+    indexes, real = index
+    plan = _plan()
+    base, runtime, dev = plan.images
+    engine, rec = _engine_and_record(plan, indexes, real, {"base": True, "runtime": False, "dev": False})
+    refresh = plan_refresh(plan, BuildInputs(), check_images(plan.images, rec, engine, Derived(tmp_path, print),
+                                                             indexes))
+    rows = []
+    for img, status in zip(plan.images, ("built", "built", "up-to-date"), strict=True):
+        row = ImageResult.of(img)
+        row.status = status
+        rows.append(row)
+    after = {base.id: dataclasses.replace(refresh.stale[base.id], state=FRESH, fixes=())}
+    mark_rebuilt(rec, plan, rows, refresh, after)
+    fixed = real.binaries["libssl3"].version
+    assert rec.images[base.id].rebuilt_because == (f"security-refresh (1 fix: libssl3 {OLD_SSL}→{fixed}; index "
+                                                   f"{index_identity(real)}); after the rebuild: no fix open")
+    assert rec.images[runtime.id].rebuilt_because == f"security-refresh of its parent {base.id}"
+    assert rec.images[dev.id].rebuilt_because is None  # not built by this run: no reason claimed
+    still = {base.id: refresh.stale[base.id]}
+    mark_rebuilt(rec, plan, rows, refresh, still)
+    assert rec.images[base.id].rebuilt_because.endswith(f"after the rebuild: 1 still open (libssl3 {OLD_SSL}→{fixed})")
+
+    # the refresh is part of the recorded inputs and comes back from them (a later plan shows the built hash)
+    rec.inputs = refresh.inputs.public()
+    doc = json.loads(rec.to_json())
+    assert shape_problem(doc) is None and doc["images"][base.id]["rebuilt_because"].startswith("security-refresh (1 fix")
+    assert rec.build_inputs() == refresh.inputs
+    assert "security refresh of " + base.id in rec.describe_inputs()
+    doc["inputs"]["security_refresh"][base.id]["upgrade"] = "libssl3"
+    assert shape_problem(doc) == "inputs.security_refresh must map plan ids to {index: string, upgrade: [strings]}"
+    doc["inputs"]["security_refresh"] = {base.id: {"upgrade": []}}
+    assert shape_problem(doc) is not None
+
+
+def test_a_later_build_without_the_flag_keeps_the_recorded_refresh(index, tmp_path, monkeypatch):
+    """pipeline.loaded.load: a build (or a plan with flags) without --security-refresh plans with the record's
+    refreshes, so its hashes are the refreshed images' (not the pre-refresh layers)."""
+    from imagebuild.pipeline.loaded import load
+    from imagebuild.record import updating
+
+    matrix = tmp_path / "cpu.yaml"
+    matrix.write_text("x: 1\n")
+    monkeypatch.setattr("imagebuild.pipeline.loaded.make_plan", lambda path, inputs, registry: _plan(inputs))
+    refreshed = BuildInputs(backend="classic", security_refresh=(
+        SecurityRefresh(f"{KEY}-base", "bookworm-security@2026-12-01T00:00:00Z/sha256:abc", ("libssl3",)),))
+    with updating(matrix, refreshed, None, directory=tmp_path / "state", replace_inputs=True):
+        pass
+    said: list[str] = []
+    later = load(str(matrix), None, BuildInputs(backend="classic"), str(tmp_path / "state"), said.append, building=True)
+    assert later.inputs == refreshed and later.plan.images[0].inputs_hash == _plan(refreshed).images[0].inputs_hash
+    assert said == [f"note: keeping the security refresh recorded for {KEY}-base"]
+    shown = load(str(matrix), None, None, str(tmp_path / "state"), said.append)  # plan: the record's inputs
+    assert shown.inputs == refreshed
