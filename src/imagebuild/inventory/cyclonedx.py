@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from imagebuild import __version__
-from imagebuild.inventory.model import DebPackage, Inventory, PyDist, normalize_name
+from imagebuild.inventory.model import Bundled, DebPackage, Inventory, PyDist, normalize_name
 
 SPEC_VERSION = "1.6"
 SCHEMA = "http://cyclonedx.org/schema/bom-1.6.schema.json"
@@ -126,6 +126,21 @@ def _py_component(dist: PyDist, ref: str, hashes: Hashes) -> dict[str, Any]:
     return c
 
 
+def _bundled_component(b: Bundled) -> dict[str, Any]:
+    c: dict[str, Any] = {"type": "application" if b.name == "code-server" else "library", "bom-ref": b.purl,
+                         "name": b.name, "version": b.version}
+    if b.integrity.startswith("sha512-"):
+        import base64
+
+        c["hashes"] = [{"alg": "SHA-512", "content": base64.b64decode(b.integrity[7:]).hex()}]
+    if b.licenses:
+        c["licenses"] = [{"license": {"id": n}} for n in b.licenses]
+    c["purl"] = b.purl
+    c["properties"] = [{"name": "imagebuild:package-type", "value": "npm"},
+                       {"name": "imagebuild:location", "value": b.location}]
+    return c
+
+
 def _image_component(inv: Inventory) -> dict[str, Any]:
     name = inv.reference
     c: dict[str, Any] = {"type": "container", "bom-ref": inv.image_id, "name": name, "version": inv.image_id}
@@ -163,6 +178,7 @@ def make_sbom(inv: Inventory, hashes: Hashes | None = None, env: Mapping[str, st
     for d in inv.pythons:  # the same distribution in two site-packages: one component each, told apart by location
         ref = pypi_purl(d) if refs[pypi_purl(d)] == 1 else f"{pypi_purl(d)}#{d.location}"
         components.append(_py_component(d, ref, norm))
+    components += [_bundled_component(b) for b in inv.bundled]
     properties = [{"name": k, "value": v} for k, v in sorted(inv.labels.items())]
     properties += [{"name": f"imagebuild:image:{k}", "value": v} for k, v in (
         ("id", inv.image_id), ("architecture", inv.architecture), ("os", inv.os), ("created", inv.created)) if v]

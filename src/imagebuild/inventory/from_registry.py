@@ -15,7 +15,7 @@ from typing import IO
 import zstandard
 
 from imagebuild.errors import ImagebuildError
-from imagebuild.inventory import dpkg, pydist, tarpick
+from imagebuild.inventory import bundled, dpkg, pydist, tarpick
 from imagebuild.inventory.model import Inventory, Layer
 from imagebuild.inventory.tarpick import Readable
 from imagebuild.oci import Reference, RegistryClient, RegistryError
@@ -113,6 +113,7 @@ def read_registry(client: RegistryClient, ref: Reference, platform: str | None =
         debs=tuple(dpkg.read_database(found)),
         pythons=tuple(pydist.read_distributions(found)),
         source="registry",
+        bundled=bundled.read_bundled(found),
     )
 
 

@@ -11,7 +11,7 @@ import dataclasses
 import json
 from typing import Any, TypeVar
 
-from imagebuild.inventory.model import DebPackage, ImageFiles, OSRelease, PyDist
+from imagebuild.inventory.model import Bundled, DebPackage, ImageFiles, OSRelease, PyDist
 
 FORMAT = 1  # of the JSON written here (what the readers put in it: record/derived.py's FORMAT)
 T = TypeVar("T")
@@ -22,6 +22,8 @@ def dumps(files: ImageFiles) -> bytes:
     doc = {"format": FORMAT, "os_release": dataclasses.asdict(files.os_release),
            "debs": [dataclasses.asdict(d) for d in files.debs],
            "pythons": [dataclasses.asdict(p) for p in files.pythons]}
+    if files.bundled:  # only then: the kept bytes of an image without any stay what they were
+        doc["bundled"] = [dataclasses.asdict(b) for b in files.bundled]
     return (json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
@@ -36,9 +38,13 @@ def loads(data: bytes) -> ImageFiles:
     debs, pythons = doc.get("debs"), doc.get("pythons")
     if not isinstance(debs, list) or not isinstance(pythons, list):
         raise ValueError("'debs' and 'pythons' must be lists")
+    found = doc.get("bundled", [])
+    if not isinstance(found, list):
+        raise ValueError("'bundled' must be a list")
     return ImageFiles(os_release=_build(OSRelease, doc.get("os_release")),
                       debs=tuple(_build(DebPackage, d) for d in debs),
-                      pythons=tuple(_build(PyDist, p) for p in pythons))
+                      pythons=tuple(_build(PyDist, p) for p in pythons),
+                      bundled=tuple(_build(Bundled, b) for b in found))
 
 
 def _build(cls: type[T], value: Any) -> T:

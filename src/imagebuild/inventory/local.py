@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from imagebuild.engine.store import ImageStore, as_store
 from imagebuild.engine.stream import EngineError
 from imagebuild.errors import ImagebuildError
-from imagebuild.inventory import dpkg, pydist, tarpick
+from imagebuild.inventory import bundled, dpkg, pydist, tarpick
 from imagebuild.inventory.diff import InventoryDiff, diff
 from imagebuild.inventory.model import ImageFiles, Inventory, Layer
 
@@ -74,6 +74,7 @@ def read_local(engine: ImageStore | EngineClient, reference: str, inspect: dict[
         debs=files.debs,
         pythons=files.pythons,
         source="engine",
+        bundled=files.bundled,
     )
 
 
@@ -86,7 +87,7 @@ def read_files(engine: ImageStore | EngineClient, image_id: str, reference: str 
         reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         raise ImagebuildError(f"{reference or image_id}: reading its files from the engine failed: {reason}") from None
     return ImageFiles(os_release=tarpick.os_release(found), debs=tuple(dpkg.read_database(found)),
-                      pythons=tuple(pydist.read_distributions(found)))
+                      pythons=tuple(pydist.read_distributions(found)), bundled=bundled.read_bundled(found))
 
 
 def _filesystem(store: ImageStore, image_id: str) -> dict[str, bytes]:

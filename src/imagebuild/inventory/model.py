@@ -40,6 +40,19 @@ class PyDist:
 
 
 @dataclass(frozen=True)
+class Bundled:
+    """Software an image carries outside dpkg and Python (code-server and its node, issue 43), read from the pin file
+    imagebuild writes beside it (/etc/imagebuild/<name>.json)."""
+
+    name: str
+    version: str
+    purl: str  # pkg:npm/code-server@4.139.1
+    location: str  # where it is installed, e.g. /opt/code-server
+    licenses: tuple[str, ...] = ()  # SPDX ids
+    integrity: str = ""  # the npm registry's dist.integrity (sha512-<base64>) it was checked against, when known
+
+
+@dataclass(frozen=True)
 class Layer:
     diff_id: str  # sha256 of the uncompressed layer tar (config rootfs.diff_ids): the same locally and remotely
     size: int | None  # bytes; None when not known (see Inventory.size_kind)
@@ -70,6 +83,7 @@ class Inventory:
     debs: tuple[DebPackage, ...] = ()  # sorted by (name, architecture)
     pythons: tuple[PyDist, ...] = ()  # sorted by (normalized name, version, location)
     source: str = "engine"  # "engine" or "registry"
+    bundled: tuple[Bundled, ...] = ()  # outside dpkg and Python: code-server and its node (bundled.py)
 
 
 _NORMALIZE = re.compile(r"[-_.]+")
@@ -88,3 +102,4 @@ class ImageFiles:
     os_release: OSRelease = OSRelease()
     debs: tuple[DebPackage, ...] = ()
     pythons: tuple[PyDist, ...] = ()
+    bundled: tuple[Bundled, ...] = ()

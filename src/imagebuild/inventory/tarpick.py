@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import IO, Protocol, cast
 
 from imagebuild import files
-from imagebuild.inventory import dpkg, pydist
+from imagebuild.inventory import bundled, dpkg, pydist
 from imagebuild.inventory.model import OSRelease
 
 OS_RELEASE = ("etc/os-release", "usr/lib/os-release")
@@ -29,7 +29,7 @@ class Readable(Protocol):
 
 
 def wanted(path: str) -> bool:
-    return path in OS_RELEASE or dpkg.wanted(path) or pydist.wanted(path)
+    return path in OS_RELEASE or dpkg.wanted(path) or pydist.wanted(path) or bundled.wanted(path)
 
 
 def _clean(name: str) -> str:

@@ -427,8 +427,9 @@ def _code_server(variant: ResolvedVariant) -> tuple[dict[str, object], bytes]:
         raise UsageError(f"{variant.key}: code-server {version!r} has no pinned Node build for {variant.platform} "
                          f"in {code_server.DATA_FILE}; valid choices: {', '.join(table.choices())}")
     cs, node, npm = table.code_server(version), table.node_for(version, variant.platform), table.npm
-    pin = {"code-server": cs.version, "node": node.version, "platform": variant.platform,
-           "license": {"code-server": cs.license, "node": node.license}, "integrity": cs.integrity}
+    pin = {"code-server": cs.version, "node": node.version, "node_package": node.package, "platform": variant.platform,
+           "license": {"code-server": cs.license, "node": node.license}, "integrity": cs.integrity,
+           "node_integrity": node.integrity}  # the SBOM's components (inventory/bundled.py) and the probe's pin
     script = render_template("files/build-code-server.j2", cs=cs, node=node, npm=npm, registry=table.registry,
                              platform=variant.platform, prefix=CODE_SERVER_PREFIX, data_file=code_server.DATA_FILE,
                              pin_json=json.dumps(pin, sort_keys=True))

