@@ -246,3 +246,97 @@ def test_a_later_build_without_the_flag_keeps_the_recorded_refresh(index, tmp_pa
     assert said == [f"note: keeping the security refresh recorded for {KEY}-base"]
     shown = load(str(matrix), None, None, str(tmp_path / "state"), said.append)  # plan: the record's inputs
     assert shown.inputs == refreshed
+
+
+def test_build_security_refresh_rebuilds_the_stale_images_and_their_children_over_the_fake_engine(
+        index, tmp_path, monkeypatch):
+    """pipeline.flow.build_run end to end: a first build whose base and runtime miss a security fix (dev, in this
+    fake, does not); --security-refresh rebuilds base and runtime with the key line, dev on the new parent, checks
+    the rebuilt images again and records why; a later build without the flag is a no-op (the refresh is kept); a
+    second --security-refresh finds nothing stale."""
+    import imagebuild.engine
+    from imagebuild.pipeline import flow
+    from imagebuild.pipeline.settings import BuildSettings, RunOptions, Step
+    from imagebuild.record import load_record
+
+    indexes, real = index
+    matrix = tmp_path / "cpu.yaml"
+    matrix.write_text("x: 1\n")
+    monkeypatch.setattr("imagebuild.pipeline.loaded.make_plan", lambda path, inputs, registry: _plan(inputs))
+    monkeypatch.setattr("imagebuild.audit.debian.SecurityIndexes", lambda tables: indexes)
+    monkeypatch.setattr("imagebuild.pipeline.staleness.SecurityIndexes", lambda tables: indexes)
+    monkeypatch.setattr("imagebuild.pipeline.building.unreachable", lambda *a, **k: {})
+    engine = FakeEngine()
+    engine.add_image("example/os:1@sha256:" + "0" * 64, {})
+    monkeypatch.setattr(imagebuild.engine, "connect", lambda *a, **k: engine)
+
+    class Filesystems(dict):
+        def __missing__(self, image_id: str) -> bytes:  # an image the fake built: stale unless its apt step refreshed
+            build = next(b for b in reversed(engine.builds) if engine.tags.get(b["tag"]) == image_id)
+            fixed = "security-refresh" in build["dockerfile"] or build["tag"].endswith("-dev")
+            self[image_id] = _fs(indexes, real, stale=not fixed)
+            return self[image_id]
+
+    engine.filesystems = Filesystems()
+    state, said = tmp_path / "state", []
+
+    def build(refresh: bool, report: str):
+        options = RunOptions(Step.BUILD, str(matrix), inputs=BuildInputs(backend="classic"), state_dir=str(state),
+                             report_dir=tmp_path / report,
+                             build=BuildSettings(plain=True, sbom=False, security_refresh=refresh))
+        said.clear()
+        result = flow.build_run(options, said.append, said.append)
+        assert result.ok
+        return {r.tag.split(":", 1)[1].rsplit("-", 1)[1]: r.status for r in result.results}
+
+    base, runtime, dev = (i.id for i in _plan().images)
+    assert build(False, "r1") == {"base": "built", "runtime": "built", "dev": "built"}
+    assert all(e.rebuilt_because is None for e in load_record(matrix, state).images.values())
+    first_ids = {k: v.image_id for k, v in load_record(matrix, state).images.items()}
+
+    builds_before = len(engine.builds)
+    assert build(True, "r2") == {"base": "built", "runtime": "built", "dev": "built"}
+    rebuilt = {b["tag"].rsplit("-", 1)[1]: b["dockerfile"] for b in engine.builds[builds_before:]}
+    line = f": 'security-refresh {index_identity(real)}'"
+    assert line in rebuilt["base"] and line in rebuilt["runtime"] and line not in rebuilt["dev"]
+    fixed = real.binaries["libssl3"].version
+    assert f"security-refresh: {base}: stale: 1 security fix (libssl3 {OLD_SSL}→{fixed}; index " \
+           f"{index_identity(real)})" in said
+    assert f"security-refresh: {dev}: fresh" in said
+    assert f"security-refresh: {base} rebuilt: no fix open" in said
+    rec = load_record(matrix, state)
+    assert rec.images[base].rebuilt_because == (f"security-refresh (1 fix: libssl3 {OLD_SSL}→{fixed}; index "
+                                                f"{index_identity(real)}); after the rebuild: no fix open")
+    assert rec.images[dev].rebuilt_because == f"security-refresh of its parent {base}, {runtime}"
+    assert all(rec.images[k].image_id != first_ids[k] for k in (base, runtime, dev))
+    assert sorted(rec.inputs["security_refresh"]) == [base, runtime]
+
+    builds_before = len(engine.builds)
+    assert build(False, "r3") == {"base": "up-to-date", "runtime": "up-to-date", "dev": "up-to-date"}
+    assert len(engine.builds) == builds_before and f"note: keeping the security refresh recorded for {base}, " \
+        f"{runtime}" in said
+    assert load_record(matrix, state).images[base].rebuilt_because == rec.images[base].rebuilt_because  # a no-op
+
+    assert build(True, "r4") == {"base": "up-to-date", "runtime": "up-to-date", "dev": "up-to-date"}
+    assert "security-refresh: no image is stale; nothing to refresh" in said and len(engine.builds) == builds_before
+
+
+def test_build_security_refresh_implies_the_tests(monkeypatch):
+    from click.testing import CliRunner
+
+    from imagebuild.cli import cli
+    from imagebuild.pipeline import flow
+
+    seen = []
+
+    class Done:
+        ok, report_md = True, "r.md"
+
+    monkeypatch.setattr(flow, "build_run", lambda options, say, show: seen.append(options) or Done())
+    monkeypatch.setattr("imagebuild.engine.cli.prefetch_versions", lambda: None)
+    out = CliRunner().invoke(cli, ["build", "--matrix", "images/cpu.yaml", "--security-refresh"], standalone_mode=False)
+    assert out.exit_code == 0 and out.return_value == 0, out.output
+    assert seen[0].build.security_refresh and seen[0].test is not None
+    assert "security-refresh: the rebuilt images are tested (as --test)" in out.output
+    out = CliRunner().invoke(cli, ["build", "--matrix", "images/cpu.yaml"], standalone_mode=False)
+    assert not seen[1].build.security_refresh and seen[1].test is None
