@@ -299,7 +299,7 @@ def _vscode(value: Any, raw: str | None, tables: Tables) -> str | bool:
                   f"{describe(value)}", choices)
     if text not in data.releases:
         raise Bad(f"unknown code-server version {text!r} ({code_server.DATA_FILE})", choices)
-    missing = data.missing_node(text, tables.platform_names)
+    missing = data.missing_node(text, tuple(tables.platform_names))
     if missing:
         raise Bad(f"code-server {text} needs Node {data.releases[text].node}, and {code_server.DATA_FILE} pins no "
                   f"Node {data.releases[text].node} build (npm's node-linux-<arch>) for {', '.join(missing)}",

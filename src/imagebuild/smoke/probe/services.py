@@ -290,7 +290,7 @@ class CodeServer:
             login, login_headers = self._request("/login", data=urlencode({"password": self.password}).encode())
             cookies = login_headers.get_all("Set-Cookie") if login_headers is not None else None
             cookie = "; ".join(c.split(";", 1)[0] for c in cookies or [])
-            wrong, wrong_headers = self._request("/login", data=urlencode({"password": "not-" + self.password})
+            wrong, wrong_headers = self._request("/login", data=urlencode({"password": f"not-{self.password}"})
                                                  .encode())
             wrong_cookie = bool(wrong_headers.get_all("Set-Cookie")) if wrong_headers is not None else False
             with_password = self._request("/", cookie=cookie)[0] if cookie else None
