@@ -7,6 +7,7 @@ holds). Neither reachable nor kept: the test skips saying so, or fails under IMA
 
 from __future__ import annotations
 
+import lzma
 import os
 from datetime import datetime, timezone
 
@@ -56,3 +57,44 @@ def real_indexes(codename: str = "bookworm") -> tuple[SecurityIndexes, SecurityI
         except IndexUnavailable as exc:
             unavailable(f"the real {suite.suite} index is neither reachable nor cached: {exc}")
     return indexes, _INDEXES[codename]
+
+
+def stanzas_of(index_text: str, names: set[str]) -> dict[str, str]:
+    out = {}
+    for stanza in index_text.split("\n\n"):
+        first = stanza.split("\n", 1)[0]
+        if first.startswith("Package: ") and first[9:] in names and "Architecture: amd64" in stanza:
+            out[first[9:]] = stanza
+    return out
+
+
+def status_file(stanzas: dict[str, str], versions: dict[str, str]) -> str:
+    """A dpkg status file from real Packages stanzas (archive-only fields dropped, Status added)."""
+    keep = ("Package", "Source", "Version", "Architecture", "Maintainer", "Installed-Size", "Depends", "Description",
+            "Multi-Arch", "Homepage", "Section", "Priority")
+    out = []
+    for name, stanza in stanzas.items():
+        lines = [ln for ln in stanza.splitlines() if ln.split(":", 1)[0] in keep or ln.startswith(" ")]
+        lines = [f"Version: {versions[name]}" if ln.startswith("Version:") and name in versions else ln for ln in lines]
+        out.append("\n".join([lines[0], "Status: install ok installed", *lines[1:]]))
+    return "\n\n".join(out) + "\n"
+
+
+def packages_text(index: SecurityIndex, indexes: SecurityIndexes) -> str:
+    """The real Packages index the audit read (from its by-hash cache, by the sha256 the signed InRelease named)."""
+    assert index.files[0].endswith("main/binary-amd64/Packages.xz")
+    return lzma.decompress((indexes.cache / "by-hash" / index.hashes[0]).read_bytes()).decode("utf-8", "replace")
+
+
+def tar_of(files: dict[str, str]) -> bytes:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()

@@ -5,7 +5,6 @@ index refused when it is not what the pinned keys signed."""
 from __future__ import annotations
 
 import dataclasses
-import lzma
 import random
 import shutil
 import subprocess
@@ -13,9 +12,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from _security_index import real_indexes
+from _security_index import packages_text, real_indexes, stanzas_of, status_file, tar_of
 
-from imagebuild.audit.debian import IndexUnavailable, SecurityIndex, SecurityIndexes, Suite, suite_for
+from imagebuild.audit.debian import IndexUnavailable, SecurityIndexes, Suite, suite_for
 from imagebuild.audit.model import CHECKED, NOT_CHECKED
 from imagebuild.audit.os import Changelogs, Installed, audit_os, changelog_url, compare, ids_since
 from imagebuild.compat import load as load_tables
@@ -25,43 +24,16 @@ from imagebuild.lock.apt import compare_versions
 NO_LOGS = Changelogs(None)
 
 
-def _stanzas(index_text: str, names: set[str]) -> dict[str, str]:
-    out = {}
-    for stanza in index_text.split("\n\n"):
-        first = stanza.split("\n", 1)[0]
-        if first.startswith("Package: ") and first[9:] in names and "Architecture: amd64" in stanza:
-            out[first[9:]] = stanza
-    return out
-
-
-def _status(stanzas: dict[str, str], versions: dict[str, str]) -> str:
-    """A dpkg status file from real Packages stanzas (archive-only fields dropped, Status added)."""
-    keep = ("Package", "Source", "Version", "Architecture", "Maintainer", "Installed-Size", "Depends", "Description",
-            "Multi-Arch", "Homepage", "Section", "Priority")
-    out = []
-    for name, stanza in stanzas.items():
-        lines = [ln for ln in stanza.splitlines() if ln.split(":", 1)[0] in keep or ln.startswith(" ")]
-        lines = [f"Version: {versions[name]}" if ln.startswith("Version:") and name in versions else ln for ln in lines]
-        out.append("\n".join([lines[0], "Status: install ok installed", *lines[1:]]))
-    return "\n\n".join(out) + "\n"
-
-
-def _packages_text(index: SecurityIndex, indexes: SecurityIndexes) -> str:
-    """The real Packages index the audit read (from its by-hash cache, by the sha256 the signed InRelease named)."""
-    assert index.files[0].endswith("main/binary-amd64/Packages.xz")
-    return lzma.decompress((indexes.cache / "by-hash" / index.hashes[0]).read_bytes()).decode("utf-8", "replace")
-
-
 def test_real_index_reports_a_replaced_libssl3_with_the_fixed_version():
     indexes, index = real_indexes()
     assert index.suite.suite == "bookworm-security" and len(index.binaries) > 1000  # ~3000 binaries
     current = index.binaries["libssl3"].version
-    text = _packages_text(index, indexes)
-    stanzas = _stanzas(text, {"libssl3", "openssl", "libc6", "libc-bin"} & set(index.binaries))
+    text = packages_text(index, indexes)
+    stanzas = stanzas_of(text, {"libssl3", "openssl", "libc6", "libc-bin"} & set(index.binaries))
     assert {"libssl3", "openssl"} <= set(stanzas)
     old = "3.0.11-1~deb12u2"  # a real bookworm (12.4) libssl3, long replaced by the security suite
     assert compare_versions(old, current) < 0
-    debs = parse_status(_status(stanzas, {"libssl3": old}))  # the inventory's own dpkg reader
+    debs = parse_status(status_file(stanzas, {"libssl3": old}))  # the inventory's own dpkg reader
     got = audit_os("debian", "bookworm", "amd64",
                    [Installed(d.name, d.version, d.architecture, d.source, d.source_version) for d in debs],
                    indexes, NO_LOGS)
@@ -71,7 +43,7 @@ def test_real_index_reports_a_replaced_libssl3_with_the_fixed_version():
         [("libssl3", old, current, "openssl")]
     assert got.findings[0].date == index.date and "ids not read" in got.findings[0].note
 
-    clean = parse_status(_status(stanzas, {}))  # the same packages at the suite's current versions
+    clean = parse_status(status_file(stanzas, {}))  # the same packages at the suite's current versions
     got = audit_os("debian", "bookworm", "amd64",
                    [Installed(d.name, d.version, d.architecture, d.source, d.source_version) for d in clean],
                    indexes, NO_LOGS)
@@ -214,20 +186,6 @@ def test_changelog_ids_are_the_entries_newer_than_the_installed_version():
     assert len(asked) == 2 and "not reachable" in why  # after one failure the server is not asked again
 
 
-def _tar(files: dict[str, str]) -> bytes:
-    import io
-    import tarfile
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def test_audit_of_a_local_image_reads_its_kept_inventory_once(tmp_path, monkeypatch):
     """`imagebuild audit --image REF`'s run over the one fake engine: the image's dpkg database (real stanzas, libssl3
     replaced) against the real index; the second run reads the kept inventory, not the image."""
@@ -237,12 +195,12 @@ def test_audit_of_a_local_image_reads_its_kept_inventory_once(tmp_path, monkeypa
     import imagebuild.pipeline.auditing as auditing
 
     indexes, index = real_indexes()
-    stanzas = _stanzas(_packages_text(index, indexes), {"libssl3", "openssl"})
+    stanzas = stanzas_of(packages_text(index, indexes), {"libssl3", "openssl"})
     engine = FakeEngine()
     iid = engine.add_image("img:1", {})
-    engine.filesystems[iid] = _tar({
+    engine.filesystems[iid] = tar_of({
         "etc/os-release": 'ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n',
-        "var/lib/dpkg/status": _status(stanzas, {"libssl3": "3.0.11-1~deb12u2"}),
+        "var/lib/dpkg/status": status_file(stanzas, {"libssl3": "3.0.11-1~deb12u2"}),
     })
     engine.images_by_id[iid]["Architecture"] = "amd64"
     exports = []

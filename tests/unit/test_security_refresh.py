@@ -12,9 +12,8 @@ import json
 
 import pytest
 from _fake_engine import FakeEngine
-from _security_index import real_indexes
+from _security_index import packages_text, real_indexes, stanzas_of, status_file, tar_of
 from _support import variant
-from test_audit_os import _packages_text, _stanzas, _status, _tar
 
 from imagebuild.audit.debian import SecurityIndexes
 from imagebuild.audit.stale import FRESH, NOT_CHECKED, STALE, index_identity
@@ -44,9 +43,9 @@ def index():
 
 
 def _fs(indexes, index, stale: bool) -> bytes:
-    stanzas = _stanzas(_packages_text(index, indexes), {"libssl3", "openssl"})
-    return _tar({"etc/os-release": 'ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n',
-                 "var/lib/dpkg/status": _status(stanzas, {"libssl3": OLD_SSL} if stale else {})})
+    stanzas = stanzas_of(packages_text(index, indexes), {"libssl3", "openssl"})
+    return tar_of({"etc/os-release": 'ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n',
+                 "var/lib/dpkg/status": status_file(stanzas, {"libssl3": OLD_SSL} if stale else {})})
 
 
 def _plan(inputs: BuildInputs | None = None) -> Plan:

@@ -84,7 +84,9 @@ def security_states(planned: Any, state_dir: str | None) -> dict[str, Staleness]
     from imagebuild.pipeline.staleness import check_images
     from imagebuild.record.derived import Derived
 
-    say = lambda m: click.echo(m, err=True)  # noqa: E731
+    def say(message: str) -> None:
+        click.echo(message, err=True)
+
     try:
         client = connect("inspect")
     except ImagebuildError as exc:  # said once; each image is not checked, never fresh

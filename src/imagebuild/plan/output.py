@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from imagebuild.models import DEFAULT_PLATFORM, Plan
 from imagebuild.render.hardware import GPUS_LABEL, MIN_DRIVER_LABEL
@@ -11,12 +12,32 @@ from imagebuild.render.hardware import GPUS_LABEL, MIN_DRIVER_LABEL
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from imagebuild.audit.stale import Staleness
+
+class Staleness(Protocol):
+    """What plan --security shows of one image (audit/stale.py's Staleness; plan does not import the audit)."""
+
+    @property
+    def index(self) -> str: ...
+
+    @property
+    def why(self) -> str: ...
+
+    @property
+    def fixes(self) -> tuple[Any, ...]: ...
+
+    @property
+    def summary(self) -> str: ...
+
+    def changes(self, limit: int | None = None) -> str: ...
+
+    def stale_json(self) -> dict[str, Any] | bool | None: ...
+
+    def as_json(self) -> dict[str, Any]: ...
 
 
 def plan_rows(plan: Plan, states: dict[str, dict[str, Any]] | None = None,
               layers: dict[str, list[dict[str, Any]]] | None = None,
-              security: dict[str, Staleness] | None = None) -> list[dict[str, Any]]:
+              security: Mapping[str, Staleness] | None = None) -> list[dict[str, Any]]:
     """`states`: plan id -> what the matrix's record says of that image (pipeline.located.record_states, as_dict);
     `layers`: plan id -> its environment layers (pipeline.layers.plan_layers: size None = not built);
     `security` (plan --security): plan id -> its staleness against the security suite (audit/stale.py): `stale` is
@@ -62,7 +83,7 @@ def plan_rows(plan: Plan, states: dict[str, dict[str, Any]] | None = None,
 
 def plan_json(plan: Plan, states: dict[str, dict[str, Any]] | None = None,
               layers: dict[str, list[dict[str, Any]]] | None = None,
-              security: dict[str, Staleness] | None = None) -> str:
+              security: Mapping[str, Staleness] | None = None) -> str:
     return json.dumps(plan_rows(plan, states, layers, security), indent=2)
 
 
@@ -90,7 +111,7 @@ def github_matrix(plan: Plan) -> str:
 
 
 def print_table(plan: Plan, console: Console | None = None, states: dict[str, dict[str, Any]] | None = None,
-                security: dict[str, Staleness] | None = None) -> None:
+                security: Mapping[str, Staleness] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
