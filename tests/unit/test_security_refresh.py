@@ -339,3 +339,66 @@ def test_build_security_refresh_implies_the_tests(monkeypatch):
     assert "security-refresh: the rebuilt images are tested (as --test)" in out.output
     out = CliRunner().invoke(cli, ["build", "--matrix", "images/cpu.yaml"], standalone_mode=False)
     assert not seen[1].build.security_refresh and seen[1].test is None
+
+
+def test_apply_refresh_under_a_lock_rewrites_its_pins_and_plans_with_them(index, tmp_path, monkeypatch):
+    """pipeline.staleness.apply_refresh on images/cpu.yaml with a lock (the fake locker's: ca-certificates pinned at
+    1.0-1 in base): the base's ca-certificates and libssl3 are behind bookworm-security; the lock file is rewritten
+    with ca-certificates at the fixed version (sealed), the new plan installs it and upgrades both exactly; an
+    unlocked build would never change the pins."""
+    from _lock_support import INPUTS, cpu_with_lock
+
+    import imagebuild.engine
+    from imagebuild.lock import load as load_lock
+    from imagebuild.lock import lock_path
+    from imagebuild.pipeline.loaded import load
+    from imagebuild.pipeline.staleness import apply_refresh
+    from imagebuild.record import updating
+
+    indexes, real = index
+    matrix, _, lock = cpu_with_lock(tmp_path)
+    state = tmp_path / "state"
+    plan = load(str(matrix), None, INPUTS, str(state), print, building=True).plan  # with its lock
+    assert plan.lock_file
+    base = plan.images[0]
+    assert lock.images[base.id].apt["ca-certificates"] == "1.0-1"
+    ssl = stanzas_of(packages_text(real, indexes), {"libssl3"})
+    stale_status = status_file(ssl, {"libssl3": OLD_SSL}) + \
+        "\nPackage: ca-certificates\nStatus: install ok installed\nVersion: 1.0-1\nArchitecture: all\n"
+    engine = FakeEngine()
+    with updating(matrix, INPUTS, None, directory=state, replace_inputs=True) as rec:
+        for img in plan.images:
+            iid = engine.add_image(img.tag, {INPUTS_LABEL: img.inputs_hash}, Architecture="amd64")
+            rec.images[img.id] = ImageRecord(img.id, img.flavor, img.inputs_hash, image_id=iid, status="built")
+            engine.filesystems[iid] = tar_of({
+                "etc/os-release": 'ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n',
+                "var/lib/dpkg/status": stale_status if img.flavor == "base" else status_file(ssl, {})})
+    monkeypatch.setattr(imagebuild.engine, "connect", lambda *a, **k: engine)
+    said: list[str] = []
+    loaded = load(str(matrix), None, INPUTS, str(state), said.append, building=True)
+    assert [i.inputs_hash for i in loaded.plan.images] == [i.inputs_hash for i in plan.images]
+    lock_before = lock_path(matrix).read_text()
+
+    refreshed, refresh = apply_refresh(loaded, loaded.plan.images, None, str(state), said.append, indexes)
+    ca, ssl_fixed = real.binaries["ca-certificates"].version, real.binaries["libssl3"].version
+    assert set(refresh.stale) == {base.id} and len(refresh.stale[base.id].fixes) == 2
+    assert f"security-refresh: {lock_path(matrix)}: 1 pin(s) raised to the fixed versions ({base.id}: " \
+           f"ca-certificates 1.0-1→{ca})" in said
+    written = load_lock(lock_path(matrix))
+    assert written.seal == "ok" and written.images[base.id].apt["ca-certificates"] == ca
+    assert {k: v for k, v in written.images.items() if k != base.id} == \
+        {k: v for k, v in lock.images.items() if k != base.id}  # the other images' entries as they were
+    dockerfile = refreshed.plan.images[0].dockerfile
+    assert f"        'ca-certificates={ca}' \\" in dockerfile  # the raised pin, installed
+    assert f"--only-upgrade \\\n        'ca-certificates={ca}' \\\n        'libssl3={ssl_fixed}'; \\" in dockerfile
+    assert all(a.inputs_hash != b.inputs_hash for a, b in zip(plan.images, refreshed.plan.images, strict=True))
+    assert refreshed.plan.lock_file and refreshed.inputs.refresh_for(base.id).upgrade == \
+        (f"ca-certificates={ca}", f"libssl3={ssl_fixed}")
+
+    # the built images checked again (still the old ones: nothing was built here) while the lock already holds the
+    # fix: the pin is not raised twice, and that is said
+    said.clear()
+    apply_refresh(load(str(matrix), None, INPUTS, str(state), said.append, building=True), plan.images, None,
+                  str(state), said.append, indexes)
+    assert f"security-refresh: {lock_path(matrix)} pins none of the fixed packages; unchanged (the upgrades are " \
+           "exact)" in said and lock_path(matrix).read_text() != lock_before
