@@ -341,18 +341,12 @@ def test_build_security_refresh_implies_the_tests(monkeypatch):
     assert not seen[1].build.security_refresh and seen[1].test is None
 
 
-def test_apply_refresh_under_a_lock_rewrites_its_pins_and_plans_with_them(index, tmp_path, monkeypatch):
-    """pipeline.staleness.apply_refresh on images/cpu.yaml with a lock (the fake locker's: ca-certificates pinned at
-    1.0-1 in base): the base's ca-certificates and libssl3 are behind bookworm-security; the lock file is rewritten
-    with ca-certificates at the fixed version (sealed), the new plan installs it and upgrades both exactly; an
-    unlocked build would never change the pins."""
+def _locked_cpu_built(index, tmp_path):
+    """images/cpu.yaml with the fake locker's lock (ca-certificates pinned at 1.0-1 in base), built as the record
+    says: base with ca-certificates 1.0-1 and an old libssl3 (both behind bookworm-security), runtime and dev current."""
     from _lock_support import INPUTS, cpu_with_lock
 
-    import imagebuild.engine
-    from imagebuild.lock import load as load_lock
-    from imagebuild.lock import lock_path
     from imagebuild.pipeline.loaded import load
-    from imagebuild.pipeline.staleness import apply_refresh
     from imagebuild.record import updating
 
     indexes, real = index
@@ -373,6 +367,25 @@ def test_apply_refresh_under_a_lock_rewrites_its_pins_and_plans_with_them(index,
             engine.filesystems[iid] = tar_of({
                 "etc/os-release": 'ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n',
                 "var/lib/dpkg/status": stale_status if img.flavor == "base" else status_file(ssl, {})})
+    return matrix, lock, plan, engine, state
+
+
+def test_apply_refresh_under_a_lock_rewrites_its_pins_and_plans_with_them(index, tmp_path, monkeypatch):
+    """pipeline.staleness.apply_refresh on images/cpu.yaml with a lock (the fake locker's: ca-certificates pinned at
+    1.0-1 in base): the base's ca-certificates and libssl3 are behind bookworm-security; the lock file is rewritten
+    with ca-certificates at the fixed version (sealed), the new plan installs it and upgrades both exactly; an
+    unlocked build would never change the pins."""
+    from _lock_support import INPUTS
+
+    import imagebuild.engine
+    from imagebuild.lock import load as load_lock
+    from imagebuild.lock import lock_path
+    from imagebuild.pipeline.loaded import load
+    from imagebuild.pipeline.staleness import apply_refresh
+
+    indexes, real = index
+    matrix, lock, plan, engine, state = _locked_cpu_built(index, tmp_path)
+    base = plan.images[0]
     monkeypatch.setattr(imagebuild.engine, "connect", lambda *a, **k: engine)
     said: list[str] = []
     loaded = load(str(matrix), None, INPUTS, str(state), said.append, building=True)
@@ -402,3 +415,25 @@ def test_apply_refresh_under_a_lock_rewrites_its_pins_and_plans_with_them(index,
                   str(state), said.append, indexes)
     assert f"security-refresh: {lock_path(matrix)} pins none of the fixed packages; unchanged (the upgrades are " \
            "exact)" in said and lock_path(matrix).read_text() != lock_before
+
+
+def test_audit_of_a_locked_matrix_says_which_fix_needs_the_lock_raised(index, tmp_path, monkeypatch):
+    import imagebuild.engine
+    import imagebuild.pipeline.auditing as auditing
+
+    indexes, real = index
+    matrix, lock, plan, engine, state = _locked_cpu_built(index, tmp_path)
+    monkeypatch.setattr(imagebuild.engine, "connect", lambda *a, **k: engine)
+    monkeypatch.setattr(auditing, "SecurityIndexes", lambda tables: indexes)
+    monkeypatch.delenv("IMAGEBUILD_OSV_DB", raising=False)
+    run = auditing.audit_images([], str(matrix), str(state), None, False, lambda m: None)
+    base = next(r for r in run.results if r.image == plan.images[0].tag)
+    notes = {f.package: f.note for f in base.findings}
+    ca = real.binaries["ca-certificates"].version
+    assert notes["ca-certificates"].endswith(f"pinned in cpu.lock at 1.0-1: build --security-refresh raises the pin "
+                                             f"to {ca}")
+    assert "pinned" not in notes["libssl3"]  # not a lock pin: the refresh upgrades it in the apt step
+    assert "pinned in cpu.lock at 1.0-1" in run.text
+    assert all(r.findings == () for r in run.results if r is not base)
+    alone = auditing.audit_images([plan.images[0].tag], None, str(state), None, False, lambda m: None)
+    assert alone.results[0].findings and not any("pinned" in f.note for f in alone.results[0].findings)  # no lock

@@ -80,3 +80,17 @@ def staleness(os_id: str, codename: str, arch: str, debs: Iterable[Installed], i
     if missed:  # nothing found among the rest, but not every package was compared: not called fresh
         return Staleness(NOT_CHECKED, identity, (), missed, image_id)
     return Staleness(FRESH, identity, (), "", image_id)
+
+
+def lock_notes(findings: Iterable[Finding], pins: dict[str, str], lock_name: str) -> tuple[Finding, ...]:
+    """A locked image's findings: one whose package the lock pins says so (a rebuild without --security-refresh
+    installs the pinned version again; `build --security-refresh` raises the pin to the fix)."""
+    import dataclasses
+
+    out = []
+    for f in findings:
+        if f.kind == "os" and f.package in pins:
+            said = f"pinned in {lock_name} at {pins[f.package]}: build --security-refresh raises the pin to {f.fixed}"
+            f = dataclasses.replace(f, note="; ".join(n for n in (f.note, said) if n))
+        out.append(f)
+    return tuple(out)

@@ -6,7 +6,8 @@ read once per run, judged by the matrix's `audit:` policy (audit/policy.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from imagebuild.audit.debian import SecurityIndexes, urllib_fetch
@@ -16,6 +17,7 @@ from imagebuild.audit.policy import DEFAULT, exit_code, judge_all
 from imagebuild.audit.python import PyPIAdvisories, audit_python, open_osv
 from imagebuild.audit.python import urllib_fetch as pypi_fetch
 from imagebuild.audit.report import format_text, merge, to_json
+from imagebuild.audit.stale import lock_notes
 from imagebuild.errors import MatrixError
 from imagebuild.inventory.model import Inventory
 from imagebuild.matrix.audit import AuditPolicy
@@ -42,9 +44,10 @@ def _policy(matrix: str) -> AuditPolicy:
     return doc.audit or DEFAULT
 
 
-def _targets(images: list[str], matrix: str | None, state_dir: str | None, client: Any, say: Say
-             ) -> list[tuple[str, str | None, str]]:
-    """(what to call it, local image ID or None, why not) for each image to audit."""
+def _targets(images: list[str], matrix: str | None, state_dir: str | None, client: Any, say: Say,
+             pins: dict[str, tuple[str, dict[str, str]]] | None = None) -> list[tuple[str, str | None, str]]:
+    """(what to call it, local image ID or None, why not) for each image to audit; `pins` gets each planned image's
+    lock name and apt pins when the matrix has a lock."""
     from imagebuild.inventory import find_image
 
     out: list[tuple[str, str | None, str]] = []
@@ -60,6 +63,12 @@ def _targets(images: list[str], matrix: str | None, state_dir: str | None, clien
         for img in loaded.plan.images:
             where = locate(client, img, loaded.record)
             out.append((img.tag or img.id, where.image_id, where.why))
+        if loaded.plan.lock_file and pins is not None:  # what the lock pins per image (its findings say so)
+            from imagebuild.lock import load as load_lock
+
+            lock = load_lock(loaded.plan.lock_file)
+            pins.update({img.tag or img.id: (Path(lock.path).name, dict(lock.images[img.id].apt))
+                         for img in loaded.plan.images if img.id in lock.images})
     return out
 
 
@@ -79,7 +88,8 @@ def audit_images(images: list[str], matrix: str | None, state_dir: str | None, o
     pypi_advisories = PyPIAdvisories(pypi_fetch()) if pypi else None  # each project asked once per run
     run = AuditRun()
     judged_all = []
-    for name, image_id, why in _targets(images, matrix, state_dir, client, say):
+    pins: dict[str, tuple[str, dict[str, str]]] = {}
+    for name, image_id, why in _targets(images, matrix, state_dir, client, say, pins):
         if image_id is None:
             result = AuditResult(name, "", (SourceStatus("image", NOT_CHECKED, why),))
         else:
@@ -87,6 +97,8 @@ def audit_images(images: list[str], matrix: str | None, state_dir: str | None, o
             rel = inv.os_release
             debs = [Installed(d.name, d.version, d.architecture, d.source, d.source_version) for d in inv.debs]
             os_part = audit_os(rel.id, rel.codename, inv.architecture or "amd64", debs, indexes, logs)
+            if name in pins:  # a locked image: a fix for a pinned package needs the lock raised
+                os_part = replace(os_part, findings=lock_notes(os_part.findings, pins[name][1], pins[name][0]))
             py_part = audit_python([(p.name, p.version) for p in inv.pythons], osv_db, pypi_advisories)
             result = merge(name, image_id, os_part, py_part)
         judged = judge_all(result, policy)
