@@ -437,3 +437,24 @@ def test_audit_of_a_locked_matrix_says_which_fix_needs_the_lock_raised(index, tm
     assert all(r.findings == () for r in run.results if r is not base)
     alone = auditing.audit_images([plan.images[0].tag], None, str(state), None, False, lambda m: None)
     assert alone.results[0].findings and not any("pinned" in f.note for f in alone.results[0].findings)  # no lock
+
+
+def test_a_binary_the_suite_no_longer_builds_counts_but_is_never_upgraded_or_pinned_by_name(index):
+    """Matched by its source package, its 'fixed' version is the source's: `apt-get install X=<source version>`
+    would fail the build, and a lock pin raised to it would name a version that does not exist."""
+    from imagebuild.audit.os import Installed
+    from imagebuild.audit.stale import staleness
+
+    indexes, real = index
+    gone = Installed("libssl1.9-imaginary", OLD_SSL, "amd64", "openssl", "")
+    ssl = Installed("libssl3", OLD_SSL, "amd64", "openssl", "")
+    s = staleness("debian", "bookworm", "amd64", [gone, ssl], indexes)
+    assert s.state == STALE and len(s.fixes) == 2 and s.upgradable == ("libssl3",)
+    plan = _plan()
+    base = plan.images[0].id
+    for locked in (set(), {base}):
+        refresh = plan_refresh(plan, BuildInputs(), {base: s}, locked=locked)
+        assert refresh.inputs.refresh_for(base).upgrade == \
+            ((f"libssl3={real.binaries['libssl3'].version}",) if locked else ("libssl3",))
+        assert refresh.fixed_versions() == {base: {"libssl3": real.binaries["libssl3"].version}}
+        assert "libssl1.9-imaginary" in refresh.reasons[base]  # counted and named in the reason all the same

@@ -28,6 +28,8 @@ class Staleness:
     fixes: tuple[Finding, ...] = ()
     why: str = ""  # NOT_CHECKED: why; else details (packages not looked up)
     image_id: str | None = None  # the image checked
+    upgradable: tuple[str, ...] = ()  # the fixed packages the suite offers by the same binary name (apt can upgrade
+    # them; a binary the suite no longer builds is matched by its source and stays open until the image drops it)
 
     @property
     def summary(self) -> str:
@@ -70,13 +72,15 @@ def staleness(os_id: str, codename: str, arch: str, debs: Iterable[Installed], i
     suite = suite_for(indexes.tables, os_id, codename, arch)
     try:
         assert suite is not None  # audit_os checked it
-        identity = index_identity(indexes.get(suite))  # the run's one read of this suite
+        index = indexes.get(suite)  # the run's one read of this suite
+        identity = index_identity(index)
     except (AssertionError, IndexUnavailable) as exc:
         return not_checked(str(exc), image_id)
     missed = (f"{len(got.not_looked_up)} package(s) not looked up: "
               + ", ".join(f"{m.package} ({m.reason})" for m in got.not_looked_up[:3])) if got.not_looked_up else ""
     if got.findings:
-        return Staleness(STALE, identity, got.findings, missed, image_id)
+        upgradable = tuple(f.package for f in got.findings if f.package in index.binaries)
+        return Staleness(STALE, identity, got.findings, missed, image_id, upgradable)
     if missed:  # nothing found among the rest, but not every package was compared: not called fresh
         return Staleness(NOT_CHECKED, identity, (), missed, image_id)
     return Staleness(FRESH, identity, (), "", image_id)

@@ -82,7 +82,7 @@ class Refresh:
 
     def fixed_versions(self) -> dict[str, dict[str, str]]:
         """image -> package -> the version the suite fixed it in (what a lock's pins are raised to)."""
-        return {k: {f.package: f.fixed for f in s.fixes} for k, s in self.stale.items()}
+        return {k: {f.package: f.fixed for f in s.fixes if f.package in s.upgradable} for k, s in self.stale.items()}
 
 
 def refresh_reason(s: Staleness) -> str:
@@ -98,10 +98,11 @@ def plan_refresh(plan: Plan, inputs: BuildInputs, checked: dict[str, Staleness],
     stale = {k: s for k, s in checked.items() if s.state == STALE}
     entries = {r.image: r for r in inputs.security_refresh}
     for image, s in stale.items():
+        offered = [f for f in s.fixes if f.package in s.upgradable]  # apt knows these names at these versions
         if image in locked:
-            upgrade = tuple(sorted({f"{f.package}={f.fixed}" for f in s.fixes}))
+            upgrade = tuple(sorted({f"{f.package}={f.fixed}" for f in offered}))
         else:
-            upgrade = tuple(sorted({f.package for f in s.fixes}))
+            upgrade = tuple(sorted({f.package for f in offered}))
         entries[image] = SecurityRefresh(image, s.index, upgrade)
     children = children_of(plan, set(stale))
     reasons = {k: refresh_reason(s) for k, s in stale.items()}
