@@ -241,3 +241,76 @@ class ImageResult:
                    versions=image.variant.versions.as_dict(), parent=image.parent,
                    platform=image.variant.platform, gpus=image.labels.get("io.imagebuild.gpus") or None,
                    min_driver=image.labels.get("io.imagebuild.min-driver") or None)
+
+
+# -- GPU truth of a tested image (issue 40): the report (report/) and the catalog (catalog/) read it alike ----------
+
+COVERAGE_CHECK = "coverage.kernels"  # the suite's kernel-coverage check (smoke/suite/test_coverage.py)
+
+
+def kernel_coverage(tests: dict[str, Any] | None, image_id: str | None) -> dict[str, Any]:
+    """Which target GPUs the smoke run of `image_id` found running natively, only through PTX JIT, or not at all,
+    from its coverage check's figures: {"state": "checked", "gpus": {name: arch}, "native": [arch], "ptx_jit":
+    [arch], "none": [arch]} or {"state": "not checked", "why": ...} (no test run, a run of another image, the check
+    skipped: a CPU torch, no CUDA library, no target GPUs). Never an empty "checked"."""
+    if not tests:
+        return {"state": "not checked", "why": "not tested"}
+    ran_on = str(tests.get("image_id") or tests.get("image") or "")
+    if image_id and ran_on.startswith("sha256:") and ran_on != image_id:
+        return {"state": "not checked", "why": f"the test result is of another image ({ran_on[7:19]})"}
+    checks = [c for c in _items(tests.get("checks")) if isinstance(c, dict) and c.get("name") == COVERAGE_CHECK]
+    if not checks:
+        return {"state": "not checked", "why": "the test result holds no coverage check"}
+    check = checks[-1]
+    figures = check.get("figures") if isinstance(check.get("figures"), dict) else {}
+    targets = [str(t) for t in _items(figures.get("targets"))]
+    if check.get("status") == "skipped" or not targets:
+        return {"state": "not checked", "why": str(check.get("reason") or "coverage check skipped")[:200]}
+    native = [str(t) for t in _items(figures.get("native")) if str(t) in targets]
+    ptx = [str(t) for t in _items(figures.get("ptx_jit")) if str(t) in targets]
+    named = figures.get("gpus") if isinstance(figures.get("gpus"), dict) else {}
+    return {"state": "checked", "gpus": {str(k): str(v) for k, v in named.items()}, "native": native,
+            "ptx_jit": ptx, "none": [t for t in targets if t not in native and t not in ptx]}
+
+
+def _items(value: object) -> list[Any]:
+    """A list's items, a dict's keys, else nothing (a damaged report's figures never raise)."""
+    return list(value) if isinstance(value, (list, dict)) else []
+
+
+def _named(archs: list[str], gpus: dict[str, str]) -> str:
+    out = []
+    for arch in archs:
+        names = [n for n, a in gpus.items() if a == arch]
+        out.append(f"{', '.join(names)} ({arch})" if names else arch)
+    return "; ".join(out)
+
+
+def describe_coverage(coverage: dict[str, Any], targets_label: str | None) -> str:
+    """One cell: `native: h100 (sm_90) · PTX JIT only: b200 (sm_100)`, or `not checked (why)`; an image with no
+    target GPUs (a CPU image) is `not checked (no target GPUs)`."""
+    if coverage.get("state") != "checked":
+        why = "no target GPUs" if not targets_label and coverage.get("why") == "not tested" else coverage.get("why")
+        return f"not checked ({why})"
+    gpus = coverage.get("gpus") or {}
+    parts = [f"native: {_named(coverage['native'], gpus)}" if coverage.get("native") else "native: no target GPU"]
+    if coverage.get("ptx_jit"):
+        parts.append(f"PTX JIT only: {_named(coverage['ptx_jit'], gpus)}")
+    if coverage.get("none"):
+        parts.append(f"no code: {_named(coverage['none'], gpus)}")
+    return " · ".join(parts)
+
+
+def describe_audit(summary: dict[str, Any] | None, image_id: str | None) -> str:
+    """One cell of an audit summary (record/audits.audit_summary): `security fixes 2 · Python 1 (audited
+    2026-12-05)`; "not checked" without an audit of exactly `image_id`, and for a half no source was consulted."""
+    if not summary or not image_id or summary.get("image_id") != image_id:
+        return "not checked"
+
+    def n(value: object) -> str:
+        return "not checked" if value is None else str(value)
+
+    text = f"security fixes {n(summary.get('security_fixes'))} · Python {n(summary.get('python'))}"
+    if summary.get("violations"):
+        text += f" ({summary['violations']} violating the policy)"
+    return text + f" (audited {str(summary.get('at') or '?')[:10]})"

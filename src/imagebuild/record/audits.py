@@ -8,6 +8,7 @@ not be consulted, never 0.
     entry = audit_entry(result, judged, at)          # after one image's audit
     rec.audits[entry["image_id"]] = entry
     audit_summary(rec.audits, image_id)              # the report row's / catalog's counts, or None
+    describe(summary, image_id)                      # its one cell ("not checked" unless of exactly image_id)
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 from imagebuild import values
+from imagebuild.models import describe_audit as describe  # one wording for the report and the catalog
 
 # the audit's JSON fields (audit/report.to_json) kept per finding: the CycloneDX writer and the counts read these
+__all__ = ["FINDING_KEYS", "audit_entry", "audit_summary", "audits_problem", "counts", "describe"]
+
 FINDING_KEYS = ("source", "kind", "package", "installed", "fixed", "ids", "severity", "source_package", "date",
                 "note", "violates")
 
@@ -62,21 +66,6 @@ def audit_summary(audits: dict[str, Any] | None, image_id: str | None) -> dict[s
     if not image_id or not isinstance(entry, dict) or entry.get("image_id") != image_id:
         return None
     return {"image_id": image_id, "at": entry.get("at"), **counts(entry)}
-
-
-def describe(summary: dict[str, Any] | None, image_id: str | None) -> str:
-    """One cell: `security fixes 2 · Python 1 (audited 2026-12-05)`; "not checked" without an audit of exactly
-    `image_id`; a half not consulted says "not checked"."""
-    if not summary or not image_id or summary.get("image_id") != image_id:
-        return "not checked"
-
-    def n(value: object) -> str:
-        return "not checked" if value is None else str(value)
-
-    text = f"security fixes {n(summary.get('security_fixes'))} · Python {n(summary.get('python'))}"
-    if summary.get("violations"):
-        text += f" ({summary['violations']} violating the policy)"
-    return text + f" (audited {str(summary.get('at') or '?')[:10]})"
 
 
 def _problem_in(image_id: str, entry: object) -> str | None:

@@ -36,14 +36,16 @@ class _Opt:
 _PUSH = {"status": _OS, "digest": _OS, "error": _OS, "seconds": (*_NUM, type(None)), "tags": _Opt([(str,)])}
 _TESTS = {"seconds": (*_NUM, type(None)), "checks": _Opt([{}])}
 _SBOM = {"path": (str,), "sha256": _OS}
+_AUDIT = {"image_id": (str,), "at": _OS, "security_fixes": (int, type(None)), "python": (int, type(None)),
+          "violations": _Opt((int,)), "not_checked": _Opt([(str,)])}
 _COUNTS = {"added": (object,), "removed": (object,), "changed": (object,)}
 _DIFF = {"os": _Opt(_COUNTS), "python": _Opt(_COUNTS)}
 _ROW = {"tag": (str,), "status": _OS, "source": _OS, "image_id": _OS, "error": _OS, "size": (*_NUM, type(None)),
         "build_seconds": (*_NUM, type(None)), "tests": _Opt(_TESTS), "push": _Opt(_PUSH), "sbom": _Opt(_SBOM),
         "diff": _Opt(_DIFF), "layers": _Opt([{"size": (*_NUM, type(None)), "created_by": _OS}]),
         "env_layers": _Opt([{"tier": (str,), "holds": _OS, "size": (*_NUM, type(None)), "over_limit": _Opt((bool,))}]),
-        "versions": _Opt({})}
-_REQUIRED = {id(_ROW): ("tag",), id(_SBOM): ("path",), id(_COUNTS): ("added", "removed", "changed")}
+        "versions": _Opt({}), "audit": _Opt(_AUDIT), "gpus": _OS, "min_driver": _OS}
+_REQUIRED = {id(_ROW): ("tag",), id(_AUDIT): ("image_id", "security_fixes", "python"), id(_SBOM): ("path",), id(_COUNTS): ("added", "removed", "changed")}
 _DOC = {"schema": (int,), "run": _Opt({"steps": _Opt([(str,)])}), "matrix": _OS, "registry": _OS, "images": [_ROW]}
 
 

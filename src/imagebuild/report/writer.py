@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.files import open_lock_file, write_text_atomic
-from imagebuild.models import ImageResult, Plan
+from imagebuild.models import ImageResult, Plan, describe_audit, describe_coverage, kernel_coverage
 from imagebuild.report import stored
 from imagebuild.report.budget import largest_layers
 from imagebuild.report.layers import format_layers
@@ -89,6 +89,8 @@ def write_reports(results: list[ImageResult], report_dir: str | Path, plan: Plan
     # in the plan's order by the real tags, THEN masked (a password equal to a tag must not reorder the rows)
     raw = sorted((dataclasses.asdict(r) if dataclasses.is_dataclass(r) else dict(r) for r in results),
                  key=lambda r: order.get(r["tag"], len(order)))
+    for r in raw:  # what the row's own test run says of its target GPUs (issue 40), for the JSON and the Markdown
+        r["coverage"] = kernel_coverage(r.get("tests"), r.get("image_id"))
     rows = [result_to_row(r) for r in raw]
     matrix = plan.matrix_file if plan else run.get("matrix")
     doc = {"schema": SCHEMA, "run": mask_tree(run), "matrix": redact(matrix) if matrix else None,
@@ -173,6 +175,24 @@ def _push_cell(push: dict[str, Any] | None) -> str:
     return " ".join(p for p in (mark, status, short) if p)
 
 
+def _gpus_cell(r: dict[str, Any]) -> str:
+    """The target GPUs as the row's own test run found them: native / PTX JIT only / no code, else "not checked"
+    (a CPU image, no CUDA library, no test run, a run of another image)."""
+    return describe_coverage(kernel_coverage(r.get("tests"), r.get("image_id")), r.get("gpus"))
+
+
+def _driver_cell(r: dict[str, Any]) -> str:
+    if r.get("min_driver"):
+        return f"≥ {r['min_driver']}"
+    return "not needed (no target GPUs)" if not r.get("gpus") else "not labelled"
+
+
+def _audit_cell(r: dict[str, Any]) -> str:
+    """The record's audit of exactly this row's image ID (a result of another image ID is not this one's)."""
+    audit = r.get("audit") if isinstance(r.get("audit"), dict) else None
+    return describe_audit(audit, r.get("image_id"))
+
+
 def _short_tag(tag: str) -> str:
     return tag.rsplit(":", 1)[-1] if ":" in tag.rsplit("/", 1)[-1] else tag
 
@@ -198,16 +218,17 @@ def render_markdown(doc: dict[str, Any]) -> str:
     repos = sorted({r["tag"].rsplit(":", 1)[0] for r in rows if ":" in r["tag"].rsplit("/", 1)[-1]})
     if repos:
         lines += ["Repository: " + ", ".join(f"`{r}`" for r in repos), ""]
-    lines += ["| image | flavor | status | image ID | size | build | tests p/f/s | push |",
-              "|---|---|---|---|---:|---:|---|---|"]
+    lines += ["| image | flavor | status | image ID | size | build | tests p/f/s | GPUs | driver | audit | push |",
+              "|---|---|---|---|---:|---:|---|---|---|---|---|"]
     counts: dict[str, int] = {}
     for r in rows:
         status = r.get("status") or "planned"
         counts[status] = counts.get(status, 0) + 1
         lines.append("| " + " | ".join(_cell(c) for c in (
             f"`{_short_tag(r['tag'])}`", r.get("flavor") or "", _status_cell(r),
-            f"`{r['image_id'][7:19]}`" if r.get("image_id") else "–", format_size(r.get("size")), _duration(r.get("build_seconds")), _tests_cell(r.get("tests")),
-            _push_cell(r.get("push")))) + " |")
+            f"`{r['image_id'][7:19]}`" if r.get("image_id") else "–", format_size(r.get("size")),
+            _duration(r.get("build_seconds")), _tests_cell(r.get("tests")), _gpus_cell(r), _driver_cell(r),
+            _audit_cell(r), _push_cell(r.get("push")))) + " |")
     lines += ["", ", ".join(f"{n} {s}" for s, n in counts.items()), ""]
     problems = []
     for r in rows:
