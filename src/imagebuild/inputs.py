@@ -12,8 +12,8 @@ from imagebuild.secrets import redact
 @dataclass(frozen=True)
 class SecurityRefresh:
     """`build --security-refresh`'s word for one image (plan id): the security suite's identity it saw (suite@InRelease
-    Date/sha256) and the packages its apt step upgrades (`name`, or `name=version` under a lock). Rendered into the
-    image's apt step only when present, so the step's cache key (and the inputs hash) carries the index it saw."""
+    Date/sha256) and the packages its apt step upgrades (by name). Rendered into the image's apt step only when
+    present, so the step's cache key (and the inputs hash) carries the index it saw."""
 
     image: str
     index: str

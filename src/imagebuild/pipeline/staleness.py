@@ -10,7 +10,8 @@ The refresh: each stale image gets a SecurityRefresh (the suite's identity, the 
 its apt steps (templates/_macros.j2), so its inputs hash and its apt layer's cache key change and its children
 rebuild on it. Earlier refreshes stay in the build inputs (the record's `inputs.security_refresh`: a later build
 without the flag keeps them, or its hash would fall back to the pre-refresh layers). With a lock, the packages it
-pins are rewritten to the fixed versions and the upgrades are exact (`name=version`)."""
+pins are rewritten to the fixed versions (its install line pins them exactly); the upgrade line names packages only
+(an exact version kept in the inputs would become a refused downgrade once a newer lock or bootstrap installs more)."""
 
 from __future__ import annotations
 
@@ -93,17 +94,16 @@ def refresh_reason(s: Staleness) -> str:
 
 def plan_refresh(plan: Plan, inputs: BuildInputs, checked: dict[str, Staleness], locked: set[str] | frozenset[str] = frozenset()
                  ) -> Refresh:
-    """The inputs that refresh exactly the stale images (earlier refreshes of the other images kept), their
-    children, and why each rebuilds. An image the lock pins (`locked`) upgrades to the exact fixed versions."""
+    """The inputs that refresh exactly the stale images (earlier refreshes of the other planned images kept), their
+    children, and why each rebuilds. `locked`: the images a lock pins (their pins are raised separately)."""
     stale = {k: s for k, s in checked.items() if s.state == STALE}
-    entries = {r.image: r for r in inputs.security_refresh}
+    planned = {i.id for i in plan.images}
+    entries = {r.image: r for r in inputs.security_refresh if r.image in planned}  # an image gone from the plan: dropped
     for image, s in stale.items():
-        offered = [f for f in s.fixes if f.package in s.upgradable]  # apt knows these names at these versions
-        if image in locked:
-            upgrade = tuple(sorted({f"{f.package}={f.fixed}" for f in offered}))
-        else:
-            upgrade = tuple(sorted({f.package for f in offered}))
-        entries[image] = SecurityRefresh(image, s.index, upgrade)
+        # by name: the line stays in the image's inputs for later builds, and an exact `name=version` would turn into
+        # a downgrade (apt refuses it) once a newer lock or bootstrap installs more; what a lock pins it pins exactly
+        # on its own install line, raised to the fix (lock/refresh.py)
+        entries[image] = SecurityRefresh(image, s.index, tuple(sorted(set(s.upgradable))))
     children = children_of(plan, set(stale))
     reasons = {k: refresh_reason(s) for k, s in stale.items()}
     for child in children:
@@ -183,7 +183,7 @@ def apply_refresh(loaded: Any, selected: list[ImagePlan], registry: str | None, 
                      for pkg, (a, b) in sorted(pkgs.items())]
             say(f"security-refresh: {lock.path}: {len(moved)} pin(s) raised to the fixed versions ({'; '.join(moved)})")
         else:
-            say(f"security-refresh: {lock.path} pins none of the fixed packages; unchanged (the upgrades are exact)")
+            say(f"security-refresh: {lock.path} pins none of the fixed packages; unchanged")
     return load(str(loaded.path), registry, refresh.inputs, state_dir, say, building=True), refresh
 
 
