@@ -92,10 +92,9 @@ def refresh_reason(s: Staleness) -> str:
     return f"{REASON} ({n} fix{'es' if n != 1 else ''}: {s.changes(limit=8)}; index {s.index})"
 
 
-def plan_refresh(plan: Plan, inputs: BuildInputs, checked: dict[str, Staleness], locked: set[str] | frozenset[str] = frozenset()
-                 ) -> Refresh:
+def plan_refresh(plan: Plan, inputs: BuildInputs, checked: dict[str, Staleness]) -> Refresh:
     """The inputs that refresh exactly the stale images (earlier refreshes of the other planned images kept), their
-    children, and why each rebuilds. `locked`: the images a lock pins (their pins are raised separately)."""
+    children, and why each rebuilds (a lock's pins are raised apart: lock/refresh.py)."""
     stale = {k: s for k, s in checked.items() if s.state == STALE}
     planned = {i.id for i in plan.images}
     entries = {r.image: r for r in inputs.security_refresh if r.image in planned}  # an image gone from the plan: dropped
@@ -135,7 +134,7 @@ def _unreachable_fixes(img: ImagePlan, matrix: str) -> str | None:
 
 
 def refresh_inputs(plan: Plan, selected: list[ImagePlan], inputs: BuildInputs, rec: Record | None, client: Any,
-                   kept: Any, indexes: SecurityIndexes, say: Say, matrix: str, lock: Any = None) -> Refresh:
+                   kept: Any, indexes: SecurityIndexes, say: Say, matrix: str) -> Refresh:
     """`build --security-refresh`: check the selected images (and the parents they need), say each one's state on
     one line, and return the inputs that refresh the stale ones. A stale image whose apt cannot reach the fixes is
     a UsageError before anything builds; an image not checked is said and left as it is (never called fresh)."""
@@ -152,8 +151,7 @@ def refresh_inputs(plan: Plan, selected: list[ImagePlan], inputs: BuildInputs, r
         else:
             say(f"security-refresh: {image_id}: {s.summary}" + (f" ({s.why})" if s.why else "")
                 + (": not refreshed" if s.state != "fresh" else ""))
-    locked = set(lock.images) if lock is not None else set()
-    return plan_refresh(plan, inputs, checked, locked)
+    return plan_refresh(plan, inputs, checked)
 
 
 def apply_refresh(loaded: Any, selected: list[ImagePlan], registry: str | None, state_dir: str | None, say: Say,
@@ -171,7 +169,7 @@ def apply_refresh(loaded: Any, selected: list[ImagePlan], registry: str | None, 
     lock = load_lock(loaded.plan.lock_file) if loaded.plan.lock_file else None
     indexes = indexes or SecurityIndexes(load_tables())
     refresh = replace(refresh_inputs(loaded.plan, selected, loaded.inputs, loaded.record, client,
-                                     Derived(state_dir, say), indexes, say, str(loaded.path), lock), indexes=indexes)
+                                     Derived(state_dir, say), indexes, say, str(loaded.path)), indexes=indexes)
     if not refresh.stale:
         say("security-refresh: no image is stale; nothing to refresh")
         return loaded, refresh
