@@ -185,6 +185,18 @@ def test_a_base_from_a_snapshot_cannot_reach_the_fixes_one_error_before_building
     with pytest.raises(UsageError, match=r"cpu.yaml: variant .*base.snapshot 20240101T000000Z pins the archive"):
         refresh_inputs(plan, plan.images, BuildInputs(), rec, engine, Derived(tmp_path, print), indexes,
                        said.append, "cpu.yaml")
+    internal = variant(KEY, base=BaseSource(kind="bootstrap", mirror="http://u:pw@mirror.internal/debian"))
+    plan2 = plan_from_variants([internal], BuildInputs(), matrix_file="cpu.yaml")
+    engine2, rec2 = _engine_and_record(plan2, indexes, real, {"base": True, "runtime": False, "dev": False})
+    with pytest.raises(UsageError, match=r"cpu.yaml: variant .*: the base's apt sources \(mirror "
+                                         r"http://u:\*\*\*@mirror.internal/debian\) carry no bookworm-security"):
+        refresh_inputs(plan2, plan2.images, BuildInputs(), rec2, engine2, Derived(tmp_path / "3", print), indexes,
+                       said.append, "cpu.yaml")
+    default = variant(KEY, base=BaseSource(kind="bootstrap"))  # Debian's own mirror: its -security suite is there
+    plan3 = plan_from_variants([default], BuildInputs(), matrix_file="cpu.yaml")
+    engine3, rec3 = _engine_and_record(plan3, indexes, real, {"base": True, "runtime": False, "dev": False})
+    assert set(refresh_inputs(plan3, plan3.images, BuildInputs(), rec3, engine3, Derived(tmp_path / "4", print),
+                              indexes, said.append, "cpu.yaml").stale) == {plan3.images[0].id}
     fresh, _ = _engine_and_record(plan, indexes, real, {"base": False, "runtime": False, "dev": None})
     ok = refresh_inputs(plan, plan.images, BuildInputs(), rec, fresh, Derived(tmp_path / "2", print), indexes,
                         said.append, "cpu.yaml")

@@ -123,13 +123,25 @@ def _ancestors(plan: Plan, image_id: str) -> set[str]:
 
 
 def _unreachable_fixes(img: ImagePlan, matrix: str) -> str | None:
-    """Why this image's apt cannot reach the security suite's fixes, or None (a base bootstrapped from a snapshot
-    reads the security archive as it was at that snapshot)."""
-    base = img.variant.base
-    if base.kind == "bootstrap" and base.snapshot:
-        return (f"{matrix}: variant {img.variant.key}: base.snapshot {base.snapshot} pins the archive (security suite "
-                "included) at that date, so a rebuild cannot install the fixes; move or drop base.snapshot, then "
+    """Why this image's apt cannot reach the security suite's fixes, or None. A bootstrapped base's apt sources are
+    the bootstrap's (builder/bootstrap.py): from a snapshot the security suite is read as it was at that date; from
+    a mirror other than Debian's/Ubuntu's own they carry no -security suite. (A registry base's sources are its own:
+    the check after the build says what stayed open.)"""
+    from imagebuild.builder.bootstrap import spec_for
+    from imagebuild.secrets import redact
+
+    base, key = img.variant.base, img.variant.key
+    if base.kind != "bootstrap":
+        return None
+    if base.snapshot:
+        return (f"{matrix}: variant {key}: base.snapshot {base.snapshot} pins the archive (security suite included) "
+                "at that date, so a rebuild cannot install the fixes; move or drop base.snapshot, then "
                 "build --security-refresh")
+    spec = spec_for(img.variant)
+    if not any(line.split()[2:3] == [f"{spec.codename}-security"] for line in spec.sources()):
+        return (f"{matrix}: variant {key}: the base's apt sources (mirror {redact(spec.mirror)}) carry no "
+                f"{spec.codename}-security suite, so a rebuild cannot install the fixes; bootstrap from the "
+                "distribution's own mirror, or add the security suite to yours")
     return None
 
 
