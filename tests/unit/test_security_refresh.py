@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+from pathlib import Path
 
 import pytest
 from _fake_engine import FakeEngine
@@ -182,14 +184,24 @@ def test_a_base_from_a_snapshot_cannot_reach_the_fixes_one_error_before_building
     plan = plan_from_variants([var], BuildInputs(), matrix_file="cpu.yaml")
     engine, rec = _engine_and_record(plan, indexes, real, {"base": True, "runtime": False, "dev": False})
     said: list[str] = []
-    with pytest.raises(UsageError, match=r"cpu.yaml: variant .*base.snapshot 20240101T000000Z pins the archive"):
+    with pytest.raises(UsageError, match=r"^cpu.yaml: snapshot: 20240101T000000Z \(variant 2.13.0-cpu-py3.11-"
+                                         r"debian12\) pins the archive"):
         refresh_inputs(plan, plan.images, BuildInputs(), rec, engine, Derived(tmp_path, print), indexes,
                        said.append, "cpu.yaml")
+    from imagebuild.pipeline.staleness import _unreachable_fixes
+    from imagebuild.plan import make_plan
+
+    real_base = make_plan(Path(__file__).resolve().parents[2] / "images" / "cpu.yaml").images[0]
+    assert _unreachable_fixes(real_base, "x") is None  # the shipped matrix: Debian's own mirror, no snapshot
+    snap = dataclasses.replace(real_base, variant=dataclasses.replace(
+        real_base.variant, base=dataclasses.replace(real_base.variant.base, snapshot="20240101T000000Z")))
+    assert (_unreachable_fixes(snap, "x") or "").startswith(f"{real_base.variant.source}: snapshot: 20240101T000000Z")
+    assert re.fullmatch(r".*images/cpu\.yaml:[1-9]\d*", str(real_base.variant.source))  # file:line of its row
     internal = variant(KEY, base=BaseSource(kind="bootstrap", mirror="http://u:pw@mirror.internal/debian"))
     plan2 = plan_from_variants([internal], BuildInputs(), matrix_file="cpu.yaml")
     engine2, rec2 = _engine_and_record(plan2, indexes, real, {"base": True, "runtime": False, "dev": False})
-    with pytest.raises(UsageError, match=r"cpu.yaml: variant .*: the base's apt sources \(mirror "
-                                         r"http://u:\*\*\*@mirror.internal/debian\) carry no bookworm-security"):
+    with pytest.raises(UsageError, match=r"^cpu.yaml: mirror: http://u:\*\*\*@mirror.internal/debian \(variant "
+                                         r".*\): the base's apt sources carry no bookworm-security suite"):
         refresh_inputs(plan2, plan2.images, BuildInputs(), rec2, engine2, Derived(tmp_path / "3", print), indexes,
                        said.append, "cpu.yaml")
     default = variant(KEY, base=BaseSource(kind="bootstrap"))  # Debian's own mirror: its -security suite is there

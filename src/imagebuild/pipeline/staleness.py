@@ -133,13 +133,14 @@ def _unreachable_fixes(img: ImagePlan, matrix: str) -> str | None:
     base, key = img.variant.base, img.variant.key
     if base.kind != "bootstrap":
         return None
+    where = str(img.variant.source) if img.variant.source else matrix  # FILE:LINE of the variant's row
     if base.snapshot:
-        return (f"{matrix}: variant {key}: base.snapshot {base.snapshot} pins the archive (security suite included) "
-                "at that date, so a rebuild cannot install the fixes; move or drop base.snapshot, then "
-                "build --security-refresh")
+        return (f"{where}: snapshot: {base.snapshot} (variant {key}) pins the archive, its security suite included, "
+                "at that date, so a rebuild cannot install the fixes; move `snapshot` to a later date or drop it, "
+                "then build --security-refresh")
     spec = spec_for(img.variant)
     if not any(line.split()[2:3] == [f"{spec.codename}-security"] for line in spec.sources()):
-        return (f"{matrix}: variant {key}: the base's apt sources (mirror {redact(spec.mirror)}) carry no "
+        return (f"{where}: mirror: {redact(spec.mirror)} (variant {key}): the base's apt sources carry no "
                 f"{spec.codename}-security suite, so a rebuild cannot install the fixes; bootstrap from the "
                 "distribution's own mirror, or add the security suite to yours")
     return None
