@@ -326,6 +326,8 @@ def test_build_security_refresh_rebuilds_the_stale_images_and_their_children_ove
     assert f"security-refresh: {base}: stale: 1 security fix (libssl3 {OLD_SSL}→{fixed}; index " \
            f"{index_identity(real)})" in said
     assert f"security-refresh: {dev}: fresh" in said
+    assert f"note: this build adds a security refresh of {base}, {runtime} to the recorded inputs" in said
+    assert not any("recorded a build with other inputs" in line for line in said)
     assert f"security-refresh: {base} rebuilt: no fix open" in said
     rec = load_record(matrix, state)
     assert rec.images[base].rebuilt_because == (f"security-refresh (1 fix: libssl3 {OLD_SSL}→{fixed}; index "

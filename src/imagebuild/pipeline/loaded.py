@@ -89,8 +89,13 @@ def load(matrix: str, registry: str | None, inputs: BuildInputs | None, state_di
             say(f"note: keeping the security refresh recorded for {', '.join(r.image for r in carried)}")
     if building:
         if rec is not None and not same_inputs(rec.inputs, given):
-            say(f"note: {rec.path} recorded a build with other inputs ({rec.describe_inputs()}); this build "
-                "records its own")
+            recorded = rec.build_inputs().security_refresh
+            if same_inputs(rec.inputs, replace(given, security_refresh=recorded)):  # build --security-refresh
+                new = sorted(r.image for r in given.security_refresh if r not in recorded)
+                say(f"note: this build adds a security refresh of {', '.join(new)} to the recorded inputs")
+            else:
+                say(f"note: {rec.path} recorded a build with other inputs ({rec.describe_inputs()}); this build "
+                    "records its own")
         use = given
     elif given != BuildInputs():
         if rec is not None and not same_inputs(rec.inputs, given):
