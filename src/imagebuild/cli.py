@@ -12,7 +12,8 @@ from imagebuild.errors import EXIT_INTERRUPTED, ImagebuildError
 
 # command name -> module under imagebuild.commands exposing a click command named `command`
 COMMANDS = ("validate", "plan", "render", "lock", "build", "test", "push", "report", "bake", "refresh",
-            "catalog", "run", "sbom", "diff", "export", "slurm", "verify", "coverage", "audit")
+            "catalog", "run", "sbom", "diff", "export", "slurm", "verify", "coverage", "audit",
+            "devcontainer")
 
 
 class _Group(click.Group):
