@@ -7,7 +7,7 @@ WHEELHOUSE ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
 CA_CERT ?= $(or $(PIP_CERT),/etc/ssl/certs/ca-certificates.crt)
 MATRIX ?= images/cpu.yaml
 
-.PHONY: help install system-deps modern-engine cosign lint test test-all test-unit record-probe-results test-integration build-cpu render-check bench e2e-cuda e2e-zstd-cuda e2e-cuda13-dev e2e-h100 e2e-gh200 e2e-layers binfmt clean
+.PHONY: help install system-deps modern-engine cosign devcontainer-cli lint test test-all test-unit record-probe-results test-integration build-cpu render-check bench e2e-cuda e2e-zstd-cuda e2e-cuda13-dev e2e-h100 e2e-gh200 e2e-layers binfmt clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -21,12 +21,15 @@ modern-engine: ## dockerd 26.1 + buildx 0.13.1 from Debian trixie, verified, int
 cosign: ## cosign 2.5 from Debian trixie, verified the same way, into .tools/bin/ (push --sign-key, imagebuild verify)
 	scripts/cosign.sh install
 
+devcontainer-cli: ## @devcontainers/cli on Node 24 from npm, integrity-pinned, into .tools/ (the devcontainer tests)
+	scripts/devcontainer-cli.sh install
+
 $(BIN)/imagebuild: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-install: system-deps modern-engine cosign $(BIN)/imagebuild ## Install system packages and the tool into .venv
+install: system-deps modern-engine cosign devcontainer-cli $(BIN)/imagebuild ## Install system packages and the tool into .venv
 
 lint: $(BIN)/imagebuild ## ruff, render --check of every shipped matrix, mypy (scripts/lint.sh; make test runs it too)
 	scripts/lint.sh

@@ -17,6 +17,10 @@ command -v mksquashfs >/dev/null || need+=(squashfs-tools)  # imagebuild export:
 # scripts/binfmt.sh: QEMU user emulation (linux/arm64 builds and tests on an amd64 machine)
 [[ -e /usr/lib/binfmt.d/qemu-aarch64.conf ]] || need+=(qemu-user-static)
 command -v arch-test >/dev/null || need+=(arch-test)  # mmdebstrap: bootstraps a foreign architecture only with it
+# tests/integration/test_dev_clients.py: JupyterLab in headless Chromium (selenium drives it), ssh as a real client
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
+command -v ssh >/dev/null || need+=(openssh-client)
 if ((${#need[@]})); then
   echo "system-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
