@@ -60,10 +60,9 @@ def _memlock(choice: str, client: Any, image_id: str, settings: Any,
         settings = replace(settings, stack_bytes=None)
     if memlock_ok:
         return settings, "memlock: unlimited (this engine accepted --ulimit memlock=-1 in a probe container)"
-    why = next((n for n in notes if "memlock" in n), "not applied")
-    return settings, (f"memlock: the engine's default (this engine refused --ulimit memlock=-1 in a probe container: "
-                      f"{why}); pinned-memory transfers (NCCL, RDMA) may be limited; --memlock unlimited writes it "
-                      "anyway")
+    how = "refused" if any("memlock" in n for n in notes) else "did not apply"
+    return settings, (f"memlock: the engine's default (this engine {how} --ulimit memlock=-1 in a probe container); "
+                      "pinned-memory transfers (NCCL, RDMA) may be limited; --memlock unlimited writes it anyway")
 
 
 @click.command("devcontainer", context_settings={"allow_interspersed_args": True})
