@@ -117,6 +117,9 @@ class Entry:
     layer_media_types: list[str] = field(default_factory=list)  # as the manifest names them
     runs_on: str | None = None  # what a runtime needs to pull it, from those media types (runtime_needs)
     notes: list[str] = field(default_factory=list)
+    # per platform (issue 40/42): {"config_digest", "coverage": models.kernel_coverage, "audit": audit summary or
+    # None}; from the local record matched on each platform image's config digest ("not checked" without one)
+    platforms: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -150,7 +153,10 @@ def _platform_child(index: Manifest) -> tuple[Descriptor | None, list[str]]:
     return (real[0] if real else (entries[0] if entries else None)), names
 
 
-def _image_manifest(reader: RegistryReader, ref: Reference, entry: Entry) -> Manifest | None:
+def _image_manifest(reader: RegistryReader, ref: Reference, entry: Entry,
+                    others: dict[str, str | None] | None = None) -> Manifest | None:
+    """The image manifest whose sizes the row shows; `others` gets every other platform image of an index
+    (platform -> config digest, None when the registry lacks its manifest)."""
     manifest = _manifest(reader, ref.repository, ref.tag or "", str(ref))
     if manifest is None:
         return None
@@ -158,6 +164,12 @@ def _image_manifest(reader: RegistryReader, ref: Reference, entry: Entry) -> Man
     if not manifest.is_index:
         return manifest
     child, names = _platform_child(manifest)
+    if others is not None:
+        for m in manifest.entries:
+            if m is child or m.platform.get("os") in (None, "unknown"):
+                continue
+            other = _manifest(reader, ref.repository, m.digest, f"{ref} ({m.digest})")
+            others[m.platform_name] = other.config_digest if other is not None else None
     if child is None:
         entry.notes.append("the index lists no image manifest")
         return None
@@ -207,6 +219,15 @@ def _fill_from_registry(entry: Entry, manifest: Manifest, config: ImageConfig, p
         entry.notes.append("the registry holds another image than the plan: " + ", ".join(differ))
 
 
+def _platform_facts(config_digest: str | None, record_path: Path) -> dict[str, Any]:
+    """One platform image's GPU coverage and audit from the local record, matched on its config digest."""
+    record = local_record(config_digest, record_path) if config_digest else None
+    if record is None:
+        why = "no local record of this image" if config_digest else "the registry lacks this platform's manifest"
+        return {"config_digest": config_digest, "coverage": {"state": "not checked", "why": why}, "audit": None}
+    return {"config_digest": config_digest, "coverage": record.coverage(), "audit": record.audit}
+
+
 def collect(plan: Plan, reader_for: Callable[[str], RegistryReader], record_path: Path) -> list[Entry]:
     """Every reference of every plan image (full tag, then its aliases), in plan order."""
     entries: list[Entry] = []
@@ -222,7 +243,8 @@ def collect(plan: Plan, reader_for: Callable[[str], RegistryReader], record_path
                           versions=dict(would_carry), pushed=False,
                           versions_from="plan")
             reader = reader_for(ref.registry)
-            manifest = _image_manifest(reader, ref, entry)
+            others: dict[str, str | None] = {}
+            manifest = _image_manifest(reader, ref, entry, others)
             if manifest is not None:
                 entry.pushed, entry.versions_from = True, "registry"
                 config_digest = manifest.config_digest
@@ -236,6 +258,9 @@ def collect(plan: Plan, reader_for: Callable[[str], RegistryReader], record_path
                     latest = record.latest_run
                     entry.smoke = smoke_summary(latest) if latest else None
                     entry.smoke_runs = [smoke_summary(run) for run in record.runs]
+                own = entry.platform or image.variant.platform
+                entry.platforms = {p: _platform_facts(c, record_path) for p, c in
+                                   sorted({own: config_digest, **others}.items())}
             if n == 0:
                 tag_digest = entry.digest
             elif entry.digest and tag_digest and entry.digest != tag_digest:

@@ -9,13 +9,13 @@ from typing import Any
 
 from imagebuild import __version__
 from imagebuild.catalog.collect import Entry
+from imagebuild.models import describe_audit, describe_coverage
 from imagebuild.oci import Reference
 from imagebuild.oci.pyxis import pyxis_image
 from imagebuild.units import format_size
 
-COLUMNS = ("tag", "flavor", "torch", "CUDA", "cuDNN", "NCCL", "Python", "OS", "TE", "GPUs", "driver ≥", "compressed",
-           "uncompressed",
-           "digest", "runs on", "smoke p/f/s", "tested on", "created", "pyxis")
+COLUMNS = ("tag", "flavor", "torch", "CUDA", "cuDNN", "NCCL", "Python", "OS", "TE", "GPUs", "GPU code", "driver ≥",
+           "audit", "compressed", "uncompressed", "digest", "runs on", "smoke p/f/s", "tested on", "created", "pyxis")
 _ALIGN = {"compressed": "---:", "uncompressed": "---:"}
 
 
@@ -63,6 +63,32 @@ def pinned(entry: Entry) -> str:
     return pyxis_image(entry.reference)
 
 
+def _per_platform(entry: Entry, say: Any) -> str:
+    """`say(facts)` of each platform image (prefixed with its platform when the tag names several)."""
+    if not entry.pushed:
+        return "not checked (not pushed)"
+    if not entry.platforms:
+        return "not checked (no local record of this image)"
+    texts = {p: say(f) for p, f in entry.platforms.items()}
+    if len(texts) == 1:
+        return escape_text(next(iter(texts.values())))
+    return "<br>".join(f"{escape_text(p)}: {escape_text(t)}" for p, t in texts.items())
+
+
+def _coverage_cell(entry: Entry) -> str:
+    return _per_platform(entry, lambda f: describe_coverage(f.get("coverage") or {}, entry.versions.get("gpus")))
+
+
+def _audit_cell(entry: Entry) -> str:
+    return _per_platform(entry, lambda f: describe_audit(f.get("audit"), f.get("config_digest")))
+
+
+def _driver(entry: Entry) -> str:
+    if entry.versions.get("min_driver"):
+        return _cell(entry.versions["min_driver"])
+    return "not needed (no target GPUs)" if not entry.versions.get("gpus") else "not labelled"
+
+
 def _row(entry: Entry) -> list[str]:
     v = entry.versions
     tag = f"↳ `{entry.tag}`" if entry.alias_of else f"`{entry.tag}`"
@@ -75,7 +101,8 @@ def _row(entry: Entry) -> list[str]:
     built = (entry.created or "")[:10]
     return [tag, "alias" if entry.alias_of else _cell(entry.flavor), *(_cell(v.get(k)) for k in
             ("torch", "cuda", "cudnn", "nccl", "python", "os", "transformer_engine")),
-            _cell((v.get("gpus") or "").replace(",", ", ")), _cell(v.get("min_driver")), *sizes, digest,
+            _cell((v.get("gpus") or "").replace(",", ", ")), _coverage_cell(entry), _driver(entry), _audit_cell(entry),
+            *sizes, digest,
             _cell(entry.runs_on if entry.pushed else None), smoke, where,
             _cell(built), f"`{pinned(entry)}`"]
 
@@ -106,7 +133,15 @@ def render_markdown(entries: list[Entry], header: Header) -> str:
         "rebuilds of the same inputs reproduce the same image), or the build time when built with `--created now`.",
         "- GPUs: the image's target GPUs with their compute capabilities (its `io.imagebuild.gpus` label: the "
         "matrix's `gpus:`, else its family's default); driver ≥: the oldest NVIDIA driver that runs its CUDA "
-        "(`io.imagebuild.min-driver`), which `imagebuild run` and `slurm` compare with the node's driver.",
+        "(`io.imagebuild.min-driver`), which `imagebuild run` and `slurm` compare with the node's driver; \"not "
+        "needed\" for an image with no target GPUs.",
+        "- GPU code: per platform image, which target GPUs its CUDA libraries run natively (SASS) and which only "
+        "through PTX JIT (slower first start, JIT cache) or not at all, from the coverage check of its latest "
+        "`imagebuild test` in the record (matched on its config digest); \"not checked\" where it was not read: "
+        "a CPU image, no CUDA library, no test run, no local record.",
+        "- audit: per platform image, the last `imagebuild audit -m` of exactly that image in the record: security "
+        "fixes (the release's security suite) and Python advisories (OSV/PyPI) found; \"not checked\" where no "
+        "audit of that image ID was kept or a source could not be consulted (never counted as clean).",
         "- compressed: the sum of the manifest's layer sizes (what a pull downloads).",
         "- runs on: what a node's runtime needs to pull the tag, from its layers' media types: zstd layers (what "
         "`imagebuild push` writes by default) need Docker ≥ 23, containerd ≥ 1.5 or enroot ≥ 3.5; for older "

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.files import FileProblem, read_bounded_text
+from imagebuild.models import kernel_coverage
+from imagebuild.record.audits import audit_summary
 from imagebuild.record.store import SCHEMA
 
 
@@ -26,10 +28,19 @@ class LocalRecord:
     size: int | None = None  # unpacked bytes, as the engine measured the image (None: not recorded)
     built_at: str | None = None
     runs: list[dict[str, Any]] = field(default_factory=list)  # smoke results of this image, oldest first
+    audit: dict[str, Any] | None = None  # the record's audit of exactly this image ID (record/audits.audit_summary)
 
     @property
     def latest_run(self) -> dict[str, Any] | None:
         return self.runs[-1] if self.runs else None
+
+    def coverage(self) -> dict[str, Any]:
+        """The target GPUs as the latest smoke run of this image found them (models.kernel_coverage)."""
+        run = self.latest_run
+        if run is None:
+            return kernel_coverage(None, self.image_id)
+        cases = run.get("cases") if isinstance(run.get("cases"), list) else run.get("checks")
+        return kernel_coverage({**run, "checks": cases}, self.image_id)
 
 
 def local_record(image_id: str, path: Path) -> LocalRecord | None:
@@ -48,8 +59,17 @@ def local_record(image_id: str, path: Path) -> LocalRecord | None:
         return None  # valid JSON of another shape: no record
     images = [i for i in (doc.get("images") or {}).values() if isinstance(i, dict) and i.get("image_id") == image_id]
     runs = [t for t in (doc.get("tests") or {}).values() if isinstance(t, dict) and t.get("image_id") == image_id]
-    if not images and not runs:
+    audits = doc.get("audits") if isinstance(doc.get("audits"), dict) else {}
+    audit = audit_summary(audits, image_id) if not _audit_damaged(audits, image_id) else None
+    if not images and not runs and audit is None:
         return None
     size = next((i["size"] for i in images if isinstance(i.get("size"), int)), None)
     built_at = next((i["built_at"] for i in images if i.get("built_at")), None)
-    return LocalRecord(image_id, size, built_at, sorted(runs, key=lambda t: str(t.get("at") or "")))
+    return LocalRecord(image_id, size, built_at, sorted(runs, key=lambda t: str(t.get("at") or "")), audit)
+
+
+def _audit_damaged(audits: dict[str, Any], image_id: str) -> bool:
+    """A damaged audit entry of this image is no audit (the catalog says "not checked"), never a traceback."""
+    from imagebuild.record.audits import audits_problem
+
+    return image_id in audits and audits_problem({image_id: audits[image_id]}) is not None
