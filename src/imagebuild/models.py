@@ -262,13 +262,15 @@ def kernel_coverage(tests: dict[str, Any] | None, image_id: str | None) -> dict[
     if not checks:
         return {"state": "not checked", "why": "the test result holds no coverage check"}
     check = checks[-1]
-    figures = check.get("figures") if isinstance(check.get("figures"), dict) else {}
+    raw = check.get("figures")
+    figures: dict[str, Any] = raw if isinstance(raw, dict) else {}
     targets = [str(t) for t in _items(figures.get("targets"))]
     if check.get("status") == "skipped" or not targets:
         return {"state": "not checked", "why": str(check.get("reason") or "coverage check skipped")[:200]}
     native = [str(t) for t in _items(figures.get("native")) if str(t) in targets]
     ptx = [str(t) for t in _items(figures.get("ptx_jit")) if str(t) in targets]
-    named = figures.get("gpus") if isinstance(figures.get("gpus"), dict) else {}
+    given = figures.get("gpus")
+    named: dict[str, Any] = given if isinstance(given, dict) else {}
     return {"state": "checked", "gpus": {str(k): str(v) for k, v in named.items()}, "native": native,
             "ptx_jit": ptx, "none": [t for t in targets if t not in native and t not in ptx]}
 

@@ -59,7 +59,8 @@ def local_record(image_id: str, path: Path) -> LocalRecord | None:
         return None  # valid JSON of another shape: no record
     images = [i for i in (doc.get("images") or {}).values() if isinstance(i, dict) and i.get("image_id") == image_id]
     runs = [t for t in (doc.get("tests") or {}).values() if isinstance(t, dict) and t.get("image_id") == image_id]
-    audits = doc.get("audits") if isinstance(doc.get("audits"), dict) else {}
+    kept = doc.get("audits")
+    audits: dict[str, Any] = kept if isinstance(kept, dict) else {}
     audit = audit_summary(audits, image_id) if not _audit_damaged(audits, image_id) else None
     if not images and not runs and audit is None:
         return None

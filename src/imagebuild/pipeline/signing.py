@@ -66,6 +66,20 @@ def _recorded_sbom(book: RecordBook, image: ImagePlan, image_id: str | None) -> 
     return doc, str(sbom["sha256"])
 
 
+def _audit_predicate(book: RecordBook, image: ImagePlan, image_id: str | None, say: Say) -> dict[str, Any] | None:
+    """The vuln predicate (sign/audit.py) of the record's audit of exactly `image_id`, None (said) without one."""
+    from imagebuild.audit.cyclonedx import vulnerabilities_bom
+    from imagebuild.sign.audit import vuln_predicate
+
+    audits = book.record.audits if book.record is not None else {}
+    entry = audits.get(image_id or "")
+    if not image_id or not isinstance(entry, dict) or entry.get("image_id") != image_id:
+        say(f"{image.tag}: no audit of {str(image_id)[:19]} in the record: no audit attestation attached "
+            "(imagebuild audit -m MATRIX first; verify --max-audit-age will refuse it)")
+        return None
+    return vuln_predicate(entry, vulnerabilities_bom(entry))
+
+
 def open_signing_key(settings: PushSettings, images: list[ImagePlan]) -> tuple[SigningKey, str] | None:
     """(the key, its public half) when the run signs; UsageError naming the images when the key cannot sign."""
     if not settings.sign_key:
@@ -112,7 +126,7 @@ def signer(client: Any, plan: Plan, book: RecordBook, settings: PushSettings, ke
         provenance = make_provenance(plan, image, book.record, lock, digest, sbom_sha, lock_sha)
         host = digest_ref.split("/", 1)[0]
         signed = sign_digest(digest_ref, key, registry_for(host), sbom=sbom, provenance=provenance,
-                             public_key_pem=public_pem)
+                             public_key_pem=public_pem, audit=_audit_predicate(book, image, image_id, say))
         return signed.as_record()
 
     def index_signed(digest_ref: str) -> dict[str, Any]:

@@ -8,6 +8,8 @@ runs, in this order (each one an OCI artifact cosign stores beside the image, `s
     cosign sign   --key KEY --tlog-upload=false --yes [--allow-http-registry] [--registry-cacert CA] REPO@DIGEST
     cosign attest --key KEY --tlog-upload=false --yes --type cyclonedx       --predicate SBOM REPO@DIGEST
     cosign attest --key KEY --tlog-upload=false --yes --type slsaprovenance1 --predicate PROV REPO@DIGEST
+    cosign attest --key KEY --tlog-upload=false --yes --type vuln            --predicate AUDIT REPO@DIGEST  (when the
+                                                        record holds an audit of this image ID: sign/audit.py)
 
 Many signers: a signature or an attestation is added beside what the digest carries, never instead of it (no
 `cosign attest --replace`: it drops every attestation of the predicate type, whichever key made it), so a second key
@@ -106,10 +108,28 @@ def _signature(digest_ref: str, key: SigningKey, registry: Registry, public: Pub
     return already
 
 
+def already_audited(digest_ref: str, predicate: dict[str, Any], public: PublicKey, registry: Registry) -> bool:
+    """Does this key's audit attestation of exactly this digest and this audit's time stand on it? (a newer audit of
+    the same bytes is added beside the older one; the same audit is not added twice)"""
+    from imagebuild.sign.audit import VULN, VULN_PREDICATE_TYPE
+    from imagebuild.sign.verify import VerifyError, statements_of  # verify imports this module
+
+    name, digest = digest_ref.split("@", 1)
+    try:
+        found = statements_of(name, digest, VULN, VULN_PREDICATE_TYPE, public, registry, digest_ref)
+    except VerifyError:
+        return False
+    at = (predicate.get("metadata") or {}).get("scanFinishedOn")
+    return any(((st.get("predicate") or {}).get("metadata") or {}).get("scanFinishedOn") == at for st in found)
+
+
 def sign_digest(digest_ref: str, key: SigningKey, registry: Registry, *, sbom: dict[str, Any],
-                provenance: dict[str, Any], public_key_pem: str | None = None) -> Signed:
+                provenance: dict[str, Any], public_key_pem: str | None = None,
+                audit: dict[str, Any] | None = None) -> Signed:
     """Sign `digest_ref` (REPO@sha256:…) and attest its SBOM and provenance, beside any other key's and once per
-    key (see the module docstring); SignError naming it on any refusal."""
+    key (see the module docstring), and, given `audit` (sign/audit.vuln_predicate of the record's audit of exactly
+    this image), that audit as a `vuln` attestation (once per key and audit time); SignError naming it on any
+    refusal."""
     flags = _signing_flags(key, registry)
     kept: list[str] = []
     with _public_half(key, public_key_pem) as public, \
@@ -125,7 +145,20 @@ def sign_digest(digest_ref: str, key: SigningKey, registry: Registry, *, sbom: d
                               password=key.password, registry=registry)
             if done.returncode != 0:
                 raise SignError(f"{digest_ref}: signed, but the {kind} attestation was not attached: {done.error}")
-    return Signed(digest_ref, key.describe(), tuple(PREDICATE_TYPES), already, tuple(kept))
+        kinds = tuple(PREDICATE_TYPES)
+        if audit is not None:
+            kinds += ("vuln",)
+            if public is not None and already_audited(digest_ref, audit, public, registry):
+                kept.append("vuln")
+            else:
+                path = Path(tmp) / "vuln.json"
+                path.write_text(json.dumps(audit, sort_keys=True), encoding="utf-8")
+                done = run_cosign(["attest", *flags, "--type", "vuln", "--predicate", str(path), digest_ref],
+                                  password=key.password, registry=registry)
+                if done.returncode != 0:
+                    raise SignError(f"{digest_ref}: signed, but the audit (vuln) attestation was not attached: "
+                                    f"{done.error}")
+    return Signed(digest_ref, key.describe(), kinds, already, tuple(kept))
 
 
 def sign_index(digest_ref: str, key: SigningKey, registry: Registry, *, public_key_pem: str | None = None) -> Signed:

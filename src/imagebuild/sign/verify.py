@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from imagebuild.errors import ImagebuildError
@@ -33,6 +34,7 @@ from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryClient, Regi
 from imagebuild.oci.answers import index_entries, is_index, parse_object
 from imagebuild.oci.platform import descriptor_platform, normalized, platform_mismatch
 from imagebuild.sign import refusals
+from imagebuild.sign.audit import VULN, VULN_PREDICATE_TYPE, newest_audit
 from imagebuild.sign.cosign import CosignMissing, Registry, cosign_registry, run_cosign
 from imagebuild.sign.keys import PublicKey
 from imagebuild.sign.signer import PREDICATE_TYPES
@@ -52,6 +54,8 @@ class Verified:
     members: dict[str, str] = field(default_factory=dict)  # an index's platform -> manifest digest, each verified
     # an index's platform -> its image's statements (cosign --type -> statement); `statements` is then empty
     member_statements: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    # `verify --max-audit-age`: the image's (or each platform image's) digest -> its newest fresh audit statement
+    audits: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
@@ -111,6 +115,13 @@ def _statement(envelope: dict[str, Any]) -> dict[str, Any]:
 def attestation(name: str, digest: str, kind: str, key: PublicKey, registry: Registry, shown: str) -> dict[str, Any]:
     """The `kind` statement of NAME@DIGEST that verifies with `key` (every one such names DIGEST as its subject);
     VerifyError naming `shown` otherwise."""
+    return statements_of(name, digest, kind, PREDICATE_TYPES[kind], key, registry, shown)[-1]
+
+
+def statements_of(name: str, digest: str, kind: str, predicate_type: str, key: PublicKey, registry: Registry,
+                  shown: str) -> list[dict[str, Any]]:
+    """Every `kind` statement of NAME@DIGEST that verifies with `key`, each naming DIGEST as its subject (at least
+    one); VerifyError naming `shown` otherwise."""
     done = run_cosign(["verify-attestation", "--key", key.ref, "--insecure-ignore-tlog", "--type", kind,
                        *registry.flags(), f"{name}@{digest}"], registry=registry)
     if done.returncode != 0:
@@ -120,11 +131,11 @@ def attestation(name: str, digest: str, kind: str, key: PublicKey, registry: Reg
 
             client = RegistryClient(registry.auth or resolve_auth(registry.host), ca_file=registry.ca_file)
             problem = refusals.envelope_problem(client, name.split("/", 1)[1], digest, key.ref,
-                                                PREDICATE_TYPES[kind]) or problem
+                                                predicate_type) or problem
         raise VerifyError(f"{shown}: the {kind} attestation of {digest} is {problem} "
                           f"(key {key.describe()}): {done.error}")
     statements = [s for s in (_statement(e) for e in _json_lines(done.stdout))
-                  if s.get("predicateType") == PREDICATE_TYPES[kind]]
+                  if s.get("predicateType") == predicate_type]
     if not statements:
         raise VerifyError(f"{shown}: no {kind} attestation of {digest} verifies with key {key.describe()}")
     want = digest.removeprefix("sha256:")
@@ -135,7 +146,25 @@ def attestation(name: str, digest: str, kind: str, key: PublicKey, registry: Reg
             other = ", ".join(f"sha256:{d}" for d in subjects) or "no digest"
             raise VerifyError(f"{shown}: the {kind} attestation attached to {digest} is made for another digest "
                               f"({other}), not this image")
-    return statements[-1]
+    return statements
+
+
+def fresh_audit(name: str, digest: str, key: PublicKey, registry: Registry, shown: str, max_age: int, limit: str,
+                now: datetime | None = None) -> dict[str, Any]:
+    """`verify --max-audit-age`: the newest audit attestation (sign/audit.py, cosign --type vuln) of NAME@DIGEST
+    signed by `key` and made for that digest, audited no longer than `max_age` seconds ago; VerifyError naming the
+    digest otherwise: none found (never clean), or its age and the limit."""
+    try:
+        statements = statements_of(name, digest, VULN, VULN_PREDICATE_TYPE, key, registry, shown)
+    except VerifyError as exc:
+        if f"is {refusals.MISSING} (key" in str(exc) or f"no {VULN} attestation" in str(exc):
+            statements = []
+        else:
+            raise
+    try:
+        return newest_audit(statements, shown, digest, max_age, limit, now)
+    except ValueError as exc:
+        raise VerifyError(str(exc)) from None
 
 
 def check_digest(name: str, digest: str, key: PublicKey, registry: Registry, shown: str) -> dict[str, dict[str, Any]]:
@@ -145,8 +174,10 @@ def check_digest(name: str, digest: str, key: PublicKey, registry: Registry, sho
     return {kind: attestation(name, digest, kind, key, registry, shown) for kind in PREDICATE_TYPES}
 
 
-def verify_reference(reference: str, key: PublicKey, registry: Registry, client: RegistryClient) -> Verified:
-    """Verify the signature and both attestations of what `reference` names now (see the module docstring)."""
+def verify_reference(reference: str, key: PublicKey, registry: Registry, client: RegistryClient,
+                     max_audit_age: tuple[int, str] | None = None) -> Verified:
+    """Verify the signature and both attestations of what `reference` names now (see the module docstring); with
+    `max_audit_age` (seconds, as the user wrote it) also a fresh audit attestation of each image (fresh_audit)."""
     try:
         ref = Reference.parse(reference)
     except ReferenceSyntaxError as exc:
@@ -160,14 +191,18 @@ def verify_reference(reference: str, key: PublicKey, registry: Registry, client:
     members = index_members(client, ref.repository, digest, reference)
     if not members:
         statements = {kind: attestation(name, digest, kind, key, registry, reference) for kind in PREDICATE_TYPES}
-        return Verified(reference, f"{name}@{digest}", digest, ref.repository, statements)
+        audits = {digest: fresh_audit(name, digest, key, registry, reference, *max_audit_age)} if max_audit_age \
+            else {}
+        return Verified(reference, f"{name}@{digest}", digest, ref.repository, statements, audits=audits)
     # one tag, several platforms: the index is signed, each platform image is that platform, signed and attested
     each: dict[str, dict[str, dict[str, Any]]] = {}
     for platform, member in members.items():
         shown = f"{reference} ({platform})"
         _member_platform(client, ref.repository, member, platform, shown)
         each[platform] = check_digest(name, member, key, registry, shown)
-    return Verified(reference, f"{name}@{digest}", digest, ref.repository, {}, members, each)
+    audits = {member: fresh_audit(name, member, key, registry, f"{reference} ({platform})", *max_audit_age)
+              for platform, member in members.items()} if max_audit_age else {}
+    return Verified(reference, f"{name}@{digest}", digest, ref.repository, {}, members, each, audits)
 
 
 def _member_platform(client: RegistryClient, repository: str, digest: str, platform: str, shown: str) -> None:
@@ -233,7 +268,7 @@ def local_image_matches(inspect: dict[str, Any], verified: Verified, client: Reg
 
 
 def check_image(reference: str, key: PublicKey, *, inspect: dict[str, Any] | None = None,
-                ca_file: str | None = None) -> Verified:
+                ca_file: str | None = None, max_audit_age: tuple[int, str] | None = None) -> Verified:
     """What `verify`, `run`, `export` and `slurm` ask: `reference` verified (credentials as push finds them:
     IMAGEBUILD_REGISTRY_USER/PASSWORD, else the docker config) and, given the engine's inspect data of the image
     about to be used, that image is the verified digest's. VerifyError naming the image otherwise."""
@@ -250,7 +285,7 @@ def check_image(reference: str, key: PublicKey, *, inspect: dict[str, Any] | Non
     client = RegistryClient(resolve_auth(ref.registry), ca_file=ca_file)
     try:
         registry = cosign_registry(client, ca_file)
-        verified = verify_reference(reference, key, registry, client)
+        verified = verify_reference(reference, key, registry, client, max_audit_age)
     except RegistryError as exc:
         raise VerifyError(f"{reference}: {refusals.registry_problem(exc)}: {exc}") from None
     except CosignMissing as exc:
