@@ -109,6 +109,14 @@ def vscode(port: int, folder: str) -> Access:
                   message=f"http://{HOST}:{port}/?folder={folder} (password: {password})")
 
 
+# The image's environment that ssh sessions get too (sshd gives a session its own PATH, without /opt/venv/bin, and
+# none of the image's ENV): `ssh ... python` must find the image's Python as `docker exec` does. Never a secret of
+# this run (IMAGEBUILD_SSH_KEYS, JUPYTER_TOKEN, PASSWORD): only these names.
+SESSION_ENV = ("PATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "CUDA_HOME", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "PIP_CERT",
+               "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_NO_CACHE_DIR",
+               "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "IMAGEBUILD_TF32",
+               "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE")
+
 # Runs as root in the container: make the image's user (uid `IMAGEBUILD_LOGIN_UID`, 1000 in our images) carry the
 # caller's UID/GID so files it creates in /workspace are the caller's, install the keys, then start-sshd.
 SSHD_SETUP = r"""set -eu
@@ -123,6 +131,13 @@ install -d -m 0700 -o "$user" -g "$(id -g "$user")" "$home/.ssh"
 printf '%s' "$IMAGEBUILD_SSH_KEYS" > "$home/.ssh/authorized_keys"
 chown "$user:$(id -g "$user")" "$home/.ssh/authorized_keys"
 chmod 0600 "$home/.ssh/authorized_keys"
+envs=""
+for name in """ + " ".join(SESSION_ENV) + r"""; do
+    eval "value=\${$name-}"
+    case "$value" in "" | *'"'* | *'\'*) continue ;; esac
+    envs="$envs \"$name=$value\""
+done
+[ -z "$envs" ] || echo "SetEnv$envs" > /etc/ssh/sshd_config.d/05-imagebuild-env.conf
 echo "imagebuild: ssh login user: $user" >&2
 """
 SSHD_START = 'start-sshd -p "$IMAGEBUILD_SSH_PORT" -o ListenAddress=' + HOST
