@@ -528,3 +528,24 @@ def test_sign_digest_attests_the_audit_once_per_audit_time(monkeypatch):
     assert "vuln" in again.kept and not [a for a in asked if a[0] == "attest"]
     plain = signer.sign_digest(ref, key, Registry("reg.example:5000"), sbom={}, provenance={}, public_key_pem=pem)
     assert plain.attestations == ("cyclonedx", "slsaprovenance1")
+
+
+def test_push_attests_only_the_audit_of_exactly_the_pushed_image_id(tmp_path):
+    """pipeline/signing's choice: the record's audit of the pushed image ID becomes the vuln predicate; an audit of
+    another image ID (kept under its own key or under this one) is not attached, and that is said."""
+    from imagebuild.pipeline.loaded import RecordBook
+    from imagebuild.pipeline.signing import _audit_predicate
+    from imagebuild.plan import make_plan
+    from imagebuild.record.store import Record
+
+    image = make_plan(ROOT / "images" / "cpu.yaml", None, "reg.test:5000/ml").images[1]
+    rec = Record(matrix="images/cpu.yaml", matrix_digest=None, inputs={}, registry=None)
+    rec.audits = {IMG: _entry(IMG), OTHER: _entry(IMG)}
+    book = RecordBook(tmp_path / "cpu.yaml", str(tmp_path), rec)
+    said: list[str] = []
+    pred = _audit_predicate(book, image, IMG, said.append)
+    assert pred is not None and pred["scanner"]["result"]["metadata"]["properties"][0]["value"] == IMG
+    assert pred["metadata"]["scanFinishedOn"] == AT and said == []
+    assert _audit_predicate(book, image, OTHER, said.append) is None
+    assert _audit_predicate(book, image, "sha256:" + "4d" * 32, said.append) is None
+    assert len(said) == 2 and all("no audit attestation attached" in m for m in said)
