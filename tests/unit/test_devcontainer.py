@@ -260,3 +260,21 @@ def test_config_without_ports_or_env():
     doc = config(ContainerSettings(image="i", name="n"), image=DEV_ID, remote_user="ml", ports=(), name="x",
                  source={})
     assert "forwardPorts" not in doc and "containerEnv" not in doc and doc["updateRemoteUserUID"] is True
+
+
+# run --ssh: the session environment snippet of launch/devaccess.py, run by a real sh ------------------------------
+
+def test_ssh_sessions_get_the_images_environment_and_no_secret(tmp_path):
+    import subprocess
+
+    from imagebuild.launch import devaccess
+
+    script = devaccess.SSHD_SCRIPT
+    snippet = script[script.index('envs=""'):script.index('echo "imagebuild: ssh login user')]
+    conf = tmp_path / "05-imagebuild-env.conf"
+    snippet = snippet.replace("/etc/ssh/sshd_config.d/05-imagebuild-env.conf", str(conf))
+    env = {"PATH": "/opt/venv/bin:/usr/bin:/bin", "VIRTUAL_ENV": "/opt/venv", "LANG": 'C"quoted',
+           "IMAGEBUILD_SSH_KEYS": "ssh-ed25519 AAAA secret", "JUPYTER_TOKEN": "t0ken", "PASSWORD": "pw"}
+    subprocess.run(["sh", "-euc", snippet], env=env, check=True)
+    assert conf.read_text() == 'SetEnv "PATH=/opt/venv/bin:/usr/bin:/bin" "VIRTUAL_ENV=/opt/venv"\n'
+    assert not {"IMAGEBUILD_SSH_KEYS", "JUPYTER_TOKEN", "PASSWORD"} & set(devaccess.SESSION_ENV)

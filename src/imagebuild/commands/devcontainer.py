@@ -17,8 +17,7 @@ from imagebuild.errors import UsageError
 PROBE_NAME = "ibdc-ulimit-probe"
 
 
-def _probe_ulimits(client: Any, image_id: str, settings: Any, echo: Callable[[str], None]) -> tuple[dict[str, int],
-                                                                                                      list[str]]:
+def _probe_ulimits(client: Any, image_id: str, settings: Any) -> tuple[dict[str, int], list[str]]:
     """Start (and remove) one throwaway container of the image with the spec's ulimits, as `run` would (the engine
     may refuse memlock=-1 without CAP_SYS_RESOURCE: containers.start then drops it and says so): the ulimits the
     engine really gave it, and the start's notes."""
@@ -51,7 +50,7 @@ def _memlock(choice: str, client: Any, image_id: str, settings: Any,
     if choice == "default":
         return (replace(settings, memlock_unlimited=False),
                 "memlock: the engine's default (--memlock default: no --ulimit memlock in runArgs)")
-    got, notes = _probe_ulimits(client, image_id, replace(settings, memlock_unlimited=True), echo)
+    got, notes = _probe_ulimits(client, image_id, replace(settings, memlock_unlimited=True))
     memlock_ok = got.get("memlock") == -1
     settings = replace(settings, memlock_unlimited=memlock_ok)
     if settings.stack_bytes and got.get("stack") != settings.stack_bytes:
