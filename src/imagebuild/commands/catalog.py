@@ -30,7 +30,9 @@ def command(matrix: str, registry: str | None, username: str | None, password_st
             state_dir: str | None, as_json: bool, output: str | None) -> int:
     """Write the catalog of a matrix's images: for every tag and alias of its plan the torch, CUDA, cuDNN, NCCL,
     Python, OS and TE versions, flavor, compressed and unpacked size, digest, smoke result, where the smoke test ran
-    (CPU host or GPU model) and the build date.
+    (CPU host or GPU model) and the build date; per platform image, the target GPUs its CUDA code runs natively or
+    only through PTX JIT (its latest test's coverage check), the driver floor, and its last audit's counts
+    (security fixes, Python advisories) — "not checked" where they were not read.
 
     Read through the registry API (manifests and image configs with their labels; no image is pulled) and from the
     matrix's record (.imagebuild/<matrix>.state.json: smoke results and unpacked sizes, matched on the image ID);

@@ -31,6 +31,11 @@ def command(reference: str, key: str | None, ca_file: str | None, max_audit_age:
     Exit 0 verified; 1 unsigned, signed by another key, an attestation missing or for another digest; 2 bad key.
 
     \b
+    --max-audit-age 7d: also the newest audit attestation (cosign vuln predicate, its result the CycloneDX
+    vulnerabilities of `imagebuild audit -m`, attached by a signed push) signed by --key for that digest must be no
+    older; none found or too old is exit 1 naming the digest (and the age and the limit). Never "clean" unchecked.
+
+    \b
     Credentials: IMAGEBUILD_REGISTRY_USER + IMAGEBUILD_REGISTRY_PASSWORD, or `docker login`.
 
     \b
