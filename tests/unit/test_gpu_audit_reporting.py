@@ -178,6 +178,8 @@ def test_matrix_audit_keeps_each_result_under_the_image_id_it_audited(tmp_path, 
     with updating(matrix, directory=state) as rec:
         rec.images[runtime.id] = ImageRecord(id=runtime.id, flavor="base", inputs_hash=runtime.inputs_hash,
                                              image_id=iid, status="built")
+    monkeypatch.chdir(tmp_path)  # the matrix's default report folder: reports/cpu/ under here
+    write_reports([_row(iid, tag=runtime.tag), _row(OTHER)], tmp_path / "reports" / "cpu")
     run = auditing.audit_images([], matrix, str(state), str(OSV_FIXTURE), False, said.append)
     assert run.exit_code == 1  # urllib3's advisories at or above the default python severity
     rec = load_record(matrix, state)
@@ -185,7 +187,12 @@ def test_matrix_audit_keeps_each_result_under_the_image_id_it_audited(tmp_path, 
     summary = audit_summary(rec.audits, iid)
     assert summary["security_fixes"] is None  # no dpkg database: the OS half not checked, never 0
     assert summary["python"] == len([f for f in run.json[0]["findings"] if f["kind"] == "python"]) > 0
-    # the report rows: the audit of exactly their image ID
+    # the last run's report: the audited image's row has the counts now, the other image's row none
+    report = load_report(tmp_path / "reports" / "cpu")
+    assert [r.get("audit") for r in report["images"]] == [summary, None]
+    md = (tmp_path / "reports" / "cpu" / "build-report.md").read_text()
+    assert f"security fixes not checked · Python {summary['python']}" in md and md.count("| not checked |") == 1
+    # the report rows of a later run: the audit of exactly their image ID
     from imagebuild.models import ImageResult
     from imagebuild.record.update import fill_row
 

@@ -18,7 +18,7 @@ from imagebuild.audit.python import PyPIAdvisories, audit_python, open_osv
 from imagebuild.audit.python import urllib_fetch as pypi_fetch
 from imagebuild.audit.report import format_text, merge, to_json
 from imagebuild.audit.stale import lock_notes
-from imagebuild.errors import MatrixError
+from imagebuild.errors import ImagebuildError, MatrixError
 from imagebuild.inventory.model import Inventory
 from imagebuild.matrix.audit import AuditPolicy
 
@@ -132,3 +132,14 @@ def keep_results(matrix: str, state_dir: str | None, run: AuditRun, say: Say) ->
     with updating(path, directory=state_dir) as rec:
         for entry in entries:
             rec.audits[entry["image_id"]] = entry
+    from imagebuild.pipeline.settings import default_report_dir
+    from imagebuild.record.audits import audit_summary
+    from imagebuild.report import refresh_audits
+
+    summaries = {e["image_id"]: audit_summary({e["image_id"]: e}, e["image_id"]) or {} for e in entries}
+    report_dir = default_report_dir(path)
+    try:
+        if refresh_audits(report_dir, summaries):
+            say(f"audit: the counts are in {report_dir / 'build-report.md'}")
+    except (OSError, ImagebuildError) as exc:  # a damaged or read-only report: the record keeps the results
+        say(f"warning: {report_dir}: the report's audit counts not refreshed ({exc})")

@@ -13,6 +13,7 @@ from imagebuild.report.writer import (
     JUNIT_NAME,
     MD_NAME,
     load_report,
+    refresh_audits,
     render_junit,
     render_markdown,
     rerender,
@@ -35,6 +36,6 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "JSON_NAME", "JUNIT_NAME", "MD_NAME", "check_size_budget", "describe_step", "format_size", "largest_layers",
-    "load_report", "parse_size", "render_junit", "render_markdown", "rerender",
+    "load_report", "parse_size", "refresh_audits", "render_junit", "render_markdown", "rerender",
     "row_to_result", "write_reports",
 ]

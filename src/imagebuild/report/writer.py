@@ -115,6 +115,27 @@ def _history_line(doc: dict[str, Any]) -> dict[str, Any]:
                         if r.get("push") else None} for r in doc.get("images") or []]}
 
 
+def refresh_audits(report_dir: str | Path, summaries: dict[str, dict[str, Any]]) -> int:
+    """After `imagebuild audit -m`: each row of the last run's report whose image ID was just audited gets that audit
+    (record/audits.audit_summary; keyed by image ID, so a row of another image keeps its own), and the Markdown and
+    JUnit are re-rendered; no history line (no build/test/push ran). Returns the rows changed (0: no report)."""
+    report_dir = Path(report_dir)
+    if not (report_dir / JSON_NAME).is_file():
+        return 0
+    with _locked(report_dir):
+        doc = load_report(report_dir)
+        changed = 0
+        for row in doc.get("images") or []:
+            summary = summaries.get(str(row.get("image_id") or ""))
+            if summary is not None and summary.get("image_id") == row.get("image_id"):
+                row["audit"], changed = mask_tree(summary), changed + 1
+        if changed:
+            write_text_atomic(report_dir / JSON_NAME, json.dumps(doc, indent=2, sort_keys=False) + "\n")
+            write_text_atomic(report_dir / MD_NAME, render_markdown(doc))
+            write_text_atomic(report_dir / JUNIT_NAME, render_junit(doc))
+    return changed
+
+
 def rerender(report_dir: str | Path) -> dict[str, Path]:
     """Re-write the Markdown and JUnit files from build-report.json."""
     report_dir = Path(report_dir)
