@@ -556,3 +556,35 @@ def test_push_attests_only_the_audit_of_exactly_the_pushed_image_id(tmp_path):
     assert _audit_predicate(book, image, OTHER, said.append) is None
     assert _audit_predicate(book, image, "sha256:" + "4d" * 32, said.append) is None
     assert len(said) == 2 and all("no audit attestation attached" in m for m in said)
+
+
+def test_verify_command_says_the_audit_it_required(tmp_path, monkeypatch):
+    """verify --max-audit-age's output: the audit's time, its vulnerabilities and what it did not check; the age
+    given reaches check_image as seconds with the user's words."""
+    from click.testing import CliRunner
+
+    from imagebuild.commands.verify import command
+    from imagebuild.sign.signer import PREDICATE_TYPES
+    from imagebuild.sign.verify import Verified
+
+    digest = "sha256:" + "5e" * 32
+    st = {k: {"predicateType": v, "predicate": {"specVersion": "1.6"}} for k, v in PREDICATE_TYPES.items()}
+    audit = _statement(digest, AT)
+    audit["predicate"] = vuln_predicate(_entry(os_state="not checked"), vulnerabilities_bom(_entry(os_state="not checked")))
+    verified = Verified("r/x:1", f"r/x@{digest}", digest, "x", st, audits={digest: audit})
+    asked: list[object] = []
+
+    def check(*a, **k):
+        asked.append(k.get("max_audit_age"))
+        return verified
+
+    monkeypatch.setattr("imagebuild.sign.verify.check_image", check)
+    (tmp_path / "cosign.pub").write_text("-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n")
+    args = ["r/x:1", "--key", str(tmp_path / "cosign.pub"), "--max-audit-age", "7d"]
+    text = CliRunner().invoke(command, args, standalone_mode=False)
+    assert text.exception is None, text.output
+    assert asked == [(604800, "7d")]
+    assert (f"  audit of {digest[:19]}: {AT}, 1 vulnerabilities listed, not checked: debian-security "
+            "bookworm-security: index") in text.output
+    doc = json.loads(CliRunner().invoke(command, [*args, "--json"], standalone_mode=False).output)
+    assert doc["audits"][digest]["vulnerabilities"] == 1 and doc["audits"][digest]["audited"] == AT
