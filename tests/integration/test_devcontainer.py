@@ -44,21 +44,20 @@ def dev_image(request, client):
 
 @pytest.fixture
 def made(client):
-    """Removes every container labelled by the file (and the probe's), and the images the CLI built, whatever
+    """Removes every container labelled by the file (and the probe's) and every image the CLI built, whatever
     happens in the test."""
-    images: set[str] = set()
+    def vsc_tags() -> set[str]:  # the CLI's remoteUser-UID images (vsc-<folder>-<hash>-uid), never ours
+        return {t for i in client.images.list() for t in i.tags if t.startswith("vsc-")}
+
     before = {c.id for c in client.containers.list(all=True, filters={"label": LABEL})}
-    yield images
+    tags_before = vsc_tags()
+    yield
     for c in client.containers.list(all=True, filters={"label": LABEL}):
         if c.id not in before:
-            images.add(c.attrs["Config"]["Image"])
             c.remove(force=True, v=True)
-    for ref in images:
-        if ref.startswith("vsc-"):  # the CLI's remoteUser-UID image, never ours
-            try:
-                client.images.remove(ref, force=True)
-            except Exception:
-                pass
+    for ref in vsc_tags() - tags_before:  # also one a failed `up` built before its container failed
+        client.images.remove(ref, force=True)
+    assert vsc_tags() == tags_before
     assert {c.id for c in client.containers.list(all=True, filters={"label": LABEL})} == before
 
 
