@@ -411,6 +411,10 @@ def test_newest_audit_fresh_stale_and_none():
         with pytest.raises(ValueError, match=f"no audit attestation of {digest} was found.*never clean"):
             newest_audit(none, "img", digest, 86400, "1d", now)
     assert describe_age(59) == "59s" and describe_age(3700) == "1h 1m"
+    ahead = _statement(digest, "2026-12-10T10:04:00Z")  # within the clock skew allowed: fresh
+    assert newest_audit([ahead], "img", digest, 86400, "1d", now) is ahead
+    with pytest.raises(ValueError, match=r"dated 2026-12-11T10:00:00Z, 1d 0h in the future"):
+        newest_audit([_statement(digest, "2026-12-11T10:00:00Z")], "img", digest, 86400, "1d", now)
 
 
 def _cosign(statements: dict[str, list[dict]], missing_vuln: set[str] = frozenset()):

@@ -25,6 +25,7 @@ from imagebuild.secrets import mask_tree
 VULN = "vuln"  # cosign --type
 VULN_PREDICATE_TYPE = "https://cosign.sigstore.dev/attestation/vuln/v1"
 _AGE = re.compile(r"^\s*(\d+)\s*(s|m|h|d|w)\s*$")
+CLOCK_SKEW = 300  # seconds an audit's time may lie ahead of this host's clock
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -96,6 +97,10 @@ def newest_audit(statements: list[dict[str, Any]], shown: str, digest: str, max_
                          "(run imagebuild audit -m MATRIX, then push with --sign-key)")
     when, statement = max(dated, key=lambda pair: pair[0])
     age = (now - when).total_seconds()
+    if age < -CLOCK_SKEW:  # a signed claim from the future says nothing about freshness: refused, never fresh
+        raise ValueError(f"{shown}: the newest audit attestation of {digest} is dated "
+                         f"{when.strftime('%Y-%m-%dT%H:%M:%SZ')}, {describe_age(-age)} in the future of this "
+                         f"host's clock; its age cannot be judged against --max-audit-age {limit}")
     if age > max_age:
         raise ValueError(f"{shown}: the newest audit attestation of {digest} is {describe_age(age)} old (audited "
                          f"{when.strftime('%Y-%m-%dT%H:%M:%SZ')}), older than --max-audit-age {limit}")
