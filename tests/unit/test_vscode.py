@@ -373,7 +373,10 @@ class H(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0"); self.end_headers()
     def do_GET(self):
         if self.path == "/healthz": return self._send(200)
-        if MODE == "open" or self.headers.get("Cookie", "") == SESSION: return self._send(200)
+        if MODE == "open" or self.headers.get("Cookie", "") == SESSION:
+            if self.path == "/":  # as code-server does once logged in: to the last folder opened
+                return self._send(302, [("Location", "./?folder=/home/ml")])
+            return self._send(200)
         return self._send(302, [("Location", "./login?to=%2F")])
     def do_POST(self):
         body = urllib.parse.parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())

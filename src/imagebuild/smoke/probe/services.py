@@ -227,6 +227,7 @@ class CodeServer:
         self.t0 = 0.0
         self.log: Any = None
         self.root: str | None = None
+        self.folder = ""
 
     def start(self):
         import secrets
@@ -234,7 +235,7 @@ class CodeServer:
         self.port, self.password = free_port(), secrets.token_urlsafe(18)
         self.root = tempfile.mkdtemp(prefix="ibprobe-cs-")
         self.log = tempfile.TemporaryFile(mode="w+")
-        work = os.path.join(self.root, "workspace")
+        work = self.folder = os.path.join(self.root, "workspace")
         os.makedirs(work)
         cmd = [self.exe, "--bind-addr", f"127.0.0.1:{self.port}", "--auth", "password", "--disable-telemetry",
                "--disable-update-check", "--user-data-dir", os.path.join(self.root, "data"),
@@ -282,10 +283,11 @@ class CodeServer:
         if health is None:
             return {"status": "failed", "reason": f"code-server did not answer within {timeout:.0f} s: {self._tail()}"}
         startup = round(time.time() - self.t0, 2)
-        from urllib.parse import urlencode
+        from urllib.parse import quote, urlencode
 
+        page = "/?folder=" + quote(self.folder)  # `/` alone redirects to the last folder opened, once logged in
         try:
-            without, headers = self._request("/")
+            without, headers = self._request(page)
             to = (headers or {}).get("Location", "") if headers is not None else ""
             login, login_headers = self._request("/login", data=urlencode({"password": self.password}).encode())
             cookies = login_headers.get_all("Set-Cookie") if login_headers is not None else None
@@ -293,7 +295,7 @@ class CodeServer:
             wrong, wrong_headers = self._request("/login", data=urlencode({"password": f"not-{self.password}"})
                                                  .encode())
             wrong_cookie = bool(wrong_headers.get_all("Set-Cookie")) if wrong_headers is not None else False
-            with_password = self._request("/", cookie=cookie)[0] if cookie else None
+            with_password = self._request(page, cookie=cookie)[0] if cookie else None
         except OSError as exc:
             return {"status": "failed", "reason": f"HTTP error: {exc}"}
         fig = {"port": self.port, "healthz": health, "without_password": without, "redirect": to,
@@ -302,7 +304,7 @@ class CodeServer:
         refused = without in (401, 403) or (without in (302, 303) and "login" in to)
         if with_password == 200 and refused and not wrong_cookie:
             return {"status": "passed", "reason": f"HTTP {with_password} after a login with the password, {without} "
-                    "without it", "figures": fig}
+                    "to the login page without it", "figures": fig}
         return {"status": "failed", "reason": f"with the password {with_password} (want 200), without it {without} "
                 f"{to!r} (want a redirect to the login page, or 401/403), a wrong password "
                 f"{'given' if wrong_cookie else 'refused'} a session", "figures": fig}
