@@ -33,8 +33,8 @@ def read_bundled(found: dict[str, bytes]) -> tuple[Bundled, ...]:
         return ()
     if not isinstance(doc, dict) or not _text(doc, "code-server"):
         return ()
-    found = doc.get("license")
-    licenses: dict[str, Any] = found if isinstance(found, dict) else {}
+    named = doc.get("license")
+    licenses: dict[str, Any] = named if isinstance(named, dict) else {}
     out = [Bundled("code-server", _text(doc, "code-server"), f"pkg:npm/code-server@{_text(doc, 'code-server')}",
                    CODE_SERVER_HOME, tuple(x for x in [licenses.get("code-server")] if isinstance(x, str) and x),
                    _text(doc, "integrity"))]
