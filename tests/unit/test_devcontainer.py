@@ -1,7 +1,7 @@
 """`imagebuild devcontainer` against the shared fake engine: the JSON written (run's settings as runArgs, the image
 bound by digest or ID, remoteUser from the image's /etc/passwd, ports, the workspace mount), the memlock choice probed
 once and stated in one line, bad input as one `error:` line with nothing written, an existing file kept without
---force. (tests/integration/test_devcontainer.py brings the file up with the real Dev Containers CLI.)"""
+--force. (tests/integration/test_devcontainer_cli.py brings the file up with the real Dev Containers CLI.)"""
 
 from __future__ import annotations
 

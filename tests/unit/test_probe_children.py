@@ -142,12 +142,12 @@ def test_a_child_times_out_and_its_session_is_killed(tmp_path):
 
 
 def test_the_watchdog_kills_forked_children_and_the_probe_ends(tmp_path):
-    """`probe.pyz --sections distributed --timeout 3` whose ranks hang: the probe prints its partial JSON at 3 s and
+    """`probe.pyz --sections distributed --timeout 8` whose ranks hang: the probe prints its partial JSON at 8 s and
     exits 3, the ranks (forked by the forkserver) killed; the forkserver ends with the probe (nothing holds its
-    output open)."""
+    output open). (3 s was too short for both ranks to start on two loaded cores.)"""
     fake = _fake_torch(tmp_path, "class version:\n    cuda = None", distributed=SLEEPS)  # a CPU torch: gloo
     t0 = time.time()
-    out = subprocess.run([sys.executable, str(PROBE), "--sections", "distributed", "--timeout", "3"],
+    out = subprocess.run([sys.executable, str(PROBE), "--sections", "distributed", "--timeout", "8"],
                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(fake)), cwd=tmp_path,
                          timeout=60)
     assert out.returncode == 3 and json.loads(out.stdout)["probe"]["timed_out"] is True, out.stderr[-2000:]

@@ -200,6 +200,8 @@ EXTERNAL = {
                                 "--customize-hook", "--dpkgopt", "--homedir", "--import", "--include", "--keyring",
                                 "--no-autostart", "--numeric-owner", "--print-architecture", "--show-keys",
                                 "--variant", "--with-colons", "--xattrs", "--compare-versions", "--status-fd"},
+    "devcontainer CLI/setpriv/code-server": {"--workspace-folder", "--reuid", "--regid", "--init-groups", "--auth",
+                                             "--bind-addr", "--disable-telemetry", "--disable-update-check"},
     "others": {"--query-gpu", "--junitxml", "--no-browser", "--no-fail", "--bridge", "--fresh", "--from", "--lock",
                "--option", "--fmt"},
 }

@@ -36,6 +36,7 @@ from imagebuild.render import render_image
 from imagebuild.resolve import resolve_matrix
 from imagebuild.smoke import probe as P
 from imagebuild.smoke.probe import vscode as probe_vscode
+from imagebuild.smoke.probe.codeserver import code_server_version
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
@@ -460,9 +461,9 @@ def test_the_table_names_the_checks_for_dev_images_only():
 
 
 def test_code_server_version_parser():
-    assert P.services.code_server_version("4.139.1 6f5b2c1 with Code 1.107.0\n") == "4.139.1"
-    assert P.services.code_server_version("[2026] info  Wrote default config\n4.139.1 abc\n") == "4.139.1"
-    assert P.services.code_server_version("") is None
+    assert code_server_version("4.139.1 6f5b2c1 with Code 1.107.0\n") == "4.139.1"
+    assert code_server_version("[2026] info  Wrote default config\n4.139.1 abc\n") == "4.139.1"
+    assert code_server_version("") is None
 
 
 def test_integrity_is_the_sha512_of_the_bytes():

@@ -1,7 +1,7 @@
 """dev flavor, images built with `vscode:`: code-server's version is the image's pin (/etc/imagebuild/code-server.json,
 written from compat/data/code_server.yaml at build time) and so is its Node's; code-server starts on a loopback port
 within its time budget, serves `/` after a login with its password and sends a request without it to the login page
-(services.CodeServer). A dev image without VS Code (no pin, no code-server) skips both, saying so."""
+(codeserver.CodeServer). A dev image without VS Code (no pin, no code-server) skips both, saying so."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import json
 import os
 import subprocess
 
+from probe.codeserver import CODE_SERVER_DEFAULT, CODE_SERVER_PIN, CodeServer, code_server_version
 from probe.common import Probe, which
-from probe.services import CODE_SERVER_DEFAULT, CODE_SERVER_PIN, CodeServer, code_server_version
 
 START_BUDGET = 60.0  # seconds for code-server to answer (measured: a few seconds on 2 cores)
 
