@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from imagebuild.models import Plan
 from imagebuild.record import load_record, store_result, updating
+from imagebuild.smoke.result import SmokeResult
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ def passed(matrix, img, failed=0):
     image_id = "sha256:" + img.flavor
     with updating(matrix) as rec:
         store_result(rec, f"k-{img.flavor}", image_id, runner.suite_version(), runner.expectations_for(img), {},
-                     "cpu", {"passed": 5, "failed": failed, "skipped": 0, "checks": []})
+                     "cpu", SmokeResult(passed=5, failed=failed, skipped=0))
 
 
 def run(args, stdin=None):

@@ -150,7 +150,7 @@ def replay(tmp_path: Path, recording: dict, monkeypatch: pytest.MonkeyPatch, *, 
                           side_hosts={w: SIDE_NAMES[w] for w in places})
     extra = {"image": run.label, "container": MAIN, "flavor": flavor, "gpus_requested": False,
              "side_containers": dict(run.side_hosts)}
-    return runner._run_suite(MAIN, run, extra, time.time())
+    return runner._run_suite(MAIN, run, extra, time.time()).to_json()  # a SmokeResult, as run_smoke returns it
 
 
 def verdict(checks: list[dict]) -> dict[str, tuple[str, str]]:

@@ -14,17 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.files import write_text_atomic
-from imagebuild.record.testkeys import recorded_cases
+from imagebuild.smoke.result import SmokeResult
 from imagebuild.smoke.runner import safe_name
 
 
 def recorded_tests(hit: dict[str, Any], image_id: str, flavor: str, where: str) -> dict[str, Any]:
-    """The report row's `tests` for an up-to-date image: the recorded counts and every recorded case."""
-    tests = {k: v for k, v in hit.items() if k != "cases"}
-    cases = recorded_cases(hit)
-    if cases is not None:
-        tests["checks"] = cases
-    return {**tests, "image": image_id, "flavor": flavor, "up_to_date": True, "gpu": where != "cpu", "where": where}
+    """The report row's `tests` for an up-to-date image: the recorded counts and every recorded case (the record's
+    `cases`; SmokeResult.from_json reads them), as a smoke/result.SmokeResult's JSON."""
+    result = SmokeResult.from_json(hit, f"the record's test result of {image_id}")
+    return result.replace(image=image_id, flavor=flavor, up_to_date=True, gpu=where != "cpu", where=where).to_json()
 
 
 def _case_element(suite: ET.Element, check: dict[str, Any]) -> None:

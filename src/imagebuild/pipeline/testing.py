@@ -19,6 +19,7 @@ from imagebuild.pipeline.located import Located
 from imagebuild.pipeline.settings import TestSettings
 from imagebuild.record import passed_result, store_result, test_key
 from imagebuild.smoke import runner
+from imagebuild.smoke.result import SmokeResult
 
 
 class TestOutcome(str, Enum):
@@ -36,7 +37,7 @@ class TestedImage:
     image: ImagePlan
     image_id: str | None
     outcome: TestOutcome
-    tests: dict[str, Any]  # the report row's `tests` (ImageResult.tests): counts, checks, where, ...
+    tests: dict[str, Any]  # the report row's `tests` (ImageResult.tests): a smoke/result.SmokeResult's to_json()
 
     @property
     def failed(self) -> bool:
@@ -71,11 +72,11 @@ def test_step(client: Any, images: list[tuple[ImagePlan, Located]], book: Record
             write_recorded(tests, img.tag, settings.junit_dir, settings.result_dir)
             out.append(TestedImage(img, image_id, TestOutcome.UP_TO_DATE, tests))
             continue
-        tests = runner.run_smoke(image_id, img.flavor, expect, label=img.tag, require_gpu=settings.require_gpu,
-                                 perf=settings.perf, client=client, echo=echo, junit_dir=settings.junit_dir,
-                                 result_dir=settings.result_dir, timeout=settings.timeout)
-        tests["where"] = where
+        ran = runner.run_smoke(image_id, img.flavor, expect, label=img.tag, require_gpu=settings.require_gpu,
+                               perf=settings.perf, client=client, echo=echo, junit_dir=settings.junit_dir,
+                               result_dir=settings.result_dir, timeout=settings.timeout)
+        result = SmokeResult.from_json(ran, f"the smoke run of {img.tag}").replace(where=where)
         book.update(partial(store_result, key=key, image_id=image_id, suite=suite, expectations=expect,
-                            options=options, where=where, tests=tests))
-        out.append(TestedImage(img, image_id, TestOutcome.RAN, tests))
+                            options=options, where=where, result=result))
+        out.append(TestedImage(img, image_id, TestOutcome.RAN, result.to_json()))
     return out

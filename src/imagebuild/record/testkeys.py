@@ -9,7 +9,8 @@ options and host that shape the outcome, never by tag.
 
 Only passing results are reused ("up to date"); a failed one is kept for the report but always re-run.
 
-Each result keeps its `cases` (every check: name, status, reason, figures when any), so an up-to-date image's JUnit
+Each result is a smoke/result.SmokeResult's JSON with its schema version ("schema_version"; one of another version,
+or a damaged one, is never reused: the image is tested again). It keeps its `cases` (every check: name, status, reason, figures when any), so an up-to-date image's JUnit
 and JSON files are the recorded run's. Results stored before the cases were kept have only `checks` (those that did
 not pass); they stay readable: `recorded_cases` says None for them.
 """
@@ -21,6 +22,14 @@ import json
 from typing import Any
 
 from imagebuild.record.store import Record, now
+from imagebuild.smoke.result import (
+    RESULT_SCHEMA_VERSION,
+    VERSION_KEY,
+    CheckResult,
+    SmokeResult,
+    SmokeResultError,
+    of_version,
+)
 
 
 def digest(obj: object) -> str:
@@ -35,34 +44,48 @@ def test_key(image_id: str, suite: str, expectations: dict[str, Any], options: d
 test_key.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
+def _readable(hit: dict[str, Any] | None) -> bool:
+    """A stored result this tool reads as a smoke/result.SmokeResult (of its schema version, or written before it
+    had one, and not damaged): only such a result is reused; any other is tested again."""
+    if not of_version(hit):
+        return False
+    try:
+        SmokeResult.from_json(hit, "record")
+    except SmokeResultError:
+        return False
+    return True
+
+
 def passed_result(rec: Record | None, key: str) -> dict[str, Any] | None:
     """The stored result under `key` when it passed (no failed check), else None."""
     if rec is None:
         return None
     hit = rec.tests.get(key)
-    if hit and not hit.get("failed") and hit.get("passed", 0) + hit.get("skipped", 0) > 0:
+    if hit and _readable(hit) and not hit.get("failed") and hit.get("passed", 0) + hit.get("skipped", 0) > 0:
         return hit
     return None
 
 
 def store_result(rec: Record, key: str, image_id: str, suite: str, expectations: dict[str, Any], options: dict[str, Any], where: str,
-                 tests: dict[str, Any]) -> dict[str, Any]:
-    """Keep the summary of a run (counts, every case, failed/skipped checks with reasons) under its key."""
+                 result: SmokeResult) -> dict[str, Any]:
+    """Keep the summary of a run (counts, every case, failed/skipped checks with reasons) under its key: a
+    SmokeResult's JSON (its schema version included) with the key's parts, `checks` the cases that did not pass."""
     summary = {
+        VERSION_KEY: RESULT_SCHEMA_VERSION,
         "image_id": image_id, "suite": suite, "expect": digest(expectations), "options": options, "where": where,
-        "at": now(), "passed": tests.get("passed", 0), "failed": tests.get("failed", 0),
-        "skipped": tests.get("skipped", 0), "seconds": tests.get("seconds"),
-        "checks": [c for c in tests.get("checks") or [] if c.get("status") != "passed"],
-        "cases": [_case(c) for c in tests.get("checks") or []],
+        "at": now(), "passed": result.passed, "failed": result.failed, "skipped": result.skipped,
+        "seconds": result.seconds,
+        "checks": [c.to_json() for c in result.checks if c.status != "passed"],
+        "cases": [_case(c) for c in result.checks],
     }
     rec.tests[key] = summary
     return summary
 
 
-def _case(check: dict[str, Any]) -> dict[str, Any]:
-    case = {"name": check.get("name"), "status": check.get("status"), "reason": check.get("reason") or ""}
-    if check.get("figures"):
-        case["figures"] = check["figures"]
+def _case(check: CheckResult) -> dict[str, Any]:
+    case: dict[str, Any] = {"name": check.name, "status": check.status, "reason": check.reason}
+    if check.figures:
+        case["figures"] = dict(check.figures)
     return case
 
 
@@ -80,7 +103,7 @@ def tested_ok(rec: Record | None, image_id: str, suite: str, expectations: dict[
     want = digest(expectations)
     for hit in rec.tests.values():
         if (hit.get("image_id") == image_id and hit.get("suite") == suite and hit.get("expect") == want
-                and not hit.get("failed") and hit.get("passed", 0) > 0):
+                and _readable(hit) and not hit.get("failed") and hit.get("passed", 0) > 0):
             return hit
     return None
 

@@ -3,6 +3,9 @@ against it (one pytest process per image, JUnit XML + JSON result), and always r
 
     tests = run_smoke("registry/x:2.9.1-cuda12.8-...-runtime", expectations={"torch": "2.9.1"})
     tests["passed"], tests["failed"], tests["skipped"], tests["checks"]  # -> ImageResult.tests
+
+The suite's JSON (the probe's, untyped) is parsed here into a smoke/result.SmokeResult; run_smoke returns its
+to_json() (versioned), which the record, report and catalog read back with SmokeResult.from_json.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from imagebuild.engine.store import as_store
 from imagebuild.files import open_fresh_text, write_text_atomic
 from imagebuild.host.binfmt import emulation_note
 from imagebuild.smoke import sides
+from imagebuild.smoke.result import CheckResult, SmokeResult, SmokeResultError
 
 if TYPE_CHECKING:
     from imagebuild.engine.store import EngineClient
@@ -124,9 +128,9 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _failed(reason: str, name: str = "container/start", **extra: Any) -> dict[str, Any]:
-    return {"passed": 0, "failed": 1, "skipped": 0,
-            "checks": [{"name": name, "status": "failed", "reason": reason, "figures": {}}], **extra}
+def _failed(reason: str, name: str = "container/start", **extra: Any) -> SmokeResult:
+    """One failed check; `extra`: what run_smoke gathered so far, under SmokeResult's names."""
+    return SmokeResult.failure(name, reason, **dict(extra, notes=tuple(extra.get("notes") or ())))
 
 
 @dataclass
@@ -217,7 +221,7 @@ def run_smoke(
     them). `places`: the side containers (smoke/sides.py: arbitrary-uid, hpc) to start next to the main one
     for their sections (default: every one the flavor needs); a place not started has its checks skipped. Writes `<junit_dir>/<name>.xml` and `<result_dir>/<name>.json` (the checks plus the raw probe JSON).
     Never raises for a failing image: a container that does not start is one failed check. Ctrl-C/SIGTERM
-    remove the container and propagate.
+    remove the container and propagate. The dict is smoke/result.SmokeResult.to_json() (see there).
     """
     t0 = time.time()
     own_client = client is None
@@ -228,7 +232,7 @@ def run_smoke(
         info = as_store(client).inspect(image_ref)
         if info is None:
             return _failed(f"image {image_ref} not found in the engine (build or pull it first)",
-                           "image/present", **extra)
+                           "image/present", **extra).to_json()
         labels = (info.get("Config") or {}).get("Labels") or {}
         flavor = flavor or labels.get("io.imagebuild.flavor")
         use_gpus = host_has_gpus(client) if gpus is None else gpus
@@ -250,7 +254,7 @@ def run_smoke(
                        Path(junit_dir) if junit_dir else None, Path(result_dir) if result_dir else None,
                        timeout, list(pytest_args), echo, None if places is None else tuple(places))
         with signals_raise():
-            return _run_in_container(client, settings, run, extra, t0)
+            return _run_in_container(client, settings, run, extra, t0).to_json()
     finally:
         if own_client:
             try:
@@ -260,7 +264,7 @@ def run_smoke(
 
 
 def _run_in_container(client: EngineClient, settings: ContainerSettings, run: SuiteRun, extra: dict[str, Any],
-                      t0: float) -> dict[str, Any]:
+                      t0: float) -> SmokeResult:
     """Start the container (and its side containers), run the suite against them, always remove them."""
     started: list[Any] = []  # the SDK's containers (no stubs: Any), the main one first
     try:
@@ -286,16 +290,17 @@ def _run_in_container(client: EngineClient, settings: ContainerSettings, run: Su
             else:
                 run.side_errors[side.where] = why
         extra["start_seconds"] = round(time.time() - t0, 2)
-        return _run_suite(settings.name, run, extra, t0)
+        result = _run_suite(settings.name, run, extra, t0)
     finally:
         for c in reversed(started):
             err = containers.remove(c)
             if err:
                 extra["remove_error"] = err
+    return result.replace(remove_error=extra["remove_error"]) if extra.get("remove_error") else result
 
 
-def _run_suite(container_name: str, run: SuiteRun, extra: dict[str, Any], t0: float) -> dict[str, Any]:
-    """One pytest process over the running container; its JSON result turned into the tests dict."""
+def _run_suite(container_name: str, run: SuiteRun, extra: dict[str, Any], t0: float) -> SmokeResult:
+    """One pytest process over the running container; its JSON result turned into a SmokeResult."""
     tmp = None
     proc = None
     try:
@@ -329,11 +334,12 @@ def _run_suite(container_name: str, run: SuiteRun, extra: dict[str, Any], t0: fl
         raw = json.loads(raw_path.read_text())
         raw_path.unlink()
         tests, probe = _collect(raw, run, extra, proc.returncode, log_path)
-        tests["seconds"] = round(time.time() - t0, 2)
+        tests = tests.replace(seconds=round(time.time() - t0, 2))
         if run.result_dir:
             json_path = out_dir / f"{base}.json"
-            write_text_atomic(json_path, json.dumps(dict(tests, probe=probe), indent=2, default=str))
-            tests["result_json"] = str(json_path)
+            tests = tests.replace(result_json=str(json_path))
+            doc = {k: v for k, v in tests.to_json().items() if k != "result_json"}
+            write_text_atomic(json_path, json.dumps(dict(doc, probe=probe), indent=2, default=str))
         return tests
     finally:
         if proc is not None:
@@ -343,51 +349,54 @@ def _run_suite(container_name: str, run: SuiteRun, extra: dict[str, Any], t0: fl
 
 
 def _collect(raw: dict[str, Any], run: SuiteRun, extra: dict[str, Any], exit_code: int,
-             log_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The suite's `--smoke-json` document -> (ImageResult.tests dict, the raw probe JSON)."""
+             log_path: Path) -> tuple[SmokeResult, dict[str, Any]]:
+    """The suite's `--smoke-json` document -> (its SmokeResult, the raw probe JSON). The probe's documents stay
+    untyped (the probe imports nothing of imagebuild); what the result keeps of them is checked here, and a suite
+    document that is not what this runner reads is one failed check saying what is wrong."""
     hosts = list((raw.get("hosts") or {}).values())
     host = hosts[0] if hosts else {}
     probe = host.get("probe") or {}
-    tests = {
-        "passed": raw["passed"], "failed": raw["failed"], "skipped": raw["skipped"],
-        "checks": [{k: c[k] for k in ("name", "status", "reason", "figures")} for c in raw["checks"]],
+    header = probe.get("probe") or {}
+    extra_probes = host.get("extra_probes") or {}  # per probe/table.py "where": root, arbitrary-uid, hpc
+    doc = {
+        "passed": raw.get("passed"), "failed": raw.get("failed"), "skipped": raw.get("skipped"),
+        "checks": [{k: c.get(k) for k in ("name", "status", "reason", "figures")} for c in raw.get("checks") or []],
         **extra,
         "flavor": host.get("flavor", run.flavor),
         "docker_exec": host.get("docker_exec"),
-        "probe_seconds": (probe.get("probe") or {}).get("seconds"),
-        "probe_section_seconds": (probe.get("probe") or {}).get("section_seconds"),
+        "probe_version": header.get("version"),
+        "probe_seconds": header.get("seconds"),
+        "probe_section_seconds": header.get("section_seconds"),
         "probe_wall_seconds": host.get("probe_wall_seconds"),
         "gpu": bool((probe.get("gpu") or {}).get("available")),
         "pytest_exit": exit_code,
+        "extra_probe_seconds": {k: v.get("wall") for k, v in sorted(extra_probes.items())} or None,
+        "probe_error": host.get("probe_error") or None,
     }
-    extra_probes = host.get("extra_probes") or {}  # per probe/table.py "where": root, arbitrary-uid, hpc
     if extra_probes:
-        tests["extra_probe_seconds"] = {k: v.get("wall") for k, v in sorted(extra_probes.items())}
         probe = dict(probe, extra_probes={k: v.get("doc") for k, v in sorted(extra_probes.items())})
-    if host.get("probe_error"):
-        tests["probe_error"] = host["probe_error"]
-    if not raw["checks"]:
-        tests.update(failed=1, checks=[{"name": "suite/run", "status": "failed", "figures": {},
-                                        "reason": f"pytest ran no checks (exit {exit_code}, log {log_path})"}])
+    try:
+        tests = SmokeResult.from_json(doc, f"the smoke suite's result ({log_path})")
+    except SmokeResultError as exc:  # the suite's document is not what this runner reads: a failed check saying so
+        tests = _failed(str(exc), "suite/result", **extra, pytest_exit=exit_code)
+    if not tests.checks:
+        tests = tests.replace(failed=1, checks=(CheckResult(
+            "suite/run", "failed", f"pytest ran no checks (exit {exit_code}, log {log_path})", {}),))
     return tests, probe
 
 
 def summary_table(rows: list[tuple[str, dict[str, Any]]]) -> str:
-    """Rows of (image, tests) -> a plain table plus one line per failed check."""
+    """Rows of (image, tests: SmokeResult.to_json()) -> a plain table plus one line per failed check."""
     head = ("IMAGE", "FLAVOR", "PASS", "FAIL", "SKIP", "SECONDS", "EXECS", "GPU")
     table = [head]
-    for ref, t in rows:
-        table.append((ref, str(t.get("flavor") or "-"), str(t.get("passed", 0)), str(t.get("failed", 0)),
-                      str(t.get("skipped", 0)), f"{t.get('seconds', 0) or 0:.1f}",
-                      str(t.get("docker_exec") if t.get("docker_exec") is not None else "-"),
-                      "yes" if t.get("gpu") else "no"))
+    results = [(ref, SmokeResult.from_json(t, f"the smoke result of {ref}")) for ref, t in rows]
+    for ref, r in results:
+        table.append((ref, r.flavor or "-", str(r.passed), str(r.failed), str(r.skipped), f"{r.seconds or 0:.1f}",
+                      str(r.docker_exec) if r.docker_exec is not None else "-", "yes" if r.gpu else "no"))
     widths = [max(len(r[i]) for r in table) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) if i > 1 else c.ljust(w)
                        for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip() for r in table]
-    for ref, t in rows:
-        for note in t.get("notes", []):
-            lines.append(f"NOTE {ref}: {note}")
-        for c in t.get("checks", []):
-            if c["status"] == "failed":
-                lines.append(f"FAIL {ref} {c['name']}: {c['reason']}")
+    for ref, r in results:
+        lines += [f"NOTE {ref}: {note}" for note in r.notes]
+        lines += [f"FAIL {ref} {c.name}: {c.reason}" for c in r.failures()]
     return "\n".join(lines)
