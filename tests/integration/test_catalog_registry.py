@@ -22,6 +22,7 @@ from imagebuild.plan.tags import references
 from imagebuild.record import store_result, test_key, updating
 from imagebuild.record.update import record_build
 from imagebuild.smoke import runner
+from imagebuild.smoke.result import SmokeResult
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _helpers import PASSWORD, ROOT, USER, Images, imagebuild, ns  # noqa: E402
@@ -83,7 +84,7 @@ def test_catalog_reads_what_the_registry_serves(docker_client, registry, images,
             expect = runner.expectations_for(image)
             key = test_key(ids[image.tag], suite, expect, options, "cpu")
             store_result(rec, key, ids[image.tag], suite, expect, options, "cpu",
-                         {"passed": 7, "failed": 0, "skipped": 2, "checks": []})
+                         SmokeResult(passed=7, failed=0, skipped=2))
     env = {"IMAGEBUILD_REGISTRY_USER": USER, "IMAGEBUILD_REGISTRY_PASSWORD": PASSWORD,
            "IMAGEBUILD_STATE_DIR": str(state)}
     pushed = imagebuild("push", "--matrix", str(MATRIX), "--registry", prefix, "--only", "*-base,*-runtime",
