@@ -232,7 +232,7 @@ def test_local_record_matches_on_image_id_only(tmp_path):
               "k3": run("sha256:cc", "cpu", "t", 1)})
     rec = local_record("sha256:aa", path)
     assert rec is not None and rec.size == 10 and rec.built_at == "t0"
-    assert [r["passed"] for r in rec.runs] == [2, 3] and rec.latest_run["passed"] == 3
+    assert [r.passed for r in rec.runs] == [2, 3] and rec.latest_run.passed == 3
     only_tests = local_record("sha256:cc", path)
     assert only_tests is not None and only_tests.size is None and len(only_tests.runs) == 1
     assert local_record("sha256:dd", path) is None

@@ -28,6 +28,7 @@ from imagebuild.oci.answers import (
 )
 from imagebuild.oci.registry import RegistryError
 from imagebuild.plan.tags import references
+from imagebuild.smoke.result import SmokeResult
 
 # catalog column -> image label (labels of images imagebuild builds; an empty value means "not in this image")
 VERSION_LABELS = {
@@ -137,9 +138,9 @@ def ran_on(where: str | None) -> str:
     return where
 
 
-def smoke_summary(run: dict[str, Any]) -> dict[str, Any]:
-    return {"passed": int(run.get("passed") or 0), "failed": int(run.get("failed") or 0),
-            "skipped": int(run.get("skipped") or 0), "ran_on": ran_on(run.get("where")), "tested_at": run.get("at")}
+def smoke_summary(run: SmokeResult) -> dict[str, Any]:
+    return {"passed": run.passed, "failed": run.failed, "skipped": run.skipped, "ran_on": ran_on(run.where),
+            "tested_at": run.at}
 
 
 def _platform_child(index: Manifest) -> tuple[Descriptor | None, list[str]]:

@@ -18,6 +18,7 @@ from imagebuild.files import FileProblem, read_bounded_text
 from imagebuild.models import kernel_coverage
 from imagebuild.record.audits import audit_summary
 from imagebuild.record.store import SCHEMA
+from imagebuild.smoke.result import SmokeResult, SmokeResultError, of_version
 
 
 @dataclass(frozen=True)
@@ -27,20 +28,17 @@ class LocalRecord:
     image_id: str
     size: int | None = None  # unpacked bytes, as the engine measured the image (None: not recorded)
     built_at: str | None = None
-    runs: list[dict[str, Any]] = field(default_factory=list)  # smoke results of this image, oldest first
+    runs: list[SmokeResult] = field(default_factory=list)  # smoke results of this image, oldest first
     audit: dict[str, Any] | None = None  # the record's audit of exactly this image ID (record/audits.audit_summary)
 
     @property
-    def latest_run(self) -> dict[str, Any] | None:
+    def latest_run(self) -> SmokeResult | None:
         return self.runs[-1] if self.runs else None
 
     def coverage(self) -> dict[str, Any]:
         """The target GPUs as the latest smoke run of this image found them (models.kernel_coverage)."""
         run = self.latest_run
-        if run is None:
-            return kernel_coverage(None, self.image_id)
-        cases = run.get("cases") if isinstance(run.get("cases"), list) else run.get("checks")
-        return kernel_coverage({**run, "checks": cases}, self.image_id)
+        return kernel_coverage(run.to_json() if run is not None else None, self.image_id)
 
 
 def local_record(image_id: str, path: Path) -> LocalRecord | None:
@@ -58,7 +56,7 @@ def local_record(image_id: str, path: Path) -> LocalRecord | None:
     if not isinstance(doc.get("images") or {}, dict) or not isinstance(doc.get("tests") or {}, dict):
         return None  # valid JSON of another shape: no record
     images = [i for i in (doc.get("images") or {}).values() if isinstance(i, dict) and i.get("image_id") == image_id]
-    runs = [t for t in (doc.get("tests") or {}).values() if isinstance(t, dict) and t.get("image_id") == image_id]
+    runs = [r for r in (_run(t) for t in (doc.get("tests") or {}).values()) if r is not None and r.image_id == image_id]
     kept = doc.get("audits")
     audits: dict[str, Any] = kept if isinstance(kept, dict) else {}
     audit = audit_summary(audits, image_id) if not _audit_damaged(audits, image_id) else None
@@ -66,7 +64,18 @@ def local_record(image_id: str, path: Path) -> LocalRecord | None:
         return None
     size = next((i["size"] for i in images if isinstance(i.get("size"), int)), None)
     built_at = next((i["built_at"] for i in images if i.get("built_at")), None)
-    return LocalRecord(image_id, size, built_at, sorted(runs, key=lambda t: str(t.get("at") or "")), audit)
+    return LocalRecord(image_id, size, built_at, sorted(runs, key=lambda t: t.at or ""), audit)
+
+
+def _run(entry: object) -> SmokeResult | None:
+    """A record's test entry as a smoke/result.SmokeResult; one of another schema version (a newer imagebuild's)
+    or a damaged one is no run: the catalog says the image was not tested rather than guess at it."""
+    if not of_version(entry):
+        return None
+    try:
+        return SmokeResult.from_json(entry, "record")
+    except SmokeResultError:
+        return None
 
 
 def _audit_damaged(audits: dict[str, Any], image_id: str) -> bool:

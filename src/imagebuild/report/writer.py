@@ -29,6 +29,7 @@ from imagebuild.report import stored
 from imagebuild.report.budget import largest_layers
 from imagebuild.report.layers import format_layers
 from imagebuild.secrets import mask_tree, redact, redact_host
+from imagebuild.smoke.result import SmokeResult
 from imagebuild.units import format_size
 
 JSON_NAME = "build-report.json"
@@ -177,13 +178,20 @@ def _status_cell(r: dict[str, Any]) -> str:
     return text
 
 
-def _tests_cell(tests: dict[str, Any] | None) -> str:
-    if not tests:
+def _smoke(r: dict[str, Any]) -> SmokeResult | None:
+    """The row's smoke result (smoke/result.py; a row written before it was versioned reads as version 1); one
+    `error:` line naming the row when it is of another version or damaged."""
+    tests = r.get("tests")
+    return SmokeResult.from_json(tests, f"{JSON_NAME}: the row of {r.get('tag')}: tests") if tests else None
+
+
+def _tests_cell(tests: SmokeResult | None) -> str:
+    if tests is None:
         return "–"
-    cell = f"{tests.get('passed', 0)}/{tests.get('failed', 0)}/{tests.get('skipped', 0)}"
-    if tests.get("failed"):
+    cell = f"{tests.passed}/{tests.failed}/{tests.skipped}"
+    if tests.failed:
         return f"❌ {cell}"
-    return f"{cell} (up to date, {tests.get('at')})" if tests.get("up_to_date") else cell
+    return f"{cell} (up to date, {tests.at})" if tests.up_to_date else cell
 
 
 def _push_cell(push: dict[str, Any] | None) -> str:
@@ -248,7 +256,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(_cell(c) for c in (
             f"`{_short_tag(r['tag'])}`", r.get("flavor") or "", _status_cell(r),
             f"`{r['image_id'][7:19]}`" if r.get("image_id") else "–", format_size(r.get("size")),
-            _duration(r.get("build_seconds")), _tests_cell(r.get("tests")), _gpus_cell(r), _driver_cell(r),
+            _duration(r.get("build_seconds")), _tests_cell(_smoke(r)), _gpus_cell(r), _driver_cell(r),
             _audit_cell(r), _push_cell(r.get("push")))) + " |")
     lines += ["", ", ".join(f"{n} {s}" for s, n in counts.items()), ""]
     problems = []
@@ -256,9 +264,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
         short = _short_tag(r["tag"])
         if r.get("error"):
             problems.append(f"- `{short}`: {_cell(r['error'])[:600]}")
-        for check in (r.get("tests") or {}).get("checks") or []:
-            if check.get("status") == "failed":
-                problems.append(f"- `{short}` test `{check.get('name')}`: {_cell(check.get('reason') or '')[:300]}")
+        tests = _smoke(r)
+        for check in tests.failures() if tests else []:
+            problems.append(f"- `{short}` test `{check.name}`: {_cell(check.reason)[:300]}")
         push = r.get("push") or {}
         if push.get("status") in ("failed", "skipped") and (push.get("error") or push.get("reason")):
             problems.append(f"- `{short}` push {push['status']}: {_cell(push.get('error') or push.get('reason'))}")
@@ -329,21 +337,20 @@ def render_junit(doc: dict[str, Any]) -> str:
             for size, step in largest_layers(row_to_result(r)):
                 out.append(f"layer {format_size(size)}: {step}")
             ET.SubElement(case, "system-out").text = _x("\n".join(out))
-        tests = r.get("tests")
-        if "test" in steps and tests:
+        tests = _smoke(r) if "test" in steps else None
+        if tests is not None:
             c = counts["smoke"]
             case = ET.SubElement(suites["smoke"], "testcase", classname=f"smoke.{r.get('flavor') or 'image'}",
-                                 name=_x(short), time=f"{tests.get('seconds') or 0:.3f}")
+                                 name=_x(short), time=f"{tests.seconds or 0:.3f}")
             c["tests"] += 1
-            c["time"] += tests.get("seconds") or 0
-            failed = [ch for ch in tests.get("checks") or [] if ch.get("status") == "failed"]
-            if tests.get("failed"):
+            c["time"] += tests.seconds or 0
+            if tests.failed:
                 c["failures"] += 1
-                text = "\n".join(f"{ch.get('name')}: {ch.get('reason')}" for ch in failed) or "smoke test failed"
-                ET.SubElement(case, "failure", message=_x(f"{tests['failed']} check(s) failed")).text = _x(text)
+                text = "\n".join(f"{ch.name}: {ch.reason}" for ch in tests.failures()) or "smoke test failed"
+                ET.SubElement(case, "failure", message=_x(f"{tests.failed} check(s) failed")).text = _x(text)
             ET.SubElement(case, "system-out").text = _x(
-                f"passed {tests.get('passed', 0)}, failed {tests.get('failed', 0)}, skipped {tests.get('skipped', 0)}"
-                + (f" (up to date: result of {tests.get('at')})" if tests.get("up_to_date") else ""))
+                f"passed {tests.passed}, failed {tests.failed}, skipped {tests.skipped}"
+                + (f" (up to date: result of {tests.at})" if tests.up_to_date else ""))
         push = r.get("push")
         if "push" in steps and push:
             c = counts["push"]
