@@ -2,7 +2,7 @@
 CI job), a hand-edited one, a history.jsonl that ends in half a line.
 
 `load_report` reads build-report.json within a size limit and checks the shape of every field the Markdown, JUnit
-and history writers use, so a damaged report is one `error:` line naming the file and the field, never a traceback
+and history writers use (each row's `tests`: a smoke/result.SmokeResult of this schema version), so a damaged report is one `error:` line naming the file and the field, never a traceback
 from deep in the renderer. `append_history` first ends a torn last line, so the new entry is a line of its own and
 every complete entry before it stays readable.
 """
@@ -17,6 +17,7 @@ from typing import Any
 
 from imagebuild.errors import UsageError
 from imagebuild.files import MAX_INPUT_BYTES, FileProblem, read_bounded_text
+from imagebuild.smoke.result import SmokeResult
 
 
 class ReportError(UsageError):
@@ -107,6 +108,9 @@ def load_report(path: Path, empty: dict[str, Any]) -> dict[str, Any]:
     if (why := check_report(doc)) is not None:
         raise ReportError(f"{path}: not a build report this tool wrote ({why}); {hint}")
     assert isinstance(doc, dict)
+    for n, row in enumerate(doc.get("images") or []):  # each smoke result: of this schema version, typed
+        if row.get("tests"):
+            SmokeResult.from_json(row["tests"], f"{path}: images[{n}].tests")
     doc.setdefault("images", [])
     doc.setdefault("run", {})
     if doc["images"] is None:
