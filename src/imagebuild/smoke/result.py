@@ -17,11 +17,12 @@ boundary (runner._collect). `to_json()` writes RESULT_SCHEMA_VERSION under "sche
 every key's type and refuses a document of another version or a damaged one with SmokeResultError (a UsageError:
 exit 2, ONE line naming where the document came from, the key, what was expected and what was found).
 
-Documents written before this type existed (imagebuild up to 0.x: the same keys, no "schema_version") are read as
-version 1: their keys and types are exactly what version 1 names, and from_json checks them the same way, so a
-damaged one is refused just the same. Their reuse is unchanged: a recorded pass is reused only under its test key
-(image ID + suite digest + expectations + options + host: record/testkeys.py), so an old pass counts only for the
-same checks. A record entry of ANOTHER version (a newer imagebuild's) is never reused as a pass: the image is
+Documents written before this type existed (the same keys, no "schema_version") are read as version 1: their keys
+and types are exactly what version 1 names, and from_json checks them the same way, so a damaged one is refused just
+the same; one without its counts (hand-made: the tool always wrote them) gets those of the checks it lists, so a
+failed check stays a failure. Their reuse is unchanged: a recorded pass is reused only under its test key (image ID +
+suite digest + expectations + options + host: record/testkeys.py), so an old pass counts only for the same checks.
+A record entry of ANOTHER version (a newer imagebuild's) or a damaged one is never reused as a pass: the image is
 tested again (record/testkeys.passed_result), and the catalog leaves it out ("not tested" rather than a guess).
 """
 
