@@ -22,7 +22,7 @@ from imagebuild.plan.tags import references
 from imagebuild.record import store_result, test_key, updating
 from imagebuild.record.update import record_build
 from imagebuild.smoke import runner
-from imagebuild.smoke.result import SmokeResult
+from imagebuild.smokeresult import SmokeResult
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _helpers import PASSWORD, ROOT, USER, Images, imagebuild, ns  # noqa: E402

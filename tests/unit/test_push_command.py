@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from imagebuild.models import Plan
 from imagebuild.record import load_record, store_result, updating
-from imagebuild.smoke.result import SmokeResult
+from imagebuild.smokeresult import SmokeResult
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""The smoke result as one versioned type (smoke/result.py, issue 38 item 6): a real recorded run (tests/fixtures/
-probe-results/) made into a SmokeResult by the runner round-trips through its JSON and fits result.schema.json; a
+"""The smoke result as one versioned type (smokeresult.py, issue 38 item 6): a real recorded run (tests/fixtures/
+probe-results/) made into a SmokeResult by the runner round-trips through its JSON and fits smokeresult.schema.json; a
 document of another schema version or a damaged one is refused with ONE line naming where it came from, the key, what
 was expected and what was found (the CLI prints it as one `error:` line); one written before the type (no version)
 still reads, and never as a pass it was not."""
@@ -20,7 +20,7 @@ from imagebuild.record import passed_result
 from imagebuild.record.store import SCHEMA, Record
 from imagebuild.smoke import runner
 from imagebuild.smoke.probe import PROBE_VERSION
-from imagebuild.smoke.result import (
+from imagebuild.smokeresult import (
     RESULT_SCHEMA_VERSION,
     VERSION_KEY,
     CheckResult,

@@ -28,7 +28,7 @@ from imagebuild.oci.answers import (
 )
 from imagebuild.oci.registry import RegistryError
 from imagebuild.plan.tags import references
-from imagebuild.smoke.result import SmokeResult
+from imagebuild.smokeresult import SmokeResult
 
 # catalog column -> image label (labels of images imagebuild builds; an empty value means "not in this image")
 VERSION_LABELS = {

@@ -18,7 +18,7 @@ from imagebuild.files import FileProblem, read_bounded_text
 from imagebuild.models import kernel_coverage
 from imagebuild.record.audits import audit_summary
 from imagebuild.record.store import SCHEMA
-from imagebuild.smoke.result import SmokeResult, SmokeResultError, of_version
+from imagebuild.smokeresult import SmokeResult, SmokeResultError, of_version
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def local_record(image_id: str, path: Path) -> LocalRecord | None:
 
 
 def _run(entry: object) -> SmokeResult | None:
-    """A record's test entry as a smoke/result.SmokeResult; one of another schema version (a newer imagebuild's)
+    """A record's test entry as a smokeresult.SmokeResult; one of another schema version (a newer imagebuild's)
     or a damaged one is no run: the catalog says the image was not tested rather than guess at it."""
     if not of_version(entry):
         return None

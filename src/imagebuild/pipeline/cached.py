@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.files import write_text_atomic
-from imagebuild.smoke.result import SmokeResult
 from imagebuild.smoke.runner import safe_name
+from imagebuild.smokeresult import SmokeResult
 
 
 def recorded_tests(hit: dict[str, Any], image_id: str, flavor: str, where: str) -> dict[str, Any]:
     """The report row's `tests` for an up-to-date image: the recorded counts and every recorded case (the record's
-    `cases`; SmokeResult.from_json reads them), as a smoke/result.SmokeResult's JSON."""
+    `cases`; SmokeResult.from_json reads them), as a smokeresult.SmokeResult's JSON."""
     result = SmokeResult.from_json(hit, f"the record's test result of {image_id}")
     return result.replace(image=image_id, flavor=flavor, up_to_date=True, gpu=where != "cpu", where=where).to_json()
 

@@ -19,7 +19,7 @@ from imagebuild.pipeline.located import Located
 from imagebuild.pipeline.settings import TestSettings
 from imagebuild.record import passed_result, store_result, test_key
 from imagebuild.smoke import runner
-from imagebuild.smoke.result import SmokeResult
+from imagebuild.smokeresult import SmokeResult
 
 
 class TestOutcome(str, Enum):
@@ -37,7 +37,7 @@ class TestedImage:
     image: ImagePlan
     image_id: str | None
     outcome: TestOutcome
-    tests: dict[str, Any]  # the report row's `tests` (ImageResult.tests): a smoke/result.SmokeResult's to_json()
+    tests: dict[str, Any]  # the report row's `tests` (ImageResult.tests): a smokeresult.SmokeResult's to_json()
 
     @property
     def failed(self) -> bool:

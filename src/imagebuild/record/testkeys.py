@@ -9,10 +9,11 @@ options and host that shape the outcome, never by tag.
 
 Only passing results are reused ("up to date"); a failed one is kept for the report but always re-run.
 
-Each result is a smoke/result.SmokeResult's JSON with its schema version ("schema_version"; one of another version,
-or a damaged one, is never reused: the image is tested again). It keeps its `cases` (every check: name, status, reason, figures when any), so an up-to-date image's JUnit
-and JSON files are the recorded run's. Results stored before the cases were kept have only `checks` (those that did
-not pass); they stay readable: `recorded_cases` says None for them.
+Each result is a smokeresult.SmokeResult's JSON with its schema version ("schema_version"; one of another version,
+or a damaged one, is never reused: the image is tested again). It keeps its `cases` (every check: name, status,
+reason, figures when any), so an up-to-date image's JUnit and JSON files are the recorded run's. Results stored before
+the cases were kept have only `checks` (those that did not pass); they stay readable: `recorded_cases` says None for
+them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import json
 from typing import Any
 
 from imagebuild.record.store import Record, now
-from imagebuild.smoke.result import (
+from imagebuild.smokeresult import (
     RESULT_SCHEMA_VERSION,
     VERSION_KEY,
     CheckResult,
@@ -45,7 +46,7 @@ test_key.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
 def _readable(hit: dict[str, Any] | None) -> bool:
-    """A stored result this tool reads as a smoke/result.SmokeResult (of its schema version, or written before it
+    """A stored result this tool reads as a smokeresult.SmokeResult (of its schema version, or written before it
     had one, and not damaged): only such a result is reused; any other is tested again."""
     if not of_version(hit):
         return False

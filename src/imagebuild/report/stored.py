@@ -2,9 +2,9 @@
 CI job), a hand-edited one, a history.jsonl that ends in half a line.
 
 `load_report` reads build-report.json within a size limit and checks the shape of every field the Markdown, JUnit
-and history writers use (each row's `tests`: a smoke/result.SmokeResult of this schema version), so a damaged report is one `error:` line naming the file and the field, never a traceback
-from deep in the renderer. `append_history` first ends a torn last line, so the new entry is a line of its own and
-every complete entry before it stays readable.
+and history writers use (each row's `tests`: a smokeresult.SmokeResult of this schema version), so a damaged report
+is one `error:` line naming the file and the field, never a traceback from deep in the renderer. `append_history`
+first ends a torn last line, so the new entry is a line of its own and every complete entry before it stays readable.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from imagebuild.errors import UsageError
 from imagebuild.files import MAX_INPUT_BYTES, FileProblem, read_bounded_text
-from imagebuild.smoke.result import SmokeResult
+from imagebuild.smokeresult import SmokeResult
 
 
 class ReportError(UsageError):

@@ -29,7 +29,7 @@ from imagebuild.report import stored
 from imagebuild.report.budget import largest_layers
 from imagebuild.report.layers import format_layers
 from imagebuild.secrets import mask_tree, redact, redact_host
-from imagebuild.smoke.result import SmokeResult
+from imagebuild.smokeresult import SmokeResult
 from imagebuild.units import format_size
 
 JSON_NAME = "build-report.json"
@@ -179,7 +179,7 @@ def _status_cell(r: dict[str, Any]) -> str:
 
 
 def _smoke(r: dict[str, Any]) -> SmokeResult | None:
-    """The row's smoke result (smoke/result.py; a row written before it was versioned reads as version 1); one
+    """The row's smoke result (smokeresult.py; a row written before it was versioned reads as version 1); one
     `error:` line naming the row when it is of another version or damaged."""
     tests = r.get("tests")
     return SmokeResult.from_json(tests, f"{JSON_NAME}: the row of {r.get('tag')}: tests") if tests else None

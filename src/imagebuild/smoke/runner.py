@@ -4,7 +4,7 @@ against it (one pytest process per image, JUnit XML + JSON result), and always r
     tests = run_smoke("registry/x:2.9.1-cuda12.8-...-runtime", expectations={"torch": "2.9.1"})
     tests["passed"], tests["failed"], tests["skipped"], tests["checks"]  # -> ImageResult.tests
 
-The suite's JSON (the probe's, untyped) is parsed here into a smoke/result.SmokeResult; run_smoke returns its
+The suite's JSON (the probe's, untyped) is parsed here into a smokeresult.SmokeResult; run_smoke returns its
 to_json() (versioned), which the record, report and catalog read back with SmokeResult.from_json.
 """
 
@@ -33,7 +33,7 @@ from imagebuild.engine.store import as_store
 from imagebuild.files import open_fresh_text, write_text_atomic
 from imagebuild.host.binfmt import emulation_note
 from imagebuild.smoke import sides
-from imagebuild.smoke.result import CheckResult, SmokeResult, SmokeResultError
+from imagebuild.smokeresult import CheckResult, SmokeResult, SmokeResultError
 
 if TYPE_CHECKING:
     from imagebuild.engine.store import EngineClient
@@ -221,7 +221,7 @@ def run_smoke(
     them). `places`: the side containers (smoke/sides.py: arbitrary-uid, hpc) to start next to the main one
     for their sections (default: every one the flavor needs); a place not started has its checks skipped. Writes `<junit_dir>/<name>.xml` and `<result_dir>/<name>.json` (the checks plus the raw probe JSON).
     Never raises for a failing image: a container that does not start is one failed check. Ctrl-C/SIGTERM
-    remove the container and propagate. The dict is smoke/result.SmokeResult.to_json() (see there).
+    remove the container and propagate. The dict is smokeresult.SmokeResult.to_json() (see there).
     """
     t0 = time.time()
     own_client = client is None

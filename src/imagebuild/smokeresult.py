@@ -9,7 +9,7 @@ record, the report (JSON, Markdown, JUnit) and the catalog read back.
 `SmokeResult` is one image's run: the counts, every check, where and how it ran (image, flavor, container, GPUs,
 notes, emulation), its timings (the suite's, the probe's, per section and per side place), the probe's version and
 the files it wrote; a result reused from the record (pipeline/cached.py) adds when and where the recorded run was.
-The JSON Schema of `to_json()` is result.schema.json beside this module (tests/unit/test_smoke_result_type.py
+The JSON Schema of `to_json()` is smokeresult.schema.json beside this module (tests/unit/test_smoke_result_type.py
 validates real results against it).
 
 The in-image probe (smoke/probe/) stays untyped and imports nothing of imagebuild: its JSON is parsed here, at the
@@ -39,7 +39,7 @@ from imagebuild.errors import UsageError
 
 RESULT_SCHEMA_VERSION = 1
 VERSION_KEY = "schema_version"
-SCHEMA_PATH = Path(__file__).resolve().with_name("result.schema.json")
+SCHEMA_PATH = Path(__file__).resolve().with_name("smokeresult.schema.json")
 STATUSES = ("passed", "failed", "skipped")
 Status = Literal["passed", "failed", "skipped"]
 
