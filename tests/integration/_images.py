@@ -58,6 +58,16 @@ class CpuBuild:
 
 
 @dataclass
+class CpuTested:
+    """The session's one `imagebuild test` of the classic CPU images (--retest: the suite really runs even where
+    another command recorded a pass): its result (--json rows on stdout), report folder and JUnit folder."""
+    build: CpuBuild
+    result: subprocess.CompletedProcess
+    report_dir: Path
+    junit_dir: Path
+
+
+@dataclass
 class Built:
     """One thing the provider made: what, on which engine, in how many seconds."""
     what: str
@@ -74,6 +84,7 @@ class ImageProvider:
     made: list[Built] = field(default_factory=list)
     _cpu: CpuBuild | None = None
     _bk: tuple | None = None
+    _cpu_tested: CpuTested | None = None
     _derived: dict[str, tuple[object, str]] = field(default_factory=dict)  # key -> (engine client, tag)
 
     # -- the CPU matrix, once per backend -------------------------------------------------------------------------
@@ -97,6 +108,22 @@ class ImageProvider:
             self.made.append(Built("images/cpu.yaml (base, runtime, dev)", "classic", time.monotonic() - t0))
             self._cpu = build
         return self._cpu
+
+    def cpu_tested(self) -> CpuTested:
+        """The smoke suite over the classic CPU images, run once per session through `imagebuild test` (the
+        record's tests, the report and per-image JUnit): every test that needs "these images passed the suite"
+        reads this one run instead of running the suite again."""
+        if self._cpu_tested is None:
+            build = self.cpu()
+            assert build.result.returncode == 0, build.result.stdout[-3000:] + build.result.stderr[-3000:]
+            folder = build.tmp / "tested"
+            folder.mkdir(parents=True, exist_ok=True)
+            t0 = time.monotonic()
+            result = imagebuild("test", *build.args("--report-dir", str(folder / "report"), "--junit",
+                                                    str(folder / "junit"), "--json", "--retest"))
+            self.made.append(Built("images/cpu.yaml smoke (base, runtime, dev)", "classic", time.monotonic() - t0))
+            self._cpu_tested = CpuTested(build, result, folder / "report", folder / "junit")
+        return self._cpu_tested
 
     def buildkit(self, host: str) -> tuple:
         """images/cpu.yaml through the BuildKit backend on the modern engine, smoke-tested (`--test`): (result,
@@ -146,9 +173,11 @@ class ImageProvider:
     # -- the end of the run ---------------------------------------------------------------------------------------
 
     def summary(self) -> list[str]:
-        matrix = [b for b in self.made if b.what.startswith("images/")]
+        matrix = [b for b in self.made if b.what.startswith("images/") and " smoke " not in b.what]
+        smoke = [b for b in self.made if " smoke " in b.what or b.what.endswith("+ smoke")]
         derived = [b for b in self.made if not b.what.startswith("images/")]
-        lines = [f"image provider: {len(matrix)} matrix builds, {len(derived)} derived images"]
+        lines = [f"image provider: {len(matrix)} matrix builds, {len(smoke)} smoke runs of a matrix, "
+                 f"{len(derived)} derived images"]
         lines += [f"  {b.engine:8} {b.seconds:6.0f} s  {b.what}" for b in self.made]
         return lines
 

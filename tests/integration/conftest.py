@@ -196,6 +196,12 @@ def cpu_build(provider):
 
 
 @pytest.fixture(scope="session")
+def cpu_tested(provider, cpu_build):
+    """The smoke suite over cpu_build's three images, run once per session (`imagebuild test --retest --json`)."""
+    return provider.cpu_tested()
+
+
+@pytest.fixture(scope="session")
 def bk_build(provider, cpu_build):
     """images/cpu.yaml built (--force) and smoke-tested through the BuildKit backend on the modern engine, once per
     session (test_buildkit_backend.py compares it with cpu_build; test_env_layers.py rebuilds its runtime with one

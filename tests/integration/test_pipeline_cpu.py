@@ -1,9 +1,9 @@
 """The whole path on the real CPU matrix: build -> test -> push (htpasswd registry) -> pull back -> test the copy.
 
-On the session's build (conftest.cpu_build), in any test order: this module's `test` run, its JUnit files and its
-push have folders of their own (the build's report folder is test_build_cpu_matrix.py's and stays a build's report),
-the suite really runs (--retest: another module's `test` may already have recorded a pass for these images), and the
-push goes to a registry namespace of its own (another module pushes the session's tags, which would make this first
+On the session's build (conftest.cpu_build), in any test order: the session's one `test` run of it
+(conftest.cpu_tested: --retest, so the suite really runs even after another command recorded a pass; its report and
+JUnit files in folders of their own, the build's report folder stays a build's report), and the push goes to a
+registry namespace of its own (another module pushes the session's tags, which would make this first
 push "unchanged"); the session's own tags are never removed.
 """
 
@@ -20,13 +20,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.registry]
 
 
 @pytest.fixture(scope="module")
-def tested(cpu_build, tmp_path_factory):
-    assert cpu_build.result.returncode == 0, cpu_build.result.stdout[-3000:] + cpu_build.result.stderr[-3000:]
-    folder = tmp_path_factory.mktemp("pipeline")
-    report_dir = folder / "report"
-    res = imagebuild("test", *cpu_build.args("--report-dir", str(report_dir), "--junit", str(folder / "junit"),
-                                             "--json", "--retest"))
-    return cpu_build, res, report_dir
+def tested(cpu_tested):
+    """The session's one `imagebuild test --retest --json` of the CPU images (conftest.cpu_tested)."""
+    return cpu_tested.build, cpu_tested.result, cpu_tested.report_dir
 
 
 def test_smoke_suite_passes_on_every_cpu_image_and_skips_gpu_with_reason(tested):

@@ -27,11 +27,11 @@ INPUTS_LABEL = "io.imagebuild.inputs-hash"
 
 
 @pytest.fixture(scope="module")
-def tested_build(cpu_build):
-    assert cpu_build.result.returncode == 0, cpu_build.result.stdout[-3000:] + cpu_build.result.stderr[-3000:]
-    res = imagebuild("test", *cpu_build.args("--report-dir", str(cpu_build.tmp / "report-test")))
+def tested_build(cpu_tested):
+    """The session's build after the session's one `imagebuild test` of it (conftest.cpu_tested)."""
+    res = cpu_tested.result
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return cpu_build
+    return cpu_tested.build
 
 
 def creds(registry) -> dict:
