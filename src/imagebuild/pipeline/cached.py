@@ -15,7 +15,7 @@ from typing import Any
 
 from imagebuild.files import write_text_atomic
 from imagebuild.smoke.runner import safe_name
-from imagebuild.smokeresult import SmokeResult
+from imagebuild.smokeresult import CheckResult, SmokeResult
 
 
 def recorded_tests(hit: dict[str, Any], image_id: str, flavor: str, where: str) -> dict[str, Any]:
@@ -25,40 +25,39 @@ def recorded_tests(hit: dict[str, Any], image_id: str, flavor: str, where: str) 
     return result.replace(image=image_id, flavor=flavor, up_to_date=True, gpu=where != "cpu", where=where).to_json()
 
 
-def _case_element(suite: ET.Element, check: dict[str, Any]) -> None:
-    name = str(check.get("name") or "?")
-    section, _, rest = name.partition("/")
-    case = ET.SubElement(suite, "testcase", classname=f"smoke.{section}" if rest else "smoke", name=rest or name,
-                         time="0")
-    status, reason = check.get("status"), str(check.get("reason") or "")
-    if status == "failed":
-        ET.SubElement(case, "failure", message=reason[:200] or "failed").text = reason
-    elif status == "skipped":
-        ET.SubElement(case, "skipped", message=reason or "skipped")
+def _case_element(suite: ET.Element, check: CheckResult) -> None:
+    section, _, rest = check.name.partition("/")
+    case = ET.SubElement(suite, "testcase", classname=f"smoke.{section}" if rest else "smoke",
+                         name=rest or check.name, time="0")
+    if check.status == "failed":
+        ET.SubElement(case, "failure", message=check.reason[:200] or "failed").text = check.reason
+    elif check.status == "skipped":
+        ET.SubElement(case, "skipped", message=check.reason or "skipped")
 
 
 def junit_text(tests: dict[str, Any], label: str) -> str:
-    """One testsuite named after the image, as the suite's own --junitxml names it, from a recorded run."""
-    checks = list(tests.get("checks") or [])
-    unnamed = int(tests.get("passed") or 0) - sum(1 for c in checks if c.get("status") == "passed")
-    at, where = str(tests.get("at") or "?"), str(tests.get("where") or "?")
-    suite_attrs = {"name": label, "tests": str(len(checks) + (1 if unnamed > 0 else 0)),
-                   "failures": str(tests.get("failed") or 0), "errors": "0", "skipped": str(tests.get("skipped") or 0),
-                   "time": f"{tests.get('seconds') or 0:.3f}", "timestamp": at, "hostname": where}
+    """One testsuite named after the image, as the suite's own --junitxml names it, from a recorded run (a
+    SmokeResult's JSON: recorded_tests)."""
+    result = SmokeResult.from_json(tests, f"the recorded test result of {label}")
+    unnamed = result.passed - sum(1 for c in result.checks if c.status == "passed")
+    at, where = result.at or "?", result.where or "?"
+    suite_attrs = {"name": label, "tests": str(len(result.checks) + (1 if unnamed > 0 else 0)),
+                   "failures": str(result.failed), "errors": "0", "skipped": str(result.skipped),
+                   "time": f"{result.seconds or 0:.3f}", "timestamp": at, "hostname": where}
     root = ET.Element("testsuites")
     suite = ET.SubElement(root, "testsuite", suite_attrs)
     props = ET.SubElement(suite, "properties")
     for key, value in (("up_to_date", "true"), ("ran_at", at), ("ran_where", where),
-                       ("image_id", str(tests.get("image") or "")), ("suite", str(tests.get("suite") or ""))):
+                       ("image_id", result.image or ""), ("suite", result.suite or "")):
         ET.SubElement(props, "property", name=key, value=value)
-    for check in checks:
+    for check in result.checks:
         _case_element(suite, check)
     if unnamed > 0:
-        _case_element(suite, {"name": f"recorded/{unnamed} passed checks (this record does not name them)",
-                              "status": "passed"})
+        _case_element(suite, CheckResult(f"recorded/{unnamed} passed checks (this record does not name them)",
+                                         "passed"))
     ET.SubElement(suite, "system-out").text = (
         f"up to date: not run again; these are the cases of the run of {at} on {where} "
-        f"(passed {tests.get('passed', 0)}, failed {tests.get('failed', 0)}, skipped {tests.get('skipped', 0)})")
+        f"(passed {result.passed}, failed {result.failed}, skipped {result.skipped})")
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
