@@ -48,6 +48,7 @@ from imagebuild.push.pusher import (
 )
 from imagebuild.push.skopeo import DEFAULT_COMPRESSION
 from imagebuild.secrets import redact
+from imagebuild.smokeresult import SmokeResult
 
 if TYPE_CHECKING:
     from imagebuild.engine.store import EngineClient
@@ -81,8 +82,9 @@ def gate(image: ImagePlan, row: dict[str, Any] | None, require_tests: bool) -> s
     if not tests:
         return "not tested (run `imagebuild test` first" + (", or push with --untested)" if has_option("--untested")
                                                              else ")")
-    if tests.get("failed"):
-        return f"{tests['failed']} smoke test(s) failed"
+    result = SmokeResult.from_json(tests, f"the test result of {(row or {}).get('tag') or 'the image'}")
+    if result.failed:
+        return f"{result.failed} smoke test(s) failed"
     return None
 
 
