@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagebuild.phases import Phase
+
 FLAVORS: tuple[str, ...] = ("base", "runtime", "dev")
 PARENT_FLAVOR: dict[str, str | None] = {"base": None, "runtime": "base", "dev": "runtime"}
 # The platform of every image unless the matrix says otherwise (`platforms:`); a matrix, plan, record or report
@@ -216,7 +218,7 @@ class ImageResult:
     build_seconds: float | None = None
     error: str | None = None  # one paragraph: failing step + reason
     log_path: str | None = None
-    tests: dict[str, Any] | None = None  # {"passed": n, "failed": n, "skipped": n, "checks": [{name,status,reason,...}]}
+    tests: dict[str, Any] | None = None  # smokeresult.SmokeResult.to_json(): {"schema_version", "passed", "checks", ...}
     push: dict[str, Any] | None = None  # {"status": "pushed"|"unchanged"|"failed", "digest": ..., "tags": [...], ...}
     te_wheel: dict[str, Any] | None = None  # {"key": ..., "status": "cached"|"built", "seconds": float, "wheel": name}
     built_at: str | None = None  # when the build that made image_id ran (an up-to-date row keeps it)
@@ -233,6 +235,8 @@ class ImageResult:
     min_driver: str | None = None
     # the record's last audit of exactly image_id (record/audits.audit_summary): counts or None (not audited)
     audit: dict[str, Any] | None = None
+    # where this run's time on the image went (phases.py): build-report.json's `phases`, [] when not measured
+    phases: list[Phase] = field(default_factory=list)
 
     @classmethod
     def of(cls, image: ImagePlan) -> ImageResult:
