@@ -6,11 +6,9 @@ the test's folder (printed). Every container is removed at the end (the run's SI
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -19,25 +17,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _helpers import ROOT, cpu_image  # noqa: E402
+from _helpers import cpu_image  # noqa: E402
+from _servers import Server, headless_chromium, need, run_containers, shot  # noqa: E402
 
 pytestmark = pytest.mark.integration
-RUN_LABEL = "io.imagebuild.run"
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 # the launcher's first card under its "Notebook" heading (the image's Python kernel)
 NOTEBOOK_CARD = ("//div[contains(@class,'jp-Launcher-section')][.//*[contains(@class,'jp-Launcher-sectionTitle')]"
                  "[contains(., 'Notebook')]]//div[contains(@class,'jp-LauncherCard')]")
 WAIT = 180  # seconds: a first JupyterLab start builds its caches, a first kernel start imports a lot
-
-
-def _need(what: str, ok: bool) -> None:
-    """A missing client: a failure under make test (IMAGEBUILD_REQUIRE_ENGINE=1), a skip saying why elsewhere."""
-    if ok:
-        return
-    msg = f"{what} is not installed (scripts/system-deps.sh / make install)"
-    if os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1":
-        pytest.fail(msg)
-    pytest.skip(msg)
 
 
 @pytest.fixture(scope="module")
@@ -45,61 +32,10 @@ def dev_image(request, client):
     return cpu_image(request, "dev")
 
 
-def _run_containers(client) -> set[str]:
-    return {c.name for c in client.containers.list(all=True, filters={"label": RUN_LABEL})}
-
-
-class Server:
-    """`imagebuild run --jupyter/--ssh` in the background (as tests/integration/test_run_dev.py's): the line it
-    prints once the port answers; stop() sends SIGTERM, which removes the container."""
-
-    def __init__(self, *args: str):
-        self.proc = subprocess.Popen([sys.executable, "-m", "imagebuild", "run", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, cwd=ROOT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
-        assert self.proc.stdout is not None
-        self.line = self.proc.stdout.readline().strip()
-        if not self.line:
-            self.proc.wait(timeout=30)
-            pytest.fail(f"no URL/command printed: rc={self.proc.returncode} {self.proc.stderr.read()[-2000:]}")
-
-    def stop(self) -> tuple[int, str]:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=60)
-        return code, self.proc.stderr.read() if self.proc.stderr else ""
-
-
 @pytest.fixture
 def chromium(tmp_path):
-    _need("selenium", shutil.which("true") is not None and _importable("selenium"))
-    _need("chromium", Path(CHROMIUM).exists())
-    _need("chromium-driver", Path(CHROMEDRIVER).exists())
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,900",
-                f"--user-data-dir={tmp_path / 'chromium-profile'}"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER, log_output=str(tmp_path / "chromedriver.log")),
-                              options=opts)
-    yield driver
-    driver.quit()
-
-
-def _importable(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
-
-
-def _shot(driver, folder: Path, name: str) -> Path:
-    path = folder / f"{name}.png"
-    assert driver.save_screenshot(str(path)), path
-    assert path.stat().st_size > 10_000, path  # a rendered page, not an empty frame
-    return path
+    with headless_chromium(tmp_path) as driver:
+        yield driver
 
 
 def test_jupyterlab_in_chromium_runs_torch_and_refuses_a_wrong_token(client, dev_image, chromium, tmp_path):
@@ -111,7 +47,7 @@ def test_jupyterlab_in_chromium_runs_torch_and_refuses_a_wrong_token(client, dev
     report = tmp_path / "report"
     report.mkdir()
     torch_version = client.images.get(dev_image).labels["io.imagebuild.torch"]
-    before = _run_containers(client)
+    before = run_containers(client)
     t0 = time.monotonic()
     server = Server("--jupyter", "--no-workspace", dev_image)
     try:
@@ -126,12 +62,12 @@ def test_jupyterlab_in_chromium_runs_torch_and_refuses_a_wrong_token(client, dev
         assert "/login?" in chromium.current_url, chromium.current_url
         assert "Token authentication is enabled" in chromium.find_element(By.TAG_NAME, "body").text
         assert not chromium.find_elements(By.CSS_SELECTOR, ".jp-Launcher, .jp-LabShell")
-        _shot(chromium, report, "wrong-token")
+        shot(chromium, report, "wrong-token")
         # the URL run printed: JupyterLab's launcher, as a person sees it
         chromium.get(server.line)
         card = wait.until(ec.element_to_be_clickable((By.XPATH, NOTEBOOK_CARD)))
         assert chromium.find_element(By.CSS_SELECTOR, ".jp-Launcher").is_displayed()
-        _shot(chromium, report, "launcher")
+        shot(chromium, report, "launcher")
         # a new notebook on the image's kernel; one cell; its output is what the image's torch says
         card.click()
         editor = wait.until(ec.element_to_be_clickable(
@@ -142,22 +78,22 @@ def test_jupyterlab_in_chromium_runs_torch_and_refuses_a_wrong_token(client, dev
         want = f"'{torch_version}"
         output = wait.until(lambda d: next((e for e in d.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output")
                                             if want in e.text), None))
-        _shot(chromium, report, "notebook")
+        shot(chromium, report, "notebook")
         assert output.text.startswith(want), output.text  # '2.13.0+cpu'
         print(f"\njupyterlab in chromium: {time.monotonic() - t0:.1f}s, cell said {output.text}; screenshots in "
               f"{report}")
     finally:
         code, err = server.stop()
     assert code == 0, err
-    assert _run_containers(client) == before
+    assert run_containers(client) == before
 
 
 def test_the_printed_ssh_line_logs_in_and_imports_torch(client, dev_image, tmp_path):
-    _need("openssh-client (ssh, ssh-keygen)", bool(shutil.which("ssh") and shutil.which("ssh-keygen")))
+    need("openssh-client (ssh, ssh-keygen)", bool(shutil.which("ssh") and shutil.which("ssh-keygen")))
     key = tmp_path / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     torch_version = client.images.get(dev_image).labels["io.imagebuild.torch"]
-    before = _run_containers(client)
+    before = run_containers(client)
     server = Server("--ssh", "--ssh-key", f"{key}.pub", "--no-workspace", dev_image)
     try:
         line = shlex.split(server.line)
@@ -171,4 +107,4 @@ def test_the_printed_ssh_line_logs_in_and_imports_torch(client, dev_image, tmp_p
     finally:
         code, err = server.stop()
     assert code == 0, err
-    assert _run_containers(client) == before
+    assert run_containers(client) == before

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -32,9 +31,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _helpers import ROOT, cpu_image, imagebuild  # noqa: E402
+from _servers import Server, run_containers  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.full_tier, pytest.mark.cold_build]
-RUN_LABEL = "io.imagebuild.run"
 
 
 def _code_server_lines(build, dev_id: str) -> tuple[str, dict[str, bytes], str]:
@@ -111,28 +110,6 @@ def test_the_dev_suite_checks_code_server_both_ways(vscode_image, derive, tmp_pa
     assert bad["vscode.serves"]["status"] == "passed"  # only the broken thing fails
 
 
-def _run_containers(client) -> set[str]:
-    return {c.name for c in client.containers.list(all=True, filters={"label": RUN_LABEL})}
-
-
-class Server:
-    def __init__(self, *args: str, lines: int = 1):
-        self.proc = subprocess.Popen([sys.executable, "-m", "imagebuild", "run", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, cwd=ROOT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
-        assert self.proc.stdout is not None
-        self.lines = [self.proc.stdout.readline().strip() for _ in range(lines)]
-        if not all(self.lines):
-            self.proc.wait(timeout=60)
-            pytest.fail(f"not every line printed: {self.lines} rc={self.proc.returncode} "
-                        f"{self.proc.stderr.read()[-2000:]}")
-
-    def stop(self) -> tuple[int, str]:
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=60)
-        return code, self.proc.stderr.read() if self.proc.stderr else ""
-
-
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):
         return None
@@ -162,7 +139,7 @@ def _login_and_serve(url: str, password: str) -> None:
 
 def test_run_vscode_serves_with_the_password_and_refuses_without(client, vscode_image, tmp_path):
     tag, _, dev = vscode_image
-    before = _run_containers(client)
+    before = run_containers(client)
     t0 = time.monotonic()
     server = Server("--vscode", "--workspace", str(tmp_path), tag)
     try:
@@ -173,13 +150,13 @@ def test_run_vscode_serves_with_the_password_and_refuses_without(client, vscode_
     finally:
         code, err = server.stop()
     assert code == 0, err
-    assert _run_containers(client) == before
+    assert run_containers(client) == before
     # a dev image without VS Code: one line, no container
     p = subprocess.run([sys.executable, "-m", "imagebuild", "run", "--vscode", dev], capture_output=True, text=True,
                        timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
     assert p.returncode == 2 and len(errors) == 1 and "is a dev image without VS Code" in errors[0], p.stderr
-    assert _run_containers(client) == before
+    assert run_containers(client) == before
 
 
 @pytest.mark.skipif(not shutil.which("ssh-keygen"), reason="openssh-client not installed (scripts/system-deps.sh)")
@@ -187,13 +164,13 @@ def test_jupyter_ssh_and_vscode_in_one_container(client, vscode_image, tmp_path)
     tag, _, _ = vscode_image
     key = tmp_path / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    before = _run_containers(client)
+    before = run_containers(client)
     server = Server("--jupyter", "--ssh", "--vscode", "--ssh-key", f"{key}.pub", "--no-workspace", tag, lines=3)
     try:
         jupyter, ssh, vscode = server.lines
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/lab\?token=[0-9a-f]{48}", jupyter), jupyter
         assert ssh.startswith("ssh -p ") and ssh.endswith("@127.0.0.1"), ssh
-        assert len(_run_containers(client) - before) == 1  # the three in one container
+        assert len(run_containers(client) - before) == 1  # the three in one container
         assert urllib.request.urlopen(jupyter, timeout=60).status == 200
         m = re.fullmatch(r"(http://127\.0\.0\.1:\d+/\?folder=/workspace) \(password: (\S+)\)", vscode)
         assert m, vscode
@@ -201,4 +178,4 @@ def test_jupyter_ssh_and_vscode_in_one_container(client, vscode_image, tmp_path)
     finally:
         code, err = server.stop()
     assert code == 0, err
-    assert _run_containers(client) == before
+    assert run_containers(client) == before

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -20,9 +19,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _helpers import ROOT, cpu_image  # noqa: E402
+from _servers import Server, run_containers  # noqa: E402
 
 pytestmark = pytest.mark.integration
-RUN_LABEL = "io.imagebuild.run"
 
 
 @pytest.fixture(scope="module")
@@ -35,38 +34,14 @@ def dev_image(request, client):
     return cpu_image(request, "dev")
 
 
-def _run_containers(client) -> set[str]:
-    return {c.name for c in client.containers.list(all=True, filters={"label": RUN_LABEL})}
-
-
 def _cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "imagebuild", "run", *args], capture_output=True, text=True,
                           timeout=300, cwd=cwd or ROOT, stdin=subprocess.DEVNULL,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})})
 
 
-class Server:
-    """`imagebuild run --jupyter/--ssh` in the background: the line it prints once the port answers, the container
-    name it reports, and a SIGTERM stop that must leave no container."""
-
-    def __init__(self, *args: str, env: dict | None = None):
-        self.proc = subprocess.Popen([sys.executable, "-m", "imagebuild", "run", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, cwd=ROOT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})})
-        assert self.proc.stdout is not None
-        self.line = self.proc.stdout.readline().strip()  # blocks until the server answered (or the run failed)
-        if not self.line:
-            self.proc.wait(timeout=30)
-            pytest.fail(f"no URL/command printed: rc={self.proc.returncode} {self.proc.stderr.read()[-2000:]}")
-
-    def stop(self) -> tuple[int, str]:
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=60)
-        return code, self.proc.stderr.read() if self.proc.stderr else ""
-
-
 def test_command_as_the_caller_with_its_exit_status(client, runtime_image, tmp_path):
-    before = _run_containers(client)
+    before = run_containers(client)
     p = _cli(runtime_image, "--", "sh", "-c", "id -u; id -g; pwd; df -k /dev/shm | tail -1; touch made; exit 7",
              cwd=tmp_path)
     assert p.returncode == 7, p.stderr
@@ -75,7 +50,7 @@ def test_command_as_the_caller_with_its_exit_status(client, runtime_image, tmp_p
     assert int(shm.split()[1]) >= 1 << 20  # /dev/shm of at least 1 GiB (half the host's memory)
     made = tmp_path / "made"
     assert made.exists() and (made.stat().st_uid, made.stat().st_gid) == (os.getuid(), os.getgid())
-    assert _run_containers(client) == before  # removed on exit
+    assert run_containers(client) == before  # removed on exit
 
 
 def test_print_matches_what_runs(runtime_image, tmp_path):
@@ -87,7 +62,7 @@ def test_print_matches_what_runs(runtime_image, tmp_path):
 
 
 def test_jupyter_token_works_and_no_token_gets_403(client, dev_image):
-    before = _run_containers(client)
+    before = run_containers(client)
     t0 = time.monotonic()
     server = Server("--jupyter", "--no-workspace", dev_image)
     try:
@@ -106,7 +81,7 @@ def test_jupyter_token_works_and_no_token_gets_403(client, dev_image):
     finally:
         code, err = server.stop()
     assert code == 0, err
-    assert _run_containers(client) == before
+    assert run_containers(client) == before
 
 
 @pytest.mark.skipif(not (shutil.which("ssh") and shutil.which("ssh-keygen")),
@@ -114,7 +89,7 @@ def test_jupyter_token_works_and_no_token_gets_403(client, dev_image):
 def test_ssh_key_works_and_password_is_refused(client, dev_image, tmp_path):
     key = tmp_path / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    before = _run_containers(client)
+    before = run_containers(client)
     server = Server("--ssh", "--ssh-key", f"{key}.pub", "--no-workspace", dev_image)
     try:
         cmd = server.line.split()
@@ -133,11 +108,11 @@ def test_ssh_key_works_and_password_is_refused(client, dev_image, tmp_path):
     finally:
         code, err = server.stop()
     assert code == 0, err
-    assert _run_containers(client) == before
+    assert run_containers(client) == before
 
 
 def test_bad_input_leaves_no_container(client, runtime_image, dev_image, tmp_path):
-    before = _run_containers(client)
+    before = run_containers(client)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -152,4 +127,4 @@ def test_bad_input_leaves_no_container(client, runtime_image, dev_image, tmp_pat
             assert p.returncode == 2 and p.stdout == "", (args, p.stderr)
             errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
             assert len(errors) == 1 and errors[0].startswith(message), (args, p.stderr)
-    assert _run_containers(client) == before
+    assert run_containers(client) == before
