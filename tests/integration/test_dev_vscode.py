@@ -7,7 +7,10 @@ compiled — then:
 - the dev suite's vscode checks pass on it (version = pin, it starts and guards `/` with its password), and the
   version check fails on a copy whose pin names another release;
 - `imagebuild run --vscode` serves `/` after a login with the printed password and sends a request without it to the
-  login page; `--jupyter --ssh --vscode` print one line each from one container; no container is left.
+  login page; `--jupyter --ssh --vscode` print one line each from one container; no container is left;
+- the same in a real browser (headless Chromium, as test_dev_clients.py meets JupyterLab): the login page, a wrong
+  password refused, the printed one opens the VS Code workbench on the workspace (explorer, title), whose integrated
+  terminal imports the image's torch; screenshots in the test's folder (printed).
 
 Costly (a cold code-server build: ~3.5 min of npm on 2 cores): marked full_tier and cold_build.
 """
@@ -31,7 +34,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _helpers import ROOT, cpu_image, imagebuild  # noqa: E402
-from _servers import Server, run_containers  # noqa: E402
+from _servers import Server, headless_chromium, run_containers, shot  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.full_tier, pytest.mark.cold_build]
 
@@ -156,6 +159,134 @@ def test_run_vscode_serves_with_the_password_and_refuses_without(client, vscode_
                        timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
     assert p.returncode == 2 and len(errors) == 1 and "is a dev image without VS Code" in errors[0], p.stderr
+    assert run_containers(client) == before
+
+
+# VS Code's pieces as the browser shows them: the command palette's input and focused row, the startup dialog's buttons
+PALETTE = ".quick-input-widget .quick-input-box input"
+PALETTE_ROW = ".quick-input-widget .quick-input-list .monaco-list-row.focused"
+DIALOG_BUTTON = ".monaco-dialog-box .monaco-button"
+WORKBENCH_WAIT = 240  # seconds: a first workbench load (its extensions host, the explorer's first listing) on 2 cores
+
+
+def _trust_the_folder(driver, report: Path, shots: list[Path]) -> bool:
+    """VS Code asks "Do you trust the authors of the files in this folder?" on a folder's first opening: answer yes
+    (the person's own workspace), with a screenshot of the question. False where no such dialog is shown."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        yes = [b for b in driver.find_elements(By.CSS_SELECTOR, DIALOG_BUTTON) if b.text.strip().startswith("Yes")]
+        if not yes:
+            return False
+        shots.append(shot(driver, report, "trust-dialog"))
+        yes[0].click()
+    except StaleElementReferenceException:
+        return False
+    return True
+
+
+def _palette(driver, wait, command: str) -> None:
+    """Run a command the way a person does: F1, its name, Enter once it is the focused row."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as ec
+
+    ActionChains(driver).send_keys(Keys.F1).perform()
+    box = wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, PALETTE)))
+    box.send_keys(command)
+    wait.until(lambda d: any(r.text.startswith(command) for r in d.find_elements(By.CSS_SELECTOR, PALETTE_ROW)))
+    box.send_keys(Keys.ENTER)
+
+
+def test_vscode_in_chromium_logs_in_with_the_printed_password_only(client, vscode_image, tmp_path):
+    """`run --vscode`'s URL in headless Chromium: code-server's login page; a wrong password gets it again with its
+    error and no cookie; the printed one opens the workbench on /workspace (the title names it, the explorer lists
+    the host's file); its integrated terminal runs the image's Python, which writes torch's version into the
+    workspace. Screenshots in the test's report folder (printed)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    tag, _, _ = vscode_image
+    report, workspace = tmp_path / "report", tmp_path / "workspace"
+    report.mkdir()
+    workspace.mkdir()
+    host_file = workspace / "hello_from_the_host.py"
+    host_file.write_text("print('hello')\n")
+    torch_version = client.images.get(tag).labels["io.imagebuild.torch"]
+    shots: list[Path] = []
+    before = run_containers(client)
+    t0 = time.monotonic()
+    with headless_chromium(tmp_path) as chromium:
+        server = Server("--vscode", "--workspace", str(workspace), tag)
+        try:
+            m = re.fullmatch(r"(http://127\.0\.0\.1:\d+/\?folder=/workspace) \(password: (\S+)\)", server.line)
+            assert m, server.line
+            url, password = m.group(1), m.group(2)
+            wait = WebDriverWait(chromium, WORKBENCH_WAIT, ignored_exceptions=(StaleElementReferenceException,))
+            # the printed URL without a login: code-server's login page, never the workbench
+            chromium.get(url)
+            field = wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "form.login-form input.password")))
+            assert "/login" in chromium.current_url, chromium.current_url
+            assert not chromium.find_elements(By.CSS_SELECTOR, ".monaco-workbench")
+            cookies = {c["name"] for c in chromium.get_cookies()}
+            shots.append(shot(chromium, report, "login", min_size=8_000))  # a plain card: a small PNG
+            # a wrong password: the login page again, with its error, and no session cookie
+            field.send_keys("x" + password + Keys.ENTER)
+            error = wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "form.login-form .error")))
+            assert "incorrect password" in error.text.lower(), error.text
+            assert "/login" in chromium.current_url, chromium.current_url
+            assert {c["name"] for c in chromium.get_cookies()} == cookies
+            assert not chromium.find_elements(By.CSS_SELECTOR, ".monaco-workbench")
+            shots.append(shot(chromium, report, "wrong-password", min_size=8_000))
+            # the printed password: the workbench, on the workspace folder
+            field = chromium.find_element(By.CSS_SELECTOR, "form.login-form input.password")
+            field.send_keys(password + Keys.ENTER)
+            wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, ".monaco-workbench")))
+            assert {c["name"] for c in chromium.get_cookies()} - cookies, "no session cookie after the login"
+            print(f"\nworkbench after {time.monotonic() - t0:.1f}s")
+            trusted: list[bool] = []
+
+            def explorer_lists_the_host_file(d) -> bool:
+                if _trust_the_folder(d, report, shots):
+                    trusted.append(True)
+                views = d.find_elements(By.CSS_SELECTOR, ".explorer-folders-view")
+                return any(host_file.name in v.text for v in views)
+
+            wait.until(explorer_lists_the_host_file)
+            wait.until(lambda d: "workspace" in d.title.lower())
+            shots.append(shot(chromium, report, "workbench"))
+            print(f"explorer lists {host_file.name} after {time.monotonic() - t0:.1f}s; title {chromium.title!r}; "
+                  f"trust dialog answered: {bool(trusted)}")
+            # the integrated terminal: the image's Python, its answer written where the host sees it
+            _trust_the_folder(chromium, report, shots)  # where the question came after the explorer's listing
+            _palette(chromium, wait, "View: Toggle Terminal")
+            wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, ".part.panel .xterm-screen")))
+            keys = chromium.find_element(By.CSS_SELECTOR, ".part.panel .xterm-helper-textarea")  # xterm's input
+            answer = workspace / "torch_in_the_terminal.txt"
+            line = f"python -c 'import torch; print(torch.__version__)' > /workspace/{answer.name}"
+            for _ in range(4):  # until the shell behind the terminal reads what is typed (its first start)
+                chromium.execute_script("arguments[0].focus()", keys)  # not a click: a toast may cover the panel
+                ActionChains(chromium).key_down(Keys.CONTROL).send_keys("c").key_up(Keys.CONTROL).perform()
+                ActionChains(chromium).send_keys(line + Keys.ENTER).perform()
+                deadline = time.monotonic() + 45
+                while time.monotonic() < deadline and not (answer.exists() and answer.read_text().strip()):
+                    time.sleep(1)
+                if answer.exists() and answer.read_text().strip():
+                    break
+            shots.append(shot(chromium, report, "terminal"))
+            assert answer.exists(), f"the terminal never ran {line!r}: see {shots[-1]}"
+            assert answer.read_text().strip().split("+")[0] == torch_version, answer.read_text()
+            print(f"terminal said torch {answer.read_text().strip()} after {time.monotonic() - t0:.1f}s; "
+                  f"screenshots: {' '.join(str(p) for p in shots)}")
+        finally:
+            code, err = server.stop()
+    assert code == 0, err
     assert run_containers(client) == before
 
 
