@@ -24,7 +24,7 @@ TESTS = ROOT / "tests"
 FOUNDATION_MODULES = {"imagebuild", "imagebuild.models", "imagebuild.errors", "imagebuild.secrets",
                       "imagebuild.inputs", "imagebuild.units", "imagebuild.files", "imagebuild.retry",
                       "imagebuild.dates", "imagebuild.backends", "imagebuild.pasteable", "imagebuild.values",
-                      "imagebuild.hints", "imagebuild.smokeresult"}
+                      "imagebuild.hints", "imagebuild.smokeresult", "imagebuild.phases"}
 PURE = {"foundation", "compat", "oci", "lock", "matrix", "resolve", "render", "plan"}
 # layer -> the other layers it may import (its own layer is always allowed)
 ALLOWED: dict[str, set[str]] = {
