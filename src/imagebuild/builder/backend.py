@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Literal, Protocol
 
 from imagebuild.models import DEFAULT_PLATFORM
+from imagebuild.phases import Phase
 
 EventKind = Literal["step", "line", "container", "image", "error"]
 
@@ -71,11 +72,14 @@ class BuildRequest:
 
 @dataclass(frozen=True)
 class BuildOutcome:
-    """How a build ended: an image ID, or one paragraph saying which step failed and why."""
+    """How a build ended: an image ID, or one paragraph saying which step failed and why; its timed phases."""
 
     image_id: str | None  # full ID ("sha256:...") when built
     error: str | None = None  # failing step + reason
     tail: str = ""  # the last lines of output, for the failure report
+    # where the build's time went, as the backend saw it (phases.py: steps, cached or not, export, re-timestamping);
+    # a failed build's too, as far as it got
+    phases: tuple[Phase, ...] = field(default=(), compare=False)
 
     @property
     def failed(self) -> bool:

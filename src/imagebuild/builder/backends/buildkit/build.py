@@ -28,6 +28,7 @@ from imagebuild.builder.backends.buildkit.progress import RawJsonProgress
 from imagebuild.builder.context import tar_context
 from imagebuild.engine import cli
 from imagebuild.models import platform_to_ask
+from imagebuild.phases import Phase
 
 # build arguments that carry credentials: sent as build secrets; the buildkit templates read /run/secrets/<id>
 SECRET_BUILD_ARGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
@@ -94,6 +95,7 @@ class BuildxBuild:
         self._process: cli.Process | None = None
         self._cancelled = False
         self._image_id: str | None = None
+        self._load_seconds: float | None = None  # the exported archive's load into the engine (via_archive)
 
     def cancel(self) -> None:
         with self._lock:
@@ -165,7 +167,9 @@ class BuildxBuild:
         """The exported docker archive into the engine's store (its image ID is the archive's manifest digest); the
         archive goes with the build's temporary folder."""
         yield BuildEvent("step", "loading into the engine")  # a phase: no step number (progress.py)
+        start = time.monotonic()
         loaded = cli.load(str(archive), timeout=self.request.timeout)
+        self._load_seconds = time.monotonic() - start
         if not loaded.ok:
             self.progress.fail(f"docker image load of the exported image failed: {loaded.reason}")
 
@@ -190,8 +194,15 @@ class BuildxBuild:
                 last = time.monotonic()
                 yield from self.progress.feed(decoder.decode(chunk))
 
+    def phases(self) -> tuple[Phase, ...]:
+        """BuildKit's timed phases (progress.py), then the archive's load into the engine when there was one."""
+        timed = self.progress.timed_phases()
+        if self._load_seconds is not None:
+            timed.append(Phase("export", "loading the exported archive into the engine", self._load_seconds))
+        return tuple(timed)
+
     def outcome(self) -> BuildOutcome:
         if self.progress.failed or self._image_id is None:
             return BuildOutcome(image_id=None, error=self.progress.failure_summary() or "the build did not run",
-                                tail=self.progress.tail_text())
-        return BuildOutcome(image_id=self._image_id)
+                                tail=self.progress.tail_text(), phases=self.phases())
+        return BuildOutcome(image_id=self._image_id, phases=self.phases())

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime as _dt
 import json
 import re
 from collections import deque
@@ -25,6 +26,7 @@ from typing import IO, Any
 from imagebuild.builder.backend import BuildEvent
 from imagebuild.builder.diagnose import Diagnosis
 from imagebuild.builder.logs import write_log
+from imagebuild.phases import Phase
 from imagebuild.secrets import redact
 
 TAIL_LINES = 40
@@ -47,10 +49,67 @@ PHASES: tuple[tuple[str, str], ...] = (
 )
 
 
+# the status ids of the exporter's re-timestamping (rewrite-timestamp=true: the image's layers written again with
+# every file dated SOURCE_DATE_EPOCH) and the vertex names of a registry cache's import and export
+RETIMESTAMP_STATUS = "rewriting layers with source-date-epoch"
+_CACHE_VERTEX = ("importing cache manifest", "exporting cache", "preparing build cache")
+_EXPORT_VERTEX = ("exporting to ",)  # "exporting to image", "exporting to docker image format", "... oci image format"
+NAME_MAX = 160  # a phase's name in the report: the step as BuildKit names it, cut here
+
+
+def _when(value: object) -> float | None:
+    """BuildKit's RFC 3339 time (nanoseconds, `Z`) as seconds since the epoch; None when absent or not one."""
+    if not isinstance(value, str) or not value:
+        return None
+    text = value.replace("Z", "+00:00")
+    head, dot, rest = text.partition(".")
+    if dot:  # at most microseconds for fromisoformat: cut the fraction, keep the offset
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        text = f"{head}.{rest[:min(digits, 6)]}{rest[digits:]}"
+    try:
+        return _dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def span(intervals: list[tuple[float, float]]) -> float:
+    """The seconds covered by `intervals` (overlaps counted once)."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+@dataclass
+class _Times:
+    """When a vertex (or a status) started first and completed last, and whether the build cache gave it."""
+
+    started: float | None = None
+    completed: float | None = None
+    cached: bool = False
+
+    def see(self, item: dict[str, Any]) -> None:
+        start, end = _when(item.get("started")), _when(item.get("completed"))
+        if start is not None and (self.started is None or start < self.started):
+            self.started = start
+        if end is not None and (self.completed is None or end > self.completed):
+            self.completed = end
+        self.cached = self.cached or item.get("cached") is True
+
+    def interval(self) -> tuple[float, float] | None:
+        if self.started is None or self.completed is None or self.completed < self.started:
+            return None
+        return (self.started, self.completed)
+
+
 @dataclass
 class _Vertex:
     name: str
     started: bool = False
+    times: _Times = field(default_factory=_Times)
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     partial: str = ""  # output not yet ended by a newline
     diagnosis: Diagnosis = field(default_factory=Diagnosis)  # what its output says went wrong (diagnose.py)
@@ -68,6 +127,7 @@ class RawJsonProgress:
     vertex_error: tuple[str, str] | None = None  # the first vertex error (message, digest): the cause if buildx fails
     plain: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))  # non-JSON lines (buildx's own)
     phases: list[str] = field(default_factory=list)  # the phases after/beside the steps, as they started (PHASES)
+    status_times: dict[str, _Times] = field(default_factory=dict)  # status id -> when it ran
     _buffer: str = ""
 
     @property
@@ -145,6 +205,45 @@ class RawJsonProgress:
         lines = list(vertex.tail) if vertex and vertex.tail else list(self.plain)
         return "\n".join(lines)
 
+    def timed_phases(self) -> list[Phase]:
+        """Where the build's time went, from BuildKit's own times (phases.py): the preparation (definition,
+        metadata, context) as one span, each Dockerfile step in the order it started (cached or not), the registry
+        cache, the export and its re-timestamping (the rewrite's span, taken out of the export's)."""
+        prepare: list[tuple[float, float]] = []
+        export: list[tuple[float, float]] = []
+        cache: list[tuple[float, float]] = []
+        steps: list[Phase] = []
+        for digest in self.order:
+            vertex = self.vertexes[digest]
+            interval = vertex.times.interval()
+            m = _STEP_NAME.match(vertex.name)
+            if m and not vertex.name.startswith(("[internal]", "[context ", "[auth]")):
+                kind = "resolve" if m["stage"] == "resolve" else "step"
+                seconds = None if interval is None else interval[1] - interval[0]
+                steps.append(Phase(kind, vertex.name[:NAME_MAX], seconds, vertex.times.cached))
+            elif interval is None:
+                continue
+            elif vertex.name.startswith(_EXPORT_VERTEX):
+                export.append(interval)
+            elif vertex.name.startswith(_CACHE_VERTEX):
+                cache.append(interval)
+            else:  # [internal] load build definition/.dockerignore/metadata, [context ...], [auth], transfers
+                prepare.append(interval)
+        rewrite = [i for sid, t in self.status_times.items()
+                   if sid.startswith(RETIMESTAMP_STATUS) and (i := t.interval()) is not None]
+        out: list[Phase] = []
+        if prepare:
+            out.append(Phase("prepare", "build definition, metadata, context", span(prepare)))
+        out += steps
+        if cache:
+            out.append(Phase("cache", "registry cache import/export", span(cache)))
+        if export:
+            out.append(Phase("export", "exporting the image (layers, manifest, config, unpack/archive)",
+                             max(0.0, span(export) - span(rewrite))))
+        if rewrite:
+            out.append(Phase("retimestamp", "rewriting layers with SOURCE_DATE_EPOCH", span(rewrite)))
+        return out
+
     # -- internals -------------------------------------------------------------------------------------------------
     def _last_step(self) -> str:
         for digest in reversed(self.order):
@@ -159,7 +258,9 @@ class RawJsonProgress:
                 events += self._vertex(v)
         for status in obj.get("statuses") or []:
             if isinstance(status, dict):
-                events += self._phase(str(status.get("id", "")))
+                sid = str(status.get("id", ""))
+                self.status_times.setdefault(sid, _Times()).see(status)
+                events += self._phase(sid)
         for entry in obj.get("logs") or []:
             if isinstance(entry, dict):
                 events += self._log(entry)
@@ -177,6 +278,7 @@ class RawJsonProgress:
     def _vertex(self, v: dict[str, Any]) -> list[BuildEvent]:
         digest, name = str(v.get("digest", "")), redact(str(v.get("name", "")))
         vertex = self.vertexes.setdefault(digest, _Vertex(name=name))
+        vertex.times.see(v)
         events: list[BuildEvent] = []
         if v.get("started") and not vertex.started:
             vertex.started = True

@@ -122,6 +122,7 @@ class ClassicBuild:
         except (OSError, ValueError) as exc:  # a context folder that is gone, a path that escapes the context
             self.stream.fail(f"{type(exc).__name__}: {exc}")
             return
+        self.stream.begin()
         try:
             call = self.backend.store.build(context, tag=req.tag, dockerfile="Dockerfile",
                                             build_args=req.all_build_args(), labels=dict(req.labels),
@@ -143,8 +144,9 @@ class ClassicBuild:
     def outcome(self) -> BuildOutcome:
         stream = self.stream
         if stream.failed:
-            return BuildOutcome(image_id=None, error=stream.failure_summary(), tail=stream.tail_text())
+            return BuildOutcome(image_id=None, error=stream.failure_summary(), tail=stream.tail_text(),
+                                phases=tuple(stream.timed_phases()))
         image_id = stream.image_id or ""
         if not image_id.startswith("sha256:"):  # the stream may report a short ID ("Successfully built 0123abcd")
             image_id = self.backend.store.image_id(image_id) or image_id
-        return BuildOutcome(image_id=image_id)
+        return BuildOutcome(image_id=image_id, phases=tuple(stream.timed_phases()))
