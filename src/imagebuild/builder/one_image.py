@@ -29,6 +29,7 @@ from imagebuild.builder.uptodate import find_up_to_date, planned_labels
 from imagebuild.errors import ImagebuildError
 from imagebuild.models import ImagePlan, ImageResult
 from imagebuild.oci import Reference
+from imagebuild.phases import Phase
 from imagebuild.report.budget import check_size_budget
 from imagebuild.secrets import redact, register_secret, register_url_credentials
 
@@ -58,6 +59,8 @@ def build_one(run: RunState, img: ImagePlan) -> ImageResult:
                 res.status, res.image_id = "up-to-date", existing
                 describe(run, res)
                 res.build_seconds = time.monotonic() - start
+                res.phases = [Phase("up-to-date", "found up to date in the engine (nothing built)",
+                                    res.build_seconds, cached=True)]
                 check_budget(img, res)
                 if res.status != "failed":
                     run.progress.set(img.tag, "up-to-date")
@@ -86,14 +89,20 @@ def _build(run: RunState, img: ImagePlan, res: ImageResult, base_id: str, start:
     log_path = run.log_dir / f"{img.id}.log"
     res.log_path = str(log_path)
     extra_dirs: dict[str, Path] = {}
+    phases: list[Phase] = []
     if img.te_wheel is not None:  # the TE wheel from the cache (built first when missing)
+        t0 = time.monotonic()
         extra_dirs[TE_WHEEL_DIR] = ensure_te_wheel(run, img, base_id, res)
+        cached = (res.te_wheel or {}).get("status") == "cached"
+        phases.append(Phase("te-wheel", "transformer_engine wheel" + (" (from the cache)" if cached else " (built)"),
+                            time.monotonic() - t0, cached=cached))
     run.progress.set(img.tag, "building", "sending context")
     previous = run.store.image_id(img.tag)
     with open_log(log_path) as log:
         log.write(f"# {img.tag}\n# inputs hash {img.inputs_hash}\n# BASE_IMAGE={base_id}\n")
         outcome = run_build(run, build_request(run, img, base_id, log, extra_dirs), img.tag)
     res.build_seconds = time.monotonic() - start
+    res.phases = phases + list(outcome.phases)
     if outcome.failed:
         res.status = "failed"
         res.error = outcome.error
@@ -102,7 +111,11 @@ def _build(run: RunState, img: ImagePlan, res: ImageResult, base_id: str, start:
     image_id = outcome.image_id
     assert image_id
     if previous and previous != image_id:
+        t0 = time.monotonic()
         image_id = keep_reproduced(run, img, res, image_id, previous)
+        res.phases.append(Phase("compare", "with the image the tag named before (reproduced.py)"
+                                + (": same content, kept it" if image_id == previous else ""),
+                                time.monotonic() - t0))
     # the status last: the scheduler starts the children once it reads "built", and they take image_id as parent
     res.image_id = image_id
     res.backend = run.options.backend

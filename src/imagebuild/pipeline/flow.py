@@ -22,6 +22,7 @@ from imagebuild.engine.store import as_store
 from imagebuild.errors import UsageError
 from imagebuild.files import check_output_dir
 from imagebuild.models import ImagePlan, ImageResult
+from imagebuild.phases import Phase
 from imagebuild.pipeline.building import (
     backend_maker,
     build_step,
@@ -108,6 +109,18 @@ def _recorded(rec: Any, plan: Any, results: list[ImageResult], refresh: Any) -> 
             rec.images[img.id].rebuilt_because = None
 
 
+def _test_phase(tested: TestedImage) -> list[Phase]:
+    """The smoke tests as a phase of the image's report row: the suite's seconds, a reused pass 0 s (cached)."""
+    from imagebuild.pipeline.testing import TestOutcome
+
+    if tested.outcome == TestOutcome.UP_TO_DATE:
+        return [Phase("tests", "the recorded pass of this content (up to date)", 0.0, cached=True)]
+    seconds = tested.tests.get("seconds")
+    if tested.outcome != TestOutcome.RAN or isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return []
+    return [Phase("tests", "the smoke suite", float(seconds), cached=False)]
+
+
 def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     """`build`: every selected image (and the parents it needs), then the steps asked for."""
     settings = options.build
@@ -173,6 +186,7 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
         result.tested = test_step(client, ready, loaded.book, test_settings, say)
         for t in result.tested:
             by_tag[t.image.tag].tests = t.tests
+            by_tag[t.image.tag].phases += _test_phase(t)
         show(_summary(result.tested))
         result.ok = result.ok and not any(t.failed for t in result.tested)
     if options.push is not None and result.ok:
@@ -210,6 +224,7 @@ def test_run(options: RunOptions, say: Say) -> RunResult:
     for t in result.tested:
         row = fill_row(loaded.record, t.image, ImageResult.of(t.image))
         row.image_id, row.tests = t.image_id or row.image_id, t.tests
+        row.phases = _test_phase(t)
         result.results.append(row)
         result.rows.append((t.image.tag, t.tests))
     result.ok = not any(t.failed for t in result.tested)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from imagebuild.engine.store import as_store
 from imagebuild.files import write_text_atomic
 from imagebuild.models import ImagePlan, ImageResult, Plan
+from imagebuild.phases import Phase
 from imagebuild.pipeline.building import HERE, BuildStatus
 from imagebuild.record.derived import Derived, key_of
 from imagebuild.record.store import file_sha256
@@ -149,9 +151,11 @@ def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir:
             continue  # not in this engine: `imagebuild sbom REF` reads it from the registry when wanted
         path = folder / f"{img.id}.cdx.json"
         old = recorded.get(img.id) or {}
+        t0 = time.monotonic()
         if old.get("image_id") == res.image_id and path.is_file() and \
                 "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() == old.get("sha256"):
             res.sbom = dict(old)
+            res.phases.append(Phase("sbom", "the recorded one, still in place", time.monotonic() - t0, True))
             continue
         try:
             text = sboms.text(res.image_id)
@@ -159,6 +163,9 @@ def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir:
             say(f"warning: {img.tag}: no SBOM ({exc})")
             res.sbom = {"error": str(exc)}
             continue
+        finally:  # kept copies (record/derived.py) or the image's files read and made into an SBOM
+            res.phases.append(Phase("sbom", "the image's inventory and its CycloneDX document",
+                                    time.monotonic() - t0))
         folder.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, text)  # by rename: a link planted at the name is replaced, not written through
         data = text.encode()
@@ -176,11 +183,14 @@ def diff_rebuilds(client: Any, plan: Plan, results: list[ImageResult], before: d
             continue
         from imagebuild.inventory import diff, diff_to_json, format_diff  # only for a rebuild
 
+        t0 = time.monotonic()
         try:
             d = diff(local_inventory(client, kept, old), local_inventory(client, kept, res.image_id))
         except Exception as exc:  # the previous image may be gone (pruned); say so, keep going
             say(f"warning: {res.tag}: no diff against the previous image {old[7:19]} ({exc})")
             continue
+        finally:
+            res.phases.append(Phase("diff", f"against the image before ({old[7:19]})", time.monotonic() - t0))
         doc = diff_to_json(d)
         res.diff = {
             "against": old,
