@@ -2,7 +2,8 @@
 CI job), a hand-edited one, a history.jsonl that ends in half a line.
 
 `load_report` reads build-report.json within a size limit and checks the shape of every field the Markdown, JUnit
-and history writers use (each row's `tests`: a smokeresult.SmokeResult of this schema version), so a damaged report
+and history writers use (each row's `tests`: a smokeresult.SmokeResult of this schema version; its `phases`, when
+there are any: phases.Phase rows; a report written before phases has none and reads as it is), so a damaged report
 is one `error:` line naming the file and the field, never a traceback from deep in the renderer. `append_history`
 first ends a torn last line, so the new entry is a line of its own and every complete entry before it stays readable.
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 from imagebuild.errors import UsageError
 from imagebuild.files import MAX_INPUT_BYTES, FileProblem, read_bounded_text
+from imagebuild.phases import PHASES_KEY, PhaseError, phases_from_json
 from imagebuild.smokeresult import SmokeResult
 
 
@@ -41,12 +43,14 @@ _AUDIT = {"image_id": (str,), "at": _OS, "security_fixes": (int, type(None)), "p
           "violations": _Opt((int,)), "not_checked": _Opt([(str,)])}
 _COUNTS = {"added": (object,), "removed": (object,), "changed": (object,)}
 _DIFF = {"os": _Opt(_COUNTS), "python": _Opt(_COUNTS)}
+_PHASE = {"kind": (str,), "name": (str,), "seconds": (*_NUM, type(None)), "cached": (bool, type(None))}
 _ROW = {"tag": (str,), "status": _OS, "source": _OS, "image_id": _OS, "error": _OS, "size": (*_NUM, type(None)),
         "build_seconds": (*_NUM, type(None)), "tests": _Opt(_TESTS), "push": _Opt(_PUSH), "sbom": _Opt(_SBOM),
         "diff": _Opt(_DIFF), "layers": _Opt([{"size": (*_NUM, type(None)), "created_by": _OS}]),
         "env_layers": _Opt([{"tier": (str,), "holds": _OS, "size": (*_NUM, type(None)), "over_limit": _Opt((bool,))}]),
-        "versions": _Opt({}), "audit": _Opt(_AUDIT), "gpus": _OS, "min_driver": _OS}
-_REQUIRED = {id(_ROW): ("tag",), id(_AUDIT): ("image_id", "security_fixes", "python"), id(_SBOM): ("path",), id(_COUNTS): ("added", "removed", "changed")}
+        "versions": _Opt({}), "audit": _Opt(_AUDIT), "gpus": _OS, "min_driver": _OS,
+        PHASES_KEY: _Opt([_PHASE])}  # absent or null: a report written before phases were measured
+_REQUIRED = {id(_ROW): ("tag",), id(_PHASE): ("kind", "name"), id(_AUDIT): ("image_id", "security_fixes", "python"), id(_SBOM): ("path",), id(_COUNTS): ("added", "removed", "changed")}
 _DOC = {"schema": (int,), "run": _Opt({"steps": _Opt([(str,)])}), "matrix": _OS, "registry": _OS, "images": [_ROW]}
 
 
@@ -111,6 +115,10 @@ def load_report(path: Path, empty: dict[str, Any]) -> dict[str, Any]:
     for n, row in enumerate(doc.get("images") or []):  # each smoke result: of this schema version, typed
         if row.get("tests"):
             SmokeResult.from_json(row["tests"], f"{path}: images[{n}].tests")
+        try:  # typed (phases.py): what the shape above lets through (a negative or endless number of seconds)
+            phases_from_json(row.get(PHASES_KEY), f"{path}: images[{n}].{PHASES_KEY}")
+        except PhaseError as exc:
+            raise ReportError(f"{exc}; {hint}") from None
     doc.setdefault("images", [])
     doc.setdefault("run", {})
     if doc["images"] is None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from imagebuild.files import open_lock_file, write_text_atomic
 from imagebuild.models import ImageResult, Plan, describe_audit, describe_coverage, kernel_coverage
+from imagebuild.phases import PHASES_KEY, STEP_KINDS, Phase, phases_from_json, phases_to_json
 from imagebuild.report import stored
 from imagebuild.report.budget import largest_layers
 from imagebuild.report.layers import format_layers
@@ -56,6 +57,7 @@ def row_to_result(row: dict[str, Any]) -> ImageResult:
     known.setdefault("flavor", "")
     known.setdefault("inputs_hash", "")
     known.setdefault("versions", {})
+    known[PHASES_KEY] = _phases(row)
     return ImageResult(**known)
 
 
@@ -92,6 +94,7 @@ def write_reports(results: list[ImageResult], report_dir: str | Path, plan: Plan
                  key=lambda r: order.get(r["tag"], len(order)))
     for r in raw:  # what the row's own test run says of its target GPUs (issue 40), for the JSON and the Markdown
         r["coverage"] = kernel_coverage(r.get("tests"), r.get("image_id"))
+        r[PHASES_KEY] = phases_to_json(_phases(r))  # typed rows as JSON, seconds to the millisecond
     rows = [result_to_row(r) for r in raw]
     matrix = plan.matrix_file if plan else run.get("matrix")
     doc = {"schema": SCHEMA, "run": mask_tree(run), "matrix": redact(matrix) if matrix else None,
@@ -222,6 +225,50 @@ def _audit_cell(r: dict[str, Any]) -> str:
     return describe_audit(audit, r.get("image_id"))
 
 
+def _phases(r: dict[str, Any]) -> list[Phase]:
+    """The row's phases (phases.py; none in a report written before they were measured); one `error:` line naming
+    the row when one is damaged."""
+    return phases_from_json(r.get(PHASES_KEY), f"{JSON_NAME}: the row of {r.get('tag')}: {PHASES_KEY}")
+
+
+FOLD_CACHED_BELOW = 1.0  # seconds: cached steps quicker than this are one row ("N cached steps")
+FOLD_BELOW = 0.5  # seconds: other steps quicker than this are one row too
+
+
+def _seconds(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def phase_table(phases: list[Phase]) -> list[str]:
+    """The compact Markdown table of one image's phases: phase, seconds, cached; quick cached steps and quick steps
+    each folded into one row (the JSON keeps every step)."""
+    lines = ["| phase | seconds | cached |", "|---|---:|---|"]
+    folded: dict[bool, list[Phase]] = {True: [], False: []}
+    after_steps = len(lines)  # the folded rows go after the last step shown
+    for p in phases:
+        is_step = p.kind in STEP_KINDS
+        if is_step and p.cached and (p.seconds or 0.0) < FOLD_CACHED_BELOW:
+            folded[True].append(p)
+            continue
+        if is_step and not p.cached and p.seconds is not None and p.seconds < FOLD_BELOW:
+            folded[False].append(p)
+            continue
+        name = " ".join((p.name if p.kind == "step" else f"{p.kind}: {p.name}").split())
+        if len(name) > 100:
+            name = name[:99] + "…"
+        cached = "–" if p.cached is None else ("yes" if p.cached else "no")
+        lines.append(f"| {_cell(name)} | {_seconds(p.seconds)} | {cached} |")
+        if is_step:
+            after_steps = len(lines)
+    rows = []
+    for from_cache, quick in folded.items():
+        if quick:
+            what = f"{len(quick)} cached step(s) under {FOLD_CACHED_BELOW:g} s" if from_cache else \
+                f"{len(quick)} more step(s) under {FOLD_BELOW:g} s each"
+            rows.append(f"| {what} | {sum(p.seconds or 0.0 for p in quick):.1f} | {'yes' if from_cache else 'no'} |")
+    return lines[:after_steps] + rows + lines[after_steps:]
+
+
 def _short_tag(tag: str) -> str:
     return tag.rsplit(":", 1)[-1] if ":" in tag.rsplit("/", 1)[-1] else tag
 
@@ -282,6 +329,16 @@ def render_markdown(doc: dict[str, Any]) -> str:
         lines += ["<details><summary>Environment layers (least changing first)</summary>", ""]
         for r in layered:
             lines += [f"`{_short_tag(r['tag'])}`:", "", "```text", *format_layers(r["env_layers"]), "```", ""]
+        lines += ["</details>", ""]
+    timed = [(r, phases) for r in rows if (phases := _phases(r))]
+    if timed:
+        lines += ["<details><summary>Phases: where each image's time went in this run (seconds; parallel stages "
+                  "overlap)</summary>", ""]
+        for r, phases in timed:
+            status = r.get("status") or "planned"
+            took = f", build {_duration(r.get('build_seconds'))}" if status in ("built", "failed") else ""
+            lines += [f"`{_short_tag(r['tag'])}` ({status}{took}):", "",
+                      *phase_table(phases), ""]
         lines += ["</details>", ""]
     for r in rows:
         d = r.get("diff")
