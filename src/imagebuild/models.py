@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagebuild.phases import Phase
+
 FLAVORS: tuple[str, ...] = ("base", "runtime", "dev")
 PARENT_FLAVOR: dict[str, str | None] = {"base": None, "runtime": "base", "dev": "runtime"}
 # The platform of every image unless the matrix says otherwise (`platforms:`); a matrix, plan, record or report
@@ -233,6 +235,8 @@ class ImageResult:
     min_driver: str | None = None
     # the record's last audit of exactly image_id (record/audits.audit_summary): counts or None (not audited)
     audit: dict[str, Any] | None = None
+    # where this run's time on the image went (phases.py): build-report.json's `phases`, [] when not measured
+    phases: list[Phase] = field(default_factory=list)
 
     @classmethod
     def of(cls, image: ImagePlan) -> ImageResult:
