@@ -9,6 +9,7 @@ progress, the classic builder's `Step N/M` lines timed as they arrive), the exec
 build (builder/one_image.py), the pipeline what happens after it (SBOM, diff, tests); the report shows them
 (report/writer.py) and reads them back typed. KINDS names each kind of phase:
 
+- base:        a parentless image's OS image: bootstrapped or pulled (once per run, bases.py) or found
 - prepare:     BuildKit's build definition, metadata and context transfer (one row: the span they took together)
 - resolve:     a Dockerfile step of the `resolve` stage (the environment resolved once: render/tiering.py)
 - step:        any other Dockerfile step; `cached` says whether the build cache gave it
@@ -37,7 +38,7 @@ from typing import Any
 from imagebuild.errors import UsageError
 
 PHASES_KEY = "phases"  # the key of a build-report.json row that holds them
-KINDS = ("prepare", "resolve", "step", "export", "retimestamp", "cache", "te-wheel", "compare", "up-to-date", "sbom",
+KINDS = ("base", "prepare", "resolve", "step", "export", "retimestamp", "cache", "te-wheel", "compare", "up-to-date", "sbom",
          "diff", "tests")
 STEP_KINDS = ("resolve", "step")  # Dockerfile steps (the only phases the build cache can give)
 

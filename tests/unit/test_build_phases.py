@@ -192,3 +192,72 @@ def test_a_damaged_phases_entry_given_to_the_report_command(tmp_path):
 def test_a_damaged_phase_handed_to_the_renderer_is_one_error_line():
     with pytest.raises(PhaseError, match=r"^build-report.json: the row of a:b: phases\[0\].name: expected a string"):
         render_markdown({"images": [{"tag": "a:b", "phases": [{"kind": "step", "name": None}]}]})
+
+
+# -- through the classic backend and the executor (the one fake engine) ---------------------------------------------
+OS_REF = "example/os:1@sha256:" + "0" * 64
+OS_ID = "sha256:" + "05" * 32
+
+
+def _recorded_chunks() -> list[dict]:
+    return [json.loads(line)["chunk"] for line in (PHASES / "classic-runtime-one-package.jsonl").read_text().splitlines()]
+
+
+def test_the_classic_backend_hands_its_phases_on():
+    from _fake_engine import FakeEngine
+
+    from imagebuild.builder.backend import BuildRequest
+    from imagebuild.builder.backends.classic.build import ClassicBackend
+
+    chunks = _recorded_chunks()
+    image_id = next(c["aux"]["ID"] for c in chunks if "aux" in c)
+    store = FakeEngine()
+    store.add_image(None, {}, image_id=image_id)
+    store.build_streams.append(chunks)
+    build = ClassicBackend(store).start(BuildRequest(tag="ib/x:1", dockerfile="FROM scratch\n", build_args={},
+                                                     labels={}, timeout=60))
+    list(build.events())
+    outcome = build.outcome()
+    assert outcome.image_id == image_id
+    kinds = [p.kind for p in outcome.phases]
+    assert kinds[0] == "prepare" and kinds[-1] == "export" and kinds.count("resolve") == 4
+    assert [p.cached for p in outcome.phases if p.kind == "step"].count(True) == 5
+    assert all(p.seconds is not None and p.seconds >= 0 for p in outcome.phases)
+
+
+def _plan():
+    from imagebuild.models import BaseSource, ImagePlan, OSInfo, Plan, ResolvedVariant, Versions
+
+    osinfo = OSInfo(id="debian12", family="debian", version="12", codename="bookworm", system_python="3.11",
+                    installable_pythons=("3.11",), mirror="http://deb.debian.org/debian", glibc="2.36")
+    var = ResolvedVariant(key="k", name="ib", registry="", versions=Versions(torch="2.13.0", cuda="cpu",
+                                                                             python="3.11", os="debian12"),
+                          cuda_tag="cpu", os=osinfo, base=BaseSource(kind="registry", ref=OS_REF),
+                          torch_index_url=None, flavors=("base",), tf32=True, gpu_archs=(), arch_list=(),
+                          min_driver=None)
+    base = ImagePlan(id="k-base", tag="ib:k-base", flavor="base", parent=None, variant=var,
+                     dockerfile="ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN echo base\n", build_args={},
+                     context_files={}, labels={"io.imagebuild.flavor": "base"}, inputs_hash="sha256:base",
+                     secret_build_args={})
+    return Plan("t", [base])
+
+
+def test_the_executor_puts_the_os_image_and_the_backend_s_phases_on_the_row_then_up_to_date(tmp_path):
+    from _fake_engine import FakeEngine
+
+    from imagebuild.builder.executor import build_plan
+    from imagebuild.builder.options import BuildOptions
+    from imagebuild.builder.progress import Progress
+
+    store = FakeEngine()
+    store.add_image(OS_REF, {}, size=10, image_id=OS_ID)
+    options = BuildOptions(log_dir=tmp_path, check_disk=False, jobs=1)
+    [res] = build_plan(store, _plan(), options, Progress())
+    assert res.status == "built", res.error
+    assert [p.kind for p in res.phases] == ["base", "prepare", "step", "step", "step", "export"]
+    assert [p.name for p in res.phases if p.kind == "step"] == [
+        "Step 1/3 : ARG BASE_IMAGE", "Step 2/3 : FROM ${BASE_IMAGE}", "Step 3/3 : RUN echo base"]
+    assert res.phases[-2].cached is False and res.phases[2].cached is None  # a RUN step; ARG: no cache
+    [again] = build_plan(store, _plan(), options, Progress())  # nothing changed: found, nothing built
+    assert again.status == "up-to-date"
+    assert [(p.kind, p.cached) for p in again.phases] == [("base", None), ("up-to-date", True)]

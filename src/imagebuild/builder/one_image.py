@@ -46,11 +46,14 @@ def build_one(run: RunState, img: ImagePlan) -> ImageResult:
             return res
         if use_remote(run, img, res):
             return res
+        os_image: list[Phase] = []
         if img.parent is not None:
             base_id = run.results[img.parent].image_id
             assert base_id, f"parent {img.parent} has no image ID"
         else:
-            base_id = base_image_id(run, img)
+            t0 = time.monotonic()
+            base_id = base_image_id(run, img)  # bootstrapped or pulled once per run (bases.py), else found
+            os_image.append(Phase("base", "the OS image (bootstrapped, pulled or found)", time.monotonic() - t0))
         with run.lock:
             hlock = run.hash_locks.setdefault(img.inputs_hash, threading.Lock())
         with hlock:  # two plan entries with identical inputs build once
@@ -59,13 +62,15 @@ def build_one(run: RunState, img: ImagePlan) -> ImageResult:
                 res.status, res.image_id = "up-to-date", existing
                 describe(run, res)
                 res.build_seconds = time.monotonic() - start
-                res.phases = [Phase("up-to-date", "found up to date in the engine (nothing built)",
-                                    res.build_seconds, cached=True)]
+                res.phases = [*os_image, Phase("up-to-date", "found up to date in the engine (nothing built)",
+                                               time.monotonic() - start - sum(p.seconds or 0.0 for p in os_image),
+                                               cached=True)]
                 check_budget(img, res)
                 if res.status != "failed":
                     run.progress.set(img.tag, "up-to-date")
             else:
                 _build(run, img, res, base_id, start)
+                res.phases[:0] = os_image
             if res.status == "built":
                 check_budget(img, res)
                 if res.status != "failed":
