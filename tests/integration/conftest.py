@@ -188,10 +188,14 @@ def pytest_terminal_summary(terminalreporter):
 
 
 @pytest.fixture(scope="session")
-def cpu_build(provider):
-    """images/cpu.yaml built for real (bootstrap Debian 12 → base → runtime → dev), tagged for the test registry."""
+def cpu_build(provider, request):
+    """images/cpu.yaml built for real (bootstrap Debian 12 → base → runtime → dev), tagged for the test registry.
+    When a test of the session will ask for the BuildKit build too (`bk_build`), that build starts first, in the
+    background on its own engine, and runs while the classic one does."""
     if not list(WHEELHOUSE.glob("torch-2.13.0*cp311*.whl")):
         pytest.skip(f"no torch 2.13.0 cp311 wheel in {WHEELHOUSE}")
+    if BK_HOST and any("bk_build" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        provider.start_buildkit()
     return provider.cpu()
 
 

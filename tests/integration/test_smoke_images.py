@@ -1,7 +1,8 @@
 """The smoke suite against real images on a real engine.
 
-Images: the real runtime and dev images of images/cpu.yaml, built once per session (conftest.cpu_build), or
-IMAGEBUILD_SMOKE_IMAGE / IMAGEBUILD_SMOKE_DEV_IMAGE (any image with truthful io.imagebuild.* labels). Deliberately
+Images: the real runtime and dev images of images/cpu.yaml, built once per session (conftest.cpu_build) and their
+passing runs read from the session's one `imagebuild test` of them (conftest.cpu_tested), or
+IMAGEBUILD_SMOKE_IMAGE / IMAGEBUILD_SMOKE_DEV_IMAGE (any image with truthful io.imagebuild.* labels), run here. Deliberately
 broken images (wrong torch label, default user without a passwd entry; no compiler; a stand-in TE) are derived from
 the runtime image by the run's image provider (conftest.derive, _images.py), removed at the end unless
 IMAGEBUILD_SMOKE_KEEP=1.
@@ -58,11 +59,6 @@ def runtime_image(request):
 
 
 @pytest.fixture(scope="module")
-def dev_image(request):
-    return os.environ.get("IMAGEBUILD_SMOKE_DEV_IMAGE") or _cpu_image(request, "dev")
-
-
-@pytest.fixture(scope="module")
 def broken_image(derive, runtime_image):
     return derive("broken", runtime_image, BROKEN_LINES)
 
@@ -75,12 +71,26 @@ def _gone(client, name):
     return not client.containers.list(all=True, filters={"name": name})
 
 
-def test_runtime_image_passes(client, runtime_image, tmp_path):
-    tests = runner.run_smoke(runtime_image, name_prefix=PREFIX, junit_dir=tmp_path / "junit",
-                             result_dir=tmp_path / "results", client=client)
+def _passing_run(request, client, flavor: str, tmp_path: Path) -> tuple[str, dict]:
+    """(image, the suite's result) of the real `flavor` image: IMAGEBUILD_SMOKE_IMAGE / _DEV_IMAGE run here through
+    the runner; the session's images/cpu.yaml image is read from the session's one `imagebuild test` of it
+    (conftest.cpu_tested: the same runner, with --junit and --results), not run a second time."""
+    given = os.environ.get("IMAGEBUILD_SMOKE_IMAGE" if flavor == "runtime" else "IMAGEBUILD_SMOKE_DEV_IMAGE")
+    if given:
+        return given, runner.run_smoke(given, name_prefix=PREFIX, junit_dir=tmp_path / "junit",
+                                       result_dir=tmp_path / "results", client=client)
+    tested = request.getfixturevalue("cpu_tested")
+    assert tested.result.returncode == 0, tested.result.stdout[-3000:] + tested.result.stderr[-3000:]
+    row = next(r for r in json.loads(tested.result.stdout) if r["flavor"] == flavor)
+    assert row["image"] == _cpu_image(request, flavor)
+    return row["image"], row
+
+
+def test_runtime_image_passes(request, client, tmp_path):
+    runtime_image, tests = _passing_run(request, client, "runtime", tmp_path)
     c = _by_name(tests)
     failed = {n: x["reason"] for n, x in c.items() if x["status"] == "failed"}
-    print(f"\nsmoke {runtime_image}: {tests['seconds']}s total, probe {tests['probe_seconds']}s, "
+    print(f"\nsmoke {runtime_image}: {tests.get('seconds')}s total, probe {tests.get('probe_seconds')}s, "
           f"{tests['docker_exec']} docker exec, {tests['passed']} passed / {tests['skipped']} skipped")
     assert not failed, failed
     assert tests["docker_exec"] <= 5
@@ -215,10 +225,10 @@ def test_timeout_still_removes_container(client, runtime_image):
     assert _gone(client, tests["container"])
 
 
-def test_dev_image(client, dev_image):
-    tests = runner.run_smoke(dev_image, name_prefix=PREFIX, client=client)
+def test_dev_image(request, client, tmp_path):
+    dev_image, tests = _passing_run(request, client, "dev", tmp_path)
     c = _by_name(tests)
-    print(f"\nsmoke dev {dev_image}: {tests['seconds']}s, {tests['docker_exec']} docker exec")
+    print(f"\nsmoke dev {dev_image}: {tests.get('seconds')}s, {tests.get('docker_exec')} docker exec")
     for name in ("dev.cpp_extension", "dev.jupyter", "dev.sshd"):
         assert c[name]["status"] == "passed", c[name]
     assert c["dev.jupyter"]["figures"]["with_token"] == 200
