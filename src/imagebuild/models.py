@@ -226,6 +226,7 @@ class ImageResult:
     sbom: dict[str, Any] | None = None  # {"path", "sha256", "image_id", "components", "spec"} (reports/<matrix>/sbom/)
     diff: dict[str, Any] | None = None  # a rebuild: {"against": previous image ID, "os"/"python": counts, "text"}
     reproduced_from: str | None = None  # rebuilt as this image ID, same content as image_id (kept): see reproduced.py
+    rebuilt_because: str | None = None  # built for no input change: why (build --security-refresh's reason)
     backend: str | None = None  # what built it in this run: a row of imagebuild/backends.py (None: not built in this run)
     platform: str = DEFAULT_PLATFORM  # the image's OS/architecture (a report written before platforms: amd64)
     # the environment's layers as built (report/layers.py): [{"tier", "holds", "size"}], [] when not known

@@ -234,6 +234,12 @@ def test_the_record_says_why_an_image_was_rebuilt_and_keeps_the_refresh(index, t
                                                    f"{index_identity(real)}); after the rebuild: no fix open")
     assert rec.images[runtime.id].rebuilt_because == f"security-refresh of its parent {base.id}"
     assert rec.images[dev.id].rebuilt_because is None  # not built by this run: no reason claimed
+    # the build report's rows say the same: the JSON row's rebuilt_because, the Markdown status cell
+    assert [r.rebuilt_because for r in rows] == [rec.images[i.id].rebuilt_because for i in (base, runtime)] + [None]
+    from imagebuild.report.writer import _status_cell, result_to_row
+
+    assert _status_cell(result_to_row(rows[1])).endswith(f"(security-refresh of its parent {base.id})")
+    assert "(" not in _status_cell(result_to_row(rows[2])).replace("(built", "")
     still = {base.id: refresh.stale[base.id]}
     mark_rebuilt(rec, plan, rows, refresh, still)
     assert rec.images[base.id].rebuilt_because.endswith(f"after the rebuild: 1 still open (libssl3 {OLD_SSL}→{fixed})")

@@ -211,7 +211,7 @@ def mark_rebuilt(rec: Record, plan: Plan, results: list[Any], refresh: Refresh |
         reason = (refresh.reasons.get(img.id) if refresh is not None else None)
         if reason and after is not None and img.id in after:
             reason += f"; after the rebuild: {_after(after[img.id])}"
-        entry.rebuilt_because = reason
+        entry.rebuilt_because = res.rebuilt_because = reason  # the record's and the report row's
 
 
 def _after(s: Staleness) -> str:

@@ -178,6 +178,8 @@ def _status_cell(r: dict[str, Any]) -> str:
         text += f" (in {r['source'].partition(' ')[2]})"
     elif status == "up-to-date" and r.get("built_at"):
         text += f" (built {r['built_at']})"
+    elif status == "built" and isinstance(r.get("rebuilt_because"), str) and r["rebuilt_because"]:
+        text += f" ({r['rebuilt_because']})"
     return text
 
 
