@@ -17,7 +17,7 @@ build (builder/one_image.py), the pipeline what happens after it (SBOM, diff, te
                the engine; the classic builder's tagging after its last step (each classic step commits its own)
 - retimestamp: BuildKit's `rewriting layers with source-date-epoch` (rewrite-timestamp on the containerd store);
                the classic builder has none (its pip steps date their files themselves)
-- cache:       a registry cache imported or exported (--cache-repository)
+- cache:       a registry cache imported or exported (build --registry-cache, --buildkit-cache)
 - te-wheel:    the transformer_engine wheel, from its cache or built (builder/te_cache.py)
 - compare:     a rebuild compared with the image its tag named before (builder/reproduced.py)
 - up-to-date:  the up-to-date test that found the image already there (nothing built)
