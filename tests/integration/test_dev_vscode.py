@@ -10,8 +10,8 @@ compiled — then:
   login page; `--jupyter --ssh --vscode` print one line each from one container; no container is left;
 - the same in a real browser (headless Chromium, as test_dev_clients.py meets JupyterLab): the login page, a wrong
   password refused, the printed one opens the VS Code workbench on the workspace (explorer, title); its integrated
-  terminal is to import the image's torch (xfail, strict: a login shell's PATH lacks the venv); screenshots in the
-  test's folder (printed).
+  terminal imports the image's torch (a login shell: /etc/profile.d/imagebuild-venv.sh keeps the venv on its PATH);
+  screenshots in the test's folder (printed).
 
 Costly (a cold code-server build: ~3.5 min of npm on 2 cores): marked full_tier and cold_build.
 """
@@ -300,13 +300,10 @@ def test_vscode_in_chromium_logs_in_with_the_printed_password_only(client, vscod
 
 
 class NoPythonInTheTerminal(AssertionError):
-    """The one known failure the terminal test is marked for; any other failure of it fails the run."""
+    """The terminal's shell finds no `python`: a login shell's PATH without the image's venv (what this test found
+    first; the base now writes /etc/profile.d/imagebuild-venv.sh)."""
 
 
-@pytest.mark.xfail(strict=True, raises=NoPythonInTheTerminal, reason=(
-    "the integrated terminal's bash finds no `python`: VS Code takes its environment from a login shell, whose "
-    "Debian /etc/profile resets PATH without the image's /opt/venv/bin (the image has no /etc/profile.d entry); "
-    "strict: remove this mark once the dev image keeps the venv on a login shell's PATH"))
 def test_vscode_terminal_runs_the_images_python(client, vscode_image, tmp_path):
     """What a person types first in VS Code's integrated terminal (opened from the command palette): `python -c
     'import torch; ...'`, its output (and errors) written into the workspace, where the host reads torch's version."""

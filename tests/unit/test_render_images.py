@@ -449,3 +449,24 @@ def test_token_only_index_is_a_secret_and_never_in_the_dockerfile():
     assert "tok3nvalue" not in r.dockerfile and "tok3nvalue" not in json.dumps(r.build_args)
     assert "extra=https://***@pkgs.example/simple" in r.dockerfile
     assert "tok3nvalue" in r.secret_build_args["PIP_EXTRA_INDEX_URL"]
+
+
+def test_a_login_shell_keeps_the_venv_first_on_path(rendered, tmp_path):
+    """Debian's /etc/profile sets PATH afresh for a login shell (VS Code's terminal, `ssh`, `su -`, `bash -l`), which
+    dropped /opt/venv/bin (found by test_dev_vscode's terminal in Chromium: `python: command not found`). The base's
+    apt step writes /etc/profile.d/imagebuild-venv.sh; its rendered printf line is run here by a real sh (into
+    tmp_path), then sourced after a PATH as /etc/profile sets it: the venv comes first, once, even sourced twice; a
+    PATH that already has it is left as it is."""
+    import subprocess
+
+    base = rendered[("cpu-ca-wheelhouse-creds", "base")].dockerfile
+    [line] = [ln.strip().removesuffix("; \\") for ln in base.splitlines() if "/etc/profile.d/imagebuild-venv.sh" in ln]
+    target = tmp_path / "imagebuild-venv.sh"
+    subprocess.run(["sh", "-c", line.replace("/etc/profile.d/imagebuild-venv.sh", str(target))], check=True)
+    assert target.read_text().startswith("# imagebuild: ")
+    for start, want in (("/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games",
+                         "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"),
+                        ("/usr/bin:/opt/venv/bin:/bin", "/usr/bin:/opt/venv/bin:/bin")):
+        out = subprocess.run(["sh", "-c", f'PATH={start}; . "$1"; . "$1"; printf %s "$PATH"', "sh", str(target)],
+                             capture_output=True, text=True, check=True)
+        assert out.stdout == want

@@ -24,6 +24,7 @@ RUN set -eux; \
         tini; \
     update-ca-certificates; \
     python3.11 -m venv /opt/venv; \
+    printf '%s\n' '# imagebuild: login shells (bash -l, VS Code terminals, ssh, su -) read /etc/profile, which resets PATH: the venv stays first' 'case ":$PATH:" in *:/opt/venv/bin:*) ;; *) PATH="/opt/venv/bin:$PATH"; export PATH ;; esac' > /etc/profile.d/imagebuild-venv.sh; \
     if getent passwd 1000 >/dev/null; then u="$(getent passwd 1000 | cut -d: -f1)"; userdel "$u"; rm -rf "/home/${u:?}"; fi; \
     if getent group 1000 >/dev/null; then groupdel "$(getent group 1000 | cut -d: -f1)"; fi; \
     groupadd --gid 1000 ml; \
