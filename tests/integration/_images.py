@@ -66,6 +66,7 @@ class CpuTested:
     result: subprocess.CompletedProcess
     report_dir: Path
     junit_dir: Path
+    results_dir: Path  # --results: one JSON per image (the checks and the probe's raw document)
 
 
 @dataclass
@@ -132,7 +133,7 @@ class ImageProvider:
                                                     str(folder / "junit"), "--results", str(folder / "results"),
                                                     "--json", "--retest"))
             self.made.append(Built("images/cpu.yaml smoke (base, runtime, dev)", "classic", time.monotonic() - t0))
-            self._cpu_tested = CpuTested(build, result, folder / "report", folder / "junit")
+            self._cpu_tested = CpuTested(build, result, folder / "report", folder / "junit", folder / "results")
         return self._cpu_tested
 
     def start_buildkit(self) -> None:

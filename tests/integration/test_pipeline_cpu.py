@@ -144,7 +144,7 @@ def test_build_with_test_flag_and_relative_report_dir(tested, tmp_path):
         assert len(cases) == int(suite.get("tests")) > 20 and suite.get("failures") == "0"
         assert "up to date: not run again" in suite.find("system-out").text
     # the runtime image's cases are the checks of the run `test` made above (its JSON result), name for name
-    ran = json.loads(next((report_dir.parent / "junit").glob("*runtime.json")).read_text())
+    ran = json.loads(next((report_dir.parent / "results").glob("*runtime.json")).read_text())  # --results
     runtime = next(p for p in per_image if p.name.endswith("runtime.xml"))
     names = [c.get("name") if c.get("classname") == "smoke" else f"{c.get('classname')[6:]}/{c.get('name')}"
              for c in ET.parse(runtime).getroot().iter("testcase")]

@@ -82,7 +82,10 @@ def _passing_run(request, client, flavor: str, tmp_path: Path) -> tuple[str, dic
     tested = request.getfixturevalue("cpu_tested")
     assert tested.result.returncode == 0, tested.result.stdout[-3000:] + tested.result.stderr[-3000:]
     row = next(r for r in json.loads(tested.result.stdout) if r["flavor"] == flavor)
-    assert row["image"] == _cpu_image(request, flavor)
+    assert row["image"] == _cpu_image(request, flavor)  # the tag; the ID that ran is row["image_id"]
+    assert row["image_id"] == client.api.inspect_image(row["image"])["Id"]
+    # the runner's result file of that run (--results): named as its JUnit file
+    row["result_json"] = str(tested.results_dir / (Path(row["junit"]).stem + ".json"))
     return row["image"], row
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import click
 
@@ -81,7 +81,18 @@ def command(matrix: str | None, image: str | None, only: tuple[str, ...], expect
                                           state_dir=state_dir, report_dir=report_dir, test=settings), _say)
         _say(f"report: {result.report_md}")
     if json_out:
-        click.echo(json.dumps([{"image": ref, **t} for ref, t in result.rows], indent=2, default=str))
+        click.echo(json.dumps([_json_row(ref, t) for ref, t in result.rows], indent=2, default=str))
     else:
         click.echo(flow.summary_table(result.rows))
     return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def _json_row(ref: str, tests: dict[str, Any]) -> dict[str, Any]:
+    """One --json row: `image` is the reference the user named (the tag under --matrix); the result's own `image`,
+    what really ran (an image ID under --matrix: verification binds to bytes), stays as `image_id`."""
+    row = dict(tests)
+    ran = row.get("image")
+    row["image"] = ref
+    if ran and ran != ref:
+        row.setdefault("image_id", ran)
+    return row
