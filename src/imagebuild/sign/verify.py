@@ -295,3 +295,56 @@ def check_image(reference: str, key: PublicKey, *, inspect: dict[str, Any] | Non
         raise VerifyError(f"{reference}: the engine's image {local[:19]} is not the signed {verified.digest} the "
                           f"registry serves for it now; pull it (docker pull {verified.digest_ref}) and start that")
     return verified
+
+
+def attached_statements(client: RegistryClient, repository: str, digest: str, predicate_type: str,
+                        shown: str) -> list[dict[str, Any]]:
+    """Every in-toto statement of `predicate_type` attached to `digest` (cosign's `sha256-<hex>.att`: one DSSE envelope
+    per layer, its base64 payload the statement), read from the registry WITHOUT checking any signature (`audit`
+    of a tag without --verify-key: the caller says so). [] when none is attached. Each must name `digest` as its
+    subject: one made for another digest is a VerifyError, as is an envelope that is not JSON / base64 / a statement
+    (naming `shown`, the digest and the key that is wrong)."""
+    at = f"{shown}@{digest}" if "@" not in shown else shown
+    try:
+        found = client.manifest(repository, digest.replace(":", "-") + ".att")
+    except RegistryError as exc:
+        raise VerifyError(f"{at}: its attestations cannot be read: {refusals.registry_problem(exc)}: {exc}") from None
+    if found is None:
+        return []
+    layers = found[1].get("layers")
+    if not isinstance(layers, list):
+        raise VerifyError(f"{at}: the attestation manifest {digest.replace(':', '-')}.att: `layers` is not a list")
+    want = digest.removeprefix("sha256:")
+    out: list[dict[str, Any]] = []
+    for n, layer in enumerate(layers[:64]):
+        layer_digest = layer.get("digest") if isinstance(layer, dict) else None
+        if not isinstance(layer_digest, str):
+            raise VerifyError(f"{at}: the attestation manifest's layers[{n}].digest is missing")
+        try:
+            body = client.blob(repository, layer_digest, max_bytes=64 << 20)
+        except RegistryError as exc:
+            raise VerifyError(f"{at}: attestation layer {layer_digest} cannot be read: {exc}") from None
+        try:
+            env = json.loads(body)
+        except ValueError:
+            raise VerifyError(f"{at}: attestation layer {layer_digest} is not JSON (no DSSE envelope)") from None
+        if not isinstance(env, dict):
+            raise VerifyError(f"{at}: attestation layer {layer_digest} is not a DSSE envelope (not a JSON object)")
+        try:
+            statement = json.loads(base64.b64decode(str(env.get("payload") or ""), validate=True))
+        except ValueError:
+            raise VerifyError(f"{at}: attestation layer {layer_digest}: `payload` is not a base64 in-toto statement") \
+                from None
+        if not isinstance(statement, dict):
+            raise VerifyError(f"{at}: attestation layer {layer_digest}: `payload` is not an in-toto statement")
+        if statement.get("predicateType") != predicate_type:
+            continue
+        subject = statement.get("subject")
+        subjects = [str((s.get("digest") or {}).get("sha256") or "") for s in subject
+                    if isinstance(s, dict) and isinstance(s.get("digest"), dict)] if isinstance(subject, list) else []
+        if want not in subjects:
+            other = ", ".join(f"sha256:{d}" for d in subjects) or "no digest"
+            raise VerifyError(f"{at}: the {predicate_type} attestation attached to {digest} is made for another "
+                              f"digest ({other}), not this image; refused")
+        out.append(statement)
+    return out
