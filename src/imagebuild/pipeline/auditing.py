@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.audit.debian import SecurityIndexes, urllib_fetch
 from imagebuild.audit.model import NOT_CHECKED, AuditResult, SourceStatus
@@ -22,7 +22,11 @@ from imagebuild.errors import ImagebuildError, MatrixError
 from imagebuild.inventory.model import Inventory
 from imagebuild.matrix.audit import AuditPolicy
 
+if TYPE_CHECKING:
+    from imagebuild.sign.keys import PublicKey
+
 Say = Callable[[str], None]
+_REGISTRY = "\0registry"  # a target read from its registry's attested SBOM (pipeline/sbom_audit.py)
 
 
 @dataclass
@@ -54,7 +58,8 @@ def _targets(images: list[str], matrix: str | None, state_dir: str | None, clien
     for ref in images:
         info = find_image(client, ref)
         out.append((ref, str(info["Id"]) if info else None, "" if info else
-                    f"no image {ref!r} in the local engine (a pushed tag's SBOM is not read yet: pull it first)"))
+                    f"no image {ref!r} in the local engine (to audit a pushed tag by its attested SBOM: "
+                    f"--image docker://REGISTRY/REPO:TAG)"))
     if matrix and not images:
         from imagebuild.pipeline.loaded import load
         from imagebuild.pipeline.located import locate
@@ -72,35 +77,71 @@ def _targets(images: list[str], matrix: str | None, state_dir: str | None, clien
     return out
 
 
+def audit_inventory(name: str, image_id: str, inv: Inventory, indexes: SecurityIndexes, logs: Changelogs,
+                    osv_db: Any, pypi_advisories: PyPIAdvisories | None,
+                    pins: tuple[str, dict[str, str]] | None = None,
+                    first: tuple[SourceStatus, ...] = ()) -> AuditResult:
+    """One inventory's audit, whichever way it was read (a local image's files, a pushed digest's SBOM): the OS half
+    against the security suite, the Python half against OSV (and PyPI); `first`: statuses said before both (the
+    SBOM's)."""
+    rel = inv.os_release
+    debs = [Installed(d.name, d.version, d.architecture, d.source, d.source_version) for d in inv.debs]
+    os_part = audit_os(rel.id, rel.codename, inv.architecture or "amd64", debs, indexes, logs)
+    if pins is not None:  # a locked image: a fix for a pinned package needs the lock raised
+        os_part = replace(os_part, findings=lock_notes(os_part.findings, pins[1], pins[0]))
+    py_part = audit_python([(p.name, p.version) for p in inv.pythons], osv_db, pypi_advisories)
+    result = merge(name, image_id, os_part, py_part)
+    return replace(result, sources=(*first, *result.sources)) if first else result
+
+
 def audit_images(images: list[str], matrix: str | None, state_dir: str | None, osv: str | None,
-                 changelogs: bool, say: Say, pypi: bool = False) -> AuditRun:
+                 changelogs: bool, say: Say, pypi: bool = False, *, verify_key: PublicKey | None = None,
+                 ca_file: str | None = None, platform: str | None = None) -> AuditRun:
+    """`images`: local tags/IDs; `docker://REF` (or HOST[:PORT]/REPO:TAG that the engine does not hold) is a pushed
+    image audited by its attested SBOM (pipeline/sbom_audit.py), checked with `verify_key` when given."""
     from imagebuild.compat import load as load_tables
-    from imagebuild.engine import connect
+    from imagebuild.pipeline.sbom_audit import is_registry_audit, registry_inventory
     from imagebuild.pipeline.supply import local_inventory
     from imagebuild.record.derived import Derived
 
     policy = _policy(matrix) if matrix else DEFAULT
-    client = connect("inspect")
+    tables = load_tables()
+    client: Any = None
+    engine_refs = [ref for ref in images if not ref.startswith("docker://")]
+    if engine_refs or (matrix and not images):
+        from imagebuild.engine import connect
+        from imagebuild.errors import EngineUnavailable
+
+        try:
+            client = connect("inspect")
+        except EngineUnavailable:  # no engine: fine when every image names its registry (read from there)
+            if (matrix and not images) or not all(is_registry_audit(ref, None) for ref in engine_refs):
+                raise
     kept = Derived(state_dir, say)
-    indexes = SecurityIndexes(load_tables())
+    indexes = SecurityIndexes(tables)
     logs = Changelogs(urllib_fetch if changelogs else None)
     osv_db = open_osv(osv)
     pypi_advisories = PyPIAdvisories(pypi_fetch()) if pypi else None  # each project asked once per run
     run = AuditRun()
     judged_all = []
     pins: dict[str, tuple[str, dict[str, str]]] = {}
-    for name, image_id, why in _targets(images, matrix, state_dir, client, say, pins):
-        if image_id is None:
+    targets: list[tuple[str, str | None, str]] = []
+    for ref in images:  # in the order given: a registry reference is read from its SBOM, anything else locally
+        targets += [(ref, None, _REGISTRY)] if is_registry_audit(ref, client) else \
+            _targets([ref], None, state_dir, client, say, pins)
+    if matrix and not images:
+        targets = _targets([], matrix, state_dir, client, say, pins)
+    for name, image_id, why in targets:
+        if image_id is None and why == _REGISTRY:
+            read = registry_inventory(name, tables, verify_key=verify_key, ca_file=ca_file, platform=platform,
+                                      say=say)
+            result = audit_inventory(name, read.digest, read.inventory, indexes, logs, osv_db, pypi_advisories,
+                                     first=(read.status,))
+        elif image_id is None:
             result = AuditResult(name, "", (SourceStatus("image", NOT_CHECKED, why),))
         else:
             inv: Inventory = local_inventory(client, kept, image_id)
-            rel = inv.os_release
-            debs = [Installed(d.name, d.version, d.architecture, d.source, d.source_version) for d in inv.debs]
-            os_part = audit_os(rel.id, rel.codename, inv.architecture or "amd64", debs, indexes, logs)
-            if name in pins:  # a locked image: a fix for a pinned package needs the lock raised
-                os_part = replace(os_part, findings=lock_notes(os_part.findings, pins[name][1], pins[name][0]))
-            py_part = audit_python([(p.name, p.version) for p in inv.pythons], osv_db, pypi_advisories)
-            result = merge(name, image_id, os_part, py_part)
+            result = audit_inventory(name, image_id, inv, indexes, logs, osv_db, pypi_advisories, pins.get(name))
         judged = judge_all(result, policy)
         judged_all.append((result, judged))
         run.results.append(result)
