@@ -151,3 +151,77 @@ def test_no_audit_or_another_keys_audit_is_an_error(tools):
     _sign(tools, other, key="other", audit=_audit(now()))  # only another key audited it
     line = _error_line(_verify(tools, other, "--max-audit-age", "7d"))
     assert "vuln attestation" in line and "clean" not in line.replace("never clean", "")
+
+
+STATUS = """\
+Package: libssl3
+Status: install ok installed
+Architecture: amd64
+Source: openssl
+Version: 3.0.11-1~deb12u2
+
+Package: tini
+Status: install ok installed
+Architecture: amd64
+Version: 0.19.0-1
+
+"""
+
+
+def _config_digest(ref: str) -> str:
+    """The pushed manifest's config digest (the image ID an SBOM of it names), read from the registry over HTTP."""
+    import urllib.request
+
+    repo_part, digest = ref.split("@", 1)
+    address, repo = repo_part.split("/", 1)
+    req = urllib.request.Request(f"http://{address}/v2/{repo}/manifests/{digest}",
+                                 headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(req, timeout=30) as answer:
+        return json.loads(answer.read())["config"]["digest"]
+
+
+def test_a_pushed_digest_is_audited_by_its_attested_sbom(tools):
+    """`audit --image docker://REPO@DIGEST` on a real registry with the real cosign: the SBOM attested for exactly
+    that digest (an old libssl3 from the real bookworm-security index's point of view, urllib3 1.26.4 against the
+    OSV fixture) is audited without pulling; with --verify-key cosign checks it first, without one the result says
+    the SBOM was NOT VERIFIED; another key is one error line; a digest with no SBOM attached is one error line."""
+    from imagebuild.inventory import dpkg, make_sbom, pydist
+    from imagebuild.inventory.model import Inventory, OSRelease
+
+    cosign, keys, address, work = tools
+    ref = _push(address, work, "sbom")
+    meta = b"Metadata-Version: 2.1\nName: urllib3\nVersion: 1.26.4\n"
+    found = {"var/lib/dpkg/status": STATUS.encode(),
+             "opt/venv/lib/python3.11/site-packages/urllib3-1.26.4.dist-info/METADATA": meta}
+    inv = Inventory(reference=ref, image_id=_config_digest(ref), created="2026-12-06T00:00:00Z",
+                    architecture="amd64", os="linux", repo_digests=(ref,), labels={}, layers=(),
+                    os_release=OSRelease(id="debian", version_id="12", codename="bookworm",
+                                         pretty_name="Debian GNU/Linux 12 (bookworm)"),
+                    debs=tuple(dpkg.read_database(found)), pythons=tuple(pydist.read_distributions(found)))
+    signing = SigningKey(str(keys / "good.key"), KEY_PASSWORD)
+    sign_digest(ref, signing, Registry(address, allow_http=True), public_key_pem=(keys / "good.pub").read_text(),
+                sbom=make_sbom(inv),
+                provenance={"buildDefinition": {"buildType": "x", "externalParameters": {}},
+                            "runDetails": {"builder": {"id": "https://imagebuild.dev/builder"}}})
+    env = {"IMAGEBUILD_COSIGN": cosign, "IMAGEBUILD_REGISTRY_USER": "", "IMAGEBUILD_REGISTRY_PASSWORD": "",
+           "DOCKER_CONFIG": str(work / "no-config"), "IMAGEBUILD_VERIFY_KEY": ""}
+    osv = str(Path(__file__).resolve().parents[1] / "fixtures" / "osv")
+    args = ["audit", "--image", f"docker://{ref}", "--osv", osv, "--no-changelogs", "--json"]
+    checked = imagebuild(*args, "--verify-key", str(keys / "good.pub"), env=env, timeout=300)
+    assert checked.returncode == 1, (checked.stdout[-2000:], checked.stderr[-2000:])  # findings violate the policy
+    [row] = json.loads(checked.stdout)["images"]
+    digest = ref.split("@", 1)[1]
+    assert row["image_id"] == digest and "Traceback" not in checked.stderr  # the digest, never the tag again
+    found_pkgs = {(f["package"], f["installed"]) for f in row["findings"]}
+    assert ("libssl3", "3.0.11-1~deb12u2") in found_pkgs and ("urllib3", "1.26.4") in found_pkgs, row["findings"]
+    assert not any("NOT VERIFIED" in s.get("detail", "") for s in row["sources"]), row["sources"]
+    unverified = imagebuild(*args, env=env, timeout=300)
+    [row2] = json.loads(unverified.stdout)["images"]
+    assert {(f["package"], f["installed"]) for f in row2["findings"]} == found_pkgs
+    assert any("NOT VERIFIED" in json.dumps(s) for s in row2["sources"]), row2["sources"]
+    wrong = imagebuild(*args[:-1], "--verify-key", str(keys / "other.pub"), env=env, timeout=300)
+    assert "error:" in _error_line(wrong) and digest in _error_line(wrong)
+    bare = _push(address, work, "nosbom")
+    line = _error_line(imagebuild("audit", "--image", f"docker://{bare}", "--osv", osv, env=env, timeout=120))
+    assert bare.split("@", 1)[1] in line and "SBOM" in line.upper()
