@@ -289,3 +289,17 @@ def test_a_registry_reference_needs_no_engine_and_nothing_unchecked_is_clean(reg
     assert [s["state"] for s in doc["sources"]] == [NOT_CHECKED] * 3  # sbom unverified, suite offline, no OSV
     with pytest.raises(EngineUnavailable):  # a local name still needs the engine
         auditing.audit_images(["img:1"], None, str(tmp_path), None, False, lambda m: None)
+
+
+def test_a_verify_key_with_only_local_images_is_one_error_line(tmp_path):
+    """--verify-key checks a pushed image: given for a local image only, it would check nothing and must not be
+    taken as verified."""
+    import subprocess
+
+    key = tmp_path / "cosign.pub"
+    key.write_text("-----BEGIN PUBLIC KEY-----\n-----END PUBLIC KEY-----\n")
+    out = subprocess.run([sys.executable, "-m", "imagebuild", "audit", "--image", "pytorch:local", "--verify-key",
+                          str(key)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    [line] = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert "--verify-key" in line and "docker://" in line

@@ -87,7 +87,11 @@ def command(images: tuple[str, ...], matrix: str | None, osv: str | None, pypi: 
     from imagebuild.pipeline.auditing import audit_images
     from imagebuild.sign import configured_public_key
 
-    key = configured_public_key(verify_key) if any(_remote(i) for i in images) else None
+    remote = any(_remote(i) for i in images)
+    if verify_key is not None and not remote:  # a key that checks nothing must not read as "verified"
+        raise UsageError("--verify-key checks a pushed image's signature and SBOM: give --image "
+                         "docker://REGISTRY/REPO:TAG (a local image or a matrix is audited from its own files)")
+    key = configured_public_key(verify_key) if remote else None
     results = audit_images(list(images), matrix, state_dir, osv, not no_changelogs, _say, pypi=pypi,
                            verify_key=key, ca_file=ca_file, platform=platform)
     if as_json:
