@@ -69,7 +69,7 @@ def command(images: tuple[str, ...], matrix: str | None, osv: str | None, pypi: 
     --platform image) and the CycloneDX SBOM attested for exactly that digest is audited (no image pulled; the
     result names the digest; an attestation made for another digest is refused). With --verify-key its signature
     and attestations are verified first; without, the "sbom" source says NOT VERIFIED (exit 3 at best). No SBOM
-    attached (pushed without --sign-key) or a damaged one: an error naming the digest.
+    attached (a push without --sign-key) or a damaged one: an error naming the digest.
 
     \b
     Exit codes: 0 every source checked, nothing violates the policy (or an allowance covers it); 1 a violation
