@@ -4,13 +4,12 @@ sends a request without it to its login page; its `--version` line read."""
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 import time
 import urllib.request
-from typing import Any
 
-from probe.common import CHILDREN, free_port, rmtree, stop_process
+from probe.common import free_port
+from probe.services import LoopbackServer
 
 CODE_SERVER_PIN = "/etc/imagebuild/code-server.json"  # the image's pin (render/image.py writes it at build time)
 CODE_SERVER_DEFAULT = "/opt/code-server/bin/code-server"
@@ -30,19 +29,14 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-class CodeServer:
+class CodeServer(LoopbackServer):
     """Start code-server on a free loopback port with a random password (never --auth none); check that it answers,
     sends a request without the password's session cookie to its login page, and serves `/` after a login."""
 
     def __init__(self, exe):
+        super().__init__()
         self.exe = exe
-        self.proc: Any = None
-        self.port: int | None = None
         self.password: str | None = None
-        self.error: str | None = None
-        self.t0 = 0.0
-        self.log: Any = None
-        self.root: str | None = None
         self.folder = ""
 
     def start(self):
@@ -58,13 +52,7 @@ class CodeServer:
                "--extensions-dir", os.path.join(self.root, "extensions"), work]
         env = dict(os.environ, PASSWORD=self.password, HOME=self.root)
         env.pop("HASHED_PASSWORD", None)
-        self.t0 = time.time()
-        try:
-            self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
-            CHILDREN.append(self.proc)
-        except OSError as exc:
-            self.error = f"cannot start code-server: {exc}"
+        self._spawn("code-server", cmd, env)
 
     def _request(self, path, data=None, cookie=None):
         """(status, headers) of one request to the server, redirects not followed, no proxy."""
@@ -125,18 +113,3 @@ class CodeServer:
                 f"{to!r} (want a redirect to the login page, or 401/403), a wrong password "
                 f"{'given' if wrong_cookie else 'refused'} a session", "figures": fig}
 
-    def _tail(self):
-        if not self.log:
-            return ""
-        self.log.seek(0)
-        return " | ".join(ln.strip() for ln in self.log.read().splitlines()[-3:])[-800:]
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, 15)
-                self.proc.wait(timeout=5)
-            except (OSError, subprocess.SubprocessError):
-                stop_process((self.proc,))
-        if self.root:
-            rmtree(self.root)

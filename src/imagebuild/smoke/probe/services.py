@@ -44,16 +44,52 @@ def parse_sshd_config_files(texts) -> dict:
     return out
 
 
-class Jupyter:
-    """Start JupyterLab on a free loopback port with a random token; check HTTP with and without the token."""
+class LoopbackServer:
+    """A server the probe starts on a loopback port in a session of its own (JupyterLab here, code-server in
+    codeserver.py): its output in a temporary file, the last lines of which a failure quotes; stopped with its
+    session, its temporary folder removed."""
 
     def __init__(self):
         self.proc: Any = None  # the Popen handle once started
         self.port: int | None = None
-        self.token: str | None = None
         self.error: str | None = None
         self.t0 = 0.0
         self.log: Any = None
+        self.root: str | None = None
+
+    def _spawn(self, what, cmd, env):
+        """Start `cmd` (its output into self.log); a failure to start is self.error, naming `what`."""
+        self.t0 = time.time()
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+            CHILDREN.append(self.proc)
+        except OSError as exc:
+            self.error = f"cannot start {what}: {exc}"
+
+    def _tail(self):
+        if not self.log:
+            return ""
+        self.log.seek(0)
+        return " | ".join(ln.strip() for ln in self.log.read().splitlines()[-3:])[-800:]
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 15)
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.SubprocessError):
+                stop_process((self.proc,))
+        if self.root:
+            rmtree(self.root)
+
+
+class Jupyter(LoopbackServer):
+    """Start JupyterLab on a free loopback port with a random token; check HTTP with and without the token."""
+
+    def __init__(self):
+        super().__init__()
+        self.token: str | None = None
 
     def start(self):
         exe = which("jupyter") or (os.path.join(os.path.dirname(sys.executable), "jupyter")
@@ -75,13 +111,7 @@ class Jupyter:
         env = dict(os.environ, HOME=self.root if not os.access(os.path.expanduser("~"), os.W_OK)
                    else os.path.expanduser("~"), JUPYTER_RUNTIME_DIR=os.path.join(self.root, "rt"))
         env.pop("JUPYTER_TOKEN", None)  # the image's own token must not override the probe's
-        self.t0 = time.time()
-        try:
-            self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
-            CHILDREN.append(self.proc)
-        except OSError as exc:
-            self.error = f"cannot start jupyter: {exc}"
+        self._spawn("jupyter", cmd, env)
 
     def _get(self, path, token):
         import urllib.error
@@ -123,22 +153,6 @@ class Jupyter:
             return {"status": "passed", "reason": f"HTTP {status} with token, {no_token} without", "figures": fig}
         return {"status": "failed", "reason": f"with token {status} (want 200), /lab {lab} (want 200), "
                 f"without token {no_token} (want 401/403)", "figures": fig}
-
-    def _tail(self):
-        if not self.log:
-            return ""
-        self.log.seek(0)
-        return " | ".join(ln.strip() for ln in self.log.read().splitlines()[-3:])[-800:]
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, 15)
-                self.proc.wait(timeout=5)
-            except (OSError, subprocess.SubprocessError):
-                stop_process((self.proc,))
-        if getattr(self, "root", None):
-            rmtree(self.root)
 
 
 def sshd_check():
