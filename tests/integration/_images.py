@@ -104,7 +104,7 @@ class ImageProvider:
             prefix = f"{self.registry.address}/{self.prefix}"
             plan = make_plan(MATRIX, BuildInputs(ca_certs=(Path(CA),), torch_index_url="none", wheelhouse=WHEELHOUSE),
                              prefix)
-            self._planned = CpuBuild(self.client, plan, None, tmp, self.registry, prefix)  # type: ignore[arg-type]
+            self._planned = CpuBuild(self.client, plan, None, tmp, self.registry, prefix)
         return self._planned
 
     def cpu(self) -> CpuBuild:
