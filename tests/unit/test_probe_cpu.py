@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,14 +93,41 @@ def test_probe_cpu_torch(torch_python):
     assert set(c) == rows, set(c) ^ rows
 
 
-def test_probe_watchdog_emits_partial_json(torch_python):
+def _left_behind(marker: str) -> list[str]:
+    """The command lines of live processes that name `marker` (a probe's zipapp path: its forkserver's and children's
+    command lines carry it)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = next(ln for ln in (proc / "status").read_text().splitlines() if ln.startswith("State:"))
+        except (OSError, StopIteration):
+            continue
+        if marker in cmd and "zombie" not in state:
+            out.append(f"{proc.name}: {cmd[:200]}")
+    return out
+
+
+def test_probe_watchdog_emits_partial_json_and_leaves_nothing_behind(torch_python, tmp_path):
     py = torch_python
-    # 1 s is not enough for the gloo workers: the watchdog must still print a JSON document, marked timed out
-    out = subprocess.run([py, str(PROBE), "--sections", "versions,distributed", "--timeout", "1"],
+    # a probe of its own (its path names its processes): 1 s is not enough for the gloo workers, and the forkserver
+    # is still importing torch when the watchdog fires; the watchdog must still print a JSON document, marked timed
+    # out, and end: the forkserver and the rank it was about to fork die with the probe (probe/lifeline.py), so
+    # nothing holds the probe's output open (before, this run waited for ever) and no process stays behind
+    probe = tmp_path / "watchdog-probe.pyz"
+    probe.write_bytes(PROBE.read_bytes())
+    out = subprocess.run([py, str(probe), "--sections", "versions,distributed", "--timeout", "1"],
                          capture_output=True, text=True, timeout=120)
     doc = json.loads(out.stdout)
     assert out.returncode == 3 and doc["probe"]["timed_out"] is True
     assert any("timed out" in e for e in doc["probe"]["errors"])
+    left = _left_behind(str(probe))
+    for _ in range(50):  # SIGKILL is delivered at once, the exit of a process torch has loaded a little later
+        if not left:
+            break
+        time.sleep(0.1)
+        left = _left_behind(str(probe))
+    assert not left, left
 
 
 def test_probe_te_import_failure_is_reported(tmp_path):

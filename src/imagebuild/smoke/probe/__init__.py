@@ -29,6 +29,8 @@ command line dispatches and the suite selects:
                  probe) and the checks each reports (GPU or not): the suite's tests are generated from its rows
     common       Probe (results, torch import, GPU state), subprocess helpers, watchdog
     summary      the short text table of a saved result (--table)
+    lifeline     the forkserver and its children die with their parent (PR_SET_PDEATHSIG): no orphan outlives a
+                 probe the watchdog ended
     children     the child probes (compile, gloo/NCCL ranks, TE, release): forked by the standard library's
                  forkserver with torch preloaded where torch is installed, else fresh pythons
     __main__     the command line: --sections --perf --timeout --output --table --list-sections --list-checks (+ hidden

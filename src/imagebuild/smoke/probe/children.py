@@ -19,6 +19,7 @@ import sys
 import tempfile
 from multiprocessing.context import ForkServerProcess
 
+from probe import lifeline
 from probe.common import _ROOT, CHILDREN, child_argv, start_process
 
 _FORKSERVER: list = []  # [the forkserver context] once set up; [None] when it cannot start children here
@@ -72,15 +73,42 @@ def _forkserver():
         context = None
         if usable:
             context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["torch"])
+            # lifeline first: the forkserver dies with this probe, and so does every child it forks (lifeline.py)
+            context.set_forkserver_preload(["probe.lifeline", "torch"])
+            try:
+                _start_forkserver()
+            except Exception:  # (the standard library's own errors: no forkserver here, fresh pythons instead)
+                context = None
         _FORKSERVER.append(context)
     return _FORKSERVER[0]
+
+
+def _start_forkserver():
+    """Start the forkserver now, with this probe's pid in lifeline.PARENT_VARIABLE and its package on PYTHONPATH:
+    the forkserver imports its preload list before it applies the sys.path it is given, so `probe.lifeline` would
+    not be found there otherwise. Both variables are this process's again afterwards (the children get the caller's
+    environment in any case: _run)."""
+    from multiprocessing import forkserver
+
+    saved = {name: os.environ.get(name) for name in (lifeline.PARENT_VARIABLE, "PYTHONPATH")}
+    os.environ[lifeline.PARENT_VARIABLE] = str(os.getpid())
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, saved["PYTHONPATH"]) if p)
+    try:
+        forkserver.ensure_running()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _run(args, env, cwd, out, err):
     """In the forked child: become what a fresh child probe is (a session of its own, stdin empty, output in its
     files, the caller's environment, directory and argv), then run the probe's main; its exit status is the
-    child's."""
+    child's. It dies with the forkserver (lifeline.py), which dies with the probe that started it."""
+    if lifeline.SERVER_PID is not None:
+        lifeline.die_with_parent(lifeline.SERVER_PID)
     os.setsid()
     fds = [os.open(os.devnull, os.O_RDONLY), os.open(out, os.O_WRONLY | os.O_APPEND)]
     fds.append(fds[1] if err == out else os.open(err, os.O_WRONLY | os.O_APPEND))

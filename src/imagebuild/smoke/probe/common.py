@@ -215,14 +215,23 @@ def finish_process(handle, timeout):
     return rc, stdout, stderr
 
 
+def kill_tree(proc):
+    """SIGKILL a started process and its session (what it started); the process alone when it has no session of its
+    own yet (a forked child killed before its setsid)."""
+    try:
+        os.killpg(proc.pid, 9)
+    except OSError:
+        try:
+            os.kill(proc.pid, 9)
+        except OSError:
+            pass
+
+
 def stop_process(handle):
     """Kill a started process (and what it started) and reap it."""
     proc = handle[0]
     if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, 9)
-        except OSError:
-            pass
+        kill_tree(proc)
     proc.wait()
 
 
@@ -270,12 +279,9 @@ def watchdog(seconds: float, probe: Probe, out_fd: int) -> threading.Timer:
     """On overrun, emit what was gathered so far (marked) and exit: the caller always gets JSON."""
 
     def fire():
-        for p in CHILDREN:
+        for p in CHILDREN:  # (the forkserver and anything it is still forking die with this process: lifeline.py)
             if p.poll() is None:
-                try:
-                    os.killpg(p.pid, 9)
-                except OSError:
-                    pass
+                kill_tree(p)
         probe.doc["probe"]["errors"].append(f"probe timed out after {seconds:.0f} s")
         probe.doc["probe"]["timed_out"] = True
         try:

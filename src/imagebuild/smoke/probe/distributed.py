@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from probe.children import launch
-from probe.common import NO_TORCH, RESULT_MARK, Probe, free_port
+from probe.common import NO_TORCH, RESULT_MARK, Probe, free_port, kill_tree
 
 _NCCL_CHANNEL = re.compile(
     r"NCCL INFO Channel (?P<channel>\d+(?:/\d+)?) ?: (?P<src>\d+)\[(?P<srcdev>[^\]]+)\] -> (?P<dst>\d+)\[(?P<dstdev>[^\]]+)\]"
@@ -140,10 +140,7 @@ def run_dist(world, backend, perf, timeout):
             timed_out = True
     for p in procs:
         if p.poll() is None:
-            try:
-                os.killpg(p.pid, 9)
-            except OSError:
-                p.kill()
+            kill_tree(p)
             p.wait()
     results, text = [], ""
     for rank, fh in enumerate(logs):
