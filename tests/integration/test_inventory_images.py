@@ -1,6 +1,7 @@
 """`imagebuild sbom` and `imagebuild diff` on the real CPU matrix images (session fixture `cpu_build`), a tiny image
-derived from runtime (one wheel pip-installed, one deb purged), and the runtime image read back from the real
-htpasswd registry by streaming its layer blobs."""
+derived from runtime (one wheel pip-installed, one deb purged), and a matrix image read back from the real htpasswd
+registry by streaming its layer blobs: the base in make test, the runtime (a 100 s push of its layers) in the full
+tier."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from imagebuild.render.data import DEV_APT, JUPYTERLAB_VERSION
 pytestmark = pytest.mark.integration
 
 PROBE = "ibsbomprobe"  # the wheel the derived image installs (made here: /opt/wheels holds only torch)
-PURGED = "tini"  # a leaf package of runtime: nothing depends on it (the derived image never runs)
+PURGED = "tini"  # a leaf package of base and runtime: nothing depends on it (the derived image never runs)
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +49,18 @@ def _wheel() -> tuple[str, bytes]:
     return name, buf.getvalue()
 
 
-@pytest.fixture(scope="module")
-def derived(images, derive):
-    """The runtime plus one wheel installed and one package purged, from the run's image provider."""
-    _, runtime, _ = images
+def _derive_changed(derive, parent: str, name: str) -> str:
+    """`parent` plus one wheel installed and one package purged, from the run's image provider."""
     wheel_name, wheel = _wheel()
-    return derive("inventory", runtime.tag, f"USER root\nCOPY {wheel_name} /tmp/\n"
+    return derive(name, parent, f"USER root\nCOPY {wheel_name} /tmp/\n"
                   f"RUN pip install --no-index --no-deps /tmp/{wheel_name} && rm /tmp/{wheel_name} "
                   f"&& dpkg --purge {PURGED}\nUSER ml\n", files={wheel_name: wheel})
+
+
+@pytest.fixture(scope="module")
+def derived(images, derive):
+    """The runtime plus one wheel installed and one package purged."""
+    return _derive_changed(derive, images[1].tag, "inventory")
 
 
 def test_sbom_of_runtime_validates_and_holds_torch_and_libc(images, tmp_path):
@@ -113,13 +118,16 @@ def test_diff_of_a_derived_image_shows_exactly_that_change(images, derived):
     assert as_json["os_changed"] == as_json["py_changed"] == as_json["py_removed"] == []
 
 
-def test_registry_reference_reads_layer_blobs(images, derived, tmp_path):
-    """runtime pushed under another name, the local tag removed: diff and sbom read it from the registry and find
-    the very image the engine has (same config digest, same packages, every layer shared)."""
-    build, runtime, _ = images
+@pytest.mark.parametrize("flavor", ["base", pytest.param("runtime", marks=pytest.mark.full_tier)])
+def test_registry_reference_reads_layer_blobs(images, derive, flavor):
+    """A matrix image pushed under another name, the local tag removed: diff and sbom read it from the registry and
+    find the very image the engine has (same config digest, same packages, every layer shared)."""
+    build = images[0]
+    image = next(i for i in build.plan.images if i.flavor == flavor)
+    derived = _derive_changed(derive, image.tag, f"inventory-{flavor}")
     client, reg = build.client, build.registry
-    local_id = client.images.get(runtime.tag).id
-    ref = f"{build.prefix}/inventory-probe:runtime"
+    local_id = client.images.get(image.tag).id
+    ref = f"{build.prefix}/inventory-probe:{flavor}"
     repo, tag = ref.rsplit(":", 1)
     client.api.tag(local_id, repo, tag)
     try:
@@ -129,7 +137,7 @@ def test_registry_reference_reads_layer_blobs(images, derived, tmp_path):
     finally:
         client.api.remove_image(ref)
     env = {"IMAGEBUILD_REGISTRY_USER": reg.user, "IMAGEBUILD_REGISTRY_PASSWORD": reg.password}
-    res = imagebuild("diff", ref, runtime.tag, "--json", env=env)
+    res = imagebuild("diff", ref, image.tag, "--json", env=env)
     assert res.returncode == 0, res.stderr
     assert f"reading {ref} from registry" in res.stderr and reg.password not in res.stderr + res.stdout
     d = json.loads(res.stdout)
@@ -140,7 +148,7 @@ def test_registry_reference_reads_layer_blobs(images, derived, tmp_path):
     # a registry image against a local derived one: the same change as locally
     d2 = json.loads(imagebuild("diff", f"docker://{ref}", derived, "--json", env=env).stdout)
     assert [c["name"] for c in d2["os_removed"]] == [PURGED] and [c["name"] for c in d2["py_added"]] == [PROBE]
-    local_sbom = json.loads(imagebuild("sbom", runtime.tag).stdout)
+    local_sbom = json.loads(imagebuild("sbom", image.tag).stdout)
     remote_sbom = json.loads(imagebuild("sbom", ref, env=env).stdout)
     assert remote_sbom["components"] == local_sbom["components"]
     assert remote_sbom["serialNumber"] == local_sbom["serialNumber"]

@@ -121,8 +121,19 @@ def test_runtime_image_passes(request, client, tmp_path):
     assert _gone(client, tests["container"])
 
 
-def test_broken_image_fails_the_right_checks(client, broken_image):
-    tests = runner.run_smoke(broken_image, name_prefix=PREFIX, client=client)
+def _narrow(*sections: str):
+    """The `sections` parameter of a derived image's test: in make test only the probe sections what it breaks
+    belongs to (`imagebuild test --sections`; the replay of recorded results proves that a narrowed run reports the
+    whole run's rows: tests/unit/test_smoke_recorded.py); the whole suite, which shows nothing else fails, in the
+    full tier."""
+    return pytest.mark.parametrize("sections", [pytest.param(sections, id="sections"),
+                                                pytest.param(None, id="whole-suite", marks=pytest.mark.full_tier)])
+
+
+@_narrow("versions", "system", "uid")
+def test_broken_image_fails_the_right_checks(client, broken_image, sections):
+    tests = runner.run_smoke(broken_image, name_prefix=PREFIX, client=client, sections=sections)
+    assert bool(sections) == any("(--sections): not the whole suite" in n for n in tests.get("notes") or ())
     failed = {c["name"]: c["reason"] for c in tests["checks"] if c["status"] == "failed"}
     # userdel -r also removed /home/ml: HOME (fixed in ENV) is gone for the arbitrary UID too
     assert set(failed) == {"versions/version[torch]", "runtime_contract/default_user",
@@ -145,10 +156,11 @@ USER 1000
 """
 
 
+@_narrow("te", "hpc", "versions")
 @pytest.mark.parametrize("lib, status", [("libcudart.so.12", "failed"), ("libcuda.so.1", "skipped")])
-def test_te_import_tells_a_broken_install_from_a_missing_driver(client, derive, runtime_image, lib, status):
+def test_te_import_tells_a_broken_install_from_a_missing_driver(client, derive, runtime_image, lib, status, sections):
     image = derive(f"fake-te-{lib.split('.')[0]}", runtime_image, FAKE_TE_LINES.format(lib=lib))
-    tests = runner.run_smoke(image, name_prefix=PREFIX, client=client)
+    tests = runner.run_smoke(image, name_prefix=PREFIX, client=client, sections=sections)
     c = _by_name(tests)
     failed = {n for n, x in c.items() if x["status"] == "failed"}
     assert c["te.import"]["status"] == status, c["te.import"]
@@ -168,8 +180,10 @@ def broken_toolchain_image(derive, runtime_image):
     return derive("broken-toolchain", runtime_image, BROKEN_TOOLCHAIN_LINES)
 
 
-def test_runtime_without_compiler_fails_compile_checks_naming_what_is_missing(client, broken_toolchain_image):
-    tests = runner.run_smoke(broken_toolchain_image, name_prefix=PREFIX, client=client)
+@_narrow("compile", "release", "hpc")
+def test_runtime_without_compiler_fails_compile_checks_naming_what_is_missing(client, broken_toolchain_image,
+                                                                              sections):
+    tests = runner.run_smoke(broken_toolchain_image, name_prefix=PREFIX, client=client, sections=sections)
     failed = {c["name"]: c["reason"] for c in tests["checks"] if c["status"] == "failed"}
     # started as enroot/Apptainer start it (the hpc section), torch.compile fails the same way
     assert set(failed) == {"compile.toolchain", "compile.cpu_function", "compile.cpu_module",

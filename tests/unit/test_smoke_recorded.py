@@ -15,6 +15,7 @@ import copy
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -138,7 +139,8 @@ def stand_in(tmp_path: Path, recording: dict, monkeypatch: pytest.MonkeyPatch) -
 
 
 def replay(tmp_path: Path, recording: dict, monkeypatch: pytest.MonkeyPatch, *, flavor: str | None = None,
-           expect: dict[str, str] | None = None, require_gpu: bool = False) -> dict:
+           expect: dict[str, str] | None = None, require_gpu: bool = False,
+           sections: tuple[str, ...] | None = None) -> dict:
     """The runner's suite run (runner._run_suite: what run_smoke does once its containers run) on the stand-in:
     the tests dict, as run_smoke returns it."""
     pyz = stand_in(tmp_path, recording, monkeypatch)
@@ -147,7 +149,7 @@ def replay(tmp_path: Path, recording: dict, monkeypatch: pytest.MonkeyPatch, *, 
     run = runner.SuiteRun(recording["recording"]["image"], flavor, {**recording["expectations"], **(expect or {})},
                           require_gpu, junit_dir=tmp_path / "junit", result_dir=tmp_path / "results",
                           timeout=600, pytest_args=["--probe-pyz", str(pyz), "--probe-python", sys.executable],
-                          side_hosts={w: SIDE_NAMES[w] for w in places})
+                          side_hosts={w: SIDE_NAMES[w] for w in places}, sections=sections)
     extra = {"image": run.label, "container": MAIN, "flavor": flavor, "gpus_requested": False,
              "side_containers": dict(run.side_hosts)}
     return runner._run_suite(MAIN, run, extra, time.time()).to_json()  # a SmokeResult, as run_smoke returns it
@@ -321,6 +323,68 @@ def test_the_replay_probe_refuses_sections_it_has_no_recording_of(tmp_path, monk
         assert got[name][0] == "failed" and "replay probe: no recording of sections system," in got[name][1], (
             name, got[name])
     assert got["hygiene.tmp"][0] == "passed" and got["hpc.home"][0] == "passed"  # recorded places still replay
+
+
+# the suite's test files and the section each checks (a hand-written test's name is FILE/TEST)
+FILE_SECTIONS = {path.stem.removeprefix("test_"): re.search(r'pytest\.mark\.section\("(\w+)"\)', path.read_text())[1]
+                 for path in runner.SUITE_DIR.glob("test_*.py") if path.name != "test_checks.py"}
+
+
+def section_of(name: str) -> str | None:
+    """The probe section a verdict row belongs to (None: the per-place `checks/...` rows)."""
+    head, sep, _ = name.partition("/")
+    if sep:
+        return None if head == "checks" else FILE_SECTIONS[head]
+    return name.split(".", 1)[0]
+
+
+def narrowed(recording: dict, sections: set[str]) -> dict:
+    """What the probe reports when asked for only `sections`: each place's document cut to them, a place left
+    without one gone (the recorded documents hold each section's checks and facts under its name)."""
+    out = copy.deepcopy(recording)
+    every = set(P.SECTIONS)
+    for where, doc in list(out["places"].items()):
+        keep = [s for s in doc["probe"]["sections"] if s in sections]
+        if not keep:
+            del out["places"][where]
+            continue
+        doc["probe"]["sections"] = keep
+        doc["checks"] = [c for c in doc["checks"] if c["name"].split(".", 1)[0] in sections]
+        for key in [k for k in doc if k in every and k not in sections]:
+            del doc[key]
+    return out
+
+
+def test_sections_run_only_those_sections_and_places_with_the_same_verdict(tmp_path, monkeypatch):
+    """`--sections versions,system,uid` (what the broken-image test asks of a derived image): the main probe is
+    asked for exactly those of its sections, the arbitrary-UID place probes uid, root's and the hpc place's probes
+    do not run; each row the run reports is the whole run's row, and every row of those sections is there."""
+    chosen = {"versions", "system", "uid"}
+    recording = load("cpu-runtime.json")
+    tests = replay(tmp_path, narrowed(recording, chosen), monkeypatch, sections=("versions", "system", "uid"))
+    want, got = verdict(recording["verdict"]["checks"]), verdict(tests["checks"])
+    assert {n: got[n] for n in got if got[n] != want.get(n)} == {}
+    assert got.keys() == {n for n in want if section_of(n) in chosen} | {
+        f"checks/reported_checks_have_rows[{w}]" for w in (P.IMAGE_USER, P.ARBITRARY_UID)}
+    assert sorted((tmp_path / "execs.log").read_text().split()) == [P.ARBITRARY_UID, P.IMAGE_USER]
+    assert "runtime_contract/default_user" in got and "uid.home_writable" in got and "compile.toolchain" not in got
+    assert tests["failed"] == 0 and tests["passed"] + tests["skipped"] == len(got)
+    # the runner asks the suite for exactly those sections, and starts only the side containers they need
+    cmd = runner.SuiteRun("img", "runtime", sections=("versions", "system", "uid")).command("c", tmp_path / "r.json")
+    assert cmd[cmd.index("--sections") + 1] == "versions,system,uid"
+    assert "--sections" not in runner.SuiteRun("img", "runtime").command("c", tmp_path / "r.json")
+    assert [s.where for s in sides.for_flavor("runtime", ("versions", "system", "uid"))] == [P.ARBITRARY_UID]
+    assert [s.where for s in sides.for_flavor("runtime", ("compile", "hpc"))] == [P.HPC]
+    assert [s.where for s in sides.for_flavor("runtime")] == [P.ARBITRARY_UID, P.HPC]
+
+
+def test_an_unknown_section_is_refused_with_the_choices(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match=r"sections: unknown nope; choices: system, hygiene, "):
+        runner.run_smoke("img", sections=("versions", "nope"))
+    recording = load("cpu-runtime.json")
+    tests = replay(tmp_path, recording, monkeypatch, sections=("versions", "nope"))
+    assert tests["failed"] == 1 and tests["checks"][0]["name"] == "suite/run"
+    assert "--sections 'versions,nope': unknown section nope; choices: system," in tests["checks"][0]["reason"]
 
 
 def test_plain_pytest_run_takes_flavor_and_expectations_from_the_labels(tmp_path, monkeypatch):

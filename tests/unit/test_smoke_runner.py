@@ -80,7 +80,8 @@ def _no_hpc_container(request, monkeypatch):
     """The enroot/Apptainer-mode container has its own tests (marked `hpc`); the others count only theirs."""
     if "hpc" not in request.keywords:
         every = sides.for_flavor
-        monkeypatch.setattr(sides, "for_flavor", lambda flavor: tuple(s for s in every(flavor) if s.where != "hpc"))
+        monkeypatch.setattr(sides, "for_flavor", lambda flavor, sections=None: tuple(
+            s for s in every(flavor, sections) if s.where != "hpc"))
 
 
 def fake_popen(result: dict | None = None, wait_effect=None):
@@ -326,6 +327,8 @@ def test_test_command_image_exit_codes(monkeypatch):
 
     def fake_run(ref, flavor, expectations, **kw):
         seen.update(ref=ref, flavor=flavor, expectations=expectations, require_gpu=kw["require_gpu"])
+        if kw.get("sections") is not None:
+            seen["sections"] = kw["sections"]
         failed = 1 if expectations.get("torch") == "9.9" else 0
         return {"passed": 1, "failed": failed, "skipped": 0, "flavor": "runtime", "seconds": 1.0,
                 "checks": [{"name": "versions/version[torch]", "status": "failed" if failed else "passed",
@@ -343,6 +346,15 @@ def test_test_command_image_exit_codes(monkeypatch):
     assert isinstance(r.exception, UsageError)
     r = CliRunner().invoke(cmd.command, [], standalone_mode=False)
     assert isinstance(r.exception, UsageError)
+    # --sections: only those probe sections (a partial run, so --image only: never recorded as a matrix pass)
+    r = CliRunner().invoke(cmd.command, ["--image", "img:1", "--sections", "versions, compile"], standalone_mode=False)
+    assert r.return_value == 0 and seen["sections"] == ("versions", "compile")
+    for args, message in ((["--image", "img:1", "--sections", "versions,nope"], "--sections 'versions,nope': unknown "
+                           "section nope; choices: system, hygiene,"),
+                          (["--image", "img:1", "--sections", ","], "unknown section (none given); choices: system"),
+                          (["--matrix", "images/cpu.yaml", "--sections", "versions"], "--sections goes with --image")):
+        r = CliRunner().invoke(cmd.command, args, standalone_mode=False)
+        assert isinstance(r.exception, UsageError) and message in str(r.exception), (args, r.exception)
 
 
 def test_test_command_matrix_tests_by_image_id_and_keeps_passes(monkeypatch, tmp_path):

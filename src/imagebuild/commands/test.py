@@ -39,6 +39,9 @@ def _say(msg: str) -> None:
               help="expected value (torch=2.9.1, cuda=12.8, os=ubuntu24.04, flavor=dev, user=ml, "
                    "perf_min.bf16_tflops=600); default: the image's io.imagebuild.* labels")
 @click.option("--flavor", type=click.Choice(["base", "runtime", "dev"]), help="with --image: override the flavor")
+@click.option("--sections", "sections", type=str, metavar="NAME[,NAME...]",
+              help="with --image: only these probe sections and their checks (e.g. versions,compile); the result "
+                   "says it is partial")
 @click.option("--junit", "junit_dir", type=click.Path(file_okay=False), help="write JUnit XML per image here")
 @click.option("--results", "result_dir", type=click.Path(file_okay=False),
               help="write a JSON result per image here (default: the --junit directory)")
@@ -52,7 +55,7 @@ def _say(msg: str) -> None:
 @click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="with --matrix: where this run's build-report.json/.md/junit.xml go (default reports/<matrix>)")
 def command(matrix: str | None, image: str | None, only: tuple[str, ...], expect: tuple[str, ...], flavor: str | None,
-            junit_dir: str | None, result_dir: str | None, require_gpu: bool, perf: bool, timeout: float,
+            sections: str | None, junit_dir: str | None, result_dir: str | None, require_gpu: bool, perf: bool, timeout: float,
             registry: str | None, state_dir: str | None, retest: bool, json_out: bool,
             report_dir: Path | None) -> int:
     """Start each image, run the smoke suite in it, remove it; exit 1 when any check failed.
@@ -68,10 +71,11 @@ def command(matrix: str | None, image: str | None, only: tuple[str, ...], expect
         raise UsageError("give exactly one of --matrix FILE or --image REF")
     if image and only:
         raise UsageError("--only goes with --matrix")
+    only_sections = _sections(sections, bool(matrix))
     settings = TestSettings(retest=retest, require_gpu=require_gpu, perf=perf, expect=parse_expect(expect),
                             timeout=timeout, junit_dir=Path(junit_dir) if junit_dir else None,
                             result_dir=Path(cast(str, result_dir or junit_dir)) if (result_dir or junit_dir) else None,
-                            quiet=json_out)
+                            quiet=json_out, sections=only_sections)
     if image:
         result = flow.test_image(image, flavor, settings, _say)
     else:
@@ -85,6 +89,23 @@ def command(matrix: str | None, image: str | None, only: tuple[str, ...], expect
     else:
         click.echo(flow.summary_table(result.rows))
     return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def _sections(value: str | None, matrix: bool) -> tuple[str, ...] | None:
+    """`--sections a,b` as a tuple; an unknown name is one error line with the choices. Not with --matrix: the
+    record keeps whole-suite verdicts only, and a partial run must never read as an image's pass."""
+    if value is None:
+        return None
+    from imagebuild.smoke.sides import SECTIONS, unknown_sections
+
+    if matrix:
+        raise UsageError("--sections goes with --image: a --matrix run records each image's whole-suite verdict")
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    bad = unknown_sections(names) if names else ["(none given)"]
+    if bad:
+        raise UsageError(f"--sections {value!r}: unknown section {', '.join(bad)}; choices: "
+                         f"{', '.join(SECTIONS)}")
+    return names
 
 
 def _json_row(ref: str, tests: dict[str, Any]) -> dict[str, Any]:

@@ -242,7 +242,7 @@ def test_image(ref: str, flavor: str | None, settings: TestSettings, say: Say) -
     tests = runner.run_smoke(ref, flavor, dict(settings.expect), client=runner.docker_client(),
                              require_gpu=settings.require_gpu, perf=settings.perf, junit_dir=settings.junit_dir,
                              result_dir=settings.result_dir, timeout=settings.timeout,
-                             echo=None if settings.quiet else say)
+                             echo=None if settings.quiet else say, sections=settings.sections)
     return RunResult([Step.TEST], ok=not tests.get("failed"), rows=[(ref, tests)])
 
 

@@ -57,6 +57,7 @@ class TestSettings:
     junit_dir: Path | None = None  # one JUnit XML per image
     result_dir: Path | None = None  # one JSON result per image
     quiet: bool = False  # --json: no progress lines
+    sections: tuple[str, ...] | None = None  # --sections (test --image only): these probe sections, not the whole suite
 
 
 @dataclass(frozen=True)

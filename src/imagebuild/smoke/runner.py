@@ -148,6 +148,7 @@ class SuiteRun:
     pytest_args: list[str] = field(default_factory=list)
     echo: Callable[[str], None] | None = None
     places: tuple[str, ...] | None = None  # the side containers to start (None: every one the flavor needs)
+    sections: tuple[str, ...] | None = None  # only these probe sections (None: every one the flavor has)
     side_hosts: dict[str, str] = field(default_factory=dict)  # place -> its side container, once it runs
     side_errors: dict[str, str] = field(default_factory=dict)  # place -> why its side container does not run
 
@@ -160,6 +161,8 @@ class SuiteRun:
             cmd += ["--junitxml", str(self.junit_path), "-o", f"junit_suite_name={self.label}"]
         if self.flavor:
             cmd += ["--flavor", self.flavor]
+        if self.sections is not None:
+            cmd += ["--sections", ",".join(self.sections)]
         for k, v in sorted(self.expectations.items()):
             cmd += ["--expect", f"{k}={v}"]
         if self.require_gpu:
@@ -213,17 +216,25 @@ def run_smoke(
     pytest_args: Iterable[str] = (),
     echo: Callable[[str], None] | None = None,
     places: Iterable[str] | None = None,
+    sections: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """Start `image_ref`, run the smoke suite in it, remove the container; return the ImageResult.tests dict.
 
     `flavor`: base|runtime|dev (default: the image's io.imagebuild.flavor label). `expectations`: KEY -> VALUE
     (the plan's pins; the image's labels are checked too). `gpus`: request all GPUs (default: when the host has
     them). `places`: the side containers (smoke/sides.py: arbitrary-uid, hpc) to start next to the main one
-    for their sections (default: every one the flavor needs); a place not started has its checks skipped. Writes `<junit_dir>/<name>.xml` and `<result_dir>/<name>.json` (the checks plus the raw probe JSON).
+    for their sections (default: every one the flavor needs); a place not started has its checks skipped.
+    `sections`: only these probe sections and their checks (sides.unknown_sections refuses a name the table has
+    not), noted in the result: a partial run, never the image's whole verdict. Writes `<junit_dir>/<name>.xml` and `<result_dir>/<name>.json` (the checks plus the raw probe JSON).
     Never raises for a failing image: a container that does not start is one failed check. Ctrl-C/SIGTERM
     remove the container and propagate. The dict is smokeresult.SmokeResult.to_json() (see there).
     """
     t0 = time.time()
+    if sections is not None:
+        sections = tuple(sections)
+        bad = sides.unknown_sections(sections) if sections else ["(none given)"]
+        if bad:
+            raise ValueError(f"sections: unknown {', '.join(bad)}; choices: {', '.join(sides.SECTIONS)}")
     own_client = client is None
     client = client or docker_client()
     name = f"{name_prefix}-{safe_name(label or image_ref)}-{secrets.token_hex(3)}"[:120]
@@ -250,9 +261,13 @@ def run_smoke(
                 notes.append("emulated CPU: " + ", ".join(f"{k}={v}" for k, v in emulation.items()))
         settings = ContainerSettings(image=image_ref, name=name, gpus=use_gpus, ipc_host=ipc_host,
                                      labels={SMOKE_LABEL: "1"}, platform=platform, environment=emulation)
+        only = None if sections is None else tuple(sections)
+        if only is not None:
+            extra.setdefault("notes", []).append(f"only the sections {', '.join(only)} (--sections): "
+                                                 "not the whole suite")
         run = SuiteRun(label or image_ref, flavor, dict(expectations or {}), require_gpu, perf,
                        Path(junit_dir) if junit_dir else None, Path(result_dir) if result_dir else None,
-                       timeout, list(pytest_args), echo, None if places is None else tuple(places))
+                       timeout, list(pytest_args), echo, None if places is None else tuple(places), only)
         with signals_raise():
             return _run_in_container(client, settings, run, extra, t0).to_json()
     finally:
@@ -278,7 +293,7 @@ def _run_in_container(client: EngineClient, settings: ContainerSettings, run: Su
             state = (container.attrs.get("State") or {})
             return _failed(f"container exited right after start (exit {state.get('ExitCode')}, "
                            f"{state.get('Error') or logs[-800:] or 'no output'})", **extra)
-        for side in sides.for_flavor(run.flavor):
+        for side in sides.for_flavor(run.flavor, run.sections):
             if run.places is not None and side.where not in run.places:
                 continue
             side_container, name, why = sides.start_side(client, side, settings)

@@ -87,12 +87,21 @@ SIDES = (
 )
 
 
-def for_flavor(flavor: str | None) -> tuple[SideContainer, ...]:
-    """The side containers an image of `flavor` needs: those whose place has a section for it. An image whose flavor
-    is not known (no io.imagebuild.flavor label, no --flavor) gets those whose sections apply to every flavor; the
-    others' checks skip, saying so."""
+def for_flavor(flavor: str | None, sections: tuple[str, ...] | None = None) -> tuple[SideContainer, ...]:
+    """The side containers an image of `flavor` needs: those whose place has a section for it (of `sections`, when
+    a run covers only those). An image whose flavor is not known (no io.imagebuild.flavor label, no --flavor) gets
+    those whose sections apply to every flavor; the others' checks skip, saying so."""
     lowest = flavor or probe_table.FLAVORS[0]
-    return tuple(s for s in SIDES if probe_table.sections_for(lowest, s.where))
+    return tuple(s for s in SIDES if any(sections is None or name in sections
+                                         for name in probe_table.sections_for(lowest, s.where)))
+
+
+SECTIONS: tuple[str, ...] = probe_table.SECTIONS  # every probe section: the choices of `--sections`
+
+
+def unknown_sections(names: tuple[str, ...]) -> list[str]:
+    """The names of `names` that are no section of the probe's table (`--sections`)."""
+    return [n for n in names if n not in SECTIONS]
 
 
 def start_side(client: EngineClient, side: SideContainer, main: ContainerSettings) -> tuple[Any, str, str | None]:

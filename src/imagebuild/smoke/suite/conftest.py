@@ -15,7 +15,8 @@ check's one test. Tests of facts the probe gathers (versions, the runtime contra
 (`pytestmark = pytest.mark.section("system")`). The places: the image's user (the main probe), root in the same
 container (run first, before anything writes to /tmp), and the side containers the runner starts (an arbitrary UID,
 the enroot/Apptainer way), named with `--side PLACE=CONTAINER` (or `--side-error PLACE=WHY` when one did not start).
-Every probe runs once per place, the side containers' alongside the main one.
+Every probe runs once per place, the side containers' alongside the main one. `--sections a,b` narrows a run to those
+sections' probes and tests (a place left without a section is not probed).
 Expectations come from `--expect KEY=VALUE` and the image's `io.imagebuild.*` labels; a mismatch names the key, the
 expected value (and where it came from) and the found value. This file does not import imagebuild.
 """
@@ -105,6 +106,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--probe-pyz", default=None, metavar="FILE",
                 help="the probe zipapp to ship (default: built from the probe package once per pytest process)")
     g.addoption("--smoke-json", default=None, metavar="FILE", help="write a JSON result (checks + probe) here")
+    g.addoption("--sections", default=None, metavar="NAME[,NAME...]",
+                help="only these probe sections and their tests (default: every section the flavor has; one of "
+                     + ", ".join(P.SECTIONS) + ")")
     g.addoption("--side", action="append", default=[], metavar="PLACE=CONTAINER",
                 help="a side container of the same image (PLACE: " + ", ".join(P.SIDE_CONTAINERS) + ") in which "
                      "the table's sections of that place run; the runner starts them (smoke/sides.py)")
@@ -121,6 +125,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config._ib_images = {}  # type: ignore[attr-defined]  # this suite's images, per testinfra host id
     config._ib_sides = {**{k: ("container", v) for k, v in _places(config, "side").items()},  # type: ignore[attr-defined]
                         **{k: ("error", v) for k, v in _places(config, "side_error").items()}}
+    config._ib_only = _only_sections(config.getoption("sections", None))  # type: ignore[attr-defined]
     path = config.getoption("smoke_json", None)
     if path:
         config.pluginmanager.register(SmokeJson(config, path), "imagebuild-smoke-json")
@@ -134,6 +139,24 @@ def parse_expect(values: Iterable[str] | None) -> dict[str, str]:
         k, v = item.split("=", 1)
         out[_norm_key(k)] = v.strip()
     return out
+
+
+def _only_sections(value: str | None) -> frozenset[str] | None:
+    """`--sections a,b` as a set (None: every section); an unknown name is refused with the choices."""
+    if value is None:
+        return None
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in P.SECTIONS]
+    if not names or unknown:
+        raise pytest.UsageError(f"--sections {value!r}: unknown section {', '.join(unknown) or '(none given)'}; "
+                                f"choices: {', '.join(P.SECTIONS)}")
+    return frozenset(names)
+
+
+def _selected(config: pytest.Config, section: str) -> bool:
+    """Is `section` one this run covers (`--sections`, default every one)?"""
+    only = config._ib_only  # type: ignore[attr-defined]  # set by pytest_configure
+    return only is None or section in only
 
 
 def _places(config: pytest.Config, option: str) -> dict[str, str]:
@@ -229,7 +252,7 @@ class ImageUnderTest:
     def sections(self, where: str = P.IMAGE_USER) -> tuple[str, ...]:
         """The sections the probe run `where` covers for this image's flavor (the table decides)."""
         sections: tuple[str, ...] = P.sections_for(self.flavor, where, opt_in=self.perf)
-        return sections
+        return tuple(s for s in sections if _selected(self.config, s))
 
     def run(self, command: str) -> CommandResult:
         with self._lock:
@@ -484,7 +507,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if check is not None:
             if "check_row" in _params(item) and (_host_id(item), check.name) in claimed:
                 continue  # its hand-written test is its one test (not a deselection: the check is tested)
-            if (check.opt_in and not config.getoption(check.section)) or (
+            if (check.opt_in and not config.getoption(check.section)) or not _selected(config, check.section) or (
                     flavor is not None and not P.applies(check, flavor)):
                 drop.append(item)
             else:
@@ -498,7 +521,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 keep.append(item)
             continue
         row = item_section(item)
-        if row.opt_in and not config.getoption(row.name):
+        if (row.opt_in and not config.getoption(row.name)) or not _selected(config, row.name):
             drop.append(item)
             continue
         if flavor is not None and not P.applies(row, flavor):
