@@ -325,16 +325,30 @@ def test_the_replay_probe_refuses_sections_it_has_no_recording_of(tmp_path, monk
     assert got["hygiene.tmp"][0] == "passed" and got["hpc.home"][0] == "passed"  # recorded places still replay
 
 
-# the suite's test files and the section each checks (a hand-written test's name is FILE/TEST)
-FILE_SECTIONS = {path.stem.removeprefix("test_"): re.search(r'pytest\.mark\.section\("(\w+)"\)', path.read_text())[1]
-                 for path in runner.SUITE_DIR.glob("test_*.py") if path.name != "test_checks.py"}
+# the suite's test files and the section each checks (a hand-written test's name is FILE/TEST), and the tests that
+# name a section of their own (`@pytest.mark.section(...)` right above them)
+FILE_SECTIONS: dict[str, str] = {}
+TEST_SECTIONS: dict[str, str] = {}
+for _path in runner.SUITE_DIR.glob("test_*.py"):
+    if _path.name == "test_checks.py":
+        continue
+    _file, _pending = _path.stem.removeprefix("test_"), None
+    for _line in _path.read_text().splitlines():
+        _mark = re.match(r'(pytestmark = |@)pytest\.mark\.section\("(\w+)"\)', _line)
+        if _mark and _mark[1] == "pytestmark = ":
+            FILE_SECTIONS[_file] = _mark[2]
+        elif _mark:
+            _pending = _mark[2]
+        elif _line.startswith("def test_") and _pending:
+            TEST_SECTIONS[f"{_file}/{_line[4:].split('(')[0].removeprefix('test_')}"] = _pending
+            _pending = None
 
 
 def section_of(name: str) -> str | None:
     """The probe section a verdict row belongs to (None: the per-place `checks/...` rows)."""
     head, sep, _ = name.partition("/")
     if sep:
-        return None if head == "checks" else FILE_SECTIONS[head]
+        return None if head == "checks" else TEST_SECTIONS.get(name.split("[")[0], FILE_SECTIONS[head])
     return name.split(".", 1)[0]
 
 
@@ -355,21 +369,26 @@ def narrowed(recording: dict, sections: set[str]) -> dict:
     return out
 
 
-def test_sections_run_only_those_sections_and_places_with_the_same_verdict(tmp_path, monkeypatch):
-    """`--sections versions,system,uid` (what the broken-image test asks of a derived image): the main probe is
-    asked for exactly those of its sections, the arbitrary-UID place probes uid, root's and the hpc place's probes
-    do not run; each row the run reports is the whole run's row, and every row of those sections is there."""
-    chosen = {"versions", "system", "uid"}
+@pytest.mark.parametrize("chosen", [("versions", "system", "uid"), ("te", "hpc", "versions"),
+                                    ("compile", "release", "hpc")], ids=lambda c: ",".join(c))
+def test_sections_run_only_those_sections_and_places_with_the_same_verdict(tmp_path, monkeypatch, chosen):
+    """`--sections` as the derived-image tests use it (test_smoke_images.py): each probe place is asked for exactly
+    its chosen sections and a place without one is not probed; each row the run reports is the whole run's row (no
+    test fails for a section it reads that was not asked for), and every row of those sections is there."""
     recording = load("cpu-runtime.json")
-    tests = replay(tmp_path, narrowed(recording, chosen), monkeypatch, sections=("versions", "system", "uid"))
+    tests = replay(tmp_path, narrowed(recording, set(chosen)), monkeypatch, sections=chosen)
     want, got = verdict(recording["verdict"]["checks"]), verdict(tests["checks"])
     assert {n: got[n] for n in got if got[n] != want.get(n)} == {}
+    places = [w for w in P.WHERE if set(P.sections_for("runtime", w)) & set(chosen)]
     assert got.keys() == {n for n in want if section_of(n) in chosen} | {
-        f"checks/reported_checks_have_rows[{w}]" for w in (P.IMAGE_USER, P.ARBITRARY_UID)}
-    assert sorted((tmp_path / "execs.log").read_text().split()) == [P.ARBITRARY_UID, P.IMAGE_USER]
-    assert "runtime_contract/default_user" in got and "uid.home_writable" in got and "compile.toolchain" not in got
+        f"checks/reported_checks_have_rows[{w}]" for w in places}
+    assert sorted((tmp_path / "execs.log").read_text().split()) == sorted(places)
     assert tests["failed"] == 0 and tests["passed"] + tests["skipped"] == len(got)
-    # the runner asks the suite for exactly those sections, and starts only the side containers they need
+    assert {n for n in got if section_of(n) not in chosen} <= {f"checks/reported_checks_have_rows[{w}]"
+                                                                 for w in places}
+
+
+def test_sections_ask_the_suite_and_start_only_the_side_containers_they_need(tmp_path):
     cmd = runner.SuiteRun("img", "runtime", sections=("versions", "system", "uid")).command("c", tmp_path / "r.json")
     assert cmd[cmd.index("--sections") + 1] == "versions,system,uid"
     assert "--sections" not in runner.SuiteRun("img", "runtime").command("c", tmp_path / "r.json")

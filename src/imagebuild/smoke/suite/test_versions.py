@@ -16,6 +16,7 @@ def test_python(probe: dict[str, Any], expect_value: Callable[..., Any]) -> None
     expect_value("python", probe["versions"]["python"])
 
 
+@pytest.mark.section("system")  # the OS is the system section's fact: runs with it (`--sections versions` alone skips it)
 def test_os(probe: dict[str, Any], expect_value: Callable[..., Any]) -> None:
     osr = probe["system"]["os"]
     expect_value("os", osr.get("key"), shown=f"{osr.get('key')} ({osr.get('pretty_name')})")
