@@ -22,11 +22,12 @@ import secrets
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _helpers import ROOT, bk_args, bk_env, imagebuild
+from _helpers import ROOT, bk_args, bk_env
 
 WHEELHOUSE = Path(os.environ.get("IMAGEBUILD_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS") or "/opt/wheels")
 CA = os.environ.get("IMAGEBUILD_CA_CERT") or os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
@@ -90,6 +91,11 @@ class ImageProvider:
     _planned: CpuBuild | None = None
     _bk_running: tuple | None = None  # (Popen, folder, start time) of the BuildKit build in the background
     _derived: dict[str, tuple[object, str]] = field(default_factory=dict)  # key -> (engine client, tag)
+    _classic: threading.Thread | None = None  # the classic build and its smoke run, started ahead (start_classic)
+    _classic_proc: subprocess.Popen | None = None  # that thread's running CLI process
+    _classic_built: threading.Event = field(default_factory=threading.Event)
+    _classic_error: BaseException | None = None
+    _stopping: bool = False
 
     # -- the CPU matrix, once per backend -------------------------------------------------------------------------
 
@@ -107,33 +113,92 @@ class ImageProvider:
             self._planned = CpuBuild(self.client, plan, None, tmp, self.registry, prefix)
         return self._planned
 
+    def _cli(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        """The real CLI as _helpers.imagebuild runs it, its process kept so that `cleanup` can stop it."""
+        if self._stopping:
+            raise RuntimeError("the image provider is stopping")
+        full_env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})}
+        argv = [sys.executable, "-m", "imagebuild", *args]
+        self._classic_proc = proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                                     stdin=subprocess.DEVNULL, cwd=ROOT, env=full_env)
+        try:
+            out, err = proc.communicate(timeout=3600)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+    def _build_classic(self) -> None:
+        build = self._cpu_plan()
+        t0 = time.monotonic()
+        # a proxy variable that must never reach the image (build arg only)
+        build.result = self._cli("build", *build.build_args(), "--force", env={"no_proxy": "ibtest-noproxy.invalid"})
+        self.made.append(Built("images/cpu.yaml (base, runtime, dev)", "classic", time.monotonic() - t0))
+        self._cpu = build
+
+    def _test_classic(self) -> None:
+        build = self._cpu
+        assert build is not None and build.result.returncode == 0, \
+            build.result.stdout[-3000:] + build.result.stderr[-3000:]
+        folder = build.tmp / "tested"
+        folder.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        result = self._cli("test", *build.args("--report-dir", str(folder / "report"), "--junit", str(folder / "junit"),
+                                               "--results", str(folder / "results"), "--json", "--retest"))
+        self.made.append(Built("images/cpu.yaml smoke (base, runtime, dev)", "classic", time.monotonic() - t0))
+        self._cpu_tested = CpuTested(build, result, folder / "report", folder / "junit", folder / "results")
+
+    def start_classic(self) -> None:
+        """Start the classic build of images/cpu.yaml and then its one smoke run (`cpu_tested`) in a thread of their
+        own, while the tests that need no image of it run (conftest orders them first); `cpu` and `cpu_tested` wait
+        for it."""
+        if self._classic is not None or self._cpu is not None:
+            return
+        self._cpu_plan()  # here, not in the thread: start_buildkit plans too
+
+        def work() -> None:
+            try:
+                self._build_classic()
+            except BaseException as exc:  # handed to whoever waits for the build
+                self._classic_error = exc
+            finally:
+                self._classic_built.set()
+            try:
+                if self._cpu is not None and self._cpu.result.returncode == 0:
+                    self._test_classic()
+            except BaseException as exc:
+                self._classic_error = exc
+
+        self._classic = threading.Thread(target=work, name="classic images/cpu.yaml", daemon=True)
+        self._classic.start()
+
+    def _wait_classic(self, tested: bool) -> None:
+        if self._classic is None:
+            return
+        if tested:
+            self._classic.join()
+        else:
+            self._classic_built.wait()
+        if self._classic_error is not None:
+            raise RuntimeError("the classic build of images/cpu.yaml (started ahead) failed") from self._classic_error
+
     def cpu(self) -> CpuBuild:
         """images/cpu.yaml through the classic builder (bootstrap Debian 12 -> base -> runtime -> dev)."""
+        self._wait_classic(tested=False)
         if self._cpu is None:
-            build = self._cpu_plan()
-            t0 = time.monotonic()
-            # a proxy variable that must never reach the image (build arg only)
-            build.result = imagebuild("build", *build.build_args(), "--force",
-                                      env={"no_proxy": "ibtest-noproxy.invalid"})
-            self.made.append(Built("images/cpu.yaml (base, runtime, dev)", "classic", time.monotonic() - t0))
-            self._cpu = build
+            self._build_classic()
+        assert self._cpu is not None
         return self._cpu
 
     def cpu_tested(self) -> CpuTested:
         """The smoke suite over the classic CPU images, run once per session through `imagebuild test` (the
         record's tests, the report and per-image JUnit): every test that needs "these images passed the suite"
         reads this one run instead of running the suite again."""
+        self._wait_classic(tested=True)
         if self._cpu_tested is None:
-            build = self.cpu()
-            assert build.result.returncode == 0, build.result.stdout[-3000:] + build.result.stderr[-3000:]
-            folder = build.tmp / "tested"
-            folder.mkdir(parents=True, exist_ok=True)
-            t0 = time.monotonic()
-            result = imagebuild("test", *build.args("--report-dir", str(folder / "report"), "--junit",
-                                                    str(folder / "junit"), "--results", str(folder / "results"),
-                                                    "--json", "--retest"))
-            self.made.append(Built("images/cpu.yaml smoke (base, runtime, dev)", "classic", time.monotonic() - t0))
-            self._cpu_tested = CpuTested(build, result, folder / "report", folder / "junit", folder / "results")
+            self.cpu()
+            self._test_classic()
+        assert self._cpu_tested is not None
         return self._cpu_tested
 
     def start_buildkit(self) -> None:
@@ -216,6 +281,11 @@ class ImageProvider:
         return lines
 
     def cleanup(self) -> None:
+        self._stopping = True
+        if self._classic is not None and self._classic.is_alive():  # a session that ended before it did
+            if self._classic_proc is not None and self._classic_proc.poll() is None:
+                self._classic_proc.terminate()
+            self._classic.join(timeout=120)
         if self._bk_running is not None:  # a session that ended (-x, Ctrl-C) before a test asked for it
             proc = self._bk_running[0]
             proc.terminate()

@@ -60,8 +60,11 @@ def pytest_collection_modifyitems(session, config, items):
     by_file: dict[str, list] = {}
     for item in mine:
         by_file.setdefault(str(item.fspath), []).append(item)
+    # the files that need none of the session's matrix images first (each group in a random order): they run while
+    # those images build in the background (_start_the_matrix_builds)
     files = sorted(by_file)
     rng.shuffle(files)
+    files.sort(key=lambda name: any(needs_cpu_images(i) for i in by_file[name]))
     order = []
     for name in files:  # a file's tests stay together: its module-scoped fixtures are made once
         tests = by_file[name]
@@ -69,6 +72,23 @@ def pytest_collection_modifyitems(session, config, items):
         order.extend(tests)
     chosen = set(mine)
     items[:] = [i for i in items if i not in chosen] + order
+
+
+# the fixtures that hand out the session's images/cpu.yaml builds (a test's closure of fixtures names them)
+CPU_IMAGE_FIXTURES = ("cpu_build", "cpu_tested", "bk_build", "derive", "provider")
+
+
+def cpu_image_fixtures(item) -> set[str]:
+    """Which of the session's images/cpu.yaml builds `item` uses: through its fixtures, or named by its
+    `cpu_images(...)` mark where it asks for them with request.getfixturevalue."""
+    used = {name for name in CPU_IMAGE_FIXTURES if name in getattr(item, "fixturenames", ())}
+    for mark in item.iter_markers("cpu_images"):
+        used.update(mark.args)
+    return used
+
+
+def needs_cpu_images(item) -> bool:
+    return bool(cpu_image_fixtures(item))
 
 
 USER = "ibci"
@@ -187,15 +207,29 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _start_the_matrix_builds(request):
+    """At the session's start, when any of its tests needs the images/cpu.yaml builds: the BuildKit one (when a test
+    asks for `bk_build`) and the classic one followed by its one smoke run (`cpu_tested`), in the background, while
+    the tests that need neither run first (pytest_collection_modifyitems orders them so)."""
+    used = set().union(*(cpu_image_fixtures(i) for i in request.session.items))
+    if not used or not list(WHEELHOUSE.glob("torch-2.13.0*cp311*.whl")):
+        return  # (cpu_build skips, saying why)
+    try:
+        provider = request.getfixturevalue("provider")
+    except pytest.skip.Exception:
+        return  # no engine: the tests that need one skip, saying why
+    if BK_HOST and "bk_build" in used:
+        provider.start_buildkit()
+    provider.start_classic()
+
+
 @pytest.fixture(scope="session")
 def cpu_build(provider, request):
-    """images/cpu.yaml built for real (bootstrap Debian 12 → base → runtime → dev), tagged for the test registry.
-    When a test of the session will ask for the BuildKit build too (`bk_build`), that build starts first, in the
-    background on its own engine, and runs while the classic one does."""
+    """images/cpu.yaml built for real (bootstrap Debian 12 → base → runtime → dev), tagged for the test registry:
+    started at the session's start in the background (_start_the_matrix_builds), waited for here."""
     if not list(WHEELHOUSE.glob("torch-2.13.0*cp311*.whl")):
         pytest.skip(f"no torch 2.13.0 cp311 wheel in {WHEELHOUSE}")
-    if BK_HOST and any("bk_build" in getattr(item, "fixturenames", ()) for item in request.session.items):
-        provider.start_buildkit()
     return provider.cpu()
 
 

@@ -45,8 +45,8 @@ def _env(tmp: Path) -> dict[str, str]:
 # the emulated build is the full tier's (make test-all): an arm64 bootstrap and build under QEMU take ~10 minutes here;
 # the classic builder's refusal below needs no build and stays in make test
 def emulated(test):
-    """Marks a test of the emulated build: full tier, QEMU, an arm64 bootstrap."""
-    for mark in (pytest.mark.full_tier, pytest.mark.qemu, pytest.mark.bootstrap):
+    """Marks a test of the emulated build: full tier, QEMU, an arm64 bootstrap; after the session's BuildKit build."""
+    for mark in (pytest.mark.full_tier, pytest.mark.qemu, pytest.mark.bootstrap, pytest.mark.cpu_images("bk_build")):
         test = mark(test)
     return test
 

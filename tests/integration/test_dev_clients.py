@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _helpers import cpu_image  # noqa: E402
 from _servers import Server, headless_chromium, need, run_containers, shot  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cpu_images("cpu_build")]
 # the launcher's first card under its "Notebook" heading (the image's Python kernel)
 NOTEBOOK_CARD = ("//div[contains(@class,'jp-Launcher-section')][.//*[contains(@class,'jp-Launcher-sectionTitle')]"
                  "[contains(., 'Notebook')]]//div[contains(@class,'jp-LauncherCard')]")

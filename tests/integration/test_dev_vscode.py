@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _helpers import ROOT, cpu_image, imagebuild  # noqa: E402
 from _servers import Server, headless_chromium, run_containers, shot  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.full_tier, pytest.mark.cold_build]
+pytestmark = [pytest.mark.integration, pytest.mark.full_tier, pytest.mark.cold_build, pytest.mark.cpu_images("cpu_build")]
 
 
 def _code_server_lines(build, dev_id: str) -> tuple[str, dict[str, bytes], str]:

@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _helpers import cpu_image, imagebuild  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_cli")]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_cli"), pytest.mark.cpu_images("cpu_build")]
 
 # the checks under test, named as the probe and its table name them (section.check)
 # (libraries/one_copy[*] skip on the CPU images, which carry no CUDA library: only its broken image names it)

@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _helpers import ROOT, cpu_image, under_pty  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cpu_images("cpu_build")]
 PY = "import torch; print('ok', torch.__version__)"
 
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _helpers import ROOT, cpu_image  # noqa: E402
 from _servers import Server, run_containers  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cpu_images("cpu_build")]
 
 
 @pytest.fixture(scope="module")

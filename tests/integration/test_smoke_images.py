@@ -24,7 +24,8 @@ from imagebuild.engine import ContainerSettings
 from imagebuild.smoke import probe as P
 from imagebuild.smoke import runner
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_cli")]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_cli"),
+              pytest.mark.cpu_images("cpu_build", "cpu_tested")]
 PREFIX = "ibdev-smoke"
 WHEELHOUSE = os.environ.get("IMAGEBUILD_WHEELHOUSE", "/opt/wheels")
 CA = os.environ.get("IMAGEBUILD_CA_CERT", os.environ.get("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt"))
