@@ -57,7 +57,8 @@ def _say(msg: str) -> None:
               help="Where this run's build-report.json/.md/junit.xml go (default: reports/<matrix>/).")
 @state_dir_option
 @click.option("--test", "run_tests", is_flag=True,
-              help="Smoke-test the images afterwards (an image that already passed this suite is up to date).")
+              help="Smoke-test the images afterwards (an image that already passed this suite is up to date); "
+                   "with the matrix's `audit:` policy, audit them too: a violation fails the build (exit 1).")
 @click.option("--retest", is_flag=True, help="With --test: run the suite even where it already passed.")
 @click.option("--created", metavar="now|DATE", callback=lambda ctx, param, value: check_created(value),
               help="The org.opencontainers.image.created label: 'now' (the build time) or an RFC 3339 date. "

@@ -38,14 +38,8 @@ class AuditRun:
 
 
 def _policy(matrix: str) -> AuditPolicy:
-    from imagebuild.matrix import load_matrix
-    from imagebuild.pipeline.settings import resolve_matrix_path
-
-    doc = load_matrix(resolve_matrix_path(matrix))
-    problems = [p for p in doc.problems if p.keypath.startswith("audit")]
-    if problems:  # the rest of the matrix is the plan's to report (below); an allowance problem stops the audit here
-        raise MatrixError(problems)
-    return doc.audit or DEFAULT
+    # the rest of the matrix is the plan's to report; an allowance problem stops the audit here
+    return matrix_policy(matrix) or DEFAULT
 
 
 def _targets(images: list[str], matrix: str | None, state_dir: str | None, client: Any, say: Say,
@@ -123,7 +117,7 @@ def audit_images(images: list[str], matrix: str | None, state_dir: str | None, o
     osv_db = open_osv(osv)
     pypi_advisories = PyPIAdvisories(pypi_fetch()) if pypi else None  # each project asked once per run
     run = AuditRun()
-    judged_all = []
+    judged_all: list[Any] = []
     pins: dict[str, tuple[str, dict[str, str]]] = {}
     targets: list[tuple[str, str | None, str]] = []
     for ref in images:  # in the order given: a registry reference is read from its SBOM, anything else locally
@@ -142,20 +136,60 @@ def audit_images(images: list[str], matrix: str | None, state_dir: str | None, o
         else:
             inv: Inventory = local_inventory(client, kept, image_id)
             result = audit_inventory(name, image_id, inv, indexes, logs, osv_db, pypi_advisories, pins.get(name))
-        judged = judge_all(result, policy)
-        judged_all.append((result, judged))
-        run.results.append(result)
-        run.json.append(to_json(result, judged))
-        run.text += format_text(result, judged)
+        _add(run, judged_all, result, policy)
     run.exit_code = exit_code(judged_all)
     if matrix and not images:
         keep_results(matrix, state_dir, run, say)
     return run
 
 
-def keep_results(matrix: str, state_dir: str | None, run: AuditRun, say: Say) -> None:
+def _add(run: AuditRun, judged_all: list[Any], result: AuditResult, policy: AuditPolicy) -> None:
+    judged = judge_all(result, policy)
+    judged_all.append((result, judged))
+    run.results.append(result)
+    run.json.append(to_json(result, judged))
+    run.text += format_text(result, judged)
+
+
+def matrix_policy(matrix: str) -> AuditPolicy | None:
+    """The matrix's own `audit:` policy, None when it has none (a problem in it: MatrixError, one line each)."""
+    from imagebuild.matrix import load_matrix
+    from imagebuild.pipeline.settings import resolve_matrix_path
+
+    doc = load_matrix(resolve_matrix_path(matrix))
+    problems = [p for p in doc.problems if p.keypath.startswith("audit")]
+    if problems:
+        raise MatrixError(problems)
+    return doc.audit
+
+
+def audit_gate(client: Any, built: list[tuple[str, str]], policy: AuditPolicy, state_dir: str | None,
+               say: Say) -> AuditRun:
+    """`build --test` under a matrix's `audit:` policy: each built image, by the image ID the build reported
+    (`built`: (tag, image ID)), audited as `imagebuild audit` audits it (its kept inventory, the signed security
+    suite; no OSV database here, so the Python half says NOT CHECKED), judged by the policy. The caller fails the
+    build on a violation (exit 1); the results are kept in the record under each image ID (the report counts)."""
+    from imagebuild.compat import load as load_tables
+    from imagebuild.pipeline.supply import local_inventory
+    from imagebuild.record.derived import Derived
+
+    kept = Derived(state_dir, say)
+    indexes = SecurityIndexes(load_tables())
+    logs = Changelogs(None)
+    osv_db = open_osv(None)
+    run = AuditRun()
+    judged_all: list[Any] = []
+    for tag, image_id in built:
+        inv = local_inventory(client, kept, image_id)
+        _add(run, judged_all, audit_inventory(tag, image_id, inv, indexes, logs, osv_db, None), policy)
+    run.exit_code = exit_code(judged_all)
+    return run
+
+
+def keep_results(matrix: str, state_dir: str | None, run: AuditRun, say: Say, refresh_report: bool = True) -> None:
     """Each audited image's result into the matrix's record, under the image ID it audited (record/audits.py), so
-    the build report, the catalog and a signed push show it for exactly that image. No trusted record: not kept."""
+    the build report, the catalog and a signed push show it for exactly that image. No trusted record: not kept.
+    `refresh_report`: the counts into the matrix's default report too (not when a build writes its own next)."""
     from imagebuild import __version__
     from imagebuild.pipeline.settings import resolve_matrix_path
     from imagebuild.record import load_record, now, updating
@@ -173,6 +207,8 @@ def keep_results(matrix: str, state_dir: str | None, run: AuditRun, say: Say) ->
     with updating(path, directory=state_dir) as rec:
         for entry in entries:
             rec.audits[entry["image_id"]] = entry
+    if not refresh_report:
+        return
     from imagebuild.pipeline.settings import default_report_dir
     from imagebuild.record.audits import audit_summary
     from imagebuild.report import refresh_audits

@@ -189,6 +189,8 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
             by_tag[t.image.tag].phases += _test_phase(t)
         show(_summary(result.tested))
         result.ok = result.ok and not any(t.failed for t in result.tested)
+        if result.ok:
+            result.ok = _audit_gate(client, ready, options, say)
     if options.push is not None and result.ok:
         from imagebuild.pipeline.layers import LayerLimitError
         from imagebuild.pipeline.pushing import push_step
@@ -205,6 +207,31 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
         result.ok = result.ok and not result.pushed.failed
     _report(options, loaded, result, started)
     return result
+
+
+def _audit_gate(client: Any, ready: list[tuple[ImagePlan, Located]], options: RunOptions, say: Say) -> bool:
+    """`build --test` under the matrix's `audit:` policy: the built images audited (pipeline/auditing.audit_gate),
+    the results kept in the record; False on a violation (the build exits 1). A matrix without `audit:` has no
+    gate here (`imagebuild audit` judges it by the default policy)."""
+    from imagebuild.audit.policy import EXIT_NOT_CHECKED, EXIT_VIOLATION
+    from imagebuild.pipeline.auditing import audit_gate, keep_results, matrix_policy
+
+    policy = matrix_policy(options.matrix)
+    if policy is None:
+        return True
+    run = audit_gate(client, [(img.tag, where.image_id) for img, where in ready if where.image_id], policy,
+                     options.state_dir, say)
+    for line in run.text.splitlines():
+        say(f"audit: {line}")
+    keep_results(options.matrix, options.state_dir, run, say, refresh_report=False)
+    violations = sum(1 for doc in run.json for f in doc.get("findings") or () if f.get("violates"))
+    if run.exit_code == EXIT_VIOLATION:
+        say(f"audit: {violations} finding(s) violate the audit policy of {options.matrix} (its `audit:` key): "
+            "the build fails (exit 1); fix or allow them (allow: [{id, reason, expires}])")
+        return False
+    say("audit: no finding violates the matrix's audit policy" + (
+        "; some sources were NOT CHECKED (above): not a clean bill" if run.exit_code == EXIT_NOT_CHECKED else ""))
+    return True
 
 
 def test_run(options: RunOptions, say: Say) -> RunResult:
