@@ -3,7 +3,8 @@ release: older than bookworm-security's fixes) with bookworm-security in its apt
 a one-image matrix built on it; `plan --security` marks it stale against the real signed index; `build
 --security-refresh` rebuilds it (the apt step carries the index and upgrades the fixed packages), checks the rebuilt
 image again and tests it; `plan --security` then says fresh, the record says why it was rebuilt, and a plain build
-afterwards is up to date.
+afterwards is up to date. The matrix's `audit:` policy gates `build --test`: the stale image fails it (exit 1, the
+libssl3 fix named), the refreshed one passes (item 3).
 
 make test proves the same flow over the one fake engine with the real index (tests/unit/test_security_refresh.py,
 test_build_security_refresh_rebuilds_the_stale_images_and_their_children_over_the_fake_engine); this proves apt
@@ -69,6 +70,8 @@ defaults:
 matrix:
   torch: ["2.13.0"]
   cuda: [cpu]
+audit:
+  fail_on: security-fix
 """)
     env = {"IMAGEBUILD_STATE_DIR": str(tmp_path / "state")}
     common = ["-m", str(matrix), "--backend", "classic", "--no-registry-cache", "--no-sbom", "--plain"]
@@ -93,6 +96,13 @@ matrix:
         fixes = before["stale"]["security_fixes"]
         assert fixes > 0 and before["stale"]["index"].startswith("bookworm-security@")
         assert "libssl3" in {f["package"] for f in before["stale"]["fixes"]}  # main's point release is behind
+
+        # the audit policy gates build --test: the stale image is built and passes its suite, and the build fails
+        gated = imagebuild("build", *common, "--report-dir", str(tmp_path / "r1t"), "--test", env=env, timeout=1500)
+        assert gated.returncode == 1, gated.stdout[-3000:] + gated.stderr[-3000:]
+        lines = gated.stderr.splitlines()
+        assert any(ln.startswith("audit:     libssl3 ") and "VIOLATION" in ln for ln in lines), gated.stderr[-3000:]
+        assert any("violate the audit policy of" in ln and "the build fails (exit 1)" in ln for ln in lines)
 
         refreshed = build("r2", "--security-refresh")
         image = before["id"]
