@@ -91,6 +91,11 @@ def test_only_the_installed_tree_reaches_the_image(client, vscode_image):
     size = client.images.get(tag).attrs["Size"] - client.images.get(dev).attrs["Size"]
     print(f"code-server layer: {size / 1e6:.0f} MB")
     assert 100e6 < size < 1500e6
+    # the report's row for it: the layer found in the real image's history, its size the image's growth
+    from imagebuild.report.layers import env_layers
+
+    [row] = env_layers(client.api.history(tag), (("code-server", f"code-server {pin}"),))
+    assert row["tier"] == "code-server" and abs(row["size"] - size) < 1e6, (row, size)
 
 
 def _suite(ref: str, tmp_path: Path) -> dict[str, dict]:

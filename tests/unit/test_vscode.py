@@ -180,6 +180,26 @@ def test_without_the_key_the_dev_image_is_as_before():
         assert render_image(VSCODE, flavor) == render_image(CPU, flavor)
 
 
+def test_the_code_server_layer_is_a_report_row_of_its_own():
+    """Its size is a report row (issue 43 item 1): the dev image's one layer row, found in the built image's history
+    as its code-server stage's copy onto / (classic and BuildKit spell that step differently), never a runtime tier."""
+    from imagebuild.report.layers import env_layers
+
+    rendered = render_image(VSCODE, "dev")
+    node = code_server.load().node_for(PIN, "linux/amd64").version
+    assert rendered.env_layers == (("code-server", f"code-server {PIN} on Node {node}"),)
+    assert render_image(CPU, "dev").env_layers == ()
+    assert render_image(VSCODE, "runtime").env_layers == render_image(CPU, "runtime").env_layers
+    runtime_tiers = [{"CreatedBy": "COPY dir:aaa in / ", "Size": 7}, {"CreatedBy": "COPY dir:bbb in / ", "Size": 8}]
+    for step in ("COPY dir:0f1e2d in / ", "COPY /out/ / # buildkit", "COPY --link /out/ / # buildkit"):
+        history = [{"CreatedBy": "COPY file:cafe in /etc/imagebuild/banner ", "Size": 1},  # newest first
+                   {"CreatedBy": step, "Size": 633_000_000},
+                   {"CreatedBy": "RUN chmod 0755 /usr/local/bin/start-sshd", "Size": 0},
+                   {"CreatedBy": "COPY /opt/stage/ / # buildkit", "Size": 2}, *runtime_tiers]  # dev's pip copy
+        assert env_layers(history, rendered.env_layers) == [
+            {"tier": "code-server", "holds": rendered.env_layers[0][1], "size": 633_000_000}], step
+
+
 def test_the_fixture_matrix_renders_both_platforms(tmp_path):
     from imagebuild.matrix import load_matrix
 

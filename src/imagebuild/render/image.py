@@ -532,5 +532,13 @@ def render_image(variant: ResolvedVariant, flavor: str, inputs: BuildInputs | No
         labels=labels,
         pip_requirements=tuple(parts.pip_requirements),
         apt_packages=tuple(parts.apt),
-        env_layers=tuple((t.name, t.holds) for t in parts.layers),
+        env_layers=tuple((t.name, t.holds) for t in parts.layers) + _code_server_layer(ctx.get("code_server")),
     )
+
+
+def _code_server_layer(code_server: object) -> tuple[tuple[str, str], ...]:
+    """The dev image's VS Code layer (the code-server stage's copy onto /) as a layer row of its own: the report gives
+    its size, and the layer limit applies to it like to a runtime tier."""
+    if not isinstance(code_server, dict):
+        return ()
+    return (("code-server", f"code-server {code_server['version']} on Node {code_server['node']}"),)

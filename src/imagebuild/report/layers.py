@@ -3,6 +3,8 @@
 The render names the tiers (imagebuild.render.tiers); the built image says how large each is. A tier's layer is the
 final stage's `COPY --from=tier-<name> /opt/stage/ /`: the classic builder's history writes it `COPY dir:<sum> in /`,
 BuildKit's `COPY /opt/stage/ / # buildkit`; the tiers are the last such steps of the image, in the render's order.
+A dev image with VS Code has one such layer of its own, its code-server stage's `/out/` copied onto / (the last such
+step of the dev image: its one row).
 When the count does not match (an image built before tiers), nothing is claimed: no sizes are ever invented.
 """
 
@@ -15,7 +17,7 @@ from typing import Any
 from imagebuild.units import format_size
 
 DEFAULT_LAYER_LIMIT = 8 * 1024**3  # 8 GiB: GHCR and Harbor refuse layers over 10 GB; Azure ML keeps them under 8 GB
-_TIER_COPY = re.compile(r"COPY (?:dir:\S+ in |(?:--from=\S+ )?/opt/stage/ )/\s*(?:# buildkit)?\s*$")
+_TIER_COPY = re.compile(r"COPY (?:dir:\S+ in |(?:--link )?(?:--from=\S+ )?/(?:opt/stage|out)/ )/\s*(?:# buildkit)?\s*$")
 
 
 def is_tier_copy(created_by: str | None) -> bool:
