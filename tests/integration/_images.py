@@ -148,10 +148,10 @@ class ImageProvider:
         self.made.append(Built("images/cpu.yaml smoke (base, runtime, dev)", "classic", time.monotonic() - t0))
         self._cpu_tested = CpuTested(build, result, folder / "report", folder / "junit", folder / "results")
 
-    def start_classic(self) -> None:
-        """Start the classic build of images/cpu.yaml and then its one smoke run (`cpu_tested`) in a thread of their
-        own, while the tests that need no image of it run (conftest orders them first); `cpu` and `cpu_tested` wait
-        for it."""
+    def start_classic(self, smoke: bool = True) -> None:
+        """Start the classic build of images/cpu.yaml and then (`smoke`: a test of the session will ask for it) its one
+        smoke run (`cpu_tested`) in a thread of their own, while the tests that need no image of it run (conftest
+        orders them first); `cpu` and `cpu_tested` wait for it."""
         if self._classic is not None or self._cpu is not None:
             return
         self._cpu_plan()  # here, not in the thread: start_buildkit plans too
@@ -164,7 +164,7 @@ class ImageProvider:
             finally:
                 self._classic_built.set()
             try:
-                if self._cpu is not None and self._cpu.result.returncode == 0:
+                if smoke and self._cpu is not None and self._cpu.result.returncode == 0:
                     self._test_classic()
             except BaseException as exc:
                 self._classic_error = exc

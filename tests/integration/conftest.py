@@ -221,7 +221,7 @@ def _start_the_matrix_builds(request):
         return  # no engine: the tests that need one skip, saying why
     if BK_HOST and "bk_build" in used:
         provider.start_buildkit()
-    provider.start_classic()
+    provider.start_classic(smoke="cpu_tested" in used)
 
 
 @pytest.fixture(scope="session")
