@@ -98,3 +98,14 @@ def tar_of(files: dict[str, str]) -> bytes:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+OLD_SSL = "3.0.11-1~deb12u2"  # a real bookworm (12.4) libssl3, long replaced by the security suite
+
+
+def debian12_fs(indexes: SecurityIndexes, index: SecurityIndex, stale: bool) -> bytes:
+    """An image's files for the fake engine: a Debian 12 os-release and a dpkg database of the index's real libssl3
+    and openssl stanzas, libssl3 at OLD_SSL where `stale`."""
+    stanzas = stanzas_of(packages_text(index, indexes), {"libssl3", "openssl"})
+    return tar_of({"etc/os-release": 'ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n',
+                   "var/lib/dpkg/status": status_file(stanzas, {"libssl3": OLD_SSL} if stale else {})})

@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import pytest
 from _fake_engine import FakeEngine
-from _security_index import real_indexes
-from test_security_refresh import OLD_SSL, _fs, _plan
+from _security_index import OLD_SSL, debian12_fs, real_indexes
+from _support import variant
 
 from imagebuild.inputs import BuildInputs
+from imagebuild.plan.assemble import plan_from_variants
 from imagebuild.record import load_record
 from imagebuild.smoke import runner
 
 PASS = {"passed": 1, "failed": 0, "skipped": 0, "seconds": 1.0,
         "checks": [{"name": "system.ca_bundle", "status": "passed", "reason": "", "figures": {}}]}
+
+
+def _plan(inputs: BuildInputs | None = None):
+    """One CPU variant, rendered for real (base, runtime, dev)."""
+    return plan_from_variants([variant("2.13.0-cpu-py3.11-debian12")], inputs or BuildInputs(), matrix_file="cpu.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +52,7 @@ def _build(index, tmp_path, monkeypatch, audit: str, stale: bool):
 
     class Filesystems(dict):
         def __missing__(self, image_id: str) -> bytes:
-            self[image_id] = _fs(indexes, real, stale=stale)
+            self[image_id] = debian12_fs(indexes, real, stale=stale)
             return self[image_id]
 
     engine.filesystems = Filesystems()

@@ -160,6 +160,18 @@ def test_the_watchdog_kills_forked_children_and_the_probe_ends(tmp_path):
     assert not [pid for pid in pids if _running(pid)]
 
 
+def test_a_sections_wait_ends_after_the_deadline_so_the_watchdog_ends_the_probe():
+    """At the deadline the watchdog ends the probe: a section's wait cut to the deadline runs WATCHDOG_FIRST past
+    it (it ended at the same instant before, and which of the two printed the JSON was chance: exit 0 with
+    `distributed: {}` or exit 3); a default shorter than what is left is the section's own."""
+    from imagebuild.smoke.probe.common import WATCHDOG_FIRST, Probe
+
+    p = Probe(["distributed"], deadline=time.time() + 30)
+    assert 30 < p.remaining(120) <= 30 + WATCHDOG_FIRST and WATCHDOG_FIRST > 0
+    assert p.remaining(10) == 10 and Probe(["distributed"]).remaining(120) == 120
+    assert Probe(["distributed"], deadline=time.time() - 60).remaining(120) == 5.0  # the floor
+
+
 def _running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:

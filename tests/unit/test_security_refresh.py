@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from _fake_engine import FakeEngine
-from _security_index import packages_text, real_indexes, stanzas_of, status_file, tar_of
+from _security_index import OLD_SSL, debian12_fs, packages_text, real_indexes, stanzas_of, status_file, tar_of
 from _support import variant
 
 from imagebuild.audit.debian import SecurityIndexes
@@ -35,7 +35,6 @@ from imagebuild.plan.output import plan_json, print_table
 from imagebuild.record.derived import Derived
 from imagebuild.record.store import ImageRecord, Record, shape_problem
 
-OLD_SSL = "3.0.11-1~deb12u2"  # a real bookworm (12.4) libssl3, long replaced by the security suite
 KEY = "2.13.0-cpu-py3.11-debian12"
 
 
@@ -45,9 +44,7 @@ def index():
 
 
 def _fs(indexes, index, stale: bool) -> bytes:
-    stanzas = stanzas_of(packages_text(index, indexes), {"libssl3", "openssl"})
-    return tar_of({"etc/os-release": 'ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n',
-                 "var/lib/dpkg/status": status_file(stanzas, {"libssl3": OLD_SSL} if stale else {})})
+    return debian12_fs(indexes, index, stale)
 
 
 def _plan(inputs: BuildInputs | None = None) -> Plan:

@@ -22,6 +22,7 @@ NO_GPU = "no GPU visible in the container"
 NO_CUDA_TORCH = NO_GPU + " (CPU variant: torch built without CUDA)"
 NO_TORCH = "torch is not installed"
 RESULT_MARK = "IBPROBE-RESULT "
+WATCHDOG_FIRST = 1.0  # seconds a section's wait runs past the deadline: the watchdog is the one that ends it there
 CHILDREN: list = []  # Popen objects (own sessions) the watchdog kills on overrun
 
 
@@ -52,9 +53,12 @@ class Probe:
         return status
 
     def remaining(self, default):
+        """Seconds a section may wait for its work: `default`, cut to what is left before the probe's deadline plus
+        WATCHDOG_FIRST: at the deadline the watchdog ends the probe (partial JSON, exit 3), never a section's own
+        timeout racing it to the same instant (which one printed the JSON was chance)."""
         if self.deadline is None:
             return default
-        return max(5.0, min(default, self.deadline - time.time()))
+        return max(5.0, min(default, self.deadline - time.time() + WATCHDOG_FIRST))
 
     # torch ------------------------------------------------------------------------------------------------------
     def import_torch(self):
