@@ -148,13 +148,17 @@ def dumps(recording: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 
 NUMBER = re.compile(r"\d+(?:\.\d+)*")
+# the vector ISAs the host CPU offers (release.cpu_isa: "avx2 on x86_64" here, "avx512 avx512_vnni on x86_64" on
+# another machine): a fact of the machine the suite ran on, not of the image
+CPU_ISA = re.compile(r"\b(?:avx|amx|sve|neon|asimd|vsx|zvector)\w*(?:\s+(?:avx|amx|sve|neon|asimd|vsx|zvector)\w*)*",
+                     re.IGNORECASE)
 PATH = re.compile(r"(?<![\w.])/[^\s,;:()'\"]+")
 
 
 def norm_reason(reason: str) -> str:
     """A reason with what differs between runs of the same image masked: paths (temp folders, container names in
-    them) and numbers (timings, sizes, counts)."""
-    return NUMBER.sub("N", PATH.sub("<path>", reason or "")).strip()
+    them), the host CPU's vector ISAs, and numbers (timings, sizes, counts)."""
+    return NUMBER.sub("N", CPU_ISA.sub("<cpu isa>", PATH.sub("<path>", reason or ""))).strip()
 
 
 def drift(recorded: list[dict[str, Any]], fresh: list[dict[str, Any]]) -> list[str]:

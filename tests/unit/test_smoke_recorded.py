@@ -232,6 +232,17 @@ def test_replay_gives_the_recorded_verdict(tmp_path, monkeypatch, name):
     assert len([ln for ln in table if ln.startswith("FAIL ")]) == counts["failed"]
 
 
+def test_drift_ignores_the_host_cpus_vector_isas_but_not_a_status_or_another_fact():
+    """The full tier's drift check (tests/integration/test_probe_recordings.py) runs on whatever machine runs make
+    test-all: release.cpu_isa names that machine's vector ISAs (an AVX-512 host found "drift" against a recording made
+    on an AVX2 one), so they are masked like timings and paths; a status change or another reason is still drift."""
+    row = {"name": "release.cpu_isa", "status": "passed", "reason": "avx2 on x86_64"}
+    assert rec.drift([row], [dict(row, reason="avx512 avx512_vnni on x86_64")]) == []
+    assert rec.drift([row], [dict(row, reason="asimd on aarch64")]) != []  # another machine type is another image
+    assert rec.drift([row], [dict(row, status="failed", reason="pick_vec_isa: no C++ compiler")]) != []
+    assert rec.norm_reason("numpy 2.3.1 in /tmp/x/y") == "numpy N in <path>"
+
+
 def test_the_recorder_scrubs_run_specific_strings_and_refuses_a_partial_run():
     """recording_from_result (the runner's result JSON -> a recording): container names and IDs, the probe's temp
     folder and log timestamps become placeholders; a run without a document for each place is not recorded."""
