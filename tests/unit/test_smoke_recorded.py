@@ -83,7 +83,7 @@ sys.exit("fake docker: not faked: " + " ".join(args))
 # real images on an engine: `make record-probe-results`). A recording holds no document of them, so the replay reports
 # each of their checks skipped, saying so (never passed); once re-recorded, this set must be emptied
 # (test_there_are_recordings_of_every_cpu_flavor fails while a recording holds a section named here).
-NOT_RECORDED: tuple[str, ...] = ("vscode",)  # sections newer than the recordings (vscode: issue 43, no engine free)
+NOT_RECORDED: tuple[str, ...] = ()  # sections newer than the recordings (vscode was, until round 15 re-recorded it)
 NOT_RECORDED_REASON = f"not recorded: the recording predates this section ({rec.RECORD_COMMAND} records it)"
 
 
