@@ -20,7 +20,7 @@ import tempfile
 from multiprocessing.context import ForkServerProcess
 
 from probe import lifeline
-from probe.common import _ROOT, CHILDREN, child_argv, start_process
+from probe.common import _ROOT, CHILDREN, child_argv, environ_set, start_process
 
 _FORKSERVER: list = []  # [the forkserver context] once set up; [None] when it cannot start children here
 
@@ -90,17 +90,9 @@ def _start_forkserver():
     environment in any case: _run)."""
     from multiprocessing import forkserver
 
-    saved = {name: os.environ.get(name) for name in (lifeline.PARENT_VARIABLE, "PYTHONPATH")}
-    os.environ[lifeline.PARENT_VARIABLE] = str(os.getpid())
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, saved["PYTHONPATH"]) if p)
-    try:
+    path = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
+    with environ_set({lifeline.PARENT_VARIABLE: str(os.getpid()), "PYTHONPATH": path}):
         forkserver.ensure_running()
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _run(args, env, cwd, out, err):

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from typing import Any
 
-from probe.common import Probe, which
+from probe.common import Probe, environ_set, which
 
 LOCALE_VARS = ("LC_ALL", "LC_CTYPE", "LANG")
 
@@ -62,25 +62,15 @@ def initial_environ() -> dict:
 
 def try_locale(env: dict) -> tuple[bool, str, str]:
     """Apply the locale variables of `env` in this process (then restore): (ok, LC_CTYPE name, codeset)."""
-    saved_env = {k: os.environ.get(k) for k in LOCALE_VARS}
     saved = locale.setlocale(locale.LC_ALL)
     try:
-        for k in LOCALE_VARS:
-            if env.get(k) is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = env[k]
-        try:
-            locale.setlocale(locale.LC_ALL, "")
-        except locale.Error as exc:
-            return False, "", str(exc)
-        return True, locale.setlocale(locale.LC_CTYPE), locale.nl_langinfo(locale.CODESET)
+        with environ_set({k: env.get(k) for k in LOCALE_VARS}):
+            try:
+                locale.setlocale(locale.LC_ALL, "")
+            except locale.Error as exc:
+                return False, "", str(exc)
+            return True, locale.setlocale(locale.LC_CTYPE), locale.nl_langinfo(locale.CODESET)
     finally:
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         locale.setlocale(locale.LC_ALL, saved)
 
 
