@@ -20,7 +20,8 @@ import tempfile
 from multiprocessing.context import ForkServerProcess
 
 from probe import lifeline
-from probe.common import _ROOT, CHILDREN, child_argv, environ_set, start_process
+from probe.common import _ROOT, CHILDREN, child_argv, start_process
+from probe.environ import environ_set
 
 _FORKSERVER: list = []  # [the forkserver context] once set up; [None] when it cannot start children here
 

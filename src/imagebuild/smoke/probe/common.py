@@ -3,7 +3,6 @@ process/file helpers and the watchdog. Standard library only; never imports imag
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
@@ -218,26 +217,6 @@ def finish_process(handle, timeout):
     out.close()
     err.close()
     return rc, stdout, stderr
-
-
-@contextlib.contextmanager
-def environ_set(values):
-    """Set (or, for None, remove) each variable of `values` in os.environ for the `with` block, then put back what
-    was there."""
-    saved = {k: os.environ.get(k) for k in values}
-    try:
-        _apply_environ(values)
-        yield
-    finally:
-        _apply_environ(saved)
-
-
-def _apply_environ(values):
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def kill_tree(proc):

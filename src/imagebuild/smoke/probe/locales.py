@@ -14,7 +14,8 @@ import subprocess
 import sys
 from typing import Any
 
-from probe.common import Probe, environ_set, which
+from probe.common import Probe, which
+from probe.environ import environ_set
 
 LOCALE_VARS = ("LC_ALL", "LC_CTYPE", "LANG")
 
