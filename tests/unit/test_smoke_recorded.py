@@ -409,7 +409,7 @@ def test_sections_ask_the_suite_and_start_only_the_side_containers_they_need(tmp
 
 
 def test_an_unknown_section_is_refused_with_the_choices(tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match=r"sections: unknown nope; choices: system, hygiene, "):
+    with pytest.raises(ValueError, match=r"sections: unknown section nope; choices: system, hygiene, "):
         runner.run_smoke("img", sections=("versions", "nope"))
     recording = load("cpu-runtime.json")
     tests = replay(tmp_path, recording, monkeypatch, sections=("versions", "nope"))

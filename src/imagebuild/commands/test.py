@@ -96,15 +96,14 @@ def _sections(value: str | None, matrix: bool) -> tuple[str, ...] | None:
     record keeps whole-suite verdicts only, and a partial run must never read as an image's pass."""
     if value is None:
         return None
-    from imagebuild.smoke.sides import SECTIONS, unknown_sections
+    from imagebuild.smoke.sides import sections_problem
 
     if matrix:
         raise UsageError("--sections goes with --image: a --matrix run records each image's whole-suite verdict")
     names = tuple(n.strip() for n in value.split(",") if n.strip())
-    bad = unknown_sections(names) if names else ["(none given)"]
-    if bad:
-        raise UsageError(f"--sections {value!r}: unknown section {', '.join(bad)}; choices: "
-                         f"{', '.join(SECTIONS)}")
+    problem = sections_problem(names)
+    if problem:
+        raise UsageError(f"--sections {value!r}: {problem}")
     return names
 
 

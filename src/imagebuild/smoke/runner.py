@@ -224,7 +224,7 @@ def run_smoke(
     (the plan's pins; the image's labels are checked too). `gpus`: request all GPUs (default: when the host has
     them). `places`: the side containers (smoke/sides.py: arbitrary-uid, hpc) to start next to the main one
     for their sections (default: every one the flavor needs); a place not started has its checks skipped.
-    `sections`: only these probe sections and their checks (sides.unknown_sections refuses a name the table has
+    `sections`: only these probe sections and their checks (sides.sections_problem refuses a name the table has
     not), noted in the result: a partial run, never the image's whole verdict. Writes `<junit_dir>/<name>.xml` and `<result_dir>/<name>.json` (the checks plus the raw probe JSON).
     Never raises for a failing image: a container that does not start is one failed check. Ctrl-C/SIGTERM
     remove the container and propagate. The dict is smokeresult.SmokeResult.to_json() (see there).
@@ -232,9 +232,9 @@ def run_smoke(
     t0 = time.time()
     if sections is not None:
         sections = tuple(sections)
-        bad = sides.unknown_sections(sections) if sections else ["(none given)"]
-        if bad:
-            raise ValueError(f"sections: unknown {', '.join(bad)}; choices: {', '.join(sides.SECTIONS)}")
+        problem = sides.sections_problem(sections)
+        if problem:
+            raise ValueError(f"sections: {problem}")
     own_client = client is None
     client = client or docker_client()
     name = f"{name_prefix}-{safe_name(label or image_ref)}-{secrets.token_hex(3)}"[:120]

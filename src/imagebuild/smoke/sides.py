@@ -96,12 +96,10 @@ def for_flavor(flavor: str | None, sections: tuple[str, ...] | None = None) -> t
                                          for name in probe_table.sections_for(lowest, s.where)))
 
 
-SECTIONS: tuple[str, ...] = probe_table.SECTIONS  # every probe section: the choices of `--sections`
-
-
-def unknown_sections(names: tuple[str, ...]) -> list[str]:
-    """The names of `names` that are no section of the probe's table (`--sections`)."""
-    return [n for n in names if n not in SECTIONS]
+def sections_problem(names: tuple[str, ...]) -> str | None:
+    """Why `names` selects no probe sections (`--sections`), None when it does: the probe table's rule."""
+    problem: str | None = probe_table.sections_problem(names)
+    return problem
 
 
 def start_side(client: EngineClient, side: SideContainer, main: ContainerSettings) -> tuple[Any, str, str | None]:

@@ -29,6 +29,7 @@ command line dispatches and the suite selects:
                  probe) and the checks each reports (GPU or not): the suite's tests are generated from its rows
     common       Probe (results, torch import, GPU state), subprocess helpers, watchdog
     summary      the short text table of a saved result (--table)
+    environ      os.environ for a block (set or remove variables, then put back what was there)
     lifeline     the forkserver and its children die with their parent (PR_SET_PDEATHSIG): no orphan outlives a
                  probe the watchdog ended
     children     the child probes (compile, gloo/NCCL ranks, TE, release): forked by the standard library's
@@ -107,6 +108,7 @@ from probe.table import (  # noqa: E402
     checks_for,
     section,
     sections_for,
+    sections_problem,
 )
 from probe.tf32 import tf32_state  # noqa: E402
 from probe.versions import ABSENT, TRUE, format_cudnn_version, versions_match  # noqa: E402
@@ -118,7 +120,7 @@ if __name__ != "probe":  # a later import of <this package>.gpu gets the module 
 
 __all__ = [
     "ABSENT", "ARBITRARY_UID", "CHECKS", "Check", "DEFAULT_SECTIONS", "applies", "check_row", "checks_for", "FLAVORS",
-    "HPC", "IMAGE_USER", "ROOT", "SIDE_CONTAINERS", "TABLE", "WHERE", "Section", "section", "sections_for", "NO_CUDA_TORCH", "NO_GPU", "NO_TORCH", "NVIDIA_ENV", "PROBE_VERSION", "REPORTED_ENV",
+    "HPC", "IMAGE_USER", "ROOT", "SIDE_CONTAINERS", "TABLE", "WHERE", "Section", "section", "sections_for", "sections_problem", "NO_CUDA_TORCH", "NO_GPU", "NO_TORCH", "NVIDIA_ENV", "PROBE_VERSION", "REPORTED_ENV",
     "RESULT_MARK", "SECTIONS", "TRUE", "Probe", "build_zipapp", "dist_worker", "effective_ctype", "evaluate_ldd",
     "describe_copies", "find_secret_env", "format_cudnn_version", "group_library_copies", "hygiene_findings", "owners_of", "is_utf8_name", "library_family",
     "library_key", "nccl_transport_kind", "normalize_arch", "parse_environ", "parse_ldconfig",

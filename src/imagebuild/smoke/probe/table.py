@@ -181,6 +181,13 @@ def section(name: str) -> Section:
         raise KeyError(f"unknown section {name!r}; valid: {', '.join(SECTIONS)}") from None
 
 
+def sections_problem(names: tuple[str, ...] | list[str]) -> str | None:
+    """Why `names` (a `--sections` value, split) selects no sections: none given, or a name no row has (with the
+    choices); None when every name is a section. The one rule of the CLI, the runner and the suite."""
+    unknown = [n for n in names if n not in BY_NAME] if names else ["(none given)"]
+    return f"unknown section {', '.join(unknown)}; choices: {', '.join(SECTIONS)}" if unknown else None
+
+
 def check_row(name: str) -> Check | None:
     """The table's row of the check `name` (as a probe reports it), or None when no row names it."""
     return CHECK_BY_NAME.get(name)

@@ -146,10 +146,9 @@ def _only_sections(value: str | None) -> frozenset[str] | None:
     if value is None:
         return None
     names = [n.strip() for n in value.split(",") if n.strip()]
-    unknown = [n for n in names if n not in P.SECTIONS]
-    if not names or unknown:
-        raise pytest.UsageError(f"--sections {value!r}: unknown section {', '.join(unknown) or '(none given)'}; "
-                                f"choices: {', '.join(P.SECTIONS)}")
+    problem = P.sections_problem(names)
+    if problem:
+        raise pytest.UsageError(f"--sections {value!r}: {problem}")
     return frozenset(names)
 
 
