@@ -7,7 +7,7 @@ WHEELHOUSE ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
 CA_CERT ?= $(or $(PIP_CERT),/etc/ssl/certs/ca-certificates.crt)
 MATRIX ?= images/cpu.yaml
 
-.PHONY: help install system-deps modern-engine cosign devcontainer-cli lint test test-all test-unit record-probe-results test-integration build-cpu render-check bench e2e-cuda e2e-zstd-cuda e2e-cuda13-dev e2e-h100 e2e-gh200 e2e-layers binfmt clean
+.PHONY: help install system-deps modern-engine cosign devcontainer-cli lint test test-all test-unit record-probe-results test-integration build-cpu render-check bench e2e-cuda e2e-loop-cuda e2e-zstd-cuda e2e-cuda13-dev e2e-h100 e2e-gh200 e2e-layers binfmt clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -86,6 +86,14 @@ bench: install ## Every benchmark for real (an hour: builds on fresh engines; ta
 	  && $(BIN)/python bench/bench_buildkit.py --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) \
 	  && $(BIN)/python bench/bench_zstd.py --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT); \
 	  rc=$$?; scripts/modern-engine.sh --stop /var/tmp/imagebuild-bench-bk; rm -rf /var/tmp/imagebuild-bench-bk; exit $$rc
+	$(BIN)/python bench/bench_loop.py --baseline $(LOOP_BASELINE) --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT)
+
+# the incremental loop's side-by-side baseline (bench/bench_loop.py): the main this loop's work started from
+LOOP_BASELINE ?= 463f54f
+
+e2e-loop-cuda: install ## NOT in CI: bench_loop's table for the CUDA 13 runtime (torch from PyPI, fresh engines of its own)
+	$(BIN)/python bench/bench_loop.py --baseline $(LOOP_BASELINE) --matrix tests/e2e/cu130-dev-debian12.yaml --wheelhouse '' \
+	  --ca-cert $(CA_CERT)
 
 e2e-cuda: install ## NOT in CI: real torch 2.9.1+cu128 runtime image from PyPI wheels (~4 GB download)
 	eval "$$(scripts/docker-engine.sh)" && scripts/e2e-cuda.sh

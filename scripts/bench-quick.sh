@@ -59,6 +59,8 @@ if [[ -n "${IMAGEBUILD_BUILDKIT_HOST:-}" ]]; then
   # zstd vs gzip delivery: the nodes are fresh 26.1 engines (zstd needs Docker >= 23)
   bench bench_zstd env DOCKER_HOST="$IMAGEBUILD_BUILDKIT_HOST" DOCKER_CONFIG="${IMAGEBUILD_BUILDKIT_DOCKER_CONFIG:-}" \
     python bench/bench_zstd.py --quick --wheelhouse "$wheelhouse" --ca-cert "$ca_cert"
+  # the incremental loop (build, test, signed push, a node's pull and start): fresh engines of its own
+  bench bench_loop python bench/bench_loop.py --quick --wheelhouse "$wheelhouse" --ca-cert "$ca_cert"
 else
   echo "bench-quick: error: no BuildKit engine (IMAGEBUILD_BUILDKIT_HOST): bench/bench_buildkit.py --quick not run" >&2
   exit 1

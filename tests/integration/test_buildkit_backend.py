@@ -25,6 +25,8 @@ from _helpers import BK_CONFIG, ROOT, imagebuild, start_registry, stop_registry
 from _helpers import bk_args as _bk_args
 from _helpers import bk_env as _bk_env
 
+from imagebuild.builder.backends.buildkit.argv import EXPORT_OPTIONS
+
 LABELS = ("io.imagebuild.inputs-hash", "io.imagebuild.source-date-epoch")
 
 
@@ -90,6 +92,39 @@ def test_the_20_10_engine_is_refused_before_anything_builds(cpu_build, tmp_path)
     assert "Traceback" not in result.stderr
 
 
+def test_the_pushed_digest_is_the_image_the_build_made(bk_build, cpu_build, tmp_path):
+    """The BuildKit backend's images are zstd with OCI media types in the engine (EXPORT_OPTIONS), so `push` sends
+    the engine's own manifest and blobs (push/asheld.py): nothing is compressed (the layer cache stays empty), and the
+    registry serves, under every tag, the digest that is the engine's image ID, with zstd layers only. The base
+    (~60 MB), to a repository of this test's own."""
+    result, client, tmp = bk_build
+    assert result.returncode == 0
+    base = next(i for i in cpu_build.plan.images if i.flavor == "base")
+    image_id = client.api.inspect_image(base.tag)["Id"]
+    reg = cpu_build.registry
+    prefix = f"{reg.address}/ibheld-{tmp_path.name[-8:].lower()}"
+    env = {**_bk_env(tmp / "state"), "IMAGEBUILD_REGISTRY_USER": reg.user, "IMAGEBUILD_REGISTRY_PASSWORD": reg.password,
+           "IMAGEBUILD_LAYER_CACHE": str(tmp_path / "layer-cache")}
+    pushed = imagebuild("push", "--matrix", cpu_build.args()[1], "--registry", prefix, "--only", "base",
+                        "--report-dir", str(tmp_path / "report"), env=env, timeout=600)
+    assert pushed.returncode == 0, pushed.stdout[-3000:] + pushed.stderr[-3000:]
+    assert "zstd layers as the engine holds them (nothing compressed)" in pushed.stdout + pushed.stderr
+    assert not (tmp_path / "layer-cache").exists()  # nothing went through the compressor
+    row = next(r for r in json.loads((tmp_path / "report" / "build-report.json").read_text())["images"]
+               if r["flavor"] == "base")
+    assert row["push"]["digest"] == image_id and row["push"]["status"] == "pushed", row["push"]
+    from imagebuild.oci import Reference, RegistryAuth, RegistryClient
+
+    registry = RegistryClient(RegistryAuth(reg.address, reg.user, reg.password))
+    for tag in row["push"]["tags"]:
+        ref = Reference.parse(tag)
+        got = registry.manifest(ref.repository, str(ref.tag))
+        assert got is not None, tag
+        digest, doc = got
+        assert digest == image_id, tag
+        assert {layer["mediaType"] for layer in doc["layers"]} == {"application/vnd.oci.image.layer.v1.tar+zstd"}
+
+
 @pytest.mark.parametrize("flavors", [
     pytest.param(("base",), id="base"),  # make test: one target, its archive ~0.1 GB
     pytest.param(("base", "runtime", "dev"), id="matrix", marks=[pytest.mark.full_tier]),  # every archive: ~3 min
@@ -125,7 +160,7 @@ def test_a_real_bake_of_the_exported_compose_file_agrees_with_build(bk_build, cp
     services = yaml.safe_load(out.read_text())["services"]
     assert len(services) == 3 and all(s["build"]["network"] == "host" for s in services.values())
     outputs = [s["build"]["x-bake"]["output"][0] for s in services.values()]
-    assert all(o.startswith("type=docker,dest=bake-images/") and o.endswith(",rewrite-timestamp=true") for o in outputs)
+    assert all(o.startswith("type=docker,dest=bake-images/") and o.endswith(f",{EXPORT_OPTIONS}") for o in outputs)
     assert "docker load" in exported.stderr  # the export says what to do with the archives
     flavor_of = {name: s["build"]["labels"]["io.imagebuild.flavor"] for name, s in services.items()}
     # the targets baked: the flavors asked (a bake of one target builds only what it needs)

@@ -168,13 +168,14 @@ def test_a_target_of_another_platform_names_it_as_build_does(tmp_path):
 def test_each_target_exports_as_the_buildkit_backend_exports(tmp_path):
     """The same layer bytes as build's need rewrite-timestamp: an archive per target on the docker driver with the
     containerd store (its image exporter refuses the option), type=docker elsewhere, the builder's own otherwise."""
+    from imagebuild.builder.backends.buildkit.argv import EXPORT_OPTIONS
     from imagebuild.builder.bake import OUTPUT_ARCHIVE, OUTPUT_ENGINE, OUTPUT_LOAD, archives
 
     plan = make_plan()
     fake = engine_with_os_images(plan)
     dates, _ = planned_source_dates(plan, fake)
-    want = {OUTPUT_ARCHIVE: "type=docker,dest=bake-images/{}.tar,rewrite-timestamp=true",
-            OUTPUT_LOAD: "type=docker,rewrite-timestamp=true", OUTPUT_ENGINE: None}
+    want = {OUTPUT_ARCHIVE: "type=docker,dest=bake-images/{}.tar," + EXPORT_OPTIONS,
+            OUTPUT_LOAD: "type=docker," + EXPORT_OPTIONS, OUTPUT_ENGINE: None}
     for outputs, spec in want.items():
         for name in ("docker-bake.yml", "docker-bake.json"):
             doc = write_bake(plan, tmp_path / outputs / name, source_dates=dates, outputs=outputs)

@@ -14,7 +14,13 @@ import pytest
 from _fake_docker_cli import LS, install_fake_docker
 
 from imagebuild.builder.backend import BuildRequest
-from imagebuild.builder.backends.buildkit.argv import BASE_CONTEXT, BuildxCall, buildx_argv, secret_env
+from imagebuild.builder.backends.buildkit.argv import (
+    BASE_CONTEXT,
+    EXPORT_OPTIONS,
+    BuildxCall,
+    buildx_argv,
+    secret_env,
+)
 from imagebuild.builder.backends.buildkit.build import BuildxBackend
 from imagebuild.builder.backends.buildkit.checks import (
     BuilderUnavailable,
@@ -62,14 +68,14 @@ def test_argv_for_another_driver_loads_the_image_with_rewritten_timestamps():
                       builder="farm", docker_driver=False)
     argv = buildx_argv(call)
     assert argv[2:4] == ["--builder", "farm"]
-    assert "type=docker,rewrite-timestamp=true" in argv
+    assert "type=docker," + EXPORT_OPTIONS in argv
 
 
 def test_argv_for_the_containerd_store_exports_an_archive_with_rewritten_timestamps():
     call = BuildxCall(context_dir=Path("/ctx"), dockerfile="Dockerfile", tag="t:1", build_args={}, labels={},
                       archive=Path("/tmp/b/image.tar"))
     argv = buildx_argv(call)
-    assert argv[argv.index("--output") + 1] == "type=docker,dest=/tmp/b/image.tar,rewrite-timestamp=true"
+    assert argv[argv.index("--output") + 1] == "type=docker,dest=/tmp/b/image.tar," + EXPORT_OPTIONS
     assert argv.count("--output") == 1 and argv[-1] == "/ctx"
 
 

@@ -11,7 +11,7 @@ checkout's HEAD. Each is a bake variable whose per-target default is that value 
 override). A root image's base-id label is the ID of the OS image the export found (a variable OS_IMAGE_ID_<os> too);
 no label names a child's parent (uptodate.py: bake knows it only once built), so the labels are build's.
 The same image IDs as `build` also need the same layer bytes: build exports with `rewrite-timestamp=true` (every file
-dated SOURCE_DATE_EPOCH at most), and so does each target's `output` (OUTPUT_*, chosen as build chooses for the
+dated SOURCE_DATE_EPOCH at most) and zstd layers (buildkit/argv.EXPORT_OPTIONS), and so does each target's `output` (OUTPUT_*, chosen as build chooses for the
 builder the export finds: pipeline/export.bake_outputs): the engine's docker driver on the containerd image store
 refuses that option for an image it unpacks, so there each target writes a docker archive `bake-images/<target>.tar`
 to `docker load` after the bake (what build does with its own archive); any other driver loads `type=docker` itself;
@@ -57,7 +57,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from imagebuild.builder.backends.buildkit.argv import secret_id
+from imagebuild.builder.backends.buildkit.argv import EXPORT_OPTIONS, secret_id
 from imagebuild.builder.buildargs import dated_build_args
 from imagebuild.builder.context import MTIME, file_mode
 from imagebuild.builder.uptodate import BASE_LABEL, planned_labels
@@ -202,9 +202,9 @@ def bake_document(plan: Plan, contexts: dict[str, str], dockerfiles: dict[str, s
 def target_output(name: str, outputs: str) -> str | None:
     """A target's `output` entry (None: the builder's default exporter, OUTPUT_ENGINE)."""
     if outputs == OUTPUT_ARCHIVE:
-        return f"type=docker,dest={IMAGES_DIR}/{name}.tar,rewrite-timestamp=true"
+        return f"type=docker,dest={IMAGES_DIR}/{name}.tar,{EXPORT_OPTIONS}"
     if outputs == OUTPUT_LOAD:
-        return "type=docker,rewrite-timestamp=true"
+        return f"type=docker,{EXPORT_OPTIONS}"
     return None
 
 

@@ -16,6 +16,7 @@ from imagebuild.builder.bake import (
     planned_base_ids,
     planned_source_dates,
     root_refs,
+    target_output,
     write_bake,
 )
 from imagebuild.builder.buildargs import created_arg, revision_arg
@@ -61,7 +62,7 @@ def bake_outputs(say: Say) -> str:
     try:
         found = outputs_of(BUILDKIT)
     except UsageError as exc:
-        say(f"bake: no builder here to export for ({exc}); each target's output is type=docker,rewrite-timestamp=true "
+        say(f"bake: no builder here to export for ({exc}); each target's output is {target_output('', OUTPUT_LOAD)} "
             "(a docker-container or remote builder's)")
         return OUTPUT_LOAD
     if found not in (OUTPUT_ARCHIVE, OUTPUT_ENGINE, OUTPUT_LOAD):

@@ -214,6 +214,7 @@ class Prepared:
     layers: tuple[tuple[str, int, str], ...]  # digest, size, media type
     compression: str
     reused: int = 0  # layers taken from the compressed-layer cache, not compressed again
+    as_held: bool = False  # the engine's own manifest and blobs, unchanged (push/asheld.py): nothing compressed
 
     @property
     def blobs(self) -> list[tuple[str, int]]:

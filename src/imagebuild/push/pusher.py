@@ -292,8 +292,12 @@ class Pusher:
             prepared = self.copier.prepare(image_id, self.compression)
         except EngineError as exc:
             raise PushError(f"{image_id[:19]}: engine: {exc}") from exc
-        self.log(f"{image_id[:19]}: {len(prepared.layers)} layers compressed with {prepared.compression} "
-                 f"({prepared.reused} of them from the compressed-layer cache): {prepared.digest}")
+        if prepared.as_held:
+            self.log(f"{image_id[:19]}: {len(prepared.layers)} {prepared.compression} layers as the engine holds them "
+                     f"(nothing compressed): {prepared.digest}")
+        else:
+            self.log(f"{image_id[:19]}: {len(prepared.layers)} layers compressed with {prepared.compression} "
+                     f"({prepared.reused} of them from the compressed-layer cache): {prepared.digest}")
         return prepared
 
     # -- the two steps -----------------------------------------------------------------------------------------

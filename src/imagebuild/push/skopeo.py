@@ -36,6 +36,7 @@ from imagebuild.oci.skopeo import (
     skopeo_version,
     write_auth_file,
 )
+from imagebuild.push.asheld import as_held
 from imagebuild.push.compress import LayerCache, LayerError, Prepared, compress_archive
 
 __all__ = ["COMPRESSIONS", "CopyError", "FormatRefused", "Prepared", "Skopeo", "auth_file_doc",
@@ -82,8 +83,8 @@ class Skopeo:
             raise CopyError(f"{what}: {message}")
 
     def prepare(self, image_id: str, compression: str) -> Prepared:
-        """`image_id` (as the engine holds it) saved and compressed, layer by layer through the cache, into a new
-        `dir:` folder."""
+        """`image_id` (as the engine holds it) saved into a new `dir:` folder: its own manifest and blobs when they
+        already are `compression` (push/asheld.py), else compressed layer by layer through the cache."""
         if compression not in COMPRESSIONS:
             raise CopyError(f"compression {compression!r}: choose one of {', '.join(COMPRESSIONS)}")
         self._count += 1
@@ -93,7 +94,8 @@ class Skopeo:
             with archive.open("wb") as fh:
                 for chunk in self.store.save(image_id):
                     fh.write(chunk)
-            return compress_archive(archive, layout, compression, self.cache)
+            return (as_held(archive, layout, compression, image_id)
+                    or compress_archive(archive, layout, compression, self.cache))
         except (LayerError, tarfile.TarError, KeyError, ValueError) as exc:
             raise CopyError(f"{image_id[:19]}: the saved image cannot be compressed: {exc}") from None
         finally:
