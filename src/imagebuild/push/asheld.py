@@ -40,9 +40,10 @@ MAX_MANIFEST = 4 << 20
 _CHUNK = 1 << 20
 
 
-def as_held(archive: Path, layout: Path, compression: str, image_id: str = "") -> Prepared | None:
+def as_held(archive: Path, layout: Path, compression: str, image_id: str = "", *, exact: bool = False) -> Prepared | None:
     """The saved image's own manifest and blobs in a `dir:` layout, or None when they are not already the requested
-    compression (module doc). LayerError when the archive says one thing and holds another (a blob of other bytes)."""
+    compression (module doc). LayerError when the archive says one thing and holds another (a blob of other bytes).
+    `exact`: an archive kept by the build (engine/held.py) counts only when its manifest IS `image_id` (else None)."""
     with tarfile.open(archive) as tar:
         names = set(tar.getnames())
         if "index.json" not in names:
@@ -56,6 +57,8 @@ def as_held(archive: Path, layout: Path, compression: str, image_id: str = "") -
             return None
         digest, media = entries[0].get("digest"), MANIFEST_TYPE.get(compression, "")
         if entries[0].get("mediaType") != media or not isinstance(digest, str):
+            return None
+        if exact and digest != image_id:
             return None
         body = _read(tar, _blob_name(digest), MAX_MANIFEST)
         if "sha256:" + hashlib.sha256(body).hexdigest() != digest:

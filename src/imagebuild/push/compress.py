@@ -32,6 +32,7 @@ from typing import IO, Any
 
 import zstandard
 
+from imagebuild.engine.held import cache_root
 from imagebuild.errors import ImagebuildError
 from imagebuild.files import sha256_file
 from imagebuild.oci.answers import config_diff_ids
@@ -54,14 +55,6 @@ class Blob:
     size: int
     path: Path
     reused: bool  # taken from the cache, not compressed this time
-
-
-def cache_root() -> Path:
-    explicit = os.environ.get("IMAGEBUILD_LAYER_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "imagebuild" / "layers"
 
 
 def _max_bytes() -> int:

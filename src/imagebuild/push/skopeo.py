@@ -1,8 +1,10 @@
 """An image written to a registry BY DIGEST with skopeo (Debian's 1.9): compressed layers, no tag moved.
 
 Two steps, so that a signer can sign the digest before any tag moves:
-1. `prepare`: the engine's `docker save` of the image (through the store, so both engines work) into a private
-   temporary folder, then each layer compressed once per content (push/compress.py: libzstd level 3 with OCI media
+1. `prepare`: the archive the build kept for the image ID (engine/held.py: a BuildKit build's own export) sent as it
+   is (push/asheld.py: no save, nothing compressed); else the engine's `docker save` of the image (through the store,
+   so both engines work) into a private temporary folder, sent as it is when it already is the requested form
+   (asheld.py again: the containerd store's zstd images), else each layer compressed once per content (push/compress.py: libzstd level 3 with OCI media
    types, or gzip -6 with Docker media types; a layer the cache already holds for its diff ID is reused, so an
    unchanged layer keeps its digest and costs no compression) into a skopeo `dir:` folder, with the engine's config
    bytes as they are (the pushed config digest stays the image's ID on the classic store, which the catalog, the
@@ -24,6 +26,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from imagebuild.engine import held
 from imagebuild.engine.store import ImageStore
 from imagebuild.oci import RegistryAuth
 from imagebuild.oci.skopeo import (
@@ -90,6 +93,9 @@ class Skopeo:
         self._count += 1
         archive = self.work / f"image-{self._count}.tar"
         layout = self.work / f"layout-{self._count}"
+        kept = self._from_kept(image_id, layout, compression)
+        if kept is not None:
+            return kept
         try:
             with archive.open("wb") as fh:
                 for chunk in self.store.save(image_id):
@@ -100,6 +106,23 @@ class Skopeo:
             raise CopyError(f"{image_id[:19]}: the saved image cannot be compressed: {exc}") from None
         finally:
             archive.unlink(missing_ok=True)
+
+    def _from_kept(self, image_id: str, layout: Path, compression: str) -> Prepared | None:
+        """The archive the build kept for `image_id` (engine/held.py), sent as it is when it is that image in the
+        requested form; a damaged one is dropped (the engine's save follows)."""
+        kept = held.find(image_id)
+        if kept is None:
+            return None
+        try:
+            prepared = as_held(kept, layout, compression, image_id, exact=True)
+        except (LayerError, tarfile.TarError, KeyError, ValueError, OSError) as exc:
+            self.log(f"{image_id[:19]}: the archive the build kept is not this image ({exc}): saving it from the "
+                     "engine instead")
+            held.drop(kept)
+            prepared = None
+        if prepared is None:
+            shutil.rmtree(layout, ignore_errors=True)
+        return prepared
 
     def send(self, prepared: Prepared, name: str, auth: RegistryAuth, *, plain_http: bool,
              ca_file: str | None = None) -> None:

@@ -26,7 +26,7 @@ from imagebuild.builder.backend import BuildEvent, BuildOutcome, BuildRequest
 from imagebuild.builder.backends.buildkit.argv import BuildxCall, buildx_argv, secret_env
 from imagebuild.builder.backends.buildkit.progress import RawJsonProgress
 from imagebuild.builder.context import tar_context
-from imagebuild.engine import cli
+from imagebuild.engine import cli, held
 from imagebuild.models import platform_to_ask
 from imagebuild.phases import Phase
 
@@ -161,11 +161,14 @@ class BuildxBuild:
             if self._image_id is None:
                 self.progress.fail(f"buildx reported success but the engine has no image {req.tag}")
             else:
+                if call.archive is not None:  # what a push of this image sends, kept beside the engine
+                    held.keep(call.archive, self._image_id)
                 yield BuildEvent("image", self._image_id)
 
     def _load(self, archive: Path) -> Iterator[BuildEvent]:
         """The exported docker archive into the engine's store (its image ID is the archive's manifest digest); the
-        archive goes with the build's temporary folder."""
+        archive is then kept under that ID for the push (engine/held.py), else it goes with the build's temporary
+        folder."""
         yield BuildEvent("step", "loading into the engine")  # a phase: no step number (progress.py)
         start = time.monotonic()
         loaded = cli.load(str(archive), timeout=self.request.timeout)
