@@ -198,7 +198,9 @@ def pull_and_floor(node: Engine, registry: str, ref: str, work: Path) -> dict[st
     pull = timed(node.docker, "pull", "-q", ref)
     read, layers = registry_read(registry, ref)
     untar = untar_floor(registry, ref, layers, work)
-    return {"pull": pull, "read": read, "untar": untar, "layers": float(len(layers))}
+    sizes = sorted((int(layer["size"]) for layer in layers), reverse=True)
+    return {"pull": pull, "read": read, "untar": untar, "layers": float(len(layers)),
+            "largest": sizes[0] / 1e6 if sizes else 0.0, "total": sum(sizes) / 1e6}
 
 
 def with_change(matrix_text: str, package: str, quick: bool) -> str:
@@ -229,7 +231,8 @@ def one_side(side: Side, matrix: Path, changed: Path, flavor: str) -> None:
     rows["cold pull (s)"] = floor["pull"]
     rows["pull floor: registry read (s)"] = floor["read"]
     rows["pull floor: untar (s)"] = floor["untar"]
-    rows["pull layers"] = floor["layers"]
+    rows["pull: layers"] = floor["layers"]
+    rows["pull: compressed MB (largest layer)"] = f"{floor['total']:.1f} ({floor['largest']:.1f})"
     if side.name == "now":  # the old single-layer form, pushed by the engine (gzip), for its pull/floor ratio
         flat = tag.replace(side.prefix, side.prefix + "-flat", 1)
         cid = side.engine.docker("create", tag).strip()

@@ -18,8 +18,10 @@ import json
 import secrets
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+import zstandard
 from _helpers import BK_CONFIG, BK_HOST, ROOT, imagebuild
 
 from imagebuild.report.layers import tier_steps
@@ -82,7 +84,15 @@ def _saved_layers(client, image_id: str, tmp: Path,
         assert steps is not None, made
         files: dict[str, set[str]] = {}
         for tier, index in zip(tiers, steps, strict=True):
-            with tarfile.open(fileobj=tar.extractfile(manifest["Layers"][index]), mode="r|*") as layer:
+            raw = tar.extractfile(manifest["Layers"][index])
+            assert raw is not None
+            if raw.read(4) == b"\x28\xb5\x2f\xfd":  # zstd: the BuildKit backend's layers (argv.EXPORT_OPTIONS)
+                raw.seek(0)
+                stream: Any = zstandard.ZstdDecompressor().stream_reader(raw)
+            else:
+                raw.seek(0)
+                stream = raw
+            with tarfile.open(fileobj=stream, mode="r|*") as layer:
                 files[tier] = {m.name.lstrip("./") for m in layer if not m.isdir()}
     archive.unlink()
     return diff_ids, dict(zip(tiers, steps, strict=True)), files
