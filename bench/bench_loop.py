@@ -93,7 +93,9 @@ class Side:
         self.node: Engine | None = None
         self.env = {**self.engine.env, "PYTHONPATH": str(tree / "src"), "IMAGEBUILD_STATE_DIR": str(self.work / "state"),
                     "IMAGEBUILD_LAYER_CACHE": str(self.work / "layer-cache"), "COSIGN_PASSWORD": "bench-loop",
-                    "IMAGEBUILD_PUSH_TMP": str(self.work)}
+                    "IMAGEBUILD_PUSH_TMP": str(self.work),
+                    # a baseline worktree has no .tools/ of its own: this checkout's cosign signs for both sides
+                    "IMAGEBUILD_COSIGN": str(ROOT / ".tools" / "bin" / "cosign")}
         self.rows: dict[str, float | str] = {}
 
     def ib(self, *args: str) -> str:
