@@ -8,7 +8,7 @@ import os
 import tarfile
 
 from _fake_engine import FakeEngine
-from test_push_asheld import saved_layout
+from _oci_saves import saved_layout
 
 from imagebuild.engine import held
 from imagebuild.push.compress import LayerCache

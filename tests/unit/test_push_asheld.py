@@ -4,66 +4,15 @@ back to compressing (None); a saved blob or manifest of other bytes than its dig
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import tarfile
-from pathlib import Path
 
 import pytest
-import zstandard
+from _oci_saves import digest_of, saved_layout
 
 from imagebuild.push.asheld import as_held
-from imagebuild.push.compress import DOCKER_MANIFEST, OCI_LAYER, OCI_MANIFEST, LayerError
-
-
-def _sha(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def _layer_tar(name: str) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        data = f"content of {name}\n".encode()
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def saved_layout(tmp_path: Path, *, layer_type: str = OCI_LAYER["zstd"], manifest_type: str = OCI_MANIFEST,
-                 entries: int = 1, tamper: str = "", with_index: bool = True,
-                 names: tuple[str, ...] = ("a", "b")) -> tuple[Path, str, bytes]:
-    """A `docker save` of the containerd store: index.json -> one manifest -> config + zstd layers."""
-    plain = [_layer_tar(name) for name in names]
-    layers = [zstandard.ZstdCompressor().compress(p) for p in plain]
-    config = json.dumps({"architecture": "amd64", "os": "linux",
-                         "rootfs": {"type": "layers", "diff_ids": [_sha(p) for p in plain]}}).encode()
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": manifest_type,
-                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": _sha(config),
-                                      "size": len(config)},
-                           "layers": [{"mediaType": layer_type, "digest": _sha(b), "size": len(b)} for b in layers]},
-                          separators=(",", ":")).encode()
-    digest = _sha(manifest)
-    blobs = {_sha(b): b for b in (config, *layers)}
-    blobs[digest] = manifest
-    if tamper == "layer":
-        blobs[_sha(layers[1])] = layers[1][:-1] + b"\x00"
-    elif tamper == "manifest":
-        blobs[digest] = manifest.replace(b'"schemaVersion":2', b'"schemaVersion": 2')
-    index = {"schemaVersion": 2, "manifests": [{"mediaType": manifest_type, "digest": digest,
-                                                 "size": len(manifest)}] * entries}
-    archive = tmp_path / "saved.tar"
-    with tarfile.open(archive, "w") as tar:
-        files = {f"blobs/sha256/{d.removeprefix('sha256:')}": b for d, b in blobs.items()}
-        files["manifest.json"] = json.dumps([{"Config": f"blobs/sha256/{_sha(config)[7:]}", "Layers": []}]).encode()
-        if with_index:
-            files["index.json"] = json.dumps(index).encode()
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return archive, digest, manifest
+from imagebuild.push.compress import DOCKER_MANIFEST, OCI_LAYER, LayerError
 
 
 def test_the_engines_manifest_and_blobs_go_unchanged(tmp_path):
@@ -73,7 +22,7 @@ def test_the_engines_manifest_and_blobs_go_unchanged(tmp_path):
     assert prepared.digest == digest and prepared.manifest == manifest == (tmp_path / "layout/manifest.json").read_bytes()
     for blob_digest, size in prepared.blobs:
         data = (tmp_path / "layout" / blob_digest.removeprefix("sha256:")).read_bytes()
-        assert _sha(data) == blob_digest and len(data) == size
+        assert digest_of(data) == blob_digest and len(data) == size
     assert all(media == OCI_LAYER["zstd"] for _, _, media in prepared.layers)
 
 
