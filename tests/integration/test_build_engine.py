@@ -249,9 +249,12 @@ def test_interrupted_build_leaves_no_containers_and_rerun_uses_cache(client, tin
     cid = None
     while time.monotonic() < deadline and proc.poll() is None:
         text = log.read_text() if log.exists() else ""
-        found = re.findall(r"Running in ([0-9a-f]{12})", text)
-        if "sleep 120" in text and len(found) >= 2:
-            cid = found[-1]
+        # the sleep step's own container: its "Running in" line comes after the step's line (the line before it
+        # names the previous step's container, already removed: a slow engine showed the step line alone)
+        step = text.find("sleep 120")
+        found = re.findall(r"Running in ([0-9a-f]{12})", text[step:]) if step >= 0 else []
+        if found:
+            cid = found[0]
             break
         time.sleep(0.2)
     assert cid, f"the build never reached the sleep step: {proc.poll()} {log.read_text() if log.exists() else ''}"
