@@ -26,6 +26,7 @@ base's apt packages (one more: less) instead of a pip package; the floor and the
 from __future__ import annotations
 
 import argparse
+import gzip
 import http.client
 import json
 import os
@@ -36,8 +37,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
+
+import zstandard
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEELHOUSE = os.environ.get("IMAGEBUILD_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS") or "/opt/wheels"
@@ -168,14 +172,9 @@ def registry_read(registry: str, ref: str) -> tuple[float, list[dict[str, Any]]]
     return time.monotonic() - start, layers
 
 
-def untar_floor(registry: str, ref: str, layers: list[dict[str, Any]], work: Path) -> float:
+def untar_floor(ref: str, layers: list[dict[str, Any]], work: Path) -> float:
     """Seconds to untar the uncompressed layers, in order, into one empty directory (inflated beforehand, not timed;
     whiteouts left as files: the floor of the snapshotter's writes, not an overlay)."""
-    import gzip
-    import urllib.request
-
-    import zstandard
-
     host, _, rest = ref.partition("/")
     repo = rest.rpartition(":")[0]
     plain = []
@@ -208,7 +207,7 @@ def untar_floor(registry: str, ref: str, layers: list[dict[str, Any]], work: Pat
 def pull_and_floor(node: Engine, registry: str, ref: str, work: Path) -> dict[str, float]:
     pull = timed(node.docker, "pull", "-q", ref)
     read, layers = registry_read(registry, ref)
-    untar = untar_floor(registry, ref, layers, work)
+    untar = untar_floor(ref, layers, work)
     sizes = sorted((int(layer["size"]) for layer in layers), reverse=True)
     return {"pull": pull, "read": read, "untar": untar, "layers": float(len(layers)),
             "largest": sizes[0] / 1e6 if sizes else 0.0, "total": sum(sizes) / 1e6}

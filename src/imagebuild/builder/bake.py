@@ -11,8 +11,8 @@ checkout's HEAD. Each is a bake variable whose per-target default is that value 
 override). A root image's base-id label is the ID of the OS image the export found (a variable OS_IMAGE_ID_<os> too);
 no label names a child's parent (uptodate.py: bake knows it only once built), so the labels are build's.
 The same image IDs as `build` also need the same layer bytes: build exports with `rewrite-timestamp=true` (every file
-dated SOURCE_DATE_EPOCH at most) and zstd layers (buildkit/argv.EXPORT_OPTIONS), and so does each target's `output` (OUTPUT_*, chosen as build chooses for the
-builder the export finds: pipeline/export.bake_outputs): the engine's docker driver on the containerd image store
+dated SOURCE_DATE_EPOCH at most) and zstd layers (buildkit/argv.EXPORT_OPTIONS), and so does each target's `output`
+(OUTPUT_*, chosen as build chooses for the builder the export finds: pipeline/export.bake_outputs): the engine's docker driver on the containerd image store
 refuses that option for an image it unpacks, so there each target writes a docker archive `bake-images/<target>.tar`
 to `docker load` after the bake (what build does with its own archive); any other driver loads `type=docker` itself;
 the docker driver without the containerd store keeps build-time dates (build too). Context files are written with

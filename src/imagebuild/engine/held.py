@@ -23,6 +23,7 @@ import shutil
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Any
 
 DEFAULT_HELD_MAX = 10 << 30
 _ID = re.compile(r"sha256:([0-9a-f]{64})")
@@ -48,20 +49,31 @@ def _limit() -> int:
         return DEFAULT_HELD_MAX
 
 
-def manifest_digest(archive: Path) -> str | None:
-    """The digest of the one manifest the archive's index.json names; None for anything else."""
+def index_entry(tar: tarfile.TarFile) -> dict[str, Any] | None:
+    """The one descriptor the archive's `index.json` lists (an OCI layout's, as BuildKit's docker exporter and the
+    containerd store's `docker save` write it), with a sha256 digest; None for anything else (no index.json, one
+    that is not JSON or over 1 MiB, none or several entries)."""
     try:
-        with tarfile.open(archive) as tar:
-            member = tar.getmember("index.json")
-            fh = tar.extractfile(member) if member.size <= 1 << 20 else None
-            index = json.loads(fh.read()) if fh is not None else None
-    except (OSError, KeyError, ValueError, tarfile.TarError):
+        member = tar.getmember("index.json")
+        fh = tar.extractfile(member) if member.isfile() and member.size <= 1 << 20 else None
+        index = json.loads(fh.read()) if fh is not None else None
+    except (KeyError, ValueError):
         return None
     entries = index.get("manifests") if isinstance(index, dict) else None
     if not isinstance(entries, list) or len(entries) != 1 or not isinstance(entries[0], dict):
         return None
     digest = entries[0].get("digest")
-    return digest if isinstance(digest, str) and _ID.fullmatch(digest) else None
+    return entries[0] if isinstance(digest, str) and _ID.fullmatch(digest) else None
+
+
+def manifest_digest(archive: Path) -> str | None:
+    """The digest of the one manifest the archive's index.json names; None for anything else."""
+    try:
+        with tarfile.open(archive) as tar:
+            entry = index_entry(tar)
+    except (OSError, tarfile.TarError):
+        return None
+    return None if entry is None else str(entry["digest"])
 
 
 def keep(archive: Path, image_id: str, root: Path | None = None) -> bool:
@@ -101,10 +113,6 @@ def find(image_id: str, root: Path | None = None) -> Path | None:
     except OSError:
         return None
     return path
-
-
-def drop(path: Path) -> None:
-    path.unlink(missing_ok=True)
 
 
 def prune(folder: Path, keep_path: Path | None = None) -> None:

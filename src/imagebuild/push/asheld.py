@@ -24,6 +24,7 @@ import tarfile
 from pathlib import Path
 from typing import IO
 
+from imagebuild.engine.held import index_entry
 from imagebuild.oci import RegistryError
 from imagebuild.oci.answers import image_manifest, is_index
 from imagebuild.push.compress import (
@@ -40,30 +41,23 @@ MAX_MANIFEST = 4 << 20
 _CHUNK = 1 << 20
 
 
-def as_held(archive: Path, layout: Path, compression: str, image_id: str = "", *, exact: bool = False) -> Prepared | None:
+def as_held(archive: Path, layout: Path, compression: str, image_id: str = "", *,
+            exact: bool = False) -> Prepared | None:
     """The saved image's own manifest and blobs in a `dir:` layout, or None when they are not already the requested
     compression (module doc). LayerError when the archive says one thing and holds another (a blob of other bytes).
     `exact`: an archive kept by the build (engine/held.py) counts only when its manifest IS `image_id` (else None)."""
     with tarfile.open(archive) as tar:
-        names = set(tar.getnames())
-        if "index.json" not in names:
-            return None  # the classic store's save: no manifest of its own to keep
-        try:
-            index = json.loads(_read(tar, "index.json", MAX_MANIFEST))
-        except ValueError:
+        entry = index_entry(tar)  # None: the classic store's save (no manifest of its own), an index of several
+        media = MANIFEST_TYPE.get(compression, "")
+        if entry is None or entry.get("mediaType") != media:
             return None
-        entries = index.get("manifests") if isinstance(index, dict) else None
-        if not isinstance(entries, list) or len(entries) != 1 or not isinstance(entries[0], dict):
-            return None
-        digest, media = entries[0].get("digest"), MANIFEST_TYPE.get(compression, "")
-        if entries[0].get("mediaType") != media or not isinstance(digest, str):
-            return None
+        digest = str(entry["digest"])
         if exact and digest != image_id:
             return None
         body = _read(tar, _blob_name(digest), MAX_MANIFEST)
         if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
             raise LayerError(f"the saved manifest does not hash to {digest}, the digest its index.json gives")
-        if image_id.startswith("sha256:") and image_id != digest and _is_manifest_id(image_id, tar, names):
+        if image_id.startswith("sha256:") and image_id != digest and _is_manifest_id(image_id, tar):
             raise LayerError(f"the engine saved manifest {digest} for image {image_id}")
         try:
             doc = json.loads(body)
@@ -92,15 +86,12 @@ def _blob_name(digest: str) -> str:
     return f"blobs/{algorithm}/{hexd}"
 
 
-def _is_manifest_id(image_id: str, tar: tarfile.TarFile, names: set[str]) -> bool:
+def _is_manifest_id(image_id: str, tar: tarfile.TarFile) -> bool:
     """Whether `image_id` names a manifest blob of this archive (the containerd store's IDs are manifest digests;
     the classic store's are config digests, which a manifest legitimately differs from)."""
-    name = _blob_name(image_id)
-    if name not in names:
-        return False
     try:
-        doc = json.loads(_read(tar, name, MAX_MANIFEST))
-    except ValueError:
+        doc = json.loads(_read(tar, _blob_name(image_id), MAX_MANIFEST))
+    except (KeyError, ValueError):
         return False
     return isinstance(doc, dict) and "config" in doc
 

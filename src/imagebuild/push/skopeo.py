@@ -4,8 +4,8 @@ Two steps, so that a signer can sign the digest before any tag moves:
 1. `prepare`: the archive the build kept for the image ID (engine/held.py: a BuildKit build's own export) sent as it
    is (push/asheld.py: no save, nothing compressed); else the engine's `docker save` of the image (through the store,
    so both engines work) into a private temporary folder, sent as it is when it already is the requested form
-   (asheld.py again: the containerd store's zstd images), else each layer compressed once per content (push/compress.py: libzstd level 3 with OCI media
-   types, or gzip -6 with Docker media types; a layer the cache already holds for its diff ID is reused, so an
+   (asheld.py again: the containerd store's zstd images), else each layer compressed once per content
+   (push/compress.py: libzstd level 3 with OCI media types, or gzip -6 with Docker media types; a layer the cache already holds for its diff ID is reused, so an
    unchanged layer keeps its digest and costs no compression) into a skopeo `dir:` folder, with the engine's config
    bytes as they are (the pushed config digest stays the image's ID on the classic store, which the catalog, the
    record and the registry cache match images by). Not skopeo's `docker-daemon:` transport: skopeo 1.9 talks to the
@@ -118,7 +118,7 @@ class Skopeo:
         except (LayerError, tarfile.TarError, KeyError, ValueError, OSError) as exc:
             self.log(f"{image_id[:19]}: the archive the build kept is not this image ({exc}): saving it from the "
                      "engine instead")
-            held.drop(kept)
+            kept.unlink(missing_ok=True)
             prepared = None
         if prepared is None:
             shutil.rmtree(layout, ignore_errors=True)

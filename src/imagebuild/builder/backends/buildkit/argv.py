@@ -35,7 +35,8 @@ from pathlib import Path
 BASE_CONTEXT = "imagebuild-base"  # the named context that stands for the parent image
 SECRET_ENV_PREFIX = "IMAGEBUILD_SECRET_"
 # the exporter's options wherever the output is a docker archive (module doc): dates clamped, zstd layers
-EXPORT_OPTIONS = "rewrite-timestamp=true,compression=zstd,compression-level=3,force-compression=true,oci-mediatypes=true"
+EXPORT_OPTIONS = ("rewrite-timestamp=true,compression=zstd,compression-level=3,force-compression=true,"
+                  "oci-mediatypes=true")
 
 
 def secret_id(build_arg: str) -> str:
