@@ -40,9 +40,12 @@ def bk_env(state: Path) -> dict[str, str]:
     return {"DOCKER_HOST": BK_HOST, "DOCKER_CONFIG": BK_CONFIG, "IMAGEBUILD_STATE_DIR": str(state)}
 
 
-def bk_args(cpu_build, tmp: Path) -> list[str]:
-    """conftest.cpu_build's build arguments for the BuildKit backend, logs and report under `tmp`."""
+def bk_args(cpu_build, tmp: Path, flavors: tuple[str, ...] = ()) -> list[str]:
+    """conftest.cpu_build's build arguments for the BuildKit backend, logs and report under `tmp`; `flavors`: only
+    those images of the matrix (`--only`, each), else all of them."""
     args = cpu_build.build_args()
+    for flavor in flavors:
+        args += ["--only", flavor]
     args[args.index("--log-dir") + 1] = str(tmp / "logs")
     args[args.index("--report-dir") + 1] = str(tmp / "report")
     # --force: on a warm engine (IMAGEBUILD_BUILDKIT_HOST set by hand, or benches run before) the same inputs hash is

@@ -90,6 +90,9 @@ class ImageProvider:
     _cpu_tested: CpuTested | None = None
     _planned: CpuBuild | None = None
     _bk_running: tuple | None = None  # (Popen, folder, start time) of the BuildKit build in the background
+    # the flavors the BuildKit build makes: make test's base and runtime (what its BuildKit tests use); every flavor
+    # when a test of the session asks for the BuildKit dev image (the `cpu_images("bk_dev")` mark: full tier)
+    bk_flavors: tuple[str, ...] = ("base", "runtime")
     _derived: dict[str, tuple[object, str]] = field(default_factory=dict)  # key -> (engine client, tag)
     _classic: threading.Thread | None = None  # the classic build and its smoke run, started ahead (start_classic)
     _classic_proc: subprocess.Popen | None = None  # that thread's running CLI process
@@ -211,7 +214,10 @@ class ImageProvider:
         tmp.mkdir(parents=True, exist_ok=True)
         out, err = (tmp / "build.stdout").open("w"), (tmp / "build.stderr").open("w")
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **bk_env(tmp / "state")}
-        proc = subprocess.Popen([sys.executable, "-m", "imagebuild", "build", *bk_args(self._cpu_plan(), tmp)],
+        every = {i.flavor for i in self._cpu_plan().plan.images} <= set(self.bk_flavors)
+        argv = [sys.executable, "-m", "imagebuild", "build", *bk_args(self._cpu_plan(), tmp,
+                                                                      () if every else self.bk_flavors)]
+        proc = subprocess.Popen(argv,
                                 stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True, cwd=ROOT, env=env)
         out.close()
         err.close()
@@ -235,7 +241,8 @@ class ImageProvider:
             result = subprocess.CompletedProcess(proc.args, proc.returncode, (tmp / "build.stdout").read_text(),
                                                  (tmp / "build.stderr").read_text())
             self._bk_running = None
-            self.made.append(Built("images/cpu.yaml (base, runtime, dev) + smoke", "buildkit", time.monotonic() - t0))
+            self.made.append(Built(f"images/cpu.yaml ({', '.join(self.bk_flavors)}) + smoke", "buildkit",
+                                   time.monotonic() - t0))
             self._bk = (result, docker.DockerClient(base_url=host, timeout=600), tmp)
         return self._bk
 

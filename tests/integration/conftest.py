@@ -80,7 +80,8 @@ CPU_IMAGE_FIXTURES = ("cpu_build", "cpu_tested", "bk_build", "derive", "provider
 
 def cpu_image_fixtures(item) -> set[str]:
     """Which of the session's images/cpu.yaml builds `item` uses: through its fixtures, or named by its
-    `cpu_images(...)` mark where it asks for them with request.getfixturevalue."""
+    `cpu_images(...)` mark where it asks for them with request.getfixturevalue ("bk_dev": bk_build's dev image too,
+    which make test's BuildKit build leaves out)."""
     used = {name for name in CPU_IMAGE_FIXTURES if name in getattr(item, "fixturenames", ())}
     for mark in item.iter_markers("cpu_images"):
         used.update(mark.args)
@@ -219,6 +220,8 @@ def _start_the_matrix_builds(request):
         provider = request.getfixturevalue("provider")
     except pytest.skip.Exception:
         return  # no engine: the tests that need one skip, saying why
+    if "bk_dev" in used:  # a full-tier test of the session needs the BuildKit dev image: every flavor
+        provider.bk_flavors = ("base", "runtime", "dev")
     if BK_HOST and "bk_build" in used:
         provider.start_buildkit()
     provider.start_classic(smoke="cpu_tested" in used)
@@ -242,8 +245,9 @@ def cpu_tested(provider, cpu_build):
 @pytest.fixture(scope="session")
 def bk_build(provider, cpu_build):
     """images/cpu.yaml built (--force) and smoke-tested through the BuildKit backend on the modern engine, once per
-    session (test_buildkit_backend.py compares it with cpu_build; test_env_layers.py rebuilds its runtime with one
-    package more): (CompletedProcess, docker client of that engine, its folder: report/, logs/, state/)."""
+    session: base and runtime (provider.bk_flavors), dev too when a test of the session is marked
+    cpu_images("bk_dev") (test_buildkit_backend.py compares it with cpu_build; test_env_layers.py rebuilds its runtime
+    with one package more): (CompletedProcess, docker client of that engine, its folder: report/, logs/, state/)."""
     if not BK_HOST:
         if os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1":
             pytest.fail("IMAGEBUILD_BUILDKIT_HOST is not set: scripts/run-tests.sh starts the modern engine")

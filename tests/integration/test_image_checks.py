@@ -7,6 +7,10 @@ breaks exactly one thing. `imagebuild test --image REF` must fail that check, an
 that one of these checks, while the unbroken image passes all of them. `--flavor base` keeps each run to the
 sections these checks live in (no torch.compile, AMP, distributed): they are base-level checks of every flavor.
 The derived images are removed at the end.
+
+`make test` breaks them in two images (GROUPS: what the image holds; who may read and write what): each breakage
+fails its own check with its own reason, and every check of the other group passes. One image per breakage, each
+failing exactly its check, is the full tier's (14 runs of the suite: ~4 minutes of a CPU-bound `make test`).
 """
 
 from __future__ import annotations
@@ -160,6 +164,42 @@ def test_unbroken_runtime_passes_every_image_check(runtime_image, tmp_path):
         checks["uid.home_writable"]["reason"]
 
 
+# make test's two images, each all the breakages of one group at once (sshkey: a host key file in the runtime image,
+# where the full tier's own image runs ssh-keygen in the dev image)
+GROUPS = {
+    "content": ("ldd", "machine", "pip", "tmp", "sshkey", "pipcache", "aptcache", "libcopy"),
+    "access": ("locale", "cabundle", "tmpgroup", "torchperm", "home"),
+}
+FAKE_HOST_KEY = """\
+USER 0
+RUN mkdir -p /etc/ssh && echo 'not a key' > /etc/ssh/ssh_host_ed25519_key
+USER 1000
+"""
+
+
+def test_the_groups_cover_every_breakage_once():
+    assert sorted(k for kinds in GROUPS.values() for k in kinds) == sorted(BROKEN)
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_each_breakage_of_a_group_fails_its_own_check(derive, request, tmp_path, group):
+    kinds = GROUPS[group]
+    lines = "".join(FAKE_HOST_KEY if kind == "sshkey" else BROKEN[kind][1] for kind in kinds) + "USER 1000\n"
+    image = derive(f"broken-{group}", cpu_image(request, "runtime"), lines.format(site=SITE))
+    rc, checks = _test(image, tmp_path)
+    assert rc == 1
+    mine = {BROKEN[kind][2]: BROKEN[kind][3] for kind in kinds}
+    for check, text in mine.items():
+        assert checks[check]["status"] == "failed", (check, checks[check])
+        assert text in checks[check]["reason"], (check, checks[check]["reason"])
+    others = {n: checks[n]["reason"] for n in CHECKS if n not in mine and checks[n]["status"] != "passed"}
+    assert not others, others
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", f"ancestor={image}"], capture_output=True,
+                          text=True).stdout.split()
+    assert left == [], f"containers left behind (main or arbitrary-UID): {left}"
+
+
+@pytest.mark.full_tier  # make test: test_each_breakage_of_a_group_fails_its_own_check (two images, not 14)
 @pytest.mark.parametrize("kind", sorted(BROKEN))
 def test_broken_image_fails_exactly_its_check(broken, tmp_path, kind):
     _, _, check, text = BROKEN[kind]

@@ -121,6 +121,8 @@ def test_bad_input_leaves_no_container(client, runtime_image, dev_image, tmp_pat
             (["--jupyter", runtime_image], "error: --jupyter needs a dev image"),
             (["--jupyter", "--port", str(port), dev_image], f"error: --port {port}: 127.0.0.1:{port} is in use"),
             (["--ssh", dev_image], "error: --ssh needs your public key: no "),
+            # the CPU matrix's dev image has no `vscode:` (the VS Code image is test_dev_vscode.py's, full tier)
+            (["--vscode", dev_image], f"error: --vscode: {dev_image} is a dev image without VS Code"),
         ]
         for args, message in cases:
             p = _cli(*args, env={"HOME": str(tmp_path)})

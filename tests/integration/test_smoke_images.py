@@ -181,6 +181,7 @@ def broken_toolchain_image(derive, runtime_image):
     return derive("broken-toolchain", runtime_image, BROKEN_TOOLCHAIN_LINES)
 
 
+@pytest.mark.full_tier  # make test: tests/unit/test_probe_compile.py (torch.compile on the host without its g++)
 @_narrow("compile", "release", "hpc")
 def test_runtime_without_compiler_fails_compile_checks_naming_what_is_missing(client, broken_toolchain_image,
                                                                               sections):
@@ -219,20 +220,25 @@ def test_require_gpu_turns_gpu_skips_into_failures(client, runtime_image):
     assert c["amp.cpu_bf16"]["status"] == "passed"
 
 
-def test_plain_pytest_against_a_running_container(client, runtime_image, tmp_path):
+@pytest.mark.parametrize("flavor", [
+    pytest.param("base", id="base-sections"),  # make test: the suite's base sections (its start, the probe twice)
+    pytest.param("runtime", id="whole-suite", marks=pytest.mark.full_tier),  # the runtime suite a third time
+])
+def test_plain_pytest_against_a_running_container(client, runtime_image, tmp_path, flavor):
     name = f"{PREFIX}-plain-{uuid.uuid4().hex[:6]}"
     kw = ContainerSettings(image=runtime_image, name=name).kwargs()
     kw["ulimits"] = kw["ulimits"][1:]  # engines in user namespaces refuse memlock=-1
     c = client.containers.run(**kw)
     try:
         out = subprocess.run([sys.executable, "-m", "pytest", f"--hosts=docker://{name}", str(runner.SUITE_DIR),
-                              "-q", "-p", "no:cacheprovider", "--smoke-json", str(tmp_path / "r.json")],
+                              "-q", "-p", "no:cacheprovider", "--smoke-json", str(tmp_path / "r.json"),
+                              "--flavor", flavor],
                              capture_output=True, text=True, timeout=600, cwd=tmp_path)
         assert out.returncode == 0, out.stdout[-3000:]
         doc = json.loads((tmp_path / "r.json").read_text())
         host = next(iter(doc["hosts"].values()))
         # the probe runs once as the image's user and once as root (the hygiene check reads /root)
-        assert host["docker_exec"] == 2 and host["flavor"] == "runtime" and doc["failed"] == 0
+        assert host["docker_exec"] == 2 and host["flavor"] == flavor and doc["failed"] == 0 and doc["passed"] > 0
     finally:
         c.remove(force=True)
 

@@ -301,8 +301,10 @@ class ImageUnderTest:
             'PY=""; for c in ' + " ".join(cands) + '; do if command -v "$c" >/dev/null 2>&1; then PY="$c"; '
             'break; fi; done; [ -n "$PY" ] || { echo "no python found in the image (' + " ".join(cands)
             + ')" >&2; exit 127; }; '
-            # a temp dir of its own; where /tmp refuses this user (what uid.tmp_writable then reports) HOME's
+            # a temp dir of its own; where /tmp refuses this user (what uid.tmp_writable then reports) HOME's, where
+            # HOME refuses it too (uid.home_writable's finding) /dev/shm's: the probe runs and reports both
             'D=$(mktemp -d 2>/dev/null || mktemp -d "${HOME:-/nonexistent}/.ibprobe.XXXXXX" 2>/dev/null '
+            '|| mktemp -d /dev/shm/ibprobe.XXXXXX 2>/dev/null '
             '|| { mkdir -p /tmp/ibprobe.$$ && echo /tmp/ibprobe.$$; }); '
             '"$PY" -c "import base64,sys; open(sys.argv[1],\'wb\').write(base64.b64decode(sys.argv[2]))" '
             '"$D/probe.pyz" ' + blob + ' && '
