@@ -165,7 +165,8 @@ def test_unbroken_runtime_passes_every_image_check(runtime_image, tmp_path):
 
 
 # make test's two images, each all the breakages of one group at once (sshkey: a host key file in the runtime image,
-# where the full tier's own image runs ssh-keygen in the dev image)
+# where the full tier's own image runs ssh-keygen in the dev image). The access image refuses the arbitrary UID both
+# /tmp and HOME: the suite's probe then runs from /dev/shm, and each uid check reports its own finding.
 GROUPS = {
     "content": ("ldd", "machine", "pip", "tmp", "sshkey", "pipcache", "aptcache", "libcopy"),
     "access": ("locale", "cabundle", "tmpgroup", "torchperm", "home"),
