@@ -391,3 +391,64 @@ def test_an_images_history_is_asked_once_per_image_id_and_kept(tmp_path):
     _build_plan(engine, plan, tmp_path, kept)
     assert asked == [first[1].image_id]
     assert len([p for p in _kept_files(tmp_path / "state", first[1].image_id or "")]) == 1  # the other replaced
+
+
+# -- `sbom` and `diff` read an image a build read before from the state's kept files ---------------------------------
+
+def _opener(engine, state: Path | None, monkeypatch, said: list[str]):
+    from imagebuild.inventory.open import Opener
+    from imagebuild.pipeline.supply import kept_files_of
+
+    if state is None:
+        monkeypatch.delenv("IMAGEBUILD_STATE_DIR", raising=False)
+    else:
+        monkeypatch.setenv("IMAGEBUILD_STATE_DIR", str(state))
+    return Opener(lambda: engine, files_of=kept_files_of(said.append))
+
+
+def test_sbom_and_diff_take_the_files_a_build_kept_and_give_the_same_inventory(built, tmp_path, monkeypatch):
+    from imagebuild.inventory import dump_sbom, make_sbom
+    from imagebuild.inventory.open import Opener
+
+    engine, plan, rows = built
+    state = tmp_path / "state"
+    _sboms(engine, plan, rows, tmp_path / "r1", state)  # the build: each image read once, its files kept
+    engine.reads.clear()
+    said: list[str] = []
+    kept = _opener(engine, state, monkeypatch, said).open(plan.images[1].tag)
+    assert engine.reads == [] and said == []  # nothing read out of the image
+    fresh = Opener(lambda: engine).open(plan.images[1].tag)  # no kept files: the image read
+    assert engine.reads == [rows[1].image_id]
+    assert kept == fresh and dump_sbom(make_sbom(kept)) == dump_sbom(make_sbom(fresh))
+
+
+def test_an_image_never_read_is_read_once_and_kept_for_the_next_command(built, tmp_path, monkeypatch):
+    engine, plan, rows = built
+    state = tmp_path / "state"
+    state.mkdir()
+    said: list[str] = []
+    _opener(engine, state, monkeypatch, said).open(plan.images[0].tag)
+    _opener(engine, state, monkeypatch, said).open(plan.images[0].tag)
+    assert engine.reads == [rows[0].image_id] and said == []
+    assert [p.name.startswith("inventory-files-") for p in _kept_files(state, rows[0].image_id)] == [True]
+
+
+def test_tampered_kept_files_are_said_and_the_image_read(built, tmp_path, monkeypatch):
+    engine, plan, rows = built
+    state = tmp_path / "state"
+    _sboms(engine, plan, rows, tmp_path / "r1", state)
+    files = next(p for p in _kept_files(state, rows[1].image_id) if p.name.startswith("inventory-files-"))
+    files.write_bytes(files.read_bytes().replace(b"torch", b"t0rch"))
+    engine.reads.clear()
+    said: list[str] = []
+    inv = _opener(engine, state, monkeypatch, said).open(plan.images[1].tag)
+    assert engine.reads == [rows[1].image_id] and any(p.name == "torch" for p in inv.pythons)
+    assert len(said) == 1 and str(files) in said[0] and "kept copy not used" in said[0]
+
+
+def test_without_a_state_folder_the_image_is_read_and_no_folder_made(built, tmp_path, monkeypatch):
+    engine, plan, rows = built
+    monkeypatch.chdir(tmp_path)
+    said: list[str] = []
+    _opener(engine, None, monkeypatch, said).open(plan.images[0].tag)
+    assert engine.reads == [rows[0].image_id] and not (tmp_path / ".imagebuild").exists() and said == []

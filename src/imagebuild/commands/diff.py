@@ -23,7 +23,9 @@ def command(a: str, b: str, as_json: bool, platform: str | None, ca_file: str | 
     \b
     A and B: local tags or image IDs; HOST[:PORT]/REPO:TAG (or @sha256:...) not in the engine is read from that
     registry by streaming its layer blobs (nothing is pulled into the engine; a line on stderr says so);
-    docker://REF always reads from the registry. Registry layer sizes are compressed, local ones uncompressed.
+    docker://REF always reads from the registry. Registry layer sizes are compressed, local ones uncompressed. A
+    local image ID read before (a build's SBOM) is not read again: its files are kept with the state
+    (IMAGEBUILD_STATE_DIR, else .imagebuild/, when that folder exists), each copy checked against its hash.
 
     \b
     Example:
@@ -33,9 +35,11 @@ def command(a: str, b: str, as_json: bool, platform: str | None, ca_file: str | 
     from imagebuild.engine import connect
     from imagebuild.inventory import diff, diff_to_json, format_diff
     from imagebuild.inventory.open import Opener
+    from imagebuild.pipeline.supply import kept_files_of
 
     opener = Opener(lambda: connect("inspect"), platform=platform, ca_file=ca_file,
-                    log=lambda m: click.echo(m, err=True))
+                    log=lambda m: click.echo(m, err=True),
+                    files_of=kept_files_of(lambda m: click.echo(m, err=True)))
     result = diff(opener.open(a), opener.open(b))
     if as_json:
         click.echo(json.dumps(diff_to_json(result), indent=2, ensure_ascii=False))

@@ -20,7 +20,9 @@ def command(reference: str, output: str | None, platform: str | None, ca_file: s
     """Write a CycloneDX 1.6 SBOM of image REF: every dpkg package (status and status.d), every installed Python
     distribution (any site-packages / dist-packages) with version, license and purl, the image's labels, ID and
     digests. Files are read from a created, never started container (or, for a registry reference that is not
-    local, from the layer blobs): nothing of the image runs, so any image works, with or without python or dpkg.
+    local, from the layer blobs): nothing of the image runs, so any image works, with or without python or dpkg. An
+    image ID read before (a build's SBOM) is not read again: its files are kept with the state (IMAGEBUILD_STATE_DIR,
+    else .imagebuild/, when that folder exists), each copy checked against its hash.
 
     \b
     REF: a local tag or image ID; HOST[:PORT]/REPO:TAG (or @sha256:...) not in the engine is read from that
@@ -36,11 +38,13 @@ def command(reference: str, output: str | None, platform: str | None, ca_file: s
     from imagebuild.engine import connect
     from imagebuild.inventory import dump_sbom, make_sbom
     from imagebuild.inventory.open import Opener
+    from imagebuild.pipeline.supply import kept_files_of
 
     path = check_output_file(output, "-o") if output and output != "-" else None  # before the image is read
 
     opener = Opener(lambda: connect("inspect"), platform=platform, ca_file=ca_file,
-                    log=lambda m: click.echo(m, err=True))
+                    log=lambda m: click.echo(m, err=True),
+                    files_of=kept_files_of(lambda m: click.echo(m, err=True)))
     text = dump_sbom(make_sbom(opener.open(reference)))
     if path is not None:
         try:  # never a half-written SBOM under the final name, never through a link planted beside it

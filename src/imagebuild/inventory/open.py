@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from imagebuild.errors import EngineUnavailable, ImagebuildError
 from imagebuild.inventory.from_registry import read_registry
 from imagebuild.inventory.local import ImageNotFound, find_image, read_local
-from imagebuild.inventory.model import Inventory
+from imagebuild.inventory.model import ImageFiles, Inventory
 from imagebuild.oci import Reference, ReferenceSyntaxError, RegistryClient, RegistryError, resolve_auth
 
 if TYPE_CHECKING:
@@ -27,8 +27,12 @@ class Opener:
     """Reads references with one engine connection (made on first need) and one registry client per registry."""
 
     def __init__(self, connect: Callable[[], EngineClient], *, platform: str | None = None,
-                 ca_file: str | None = None, log: Callable[[str], None] = lambda _m: None) -> None:
+                 ca_file: str | None = None, log: Callable[[str], None] = lambda _m: None,
+                 files_of: Callable[[EngineClient, str], ImageFiles] | None = None) -> None:
+        """`files_of(engine, image ID)`: a local image's files as read before and kept (pipeline/supply.py), else read
+        now; None: every local image is read."""
         self._connect = connect
+        self._files_of = files_of
         self._client: EngineClient | None = None
         self._engine_error: EngineUnavailable | None = None
         self._registries: dict[str, RegistryClient] = {}
@@ -59,7 +63,8 @@ class Opener:
         if client is not None:
             inspect: dict[str, Any] | None = find_image(client, text)
             if inspect is not None:
-                return read_local(client, text, inspect)
+                files = self._files_of(client, str(inspect["Id"])) if self._files_of is not None else None
+                return read_local(client, text, inspect, files)
             if registry_ref is None:
                 raise ImageNotFound(f"no image {text!r} in the local engine (to read a registry image, give its "
                                     f"registry: HOST[:PORT]/REPO:TAG, or {REGISTRY_PREFIX}REF)")

@@ -124,6 +124,19 @@ def image_files(client: Any, kept: Derived, image_id: str) -> ImageFiles:
     return files
 
 
+def kept_files_of(warn: Callable[[str], None]) -> Callable[[Any, str], ImageFiles] | None:
+    """For `sbom` and `diff` (inventory.open.Opener's files_of): a local image's files as kept with the state
+    (IMAGEBUILD_STATE_DIR, else .imagebuild/) by whatever read that image ID before — a build's SBOM — else read from
+    the image and kept there. None when there is no state folder (nothing was built here): the image is read, and a
+    command that only reads leaves no folder behind."""
+    from imagebuild.record.store import state_dir
+
+    if not state_dir().is_dir():
+        return None
+    kept = Derived(None, warn)
+    return lambda client, image_id: image_files(client, kept, image_id)
+
+
 def local_inventory(client: Any, kept: Derived, image_id: str, inspect: dict[str, Any] | None = None) -> Inventory:
     """The inventory of a local image, its files part kept once per image ID (image_files)."""
     from imagebuild.inventory import ImageNotFound, find_image, read_local
