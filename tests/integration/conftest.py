@@ -108,6 +108,19 @@ def _private_state_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _private_push_tmp(tmp_path_factory):
+    """The push work folders (push/skopeo.py: IMAGEBUILD_PUSH_TMP) of this session in its own folder: a test that
+    drives a Pusher directly and never closes it leaves its folder there, not in the host's /tmp (~5 MB each)."""
+    old = os.environ.get("IMAGEBUILD_PUSH_TMP")
+    os.environ["IMAGEBUILD_PUSH_TMP"] = str(tmp_path_factory.mktemp("push-work"))
+    yield
+    if old is None:
+        os.environ.pop("IMAGEBUILD_PUSH_TMP", None)
+    else:
+        os.environ["IMAGEBUILD_PUSH_TMP"] = old
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _required_parts():
     """Under `make test` / CI (IMAGEBUILD_REQUIRE_ENGINE=1) a missing engine or tool is an error, not a skip."""
     if os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") != "1":
