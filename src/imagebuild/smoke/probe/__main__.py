@@ -20,7 +20,7 @@ import time
 if not __package__:  # `python path/to/probe` (the directory): make `probe` importable from its parent
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from probe.common import DEFAULT_SECTIONS, SECTIONS, Probe, watchdog, write_all  # noqa: E402
+from probe.common import DEFAULT_SECTIONS, OUTPUT, SECTIONS, Probe, watchdog, write_all  # noqa: E402
 from probe.summary import render_table  # noqa: E402
 from probe.table import TABLE, as_json, checks_json, section  # noqa: E402
 
@@ -108,6 +108,7 @@ def main(argv=None) -> int:
         child_runner(args.child)(probe)
     else:
         probe.run(runners(), starters())
+    OUTPUT.acquire()  # never returns once the watchdog fired: it writes the partial JSON and exits 3
     text = json.dumps(probe.doc, default=str, indent=None)
     if args.output:
         with open(args.output, "w") as fh:

@@ -24,6 +24,9 @@ NO_TORCH = "torch is not installed"
 RESULT_MARK = "IBPROBE-RESULT "
 WATCHDOG_FIRST = 1.0  # seconds a section's wait runs past the deadline: the watchdog is the one that ends it there
 CHILDREN: list = []  # Popen objects (own sessions) the watchdog kills on overrun
+# the one JSON document on stdout: whoever takes this first writes it, the watchdog (partial, exit 3) or the probe's
+# end (main); a section that the watchdog's kill of its children wakes must not print its own result and exit 0
+OUTPUT = threading.Lock()
 
 
 class Probe:
@@ -283,6 +286,8 @@ def watchdog(seconds: float, probe: Probe, out_fd: int) -> threading.Timer:
     """On overrun, emit what was gathered so far (marked) and exit: the caller always gets JSON."""
 
     def fire():
+        if not OUTPUT.acquire(blocking=False):  # the probe is writing its result already: it ends on its own
+            return
         for p in CHILDREN:  # (the forkserver and anything it is still forking die with this process: lifeline.py)
             if p.poll() is None:
                 kill_tree(p)
