@@ -24,9 +24,7 @@ NO_TORCH = "torch is not installed"
 RESULT_MARK = "IBPROBE-RESULT "
 WATCHDOG_FIRST = 1.0  # seconds a section's wait runs past the deadline: the watchdog is the one that ends it there
 CHILDREN: list = []  # Popen objects (own sessions) the watchdog kills on overrun
-# the one JSON document on stdout: whoever takes this first writes it, the watchdog (partial, exit 3) or the probe's
-# end (main); a section that the watchdog's kill of its children wakes must not print its own result and exit 0
-OUTPUT = threading.Lock()
+OUTPUT = threading.Lock()  # who takes it writes the one JSON on stdout: the watchdog, before it kills, or main's end
 
 
 class Probe:
@@ -185,11 +183,9 @@ _BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from probe.__main__ im
 
 
 def child_argv(args) -> list:
-    """The command line of a child probe (`--dist-worker`, `--child SECTION`) running this same probe code.
-
-    From a zipapp (`python probe.pyz`): `python probe.pyz ARGS`. From the package directory (`python -m probe`,
-    `imagebuild.smoke.probe`): `python -c BOOT PARENT ARGS`, which imports `probe` from its parent directory only.
-    """
+    """The command line of a child probe (`--dist-worker`, `--child SECTION`) running this same probe code. From a
+    zipapp (`python probe.pyz`): `python probe.pyz ARGS`. From the package directory (`python -m probe`,
+    `imagebuild.smoke.probe`): `python -c BOOT PARENT ARGS`, which imports `probe` from its parent directory only."""
     if os.path.isfile(_ROOT):  # .../probe.pyz/probe/common.py
         return [sys.executable, _ROOT] + list(args)
     return [sys.executable, "-c", _BOOT, _ROOT] + list(args)
@@ -246,7 +242,6 @@ def start_child(args):
     """Start a child probe (probe.children: forked by the forkserver where torch is installed): the handle
     finish_child takes."""
     from probe.children import launch
-
     return launch(args)
 
 
@@ -283,7 +278,7 @@ def write_all(fd, data: bytes):
 
 
 def watchdog(seconds: float, probe: Probe, out_fd: int) -> threading.Timer:
-    """On overrun, emit what was gathered so far (marked) and exit: the caller always gets JSON."""
+    """On overrun, emit what was gathered so far (marked) and exit 3; OUTPUT first (see there): always JSON."""
 
     def fire():
         if not OUTPUT.acquire(blocking=False):  # the probe is writing its result already: it ends on its own
