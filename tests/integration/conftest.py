@@ -96,28 +96,19 @@ USER = "ibci"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _private_state_dir(tmp_path_factory):
-    """The records (.imagebuild/<matrix>.state.json) of this session live in its own folder, never the checkout's."""
-    old = os.environ.get("IMAGEBUILD_STATE_DIR")
+def _private_folders(tmp_path_factory):
+    """This session's own folders, never the checkout's or the host's /tmp: the records (IMAGEBUILD_STATE_DIR:
+    .imagebuild/<matrix>.state.json) and the push work folders (IMAGEBUILD_PUSH_TMP, push/skopeo.py: a test that drives
+    a Pusher directly and never closes it leaves its ~5 MB folder here)."""
+    old = {name: os.environ.get(name) for name in ("IMAGEBUILD_STATE_DIR", "IMAGEBUILD_PUSH_TMP")}
     os.environ["IMAGEBUILD_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
-    yield
-    if old is None:
-        os.environ.pop("IMAGEBUILD_STATE_DIR", None)
-    else:
-        os.environ["IMAGEBUILD_STATE_DIR"] = old
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _private_push_tmp(tmp_path_factory):
-    """The push work folders (push/skopeo.py: IMAGEBUILD_PUSH_TMP) of this session in its own folder: a test that
-    drives a Pusher directly and never closes it leaves its folder there, not in the host's /tmp (~5 MB each)."""
-    old = os.environ.get("IMAGEBUILD_PUSH_TMP")
     os.environ["IMAGEBUILD_PUSH_TMP"] = str(tmp_path_factory.mktemp("push-work"))
     yield
-    if old is None:
-        os.environ.pop("IMAGEBUILD_PUSH_TMP", None)
-    else:
-        os.environ["IMAGEBUILD_PUSH_TMP"] = old
+    for name, value in old.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session", autouse=True)
