@@ -152,6 +152,12 @@ def _test(ref: str, tmp_path: Path) -> tuple[int, dict[str, dict]]:
     return out.returncode, {c["name"]: c for c in rows[0]["checks"]}
 
 
+def _no_container_left(image: str) -> None:
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", f"ancestor={image}"], capture_output=True,
+                          text=True).stdout.split()
+    assert left == [], f"containers left behind (main or arbitrary-UID): {left}"
+
+
 def test_unbroken_runtime_passes_every_image_check(runtime_image, tmp_path):
     t0 = time.time()
     rc, checks = _test(runtime_image, tmp_path)
@@ -195,9 +201,7 @@ def test_each_breakage_of_a_group_fails_its_own_check(derive, request, tmp_path,
         assert text in checks[check]["reason"], (check, checks[check]["reason"])
     others = {n: checks[n]["reason"] for n in CHECKS if n not in mine and checks[n]["status"] != "passed"}
     assert not others, others
-    left = subprocess.run(["docker", "ps", "-aq", "--filter", f"ancestor={image}"], capture_output=True,
-                          text=True).stdout.split()
-    assert left == [], f"containers left behind (main or arbitrary-UID): {left}"
+    _no_container_left(image)
 
 
 @pytest.mark.full_tier  # make test: test_each_breakage_of_a_group_fails_its_own_check (two images, not 14)
@@ -210,9 +214,7 @@ def test_broken_image_fails_exactly_its_check(broken, tmp_path, kind):
     assert text in checks[check]["reason"], checks[check]["reason"]
     others = {n: checks[n]["status"] for n in CHECKS if n != check and checks[n]["status"] != "passed"}
     assert not others, {n: checks[n]["reason"] for n in others}
-    left = subprocess.run(["docker", "ps", "-aq", "--filter", f"ancestor={broken(kind)}"], capture_output=True,
-                          text=True).stdout.split()
-    assert left == [], f"containers left behind (main or arbitrary-UID): {left}"
+    _no_container_left(broken(kind))
 
 
 def test_extension_loading_after_its_parent_passes(broken, tmp_path):

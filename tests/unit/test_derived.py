@@ -397,7 +397,7 @@ def test_an_images_history_is_asked_once_per_image_id_and_kept(tmp_path):
 
 def _opener(engine, state: Path | None, monkeypatch, said: list[str]):
     from imagebuild.inventory.open import Opener
-    from imagebuild.pipeline.supply import kept_files_of
+    from imagebuild.pipeline.keptfiles import kept_files_of
 
     if state is None:
         monkeypatch.delenv("IMAGEBUILD_STATE_DIR", raising=False)

@@ -35,11 +35,13 @@ def command(a: str, b: str, as_json: bool, platform: str | None, ca_file: str | 
     from imagebuild.engine import connect
     from imagebuild.inventory import diff, diff_to_json, format_diff
     from imagebuild.inventory.open import Opener
-    from imagebuild.pipeline.supply import kept_files_of
+    from imagebuild.pipeline.keptfiles import kept_files_of
+
+    def say(message: str) -> None:
+        click.echo(message, err=True)
 
     opener = Opener(lambda: connect("inspect"), platform=platform, ca_file=ca_file,
-                    log=lambda m: click.echo(m, err=True),
-                    files_of=kept_files_of(lambda m: click.echo(m, err=True)))
+                    log=say, files_of=kept_files_of(say))
     result = diff(opener.open(a), opener.open(b))
     if as_json:
         click.echo(json.dumps(diff_to_json(result), indent=2, ensure_ascii=False))

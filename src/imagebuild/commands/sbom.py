@@ -38,13 +38,15 @@ def command(reference: str, output: str | None, platform: str | None, ca_file: s
     from imagebuild.engine import connect
     from imagebuild.inventory import dump_sbom, make_sbom
     from imagebuild.inventory.open import Opener
-    from imagebuild.pipeline.supply import kept_files_of
+    from imagebuild.pipeline.keptfiles import kept_files_of
 
     path = check_output_file(output, "-o") if output and output != "-" else None  # before the image is read
 
+    def say(message: str) -> None:
+        click.echo(message, err=True)
+
     opener = Opener(lambda: connect("inspect"), platform=platform, ca_file=ca_file,
-                    log=lambda m: click.echo(m, err=True),
-                    files_of=kept_files_of(lambda m: click.echo(m, err=True)))
+                    log=say, files_of=kept_files_of(say))
     text = dump_sbom(make_sbom(opener.open(reference)))
     if path is not None:
         try:  # never a half-written SBOM under the final name, never through a link planted beside it

@@ -29,8 +29,8 @@ class Opener:
     def __init__(self, connect: Callable[[], EngineClient], *, platform: str | None = None,
                  ca_file: str | None = None, log: Callable[[str], None] = lambda _m: None,
                  files_of: Callable[[EngineClient, str], ImageFiles] | None = None) -> None:
-        """`files_of(engine, image ID)`: a local image's files as read before and kept (pipeline/supply.py), else read
-        now; None: every local image is read."""
+        """`files_of(engine, image ID)`: a local image's files as read before and kept (pipeline/keptfiles.py), else
+        read now; None: every local image is read."""
         self._connect = connect
         self._files_of = files_of
         self._client: EngineClient | None = None

@@ -1,5 +1,5 @@
 """`imagebuild audit`'s run: which images (--image REFs; a matrix's planned images the engine holds), each image's
-inventory (the files kept once per image ID beside the record: supply.local_inventory), the OS half against the
+inventory (the files kept once per image ID beside the record: keptfiles.local_inventory), the OS half against the
 security suite (audit/os.py) and the Python half against the OSV database (audit/python.py), each index and database
 read once per run, judged by the matrix's `audit:` policy (audit/policy.py)."""
 
@@ -94,8 +94,8 @@ def audit_images(images: list[str], matrix: str | None, state_dir: str | None, o
     """`images`: local tags/IDs; `docker://REF` (or HOST[:PORT]/REPO:TAG that the engine does not hold) is a pushed
     image audited by its attested SBOM (pipeline/sbom_audit.py), checked with `verify_key` when given."""
     from imagebuild.compat import load as load_tables
+    from imagebuild.pipeline.keptfiles import local_inventory
     from imagebuild.pipeline.sbom_audit import is_registry_audit, registry_inventory
-    from imagebuild.pipeline.supply import local_inventory
     from imagebuild.record.derived import Derived
 
     policy = _policy(matrix) if matrix else DEFAULT
@@ -170,7 +170,7 @@ def audit_gate(client: Any, built: list[tuple[str, str]], policy: AuditPolicy, s
     suite; no OSV database here, so the Python half says NOT CHECKED), judged by the policy. The caller fails the
     build on a violation (exit 1); the results are kept in the record under each image ID (the report counts)."""
     from imagebuild.compat import load as load_tables
-    from imagebuild.pipeline.supply import local_inventory
+    from imagebuild.pipeline.keptfiles import local_inventory
     from imagebuild.record.derived import Derived
 
     kept = Derived(state_dir, say)

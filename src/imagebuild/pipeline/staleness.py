@@ -34,8 +34,8 @@ REASON = "security-refresh"
 def check_images(images: list[ImagePlan], rec: Record | None, client: Any, kept: Any,
                  indexes: SecurityIndexes) -> dict[str, Staleness]:
     """plan id -> its staleness; `client` None: no engine (every image "not checked", with `kept` unused)."""
+    from imagebuild.pipeline.keptfiles import local_inventory
     from imagebuild.pipeline.located import locate
-    from imagebuild.pipeline.supply import local_inventory
 
     out: dict[str, Staleness] = {}
     for img in images:

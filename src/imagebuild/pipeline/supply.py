@@ -25,15 +25,16 @@ from imagebuild.files import write_text_atomic
 from imagebuild.models import ImagePlan, ImageResult, Plan
 from imagebuild.phases import Phase
 from imagebuild.pipeline.building import HERE, BuildStatus
+from imagebuild.pipeline.keptfiles import local_inventory
 from imagebuild.record.derived import Derived, key_of
 from imagebuild.record.store import file_sha256
 
 if TYPE_CHECKING:
-    from imagebuild.inventory import ImageFiles, Inventory
+    pass
 
 DIFF_TEXT_MAX = 6000
 SBOM_SPEC = "CycloneDX 1.6"
-SBOM, FILES = "sbom-", "inventory-files-"  # the kept files' names (record/derived.py): these and a key
+SBOM = "sbom-"  # the kept SBOM's name (record/derived.py): this and a key (keptfiles.FILES: the files')
 
 
 def previous_ids(client: Any, images: list[ImagePlan]) -> dict[str, str]:
@@ -105,46 +106,6 @@ def sbom_problem(data: bytes, image_id: str) -> str | None:
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
         return f"not a CycloneDX SBOM ({type(exc).__name__})"
     return None
-
-
-def image_files(client: Any, kept: Derived, image_id: str) -> ImageFiles:
-    """What an inventory reads from the image's filesystem: kept, else read (the whole image streamed) and kept."""
-    from imagebuild.inventory import kept as codec
-    from imagebuild.inventory import read_files
-
-    name = FILES + key_of(codec.FORMAT)
-    data = kept.get(image_id, name)
-    if data is not None:
-        try:
-            return codec.loads(data)
-        except ValueError as exc:
-            kept.discard(image_id, name, str(exc))
-    files = read_files(client, image_id)
-    kept.put(image_id, name, codec.dumps(files), kind=FILES)
-    return files
-
-
-def kept_files_of(warn: Callable[[str], None]) -> Callable[[Any, str], ImageFiles] | None:
-    """For `sbom` and `diff` (inventory.open.Opener's files_of): a local image's files as kept with the state
-    (IMAGEBUILD_STATE_DIR, else .imagebuild/) by whatever read that image ID before — a build's SBOM — else read from
-    the image and kept there. None when there is no state folder (nothing was built here): the image is read, and a
-    command that only reads leaves no folder behind."""
-    from imagebuild.record.store import state_dir
-
-    if not state_dir().is_dir():
-        return None
-    kept = Derived(None, warn)
-    return lambda client, image_id: image_files(client, kept, image_id)
-
-
-def local_inventory(client: Any, kept: Derived, image_id: str, inspect: dict[str, Any] | None = None) -> Inventory:
-    """The inventory of a local image, its files part kept once per image ID (image_files)."""
-    from imagebuild.inventory import ImageNotFound, find_image, read_local
-
-    info = inspect if inspect is not None else find_image(client, image_id)
-    if info is None:
-        raise ImageNotFound(f"no image {image_id!r} in the local engine")
-    return read_local(client, image_id, info, files=image_files(client, kept, image_id))
 
 
 def write_sboms(client: Any, plan: Plan, results: list[ImageResult], report_dir: Path, recorded: dict[str, dict[str, Any]],
