@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The README's test command (`make test`) ends here; .ci/run calls `make test`.
 # First the linters (scripts/lint.sh: ruff, shellcheck, `render --check` of every shipped matrix, mypy): any finding
-# fails the run before an engine is started or a test runs. Then the unit tests on every core (pytest-xdist), then
-# the integration tests one at a time in a random order (the seed in the first and last lines: IMAGEBUILD_TEST_SEED=N
-# repeats it). Last, what the run cost the two engines (scripts/engine_counts.py) and each phase's seconds.
+# fails the run before an engine is started or a test runs. Then the integration tests one at a time in a random
+# order (the seed in the first and last lines: IMAGEBUILD_TEST_SEED=N repeats it), and beside them, once the
+# session's matrix builds have ended and left cores idle, the unit tests on every core (pytest-xdist; their output
+# follows the integration tests'). Last, what the run cost the two engines (scripts/engine_counts.py) and each
+# phase's seconds. Either kind failing fails the run.
 # Tiers (docs/testing.md): IMAGEBUILD_TIER=ci (the default, `make test`, CI) leaves out the tests marked full_tier;
 # IMAGEBUILD_TIER=all (`make test-all`) runs them and, last, every bench in its quick mode (scripts/bench-quick.sh).
 # Arguments are given to the integration tests' pytest.
@@ -31,19 +33,35 @@ export IMAGEBUILD_CA_CERT="${IMAGEBUILD_CA_CERT:-${PIP_CERT:-/etc/ssl/certs/ca-c
 
 scripts/lint.sh
 phase lint
-t0=$SECONDS
-# unit tests on every core: no engine, order-free (each has its own tmp folder and record folder)
-# (REQUIRE_ENGINE: a test that cannot make its torch venv fails instead of skipping, as under CI before)
-IMAGEBUILD_REQUIRE_ENGINE=1 python -m pytest -q -p no:cacheprovider -n "${IMAGEBUILD_TEST_JOBS:-2}" --durations=20 tests/unit
-phase unit "$t0"
-# the benches that need no engine, in their quick mode (the others run in make test-all)
-scripts/bench-quick.sh --no-engine
 
 # what this run started or made, undone on exit in reverse order whatever happens
 # (each entry is expanded when it runs, hence single quotes: SC2016 is meant)
 undo=()
 on_exit() { local i; for ((i=${#undo[@]}-1; i>=0; i--)); do eval "${undo[i]}" || true; done; }
 trap on_exit EXIT
+
+# The unit tests (no engine, order-free: each has its own tmp folder and record folder) and the benches that need no
+# engine (quick mode; the others run in make test-all) run BESIDE the integration tests, on the cores the session's
+# matrix builds leave idle: they wait until those builds have ended (the image provider creates
+# $unit_dir/builds-ended; so does this script when the integration tests end first), then run on every core at a
+# lower priority, their output kept and shown after the integration tests'. Started here, before the engines are,
+# so that they run in the environment they always had (no DOCKER_HOST of the private engines).
+# (REQUIRE_ENGINE: a test that cannot make its torch venv fails instead of skipping, as under CI before)
+unit_dir="$(mktemp -d /var/tmp/imagebuild-unit.XXXXXX)"
+(
+  trap - EXIT
+  while [[ ! -e "$unit_dir/builds-ended" ]]; do sleep 1; done
+  t0=$SECONDS
+  rc=0
+  IMAGEBUILD_REQUIRE_ENGINE=1 nice -n 10 python -m pytest -q -p no:cacheprovider -n "${IMAGEBUILD_TEST_JOBS:-2}" \
+    --durations=20 tests/unit > "$unit_dir/log" 2>&1 || rc=$?
+  nice -n 10 scripts/bench-quick.sh --no-engine >> "$unit_dir/log" 2>&1 || rc=$((rc ? rc : 1))
+  echo "$rc $((SECONDS - t0))" > "$unit_dir/result"
+) &
+unit_pid=$!
+# shellcheck disable=SC2016
+undo+=('kill "$unit_pid" 2>/dev/null; pkill -P "$unit_pid" 2>/dev/null; rm -rf "$unit_dir"')
+export IMAGEBUILD_TEST_BUILDS_ENDED="$unit_dir/builds-ended"
 
 if [[ "${IMAGEBUILD_REUSE_ENGINE:-0}" == 1 ]]; then
   eval "$(scripts/docker-engine.sh)"
@@ -94,8 +112,19 @@ for _ in $(seq 50); do  # each recorder's first line says its stream is open: no
 done
 t0=$SECONDS
 # the slowest tests by name at the end: where the run's time goes (CI must stay well under its 90 minutes)
-python -m pytest -q -p no:cacheprovider --durations=40 "${select[@]}" tests/integration "$@"
+integration_rc=0
+python -m pytest -q -p no:cacheprovider --durations=40 "${select[@]}" tests/integration "$@" || integration_rc=$?
 phase integration "$t0"
+touch "$unit_dir/builds-ended"  # a session that never got to signal it
+wait "$unit_pid" || true
+echo "run-tests: the unit tests and the benches without an engine (beside the integration tests):" >&2
+cat "$unit_dir/log"
+read -r unit_rc unit_seconds < "$unit_dir/result" || { unit_rc=1; unit_seconds=0; }
+phases+=("unit ${unit_seconds}s (beside)")
+if (( unit_rc != 0 || integration_rc != 0 )); then
+  echo "run-tests: failed: unit tests exit $unit_rc, integration tests exit $integration_rc" >&2
+  exit 1
+fi
 if [[ "$tier" == all ]]; then
   # every bench in --quick mode on these engines, after the tests (which must find the engines empty: the session's
   # build proves its own bootstrap): a bench that crashes fails the run

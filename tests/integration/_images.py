@@ -33,6 +33,18 @@ WHEELHOUSE = Path(os.environ.get("IMAGEBUILD_WHEELHOUSE") or os.environ.get("PIP
 CA = os.environ.get("IMAGEBUILD_CA_CERT") or os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
 MATRIX = ROOT / "images" / "cpu.yaml"
 MTIME = 1_700_000_000
+# a file the provider creates once its background builds have ended (scripts/run-tests.sh waits on it)
+BUILDS_ENDED = "IMAGEBUILD_TEST_BUILDS_ENDED"
+
+
+def touch_file(path: str) -> None:
+    """Create `path` (nothing for an empty one; a file that cannot be made is not this run's failure)."""
+    if not path:
+        return
+    try:
+        Path(path).touch()
+    except OSError:
+        pass
 
 
 @dataclass
@@ -246,6 +258,22 @@ class ImageProvider:
             self._bk = (result, docker.DockerClient(base_url=host, timeout=600), tmp)
         return self._bk
 
+    def signal_when_built(self, path: str) -> None:
+        """Create the file `path` once the builds started ahead (start_classic with its smoke run, start_buildkit) have
+        ended, whichever way: scripts/run-tests.sh then starts the unit tests beside the image tests, on the cores the
+        builds no longer use. At once when none was started; `cleanup` creates it too."""
+        classic = self._classic
+        bk = self._bk_running[0] if self._bk_running is not None else None
+
+        def watch() -> None:
+            if classic is not None:
+                classic.join()
+            if bk is not None:
+                bk.wait()
+            touch_file(path)
+
+        threading.Thread(target=watch, name="builds ended", daemon=True).start()
+
     # -- small images FROM built ones -----------------------------------------------------------------------------
 
     def derive(self, name: str, parent: str, lines: str, files: dict[str, bytes] | None = None,
@@ -289,6 +317,8 @@ class ImageProvider:
 
     def cleanup(self) -> None:
         self._stopping = True
+        if os.environ.get(BUILDS_ENDED):
+            touch_file(os.environ[BUILDS_ENDED])
         if self._classic is not None and self._classic.is_alive():  # a session that ended before it did
             if self._classic_proc is not None and self._classic_proc.poll() is None:
                 self._classic_proc.terminate()

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _helpers import BK_HOST, start_registry, stop_registry  # noqa: E402
 from _helpers import PASSWORD as PUSH_PASSWORD  # noqa: E402
 from _helpers import USER as PUSH_USER  # noqa: E402
-from _images import WHEELHOUSE, ImageProvider  # noqa: E402
+from _images import BUILDS_ENDED, WHEELHOUSE, ImageProvider, touch_file  # noqa: E402
 
 SEED_VARIABLE = "IMAGEBUILD_TEST_SEED"
 
@@ -218,17 +218,22 @@ def _start_the_matrix_builds(request):
     asks for `bk_build`) and the classic one followed by its one smoke run (`cpu_tested`), in the background, while
     the tests that need neither run first (pytest_collection_modifyitems orders them so)."""
     used = set().union(*(cpu_image_fixtures(i) for i in request.session.items))
+    ended = os.environ.get(BUILDS_ENDED, "")  # scripts/run-tests.sh: the unit tests start when this file is there
     if not used or not list(WHEELHOUSE.glob("torch-2.13.0*cp311*.whl")):
+        touch_file(ended)
         return  # (cpu_build skips, saying why)
     try:
         provider = request.getfixturevalue("provider")
     except pytest.skip.Exception:
+        touch_file(ended)
         return  # no engine: the tests that need one skip, saying why
     if "bk_dev" in used:  # a full-tier test of the session needs the BuildKit dev image: every flavor
         provider.bk_flavors = ("base", "runtime", "dev")
     if BK_HOST and "bk_build" in used:
         provider.start_buildkit()
     provider.start_classic(smoke="cpu_tested" in used)
+    if ended:
+        provider.signal_when_built(ended)
 
 
 @pytest.fixture(scope="session")

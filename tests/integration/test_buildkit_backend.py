@@ -131,6 +131,32 @@ def test_the_pushed_digest_is_the_image_the_build_made(bk_build, cpu_build, tmp_
         assert {layer["mediaType"] for layer in doc["layers"]} == {"application/vnd.oci.image.layer.v1.tar+zstd"}
 
 
+def test_the_files_read_layer_by_layer_are_the_files_the_engine_exports(bk_build, cpu_build):
+    """The build's SBOM read the runtime layer by layer from the archive the build kept (inventory/layered.py), each
+    layer's picks kept by diff ID in the build's state (what a one-package rebuild reuses): those files are exactly
+    what the engine's export of the image gives (the whole filesystem, the path every other image takes)."""
+    from imagebuild.engine import held
+    from imagebuild.inventory import layered, read_files
+
+    result, client, tmp = bk_build
+    assert result.returncode == 0
+    image_id = client.api.inspect_image(cpu_build.tag("runtime"))["Id"]
+    assert held.find(image_id) is not None, "the build kept no archive of the runtime"
+    layers = client.api.inspect_image(image_id)["RootFS"]["Layers"]
+    kept_by_build = {p.parent.name for p in (tmp / "state" / "derived").glob("*/layer-picks-*")}
+    assert {d.removeprefix("sha256:") for d in layers} <= kept_by_build  # the build's SBOM took this path
+    picks: dict[str, bytes] = {}
+
+    class Store:
+        get, put = picks.get, picks.__setitem__
+
+    from_layers = layered.held_files(image_id, Store())
+    assert from_layers is not None and len(picks) == len(set(layers))
+    exported = read_files(client, image_id)
+    assert from_layers == exported
+    assert {p.name for p in exported.pythons} >= {"torch", "numpy"} and len(exported.debs) > 50
+
+
 @pytest.mark.parametrize("flavors", [
     pytest.param(("base",), id="base"),  # make test: one target, its archive ~0.1 GB
     # every archive (~3 min), of the BuildKit build's every flavor (cpu_images("bk_dev"))

@@ -427,3 +427,45 @@ def test_verify_follows_an_index_to_every_platform_image(monkeypatch):
     monkeypatch.setattr(verify_mod, "run_cosign", run)
     with pytest.raises(verify_mod.VerifyError, match=r"\(linux/arm64\).*is unsigned"):
         verify_mod.verify_reference("reg.example:5000/ml/pytorch:2.9-base", key, Registry("reg.example:5000"), reg)
+
+
+class _Tags:
+    """The registry client's one question here: which digest a tag names (None: no such tag)."""
+
+    def __init__(self, tags: dict[str, str], fail: bool = False) -> None:
+        self.tags, self.fail, self.asked = tags, fail, []
+
+    def manifest_digest(self, repository: str, reference: str):
+        self.asked.append(f"{repository}:{reference}")
+        if self.fail:
+            from imagebuild.oci import RegistryError
+
+            raise RegistryError("reg.example:5000: HTTP 503")
+        return self.tags.get(f"{repository}:{reference}")
+
+
+@pytest.mark.parametrize("case", ["no signature of any key", "a signature there", "COSIGN_REPOSITORY",
+                                  "the registry cannot say", "no client"])
+def test_cosign_verifies_only_where_the_registry_holds_a_signature(monkeypatch, case):
+    """A first push asks the registry (one request) whether the digest carries any signature before a cosign run
+    asks whose it is: none there, no cosign run; anything else (one there, signatures kept elsewhere, no answer),
+    cosign verifies as before."""
+    from imagebuild.sign import signer
+
+    run, asked = _fake_cosign(set())
+    monkeypatch.setattr(signer, "run_cosign", run)
+    monkeypatch.delenv("COSIGN_REPOSITORY", raising=False)
+    sig = "ml/pytorch:" + DIGEST.replace(":", "-") + ".sig"
+    client = _Tags({sig: "sha256:" + "cd" * 32} if case == "a signature there" else {},
+                   fail=case == "the registry cannot say")
+    if case == "COSIGN_REPOSITORY":
+        monkeypatch.setenv("COSIGN_REPOSITORY", "reg.example:5000/signatures")
+    registry = Registry("reg.example:5000", client=None if case == "no client" else client)  # type: ignore[arg-type]
+    public = PublicKey("/k.pub", "--sign-key")
+    signed = signer.already_signed(f"reg.example:5000/ml/pytorch@{DIGEST}", public, registry)
+    if case == "no signature of any key":
+        assert signed is False and asked == [] and client.asked == [sig]
+        assert signer.already_attested(f"reg.example:5000/ml/pytorch@{DIGEST}", "cyclonedx", public, registry) is False
+        assert asked == [] and client.asked[-1] == sig[:-3] + "att"
+    else:
+        assert signed is True and [a[0] for a in asked] == ["verify"]

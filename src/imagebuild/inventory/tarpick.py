@@ -32,7 +32,7 @@ def wanted(path: str) -> bool:
     return path in OS_RELEASE or dpkg.wanted(path) or pydist.wanted(path) or bundled.wanted(path)
 
 
-def _clean(name: str) -> str:
+def clean(name: str) -> str:
     path = posixpath.normpath("/" + name).lstrip("/")
     return "" if path == "." else path
 
@@ -60,7 +60,7 @@ class Collector:
         mode = f"r|{compression}" if compression else "r|"
         with tarfile.open(fileobj=cast(IO[bytes], stream), mode=mode) as tar:  # type: ignore[call-overload]
             for member in tar:
-                path = _clean(member.name)
+                path = clean(member.name)
                 if not path:
                     continue
                 head, base = posixpath.split(path)
@@ -73,7 +73,7 @@ class Collector:
                 if not wanted(path):
                     continue
                 if member.islnk():
-                    links.append((path, _clean(member.linkname)))
+                    links.append((path, clean(member.linkname)))
                 elif member.isfile() and member.size <= MAX_FILE:
                     f = tar.extractfile(member)
                     if f is not None:

@@ -8,18 +8,37 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from imagebuild.record.derived import Derived, key_of
+from imagebuild.record.derived import MAX_KEPT_BYTES, Derived, key_of
 
 if TYPE_CHECKING:
     from imagebuild.inventory import ImageFiles, Inventory
 
 FILES = "inventory-files-"  # the kept files' name (record/derived.py): this and a key
+PICKS = "layer-picks-"  # a layer's picks (inventory/layered.py), kept by its diff ID: this and a key
+
+
+class _LayerPicks:
+    """inventory.layered.PicksStore over the state's derived files: a layer's picks under its diff ID."""
+
+    def __init__(self, kept: Derived) -> None:
+        from imagebuild.inventory import layered
+
+        self.kept, self.name = kept, PICKS + key_of(layered.FORMAT)
+
+    def get(self, diff_id: str) -> bytes | None:
+        return self.kept.get(diff_id, self.name)
+
+    def put(self, diff_id: str, picks: bytes) -> None:
+        if len(picks) <= MAX_KEPT_BYTES:  # a bigger file would not be read back
+            self.kept.put(diff_id, self.name, picks, kind=PICKS)
 
 
 def image_files(client: Any, kept: Derived, image_id: str) -> ImageFiles:
-    """What an inventory reads from the image's filesystem: kept, else read (the whole image streamed) and kept."""
+    """What an inventory reads from the image's filesystem: kept, else read and kept. Read layer by layer from the
+    archive its BuildKit build kept, each layer's picks kept by diff ID (inventory/layered.py: a rebuild reads its new
+    layers only), else the whole image streamed from the engine."""
     from imagebuild.inventory import kept as codec
-    from imagebuild.inventory import read_files
+    from imagebuild.inventory import layered, read_files
 
     name = FILES + key_of(codec.FORMAT)
     data = kept.get(image_id, name)
@@ -28,7 +47,13 @@ def image_files(client: Any, kept: Derived, image_id: str) -> ImageFiles:
             return codec.loads(data)
         except ValueError as exc:
             kept.discard(image_id, name, str(exc))
-    files = read_files(client, image_id)
+    files = None
+    try:
+        files = layered.held_files(image_id, _LayerPicks(kept))
+    except layered.LayerProblem as exc:
+        kept.warn(f"warning: {image_id[:19]}: {exc}; reading the image from the engine instead")
+    if files is None:
+        files = read_files(client, image_id)
     kept.put(image_id, name, codec.dumps(files), kind=FILES)
     return files
 

@@ -61,6 +61,8 @@ class Registry:
     allow_http: bool = False
     ca_file: str | None = None
     auth: RegistryAuth | None = field(default=None, repr=False)
+    # the same registry for our own reads (signer.py: is there any signature at all, before a cosign run asks whose)
+    client: RegistryClient | None = field(default=None, repr=False, compare=False)
 
     def flags(self) -> list[str]:
         out = ["--allow-http-registry"] if self.allow_http else []
@@ -73,7 +75,8 @@ def cosign_registry(client: RegistryClient, ca_file: str | None = None) -> Regis
     ca = ca_file
     if ca is None and (CERTS_D / client.registry / "ca.crt").is_file():
         ca = str(CERTS_D / client.registry / "ca.crt")
-    return Registry(client.registry, allow_http=client.scheme() == "http", ca_file=ca, auth=client.auth)
+    return Registry(client.registry, allow_http=client.scheme() == "http", ca_file=ca, auth=client.auth,
+                    client=client)
 
 
 

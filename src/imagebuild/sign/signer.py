@@ -28,14 +28,17 @@ registry): is it signed and attested by this key already? (push/publish.py signs
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ImagebuildError
+from imagebuild.oci import Reference
 from imagebuild.sign.cosign import Registry, run_cosign
 from imagebuild.sign.keys import PublicKey, SigningKey
 
@@ -75,8 +78,25 @@ def _public_half(key: SigningKey, public_key_pem: str | None) -> Iterator[Public
         yield PublicKey(str(pub), "--sign-key", label=f"{key.describe()}, its public half")
 
 
+def _none_there(digest_ref: str, suffix: str, registry: Registry) -> bool:
+    """Does the registry hold no cosign artifact of `suffix` (sig, att) beside `digest_ref` at all, of any key? One
+    request answers it (a first push: nothing to verify, no cosign run); False when there is one, when
+    COSIGN_REPOSITORY keeps them elsewhere, or when the registry cannot say (cosign then asks, as before)."""
+    if registry.client is None or os.environ.get("COSIGN_REPOSITORY"):
+        return False
+    try:
+        ref = Reference.parse(digest_ref)
+        if ref.digest is None:
+            return False
+        return registry.client.manifest_digest(ref.repository, ref.digest.replace(":", "-") + "." + suffix) is None
+    except (ImagebuildError, ValueError):
+        return False
+
+
 def already_signed(digest_ref: str, public: PublicKey, registry: Registry) -> bool:
     """Does `digest_ref` carry a signature that verifies with this public key? (a re-push signs no second time)"""
+    if _none_there(digest_ref, "sig", registry):
+        return False
     done = run_cosign(["verify", "--key", public.ref, "--insecure-ignore-tlog", *registry.flags(), digest_ref],
                       registry=registry)
     return done.returncode == 0
@@ -86,6 +106,8 @@ def already_attested(digest_ref: str, kind: str, public: PublicKey, registry: Re
     """Does this key's `kind` attestation of exactly this digest stand on it? (re-signing adds no second one)"""
     from imagebuild.sign.verify import VerifyError, attestation  # verify imports this module
 
+    if _none_there(digest_ref, "att", registry):
+        return False
     name, digest = digest_ref.split("@", 1)
     try:
         attestation(name, digest, kind, public, registry, digest_ref)
@@ -97,15 +119,22 @@ def already_attested(digest_ref: str, kind: str, public: PublicKey, registry: Re
 def _signature(digest_ref: str, key: SigningKey, registry: Registry, public: PublicKey | None, refused: str) -> bool:
     """`cosign sign` of `digest_ref` unless it verifies with this key already (returned: it did); SignError
     "REF: <refused>: <cosign's reason>" when cosign refuses."""
+    already = _signed_before(digest_ref, registry, public)
+    if not already:
+        _sign(digest_ref, key, registry, refused)
+    return already
+
+
+def _signed_before(digest_ref: str, registry: Registry, public: PublicKey | None) -> bool:
     if "@sha256:" not in digest_ref:
         raise SignError(f"{digest_ref}: signing needs a digest reference (REPO@sha256:…), never a tag")
-    already = public is not None and already_signed(digest_ref, public, registry)
-    if not already:
-        done = run_cosign(["sign", *_signing_flags(key, registry), digest_ref], password=key.password,
-                          registry=registry)
-        if done.returncode != 0:
-            raise SignError(f"{digest_ref}: {refused}: {done.error}")
-    return already
+    return public is not None and already_signed(digest_ref, public, registry)
+
+
+def _sign(digest_ref: str, key: SigningKey, registry: Registry, refused: str) -> None:
+    done = run_cosign(["sign", *_signing_flags(key, registry), digest_ref], password=key.password, registry=registry)
+    if done.returncode != 0:
+        raise SignError(f"{digest_ref}: {refused}: {done.error}")
 
 
 def already_audited(digest_ref: str, predicate: dict[str, Any], public: PublicKey, registry: Registry) -> bool:
@@ -114,6 +143,8 @@ def already_audited(digest_ref: str, predicate: dict[str, Any], public: PublicKe
     from imagebuild.sign.audit import VULN, VULN_PREDICATE_TYPE
     from imagebuild.sign.verify import VerifyError, statements_of  # verify imports this module
 
+    if _none_there(digest_ref, "att", registry):
+        return False
     name, digest = digest_ref.split("@", 1)
     try:
         found = statements_of(name, digest, VULN, VULN_PREDICATE_TYPE, public, registry, digest_ref)
@@ -129,36 +160,54 @@ def sign_digest(digest_ref: str, key: SigningKey, registry: Registry, *, sbom: d
     """Sign `digest_ref` (REPO@sha256:…) and attest its SBOM and provenance, beside any other key's and once per
     key (see the module docstring), and, given `audit` (sign/audit.vuln_predicate of the record's audit of exactly
     this image), that audit as a `vuln` attestation (once per key and audit time); SignError naming it on any
-    refusal."""
+    refusal. The signature (`.sig`) is written while the attestations (`.att`, one after the other: each adds to
+    the same artifact) are: two cosign runs at a time, never two on one artifact."""
+    with _public_half(key, public_key_pem) as public, \
+            tempfile.TemporaryDirectory(prefix="imagebuild-attest-") as tmp, \
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="cosign-sign") as pool:
+        already = _signed_before(digest_ref, registry, public)
+        signing = None if already else pool.submit(_sign, digest_ref, key, registry, "not signed")
+        try:
+            kinds, kept = _attest(digest_ref, key, registry, public, Path(tmp), already, sbom, provenance, audit)
+        finally:
+            if signing is not None:
+                signing.result()  # its refusal first: "not signed" says more than an attestation's
+    return Signed(digest_ref, key.describe(), kinds, already, tuple(kept))
+
+
+def _attest(digest_ref: str, key: SigningKey, registry: Registry, public: PublicKey | None, tmp: Path,
+            already: bool, sbom: dict[str, Any], provenance: dict[str, Any],
+            audit: dict[str, Any] | None) -> tuple[tuple[str, ...], list[str]]:
+    """The attestations sign_digest attaches, one after the other: (their kinds, those this key had made before)."""
     flags = _signing_flags(key, registry)
     kept: list[str] = []
-    with _public_half(key, public_key_pem) as public, \
-            tempfile.TemporaryDirectory(prefix="imagebuild-attest-") as tmp:
-        already = _signature(digest_ref, key, registry, public, "not signed")
-        for kind, predicate in (("cyclonedx", sbom), ("slsaprovenance1", provenance)):
-            if already and public is not None and already_attested(digest_ref, kind, public, registry):
-                kept.append(kind)
-                continue
-            path = Path(tmp) / f"{kind}.json"
-            path.write_text(json.dumps(predicate, sort_keys=True), encoding="utf-8")
-            done = run_cosign(["attest", *flags, "--type", kind, "--predicate", str(path), digest_ref],
+    # what this key attested before is looked for where any attestation stood before this run's: also on a digest
+    # not signed yet (a run that failed between the two), never on the ones this run just added
+    before = public is not None and (already or not _none_there(digest_ref, "att", registry))
+    for kind, predicate in (("cyclonedx", sbom), ("slsaprovenance1", provenance)):
+        if before and public is not None and already_attested(digest_ref, kind, public, registry):
+            kept.append(kind)
+            continue
+        path = tmp / f"{kind}.json"
+        path.write_text(json.dumps(predicate, sort_keys=True), encoding="utf-8")
+        done = run_cosign(["attest", *flags, "--type", kind, "--predicate", str(path), digest_ref],
+                          password=key.password, registry=registry)
+        if done.returncode != 0:
+            raise SignError(f"{digest_ref}: signed, but the {kind} attestation was not attached: {done.error}")
+    kinds = tuple(PREDICATE_TYPES)
+    if audit is not None:
+        kinds += ("vuln",)
+        if before and public is not None and already_audited(digest_ref, audit, public, registry):
+            kept.append("vuln")
+        else:
+            path = tmp / "vuln.json"
+            path.write_text(json.dumps(audit, sort_keys=True), encoding="utf-8")
+            done = run_cosign(["attest", *flags, "--type", "vuln", "--predicate", str(path), digest_ref],
                               password=key.password, registry=registry)
             if done.returncode != 0:
-                raise SignError(f"{digest_ref}: signed, but the {kind} attestation was not attached: {done.error}")
-        kinds = tuple(PREDICATE_TYPES)
-        if audit is not None:
-            kinds += ("vuln",)
-            if public is not None and already_audited(digest_ref, audit, public, registry):
-                kept.append("vuln")
-            else:
-                path = Path(tmp) / "vuln.json"
-                path.write_text(json.dumps(audit, sort_keys=True), encoding="utf-8")
-                done = run_cosign(["attest", *flags, "--type", "vuln", "--predicate", str(path), digest_ref],
-                                  password=key.password, registry=registry)
-                if done.returncode != 0:
-                    raise SignError(f"{digest_ref}: signed, but the audit (vuln) attestation was not attached: "
-                                    f"{done.error}")
-    return Signed(digest_ref, key.describe(), kinds, already, tuple(kept))
+                raise SignError(f"{digest_ref}: signed, but the audit (vuln) attestation was not attached: "
+                                f"{done.error}")
+    return kinds, kept
 
 
 def sign_index(digest_ref: str, key: SigningKey, registry: Registry, *, public_key_pem: str | None = None) -> Signed:
