@@ -469,3 +469,71 @@ def test_cosign_verifies_only_where_the_registry_holds_a_signature(monkeypatch, 
         assert asked == [] and client.asked[-1] == sig[:-3] + "att"
     else:
         assert signed is True and [a[0] for a in asked] == ["verify"]
+
+
+def _signed_plan(sign, monkeypatch, reg=None):
+    """push_plan of a base and its runtime (two image IDs) into the fake registry, signing with `sign`."""
+    import imagebuild.push.pusher as pm
+    from imagebuild.models import Plan
+    from imagebuild.push import push_plan
+
+    base = make_image(flavor="base")
+    runtime = make_image(parent=base.tag)
+    reg = reg or fake_registry()
+    api = fake_engine(reg)
+    add(api, base.tag, image_id="sha256:img1")
+    add(api, runtime.tag, image_id="sha256:img2")
+    monkeypatch.setattr(pm, "RegistryClient", lambda *a, **k: reg)
+    results = push_plan(Plan("m.yaml", [base, runtime]), client=api, auth_for=lambda r: RegistryAuth(r, "u", "pw-12"),
+                        require_tests=False, sleep=lambda s: None, make_copier=lambda store: reg.copier(),
+                        sign_pushed=sign)
+    return results, reg, base, runtime
+
+
+def test_the_next_image_is_written_while_one_is_signed_and_tags_move_only_once_it_is(monkeypatch):
+    """push_plan writes the runtime by digest while the base is being signed (the base's signing waits for the
+    runtime's write, which never comes when the two run one after the other); neither image's tags move before its
+    own signature is there."""
+    import threading
+
+    import _fake_registry
+
+    reg = fake_registry()
+    runtime_written = threading.Event()
+    seen: dict[str, dict] = {}
+
+    def sign(image, digest_ref):
+        if image.flavor == "base":
+            assert runtime_written.wait(10), "the runtime was not written while the base was signed"
+        seen[image.flavor] = dict(reg.tags)
+        return {"key": "k"}
+
+    real_send = _fake_registry.FakeCopier.send
+
+    def send(self, prepared, name, *a, **k):
+        real_send(self, prepared, name, *a, **k)
+        if len(self.registry.sends) == 2:  # the runtime's write: the base's signing may end
+            runtime_written.set()
+
+    monkeypatch.setattr(_fake_registry.FakeCopier, "send", send)
+    results, reg, base, runtime = _signed_plan(sign, monkeypatch, reg)
+    assert [r.push["status"] for r in results] == ["pushed", "pushed"], [r.push for r in results]
+    assert all(r.push["signed"] == {"key": "k"} for r in results)
+    digests = {r.flavor: r.push["digest"] for r in results}
+    assert digests["base"] not in seen["base"].values()  # no tag named the base while it was signed
+    assert digests["runtime"] not in seen["runtime"].values()
+    assert reg.tags[("pytorch", base.short_tag)] == digests["base"]
+    assert reg.tags[("pytorch", runtime.short_tag)] == digests["runtime"]
+
+
+def test_a_refused_signature_leaves_that_images_tags_and_the_next_image_is_pushed(monkeypatch):
+    def sign(image, digest_ref):
+        if image.flavor == "base":
+            raise UsageError(f"{digest_ref}: not signed: HTTP 403 denied")
+        return {"key": "k"}
+
+    results, reg, base, runtime = _signed_plan(sign, monkeypatch)
+    assert [r.push["status"] for r in results] == ["failed", "pushed"]
+    assert "not signed" in results[0].push["error"] and "no tag was moved" in results[0].push["error"]
+    assert ("pytorch", base.short_tag) not in reg.tags
+    assert reg.tags[("pytorch", runtime.short_tag)] == results[1].push["digest"]

@@ -15,6 +15,7 @@ platform's tag (`push --only` of one platform) is otherwise one `error:` line: n
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ from imagebuild.push.index import (
 from imagebuild.push.pusher import (
     DEFAULT_RETRIES,
     Copier,
+    PendingPush,
     PushAuthError,
     Pusher,
     PushError,
@@ -124,6 +126,18 @@ def push_plan(
     # the registry holds them, never a single-platform manifest under the plain tag
     groups = [g for g in index_groups(plan.images) if any(m.tag in chosen for m in g.images)]
     held = held_tags(groups)
+    waiting: tuple[ImageResult, PendingPush] | None = None
+
+    def finish() -> None:
+        """The image before: its signature waited for, its tags moved, its record filled."""
+        nonlocal waiting
+        if waiting is not None:
+            res, pending = waiting
+            waiting = None
+            res.push = pending.finish()
+            if res.push["status"] == "failed":
+                log(f"error: {res.tag}: push failed: {res.push.get('error')}")
+
     try:
         for image in selected:
             res = result_for(image)
@@ -151,13 +165,20 @@ def push_plan(
                                            sleep=sleep, compression=compression(registry),
                                            copier=make_copier(store) if make_copier else None,
                                            sign_pushed=sign_pushed)
-            res.push = pushers[registry].push_image(image, refs, hold=image.tag in held,
+            # this image is written while the one before is signed; that one's tags move once it is (finish)
+            pending = pushers[registry].begin_image(image, refs, hold=image.tag in held,
                                                     known=(known or {}).get(image.tag))
-            if res.push["status"] == "failed":
-                log(f"error: {image.tag}: push failed: {res.push.get('error')}")
+            finish()
+            waiting = (res, pending)
             results.append(res)
+        finish()
         for group in groups:
             _publish(group, {r.tag: r for r in results}, pushers, log, sign_index, vouch)
+    except PushAuthError:  # the next image's registry refused: the one already written still gets its tags
+        if waiting is not None:
+            with contextlib.suppress(PushAuthError):
+                finish()
+        raise
     finally:
         for pusher in pushers.values():
             pusher.close()

@@ -7,7 +7,8 @@ Two steps per image and repository, so that something can happen between them (a
 2. `point_tags`: each tag is a manifest PUT of the same bytes; then each tag must serve the digest.
 Signing (`sign_pushed`, the seam the pipeline fills when a signing key is given) runs between the two, once per
 image with `REPO@DIGEST`: a refusal fails the image with every tag where it was, so no tag ever names an unsigned
-digest and nothing needs rolling back. An image whose tags all name its digest already is signed again (the
+digest and nothing needs rolling back. It runs in the background (`begin_image`, then `PendingPush.finish`), so
+push_plan writes the next image while one is signed (issue 44: cosign's runs were a third of a first signed push). An image whose tags all name its digest already is signed again (the
 signature is what a re-push with a key promises). A failure in step 1 (a registry that refuses OCI or zstd, a lost
 connection) leaves every tag where it was.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
 from imagebuild.engine.store import ImageStore, as_store
@@ -133,8 +135,11 @@ class Pusher:
         self.copier: Copier = copier or Skopeo(self.store, log=log)
         self.sign_pushed = sign_pushed  # after the digest is verified, before any tag moves
         self._auth_checked: set[str] = set()
+        self._signer: ThreadPoolExecutor | None = None  # begin_image's signing, one image at a time
 
     def close(self) -> None:
+        if self._signer is not None:
+            self._signer.shutdown(wait=True)
         self.copier.close()
 
     # -- one image ---------------------------------------------------------------------------------------------
@@ -145,6 +150,13 @@ class Pusher:
         digest (and signed) only, no tag moved: an index (push/index.py) takes its references over. `known`: the
         digest the record says this very image was pushed as, with this compression: when the registry serves it
         under every reference already, the image is unchanged without being saved and compressed again."""
+        return self.begin_image(image, refs, hold=hold, known=known).finish()
+
+    def begin_image(self, image: ImagePlan, refs: list[str] | None = None, *, hold: bool = False,
+                    known: str | None = None) -> PendingPush:
+        """push_image in two halves: the image written by digest to every repository, its signing started in the
+        background (one at a time); `finish()` waits for the signature, then moves the tags and gives the record.
+        So push_plan writes the next image while this one is signed, and no tag ever names an unsigned digest."""
         refs = refs or [image.tag]
         started = time.monotonic()
         rec: dict[str, Any] = {"status": "failed", "registry": self.auth.registry, "digest": None, "tags": list(refs),
@@ -155,9 +167,10 @@ class Pusher:
             by_repo = self.by_repository(refs)
             if known is not None and self._still_served(image, by_repo, known, hold, rec):
                 rec["status"] = "unchanged"
-                rec["seconds"] = round(time.monotonic() - started, 2)
-                return rec
+                return PendingPush(self, rec, started)
             prepared: Prepared | None = None
+            moves: list[tuple[str, list[Reference]]] = []  # (repository, the tags to point at the digest)
+            sign_in: str | None = None  # the repository whose REPO@DIGEST is signed
             for name, tags in by_repo.items():
                 repo_path = tags[0].repository
                 self.check_auth(repo_path)
@@ -167,14 +180,13 @@ class Pusher:
                     rec["size"] = len(prepared.manifest)
                     rec["layer_media_types"] = sorted({m for _, _, m in prepared.layers})
                     rec["media_type"] = prepared.media_type
+                sign_in = sign_in or name
                 if hold:
                     if self.served(repo_path, prepared.digest) != prepared.digest:
                         self.write_by_digest(prepared, name, repo_path, rec)
                         rec["pushed"].append(f"{name}@{prepared.digest}")
                     else:
                         rec["unchanged"].append(f"{name}@{prepared.digest}")
-                    if self.sign_pushed is not None and "signed" not in rec:
-                        self._sign(image, name, prepared.digest, rec)
                     rec["held"] = [str(t) for t in tags]
                     continue
                 todo = [t for t in tags if self.served(repo_path, str(t.tag)) != prepared.digest]
@@ -184,19 +196,18 @@ class Pusher:
                         rec["unchanged"].append(str(t))
                 if todo:
                     self.write_by_digest(prepared, name, repo_path, rec)
-                if self.sign_pushed is not None and "signed" not in rec:
-                    self._sign(image, name, prepared.digest, rec)
-                if not todo:
-                    continue
-                self.point_tags(repo_path, todo, prepared.digest, prepared.manifest, prepared.media_type)
-                rec["pushed"] += [str(t) for t in todo]
-            rec["status"] = "pushed" if rec["pushed"] else "unchanged"
+                    moves.append((repo_path, todo))
+            signing = None
+            if self.sign_pushed is not None and sign_in is not None and prepared is not None:
+                if self._signer is None:
+                    self._signer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="imagebuild-sign")
+                signing = self._signer.submit(self._signed, image, sign_in, prepared.digest)
+            return PendingPush(self, rec, started, signing, moves, prepared)
         except PushAuthError:
             raise
-        except ImagebuildError as exc:  # PushError, RegistryError, CopyError, a signer's refusal
+        except ImagebuildError as exc:  # PushError, RegistryError, CopyError
             rec["error"] = redact(str(exc))
-        rec["seconds"] = round(time.monotonic() - started, 2)
-        return rec
+            return PendingPush(self, rec, started, failed=True)
 
     def _still_served(self, image: ImagePlan, by_repo: dict[str, list[Reference]], digest: str, hold: bool,
                       rec: dict[str, Any]) -> bool:
@@ -235,14 +246,18 @@ class Pusher:
 
     def _sign(self, image: ImagePlan, name: str, digest: str, rec: dict[str, Any]) -> None:
         """sign_pushed for the digest just written; a refusal moves no tag (no rollback needed)."""
+        rec["signed"] = self._signed(image, name, digest)
+
+    def _signed(self, image: ImagePlan, name: str, digest: str) -> dict[str, Any]:
         assert self.sign_pushed is not None
         try:
-            rec["signed"] = self.sign_pushed(image, f"{name}@{digest}")
+            signed = self.sign_pushed(image, f"{name}@{digest}")
         except PushAuthError:
             raise
         except ImagebuildError as exc:
             raise PushError(f"{redact(str(exc))}; no tag was moved to the unsigned {digest}") from None
         self.log(f"{name}@{digest[:19]}: signed (+ SBOM and provenance attestations)")
+        return signed
 
     def _image_id(self, tag: str) -> str:
         try:
@@ -356,3 +371,34 @@ class Pusher:
             if served != digest:
                 raise PushError(f"{ref}: tagged {digest} but the registry serves {served or 'nothing'}")
             self.log(f"{ref}: -> {digest}")
+
+
+class PendingPush:
+    """An image Pusher.begin_image wrote by digest: `finish()` waits for its signature (when the run signs), then
+    points its tags at the digest and gives the ImageResult.push record."""
+
+    def __init__(self, pusher: Pusher, rec: dict[str, Any], started: float,
+                 signing: Future[dict[str, Any]] | None = None, moves: list[tuple[str, list[Reference]]] | None = None,
+                 prepared: Prepared | None = None, failed: bool = False) -> None:
+        self.pusher, self.rec, self.started, self.signing = pusher, rec, started, signing
+        self.moves, self.prepared, self.done = moves or [], prepared, failed or prepared is None
+
+    def finish(self) -> dict[str, Any]:
+        rec = self.rec
+        if not self.done:
+            self.done = True
+            try:
+                if self.signing is not None:
+                    rec["signed"] = self.signing.result()
+                assert self.prepared is not None
+                for repo_path, todo in self.moves:
+                    self.pusher.point_tags(repo_path, todo, self.prepared.digest, self.prepared.manifest,
+                                           self.prepared.media_type)
+                    rec["pushed"] += [str(t) for t in todo]
+                rec["status"] = "pushed" if rec["pushed"] else "unchanged"
+            except PushAuthError:
+                raise
+            except ImagebuildError as exc:  # PushError, RegistryError, a signer's refusal
+                rec["error"] = redact(str(exc))
+        rec["seconds"] = round(time.monotonic() - self.started, 2)
+        return rec
