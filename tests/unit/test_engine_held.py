@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import tarfile
 
+import pytest
 from _fake_engine import FakeEngine
-from _oci_saves import saved_layout
+from _oci_saves import digest_of, saved_layout
 
 from imagebuild.engine import held
 from imagebuild.push.compress import LayerCache
-from imagebuild.push.skopeo import Skopeo
+from imagebuild.push.skopeo import CopyError, Skopeo
 
 
 def test_keep_moves_the_archive_under_its_image_id_and_find_gives_it_back(tmp_path):
@@ -90,7 +91,56 @@ def test_a_kept_archive_of_other_bytes_is_dropped(tmp_path, monkeypatch):
     engine_id = engine.add_image("reg:5000/x:1", {})
     logs: list[str] = []
     copier = Skopeo(engine, cache=LayerCache(tmp_path / "cache"), log=logs.append)
-    assert copier._from_kept(digest, tmp_path / "layout", "zstd") is None
+    # its manifest and config are this image's; the damaged layer shows when the push asks for it
+    prepared = copier._from_kept(digest, tmp_path / "layout", "zstd")
+    assert prepared is not None and prepared.fill is not None
+    assert sorted(p.name for p in (tmp_path / "layout").iterdir()) == sorted(
+        ["manifest.json", "version", prepared.config[0].removeprefix("sha256:")])  # no layer copied yet
+    with pytest.raises(CopyError, match="cannot be saved from the engine"):  # the fake engine has no such image
+        prepared.fill([d for d, _, _ in prepared.layers])
     assert held.find(digest) is None and any("not this image" in line for line in logs)
-    assert not (tmp_path / "layout").exists()
     assert not copier.prepare(engine_id, "zstd").as_held  # the engine's save, compressed as before
+
+
+def test_only_the_layers_the_registry_lacks_are_copied_out_of_the_kept_archive(tmp_path, monkeypatch):
+    monkeypatch.setenv("IMAGEBUILD_PUSH_TMP", str(tmp_path))
+    monkeypatch.setenv("IMAGEBUILD_LAYER_CACHE", str(tmp_path / "cache"))
+    archive, digest, _ = saved_layout(tmp_path)
+    assert held.keep(archive, digest)
+    prepared = Skopeo(_NoSave(), cache=LayerCache(tmp_path / "cache")).prepare(digest, "zstd")
+    assert prepared.fill is not None
+    first, second = (d for d, _, _ in prepared.layers)
+    prepared.fill([second])
+    assert not (prepared.layout / first.removeprefix("sha256:")).exists()
+    assert digest_of((prepared.layout / second.removeprefix("sha256:")).read_bytes()) == second
+
+
+class _Saves(FakeEngine):
+    """An engine whose save of the one image is `data` (the same image the kept archive damaged)."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__()
+        self.data, self.saved = data, 0
+
+    def save(self, image):  # type: ignore[override]
+        self.saved += 1
+        yield self.data
+
+
+def test_a_damaged_kept_layer_is_taken_from_the_engines_save_of_the_same_image(tmp_path, monkeypatch):
+    monkeypatch.setenv("IMAGEBUILD_PUSH_TMP", str(tmp_path / "push"))
+    (tmp_path / "push").mkdir()
+    monkeypatch.setenv("IMAGEBUILD_LAYER_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "good").mkdir()
+    (tmp_path / "bad").mkdir()
+    good, digest, _ = saved_layout(tmp_path / "good")
+    bad, bad_digest, _ = saved_layout(tmp_path / "bad", tamper="layer")
+    assert bad_digest == digest and held.keep(bad, digest)
+    engine, logs = _Saves(good.read_bytes()), []
+    prepared = Skopeo(engine, cache=LayerCache(tmp_path / "cache"), log=logs.append).prepare(digest, "zstd")
+    wanted = [d for d, _, _ in prepared.layers]
+    assert prepared.fill is not None
+    prepared.fill(wanted)
+    assert engine.saved == 1 and any("not this image" in line for line in logs) and held.find(digest) is None
+    for d in wanted:  # every layer the push sends is the image's own bytes
+        assert digest_of((prepared.layout / d.removeprefix("sha256:")).read_bytes()) == d

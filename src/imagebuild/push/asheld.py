@@ -14,6 +14,10 @@ Bound to bytes, nothing trusted by name: the manifest is read by the digest `ind
 are copied and must match the manifest's descriptor (digest and size). Anything else (the classic store's
 `manifest.json`-only archive, gzip layers for a zstd push, an index of several platforms, a foreign media type)
 answers None and the caller compresses as before: the classic path keeps what works.
+
+The archive a build kept stays where it is, so its layers are copied out only when the push asks for them, for the
+digests the registry lacks (`lazy`, `Prepared.fill`): a push after a one-package rebuild copies that layer, not the
+whole image. A kept layer of other bytes found then is dropped for the engine's save (push/skopeo.py).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tarfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import IO
 
@@ -42,10 +47,13 @@ _CHUNK = 1 << 20
 
 
 def as_held(archive: Path, layout: Path, compression: str, image_id: str = "", *,
-            exact: bool = False) -> Prepared | None:
+            exact: bool = False, lazy: bool = False) -> Prepared | None:
     """The saved image's own manifest and blobs in a `dir:` layout, or None when they are not already the requested
     compression (module doc). LayerError when the archive says one thing and holds another (a blob of other bytes).
-    `exact`: an archive kept by the build (engine/held.py) counts only when its manifest IS `image_id` (else None)."""
+    `exact`: an archive kept by the build (engine/held.py) counts only when its manifest IS `image_id` (else None).
+    `lazy` (an archive that stays: the build's kept one): the layers are copied only when the push asks for them
+    (`Prepared.fill`, with the digests the registry lacks), each hashed as it is: a one-layer rebuild copies one
+    layer, not the whole image again (a blob the registry has is its bytes by digest)."""
     with tarfile.open(archive) as tar:
         entry = index_entry(tar)  # None: the classic store's save (no manifest of its own), an index of several
         media = MANIFEST_TYPE.get(compression, "")
@@ -71,14 +79,28 @@ def as_held(archive: Path, layout: Path, compression: str, image_id: str = "", *
             return None
         layout.mkdir(parents=True)
         (layout / "version").write_text("Directory Transport Version: 1.1\n")
-        for desc in (manifest.config, *manifest.layers):
-            target = layout / desc.digest.removeprefix("sha256:")
-            if not target.exists():
-                _copy_checked(tar, _blob_name(desc.digest), target, desc.digest, desc.size)
+        sizes = {d.digest: d.size for d in manifest.layers}
+        for desc in ((manifest.config,) if lazy else (manifest.config, *manifest.layers)):
+            _copy_into(tar, layout, desc.digest, desc.size)
+
+    def fill(wanted: Collection[str]) -> None:
+        """The layers among `wanted` into the layout, each checked against its descriptor."""
+        todo = [d for d in sizes if d in wanted and not (layout / d.removeprefix("sha256:")).exists()]
+        if todo:
+            with tarfile.open(archive) as tar:
+                for d in todo:
+                    _copy_into(tar, layout, d, sizes[d])
+
     (layout / "manifest.json").write_bytes(body)
     return Prepared(layout, digest, body, media, (manifest.config.digest, manifest.config.size),
                     tuple((d.digest, d.size, d.media_type) for d in manifest.layers), compression, reused=0,
-                    as_held=True)
+                    as_held=True, fill=fill if lazy else None)
+
+
+def _copy_into(tar: tarfile.TarFile, layout: Path, digest: str, size: int) -> None:
+    target = layout / digest.removeprefix("sha256:")
+    if not target.exists():
+        _copy_checked(tar, _blob_name(digest), target, digest, size)
 
 
 def _blob_name(digest: str) -> str:

@@ -25,8 +25,8 @@ import shutil
 import tarfile
 import tempfile
 import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -208,6 +208,9 @@ class Prepared:
     compression: str
     reused: int = 0  # layers taken from the compressed-layer cache, not compressed again
     as_held: bool = False  # the engine's own manifest and blobs, unchanged (push/asheld.py): nothing compressed
+    # the layer blobs put into the layout only when asked (the kept archive's: push/asheld.py), before a send, for
+    # the digests the registry lacks; None: every blob is in the layout already
+    fill: Callable[[Collection[str]], None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def blobs(self) -> list[tuple[str, int]]:

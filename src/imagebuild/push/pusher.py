@@ -27,6 +27,7 @@ with `imagebuild.oci.RegistryClient`.
 from __future__ import annotations
 
 import re
+import tarfile
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -321,6 +322,12 @@ class Pusher:
         exactly it. Counts what was sent into `rec`."""
         missing = [(d, n) for d, n in prepared.blobs if not self.registry.blob_exists(repo_path, d)]
         layers = {d for d, _, _ in prepared.layers}
+        if prepared.fill is not None:  # the kept archive's layers: only those the registry lacks are copied out
+            try:
+                prepared.fill([d for d, _ in missing])
+            except (OSError, tarfile.TarError) as exc:
+                raise PushError(f"{name}@{prepared.digest}: the archive the build kept cannot be read ({exc})") \
+                    from None
         attempts = [0]
 
         def attempt() -> None:

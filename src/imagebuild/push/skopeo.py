@@ -23,11 +23,13 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import replace
 from pathlib import Path
 
 from imagebuild.engine import held
 from imagebuild.engine.store import ImageStore
+from imagebuild.engine.stream import EngineError
 from imagebuild.oci import RegistryAuth
 from imagebuild.oci.skopeo import (
     SKOPEO,
@@ -114,15 +116,55 @@ class Skopeo:
         if kept is None:
             return None
         try:
-            prepared = as_held(kept, layout, compression, image_id, exact=True)
+            prepared = as_held(kept, layout, compression, image_id, exact=True, lazy=True)
         except (LayerError, tarfile.TarError, KeyError, ValueError, OSError) as exc:
-            self.log(f"{image_id[:19]}: the archive the build kept is not this image ({exc}): saving it from the "
-                     "engine instead")
-            kept.unlink(missing_ok=True)
+            self._drop(kept, image_id, exc)
             prepared = None
         if prepared is None:
             shutil.rmtree(layout, ignore_errors=True)
-        return prepared
+            return None
+        lazy = prepared.fill
+        assert lazy is not None
+
+        def fill(wanted: Collection[str]) -> None:
+            """The kept archive's layers the push asks for; one of other bytes (or an archive gone since): the
+            archive is dropped and the engine's save of the image fills the layout instead."""
+            try:
+                lazy(wanted)
+            except (LayerError, tarfile.TarError, KeyError, ValueError, OSError) as exc:
+                self._drop(kept, image_id, exc)
+                self._fill_from_save(image_id, prepared, wanted)
+
+        return replace(prepared, fill=fill)
+
+    def _drop(self, kept: Path, image_id: str, why: Exception) -> None:
+        self.log(f"{image_id[:19]}: the archive the build kept is not this image ({why}): saving it from the "
+                 "engine instead")
+        kept.unlink(missing_ok=True)
+
+    def _fill_from_save(self, image_id: str, prepared: Prepared, wanted: Collection[str]) -> None:
+        """`wanted` blobs of the engine's own save of `image_id` into `prepared`'s layout: it must be exactly the
+        same manifest (CopyError otherwise: nothing is sent)."""
+        self._count += 1
+        archive, layout = self.work / f"image-{self._count}.tar", self.work / f"layout-{self._count}"
+        try:
+            with archive.open("wb") as fh:
+                for chunk in self.store.save(image_id):
+                    fh.write(chunk)
+            again = as_held(archive, layout, prepared.compression, image_id)
+            if again is None or again.digest != prepared.digest:
+                raise CopyError(f"{image_id[:19]}: the engine's save of the image is not the manifest "
+                                f"{prepared.digest} the push prepared")
+            for digest in wanted:
+                source = layout / digest.removeprefix("sha256:")
+                target = prepared.layout / digest.removeprefix("sha256:")
+                if source.exists() and not target.exists():
+                    os.replace(source, target)
+        except (LayerError, EngineError, tarfile.TarError, KeyError, ValueError, OSError) as exc:
+            raise CopyError(f"{image_id[:19]}: the image cannot be saved from the engine: {exc}") from None
+        finally:
+            archive.unlink(missing_ok=True)
+            shutil.rmtree(layout, ignore_errors=True)
 
     def send(self, prepared: Prepared, name: str, auth: RegistryAuth, *, plain_http: bool,
              ca_file: str | None = None) -> None:
