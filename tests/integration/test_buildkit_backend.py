@@ -131,6 +131,35 @@ def test_the_pushed_digest_is_the_image_the_build_made(bk_build, cpu_build, tmp_
         assert {layer["mediaType"] for layer in doc["layers"]} == {"application/vnd.oci.image.layer.v1.tar+zstd"}
 
 
+def test_a_push_copies_out_of_the_kept_archive_only_the_layers_the_registry_lacks(bk_build, cpu_build, tmp_path):
+    """The archives the session's BuildKit build kept (engine/held.py, this run's layer cache): the base pushed, then
+    the runtime into the same repository, which holds the base's layers by then: only the runtime's own layers are
+    copied out of its archive (push/asheld.py `lazy`), and each digest the registry serves is the image ID."""
+    import re
+
+    result, client, tmp = bk_build
+    assert result.returncode == 0
+    reg = cpu_build.registry
+    prefix = f"{reg.address}/iblazy-{tmp_path.name[-8:].lower()}"
+    env = {**_bk_env(tmp / "state"), "IMAGEBUILD_REGISTRY_USER": reg.user, "IMAGEBUILD_REGISTRY_PASSWORD": reg.password}
+    copied = {}
+    for flavor in ("base", "runtime"):
+        image_id = client.api.inspect_image(cpu_build.tag(flavor))["Id"]
+        pushed = imagebuild("push", "--matrix", cpu_build.args()[1], "--registry", prefix, "--only", flavor,
+                            "--report-dir", str(tmp_path / flavor), env=env, timeout=600)
+        out = pushed.stdout + pushed.stderr
+        assert pushed.returncode == 0, out[-3000:]
+        row = next(r for r in json.loads((tmp_path / flavor / "build-report.json").read_text())["images"]
+                   if r["flavor"] == flavor)
+        assert row["push"]["digest"] == image_id and row["push"]["status"] == "pushed", row["push"]
+        found = re.search(r"(\d+) of (\d+) layers copied out of the archive the build kept", out)
+        assert found, out[-3000:]
+        copied[flavor] = (int(found.group(1)), int(found.group(2)))
+    assert copied["base"][0] == copied["base"][1]  # a first push: every layer
+    base_layers = copied["base"][1]
+    assert copied["runtime"][0] == copied["runtime"][1] - base_layers > 0, copied  # the base's are there already
+
+
 def test_the_files_read_layer_by_layer_are_the_files_the_engine_exports(bk_build, cpu_build):
     """The build's SBOM read the runtime layer by layer from the archive the build kept (inventory/layered.py), each
     layer's picks kept by diff ID in the build's state (what a one-package rebuild reuses): those files are exactly

@@ -323,8 +323,11 @@ class Pusher:
         missing = [(d, n) for d, n in prepared.blobs if not self.registry.blob_exists(repo_path, d)]
         layers = {d for d, _, _ in prepared.layers}
         if prepared.fill is not None:  # the kept archive's layers: only those the registry lacks are copied out
+            wanted = list(dict.fromkeys(d for d, _ in missing if d in layers))
+            self.log(f"{name}@{prepared.digest[:19]}: {len(wanted)} of {len(layers)} layers copied out of the archive "
+                     "the build kept (the registry has the others)")
             try:
-                prepared.fill([d for d, _ in missing])
+                prepared.fill(wanted)
             except (OSError, tarfile.TarError) as exc:
                 raise PushError(f"{name}@{prepared.digest}: the archive the build kept cannot be read ({exc})") \
                     from None
