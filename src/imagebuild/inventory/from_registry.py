@@ -6,7 +6,6 @@ download of the image's layers (each checked against its digest while it streams
 
 from __future__ import annotations
 
-import hashlib
 import platform as _platform
 import tarfile
 import zlib
@@ -41,19 +40,6 @@ _MACHINE_TO_GOARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "
 def host_platform() -> str:
     machine = _platform.machine().lower()
     return f"linux/{_MACHINE_TO_GOARCH.get(machine, machine)}"
-
-
-class _Hashing:
-    """Reads a blob stream and hashes every byte, so the digest is checked without holding the blob."""
-
-    def __init__(self, raw: IO[bytes]) -> None:
-        self.raw = raw
-        self.sha = hashlib.sha256()
-
-    def read(self, n: int = -1, /) -> bytes:
-        data = self.raw.read(n)
-        self.sha.update(data)
-        return data
 
 
 def _pick(entries: list[Descriptor], platform: str, ref: Reference) -> str:
@@ -132,19 +118,20 @@ def _open_layer(client: RegistryClient, repo: str, ref: Reference, blob: Descrip
     return _Checked(client.open_blob(repo, digest), digest, f"{ref.name}@{digest}"), compression
 
 
-class _Checked(_Hashing):
+class _Checked(tarpick.HashingReader):
     """A hashing layer stream that raises at its end when the bytes do not match the digest."""
 
     def __init__(self, raw: IO[bytes], digest: str, what: str) -> None:
         super().__init__(raw)
-        self.digest = digest
+        self.blob: IO[bytes] = raw
+        self.expected = digest
         self.what = what
 
     def read(self, n: int = -1, /) -> bytes:
         data = super().read(n)
         if not data or n < 0:
-            self.raw.close()
-            actual = "sha256:" + self.sha.hexdigest()
-            if actual != self.digest:
+            self.blob.close()
+            actual = self.digest()
+            if actual != self.expected:
                 raise RegistryError(f"{self.what}: downloaded layer has digest {actual}")
         return data

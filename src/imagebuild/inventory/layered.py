@@ -54,20 +54,6 @@ class PicksStore(Protocol):
     def put(self, diff_id: str, picks: bytes) -> None: ...
 
 
-class _Hashing:
-    def __init__(self, raw: IO[bytes]) -> None:
-        self.raw, self.sha, self.size = raw, hashlib.sha256(), 0
-
-    def read(self, n: int = -1, /) -> bytes:
-        data = self.raw.read(n)
-        self.sha.update(data)
-        self.size += len(data)
-        return data
-
-    def digest(self) -> str:
-        return "sha256:" + self.sha.hexdigest()
-
-
 def picks_of(stream: tarpick.Readable) -> bytes:
     """The picks tar of one uncompressed layer stream (read to its end): the wanted regular files (at most
     tarpick.MAX_FILE bytes), hard links at wanted paths, every whiteout and opaque marker, in the layer's order."""
@@ -176,7 +162,7 @@ def _read_layer(tar: tarfile.TarFile, digest: str, size: int, diff_id: str, comp
     """One layer's picks, its compressed bytes checked against `digest` and `size`, its tar against `diff_id`."""
     fh = tar.extractfile(_member(tar, digest))
     assert fh is not None
-    packed = _Hashing(fh)
+    packed = tarpick.HashingReader(fh)
     plain: IO[bytes]
     if compression == "zst":
         plain = zstandard.ZstdDecompressor().stream_reader(cast(IO[bytes], packed), read_across_frames=True,
@@ -185,7 +171,7 @@ def _read_layer(tar: tarfile.TarFile, digest: str, size: int, diff_id: str, comp
         plain = cast(IO[bytes], gzip.GzipFile(fileobj=cast(IO[bytes], packed), mode="rb"))
     else:
         plain = cast(IO[bytes], packed)
-    tarred = _Hashing(plain)
+    tarred = tarpick.HashingReader(plain)
     try:
         picks = picks_of(tarred)
         while packed.read(_CHUNK):  # a compressed stream's trailing bytes: the whole blob hashed

@@ -7,6 +7,7 @@ layers left, as the OCI image spec says.
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 import tarfile
 from collections.abc import Iterable
@@ -26,6 +27,22 @@ class Readable(Protocol):
     """What a tar stream is read from: a file, an HTTP response, a hashing wrapper."""
 
     def read(self, n: int = -1, /) -> bytes: ...
+
+
+class HashingReader:
+    """Reads a stream and hashes (and counts) every byte, so a digest is checked without holding the blob."""
+
+    def __init__(self, raw: IO[bytes] | Readable) -> None:
+        self.raw, self.sha, self.size = raw, hashlib.sha256(), 0
+
+    def read(self, n: int = -1, /) -> bytes:
+        data = self.raw.read(n)
+        self.sha.update(data)
+        self.size += len(data)
+        return data
+
+    def digest(self) -> str:
+        return "sha256:" + self.sha.hexdigest()
 
 
 def wanted(path: str) -> bool:
