@@ -93,15 +93,16 @@ def signed(docker_client, registry, images, keys, tmp_path_factory):
     return {"plans": plans, "logs": logs, "record": state / "signed.state.json", "results": run.results}
 
 
-def test_signed_push_is_accepted_by_cosign_and_by_imagebuild_verify(signed, registry, keys, cosign):
+def test_signed_push_is_accepted_by_cosign_and_by_imagebuild_verify(signed, registry, keys, cosign, tmp_path):
     base = signed["plans"][0]
     digest_ref = _digest_ref(registry, base.tag)
     pub = str(keys / "good.pub")
     assert all((r.push or {}).get("signed", {}).get("attestations") == ["cyclonedx", "slsaprovenance1"]
                for r in signed["results"])
-    # the registry needs credentials: cosign reads them from a docker config of our own making here
-    cfg = Path(os.environ.get("TMPDIR", "/tmp")) / f"ibsign-auth-{os.getpid()}"
-    cfg.mkdir(exist_ok=True)
+    # the registry needs credentials: cosign reads them from a docker config of our own making here (the test's own
+    # folder, removed with the session's: never the host's /tmp)
+    cfg = tmp_path / "cosign-auth"
+    cfg.mkdir(mode=0o700)
     token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
     (cfg / "config.json").write_text(json.dumps({"auths": {registry["REGISTRY"]: {"auth": token}}}))
     env = {**os.environ, "DOCKER_CONFIG": str(cfg)}
