@@ -303,7 +303,8 @@ def test_push_dry_run_opens_the_key_with_its_password(monkeypatch, tmp_path):
     refusal = CosignResult(1, "", "Error: decrypt: encrypted: decryption failed")
     monkeypatch.setattr("imagebuild.sign.keys.run_cosign", lambda *a, **k: refusal)
     monkeypatch.setenv("COSIGN_PASSWORD", "wrong-pw-1")
-    args = ["-m", "m.yaml", "--dry-run", "--untested", "--sign-key", str(key), "--state-dir", str(tmp_path / "s")]
+    args = ["-m", "m.yaml", "--dry-run", "--untested", "--sign-key", str(key), "--state-dir", str(tmp_path / "s"),
+            "--report-dir", str(tmp_path / "report")]
     out = CliRunner().invoke(command, args, standalone_mode=False)
     assert isinstance(out.exception, UsageError) and "wrong password" in str(out.exception)
     assert "wrong-pw-1" not in str(out.exception) and "dry run" not in out.output
