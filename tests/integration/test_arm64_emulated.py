@@ -24,6 +24,7 @@ from imagebuild.host.binfmt import missing_emulation
 
 BK_HOST = os.environ.get("IMAGEBUILD_BUILDKIT_HOST", "")
 BK_CONFIG = os.environ.get("IMAGEBUILD_BUILDKIT_DOCKER_CONFIG") or str(ROOT / ".tools" / "docker-config")
+_CA = os.environ.get("IMAGEBUILD_CA_CERT") or os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
 
 
 def _matrix(tmp: Path) -> Path:
@@ -69,7 +70,9 @@ def arm_build(tmp_path_factory, request):
     tmp = tmp_path_factory.mktemp("arm64")
     matrix = _matrix(tmp)
     started = time.monotonic()
-    result = imagebuild("build", "--matrix", str(matrix), "--plain", "--test", "--force",
+    # the host's CA bundle, as the session's builds get it (a TLS-intercepting proxy): the code-server stage built
+    # FROM this base fetches from npm over TLS
+    result = imagebuild("build", "--matrix", str(matrix), "--plain", "--test", "--force", "--ca-cert", _CA,
                         "--report-dir", str(tmp / "report"), "--log-dir", str(tmp / "logs"),
                         env=_env(tmp), timeout=3600)
     seconds = time.monotonic() - started
@@ -222,8 +225,7 @@ def test_the_code_server_stage_builds_for_arm64_under_emulation(arm_build):
     assert result.returncode == 0
     rows = json.loads((tmp / "report" / "build-report.json").read_text())["images"]
     [arm] = [r for r in rows if r["platform"] == "linux/arm64"]
-    ca = os.environ.get("IMAGEBUILD_CA_CERT") or os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
-    plan = make_plan(ROOT / "images" / "cpu.yaml", BuildInputs(ca_certs=(Path(ca),)), None)
+    plan = make_plan(ROOT / "images" / "cpu.yaml", BuildInputs(ca_certs=(Path(_CA),)), None)
     pin = code_server.load().default
     variant = replace(next(i.variant for i in plan.images if i.flavor == "dev"), vscode=pin, platform="linux/arm64")
     rendered = render_image(variant, "dev")
