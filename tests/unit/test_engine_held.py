@@ -56,12 +56,18 @@ class _NoSave(FakeEngine):
         raise AssertionError("the engine was asked to save an image the build kept")
 
 
-def test_prepare_sends_the_kept_archive_and_never_asks_the_engine(tmp_path, monkeypatch):
+def _prepared_from_kept(tmp_path, monkeypatch):
+    """A push's prepare of an image whose archive the build kept, on an engine that must not be asked to save it:
+    (prepared, the image ID, its manifest)."""
     monkeypatch.setenv("IMAGEBUILD_PUSH_TMP", str(tmp_path))
     monkeypatch.setenv("IMAGEBUILD_LAYER_CACHE", str(tmp_path / "cache"))
     archive, digest, manifest = saved_layout(tmp_path)
     assert held.keep(archive, digest)
-    prepared = Skopeo(_NoSave(), cache=LayerCache(tmp_path / "cache")).prepare(digest, "zstd")
+    return Skopeo(_NoSave(), cache=LayerCache(tmp_path / "cache")).prepare(digest, "zstd"), digest, manifest
+
+
+def test_prepare_sends_the_kept_archive_and_never_asks_the_engine(tmp_path, monkeypatch):
+    prepared, digest, manifest = _prepared_from_kept(tmp_path, monkeypatch)
     assert prepared.as_held and prepared.digest == digest and prepared.manifest == manifest
     assert held.find(digest) is not None  # still kept: the next push of it is as cheap
 
@@ -103,11 +109,7 @@ def test_a_kept_archive_of_other_bytes_is_dropped(tmp_path, monkeypatch):
 
 
 def test_only_the_layers_the_registry_lacks_are_copied_out_of_the_kept_archive(tmp_path, monkeypatch):
-    monkeypatch.setenv("IMAGEBUILD_PUSH_TMP", str(tmp_path))
-    monkeypatch.setenv("IMAGEBUILD_LAYER_CACHE", str(tmp_path / "cache"))
-    archive, digest, _ = saved_layout(tmp_path)
-    assert held.keep(archive, digest)
-    prepared = Skopeo(_NoSave(), cache=LayerCache(tmp_path / "cache")).prepare(digest, "zstd")
+    prepared, _, _ = _prepared_from_kept(tmp_path, monkeypatch)
     assert prepared.fill is not None
     first, second = (d for d, _, _ in prepared.layers)
     prepared.fill([second])

@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from imagebuild.engine.store import as_store
 from imagebuild.files import write_text_atomic
@@ -28,9 +28,6 @@ from imagebuild.pipeline.building import HERE, BuildStatus
 from imagebuild.pipeline.keptfiles import local_inventory
 from imagebuild.record.derived import Derived, key_of
 from imagebuild.record.store import file_sha256
-
-if TYPE_CHECKING:
-    pass
 
 DIFF_TEXT_MAX = 6000
 SBOM_SPEC = "CycloneDX 1.6"

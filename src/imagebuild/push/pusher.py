@@ -8,9 +8,10 @@ Two steps per image and repository, so that something can happen between them (a
 Signing (`sign_pushed`, the seam the pipeline fills when a signing key is given) runs between the two, once per
 image with `REPO@DIGEST`: a refusal fails the image with every tag where it was, so no tag ever names an unsigned
 digest and nothing needs rolling back. It runs in the background (`begin_image`, then `PendingPush.finish`), so
-push_plan writes the next image while one is signed (issue 44: cosign's runs were a third of a first signed push). An image whose tags all name its digest already is signed again (the
-signature is what a re-push with a key promises). A failure in step 1 (a registry that refuses OCI or zstd, a lost
-connection) leaves every tag where it was.
+push_plan writes the next image while one is signed (issue 44: cosign's runs were a third of a first signed push).
+An image whose tags all name its digest already is signed again (the signature is what a re-push with a key
+promises). A failure in step 1 (a registry that refuses OCI or zstd, a lost connection) leaves every tag where it
+was.
 
 Per reference: skip when the registry's tag already serves the digest the image compresses to (zstd and gzip output
 are deterministic: the same image gives the same digest). Only blobs the registry lacks are sent (it is asked for each
@@ -208,7 +209,7 @@ class Pusher:
             raise
         except ImagebuildError as exc:  # PushError, RegistryError, CopyError
             rec["error"] = redact(str(exc))
-            return PendingPush(self, rec, started, failed=True)
+            return PendingPush(self, rec, started)
 
     def _still_served(self, image: ImagePlan, by_repo: dict[str, list[Reference]], digest: str, hold: bool,
                       rec: dict[str, Any]) -> bool:
@@ -235,7 +236,7 @@ class Pusher:
                    recorded=True)
         for name, tags in by_repo.items():
             if self.sign_pushed is not None and "signed" not in rec:
-                self._sign(image, name, digest, rec)
+                rec["signed"] = self._signed(image, name, digest)
             if hold:
                 rec["unchanged"].append(f"{name}@{digest}")
                 rec["held"] = [str(t) for t in tags]
@@ -245,11 +246,9 @@ class Pusher:
                  "saving or compressing it")
         return True
 
-    def _sign(self, image: ImagePlan, name: str, digest: str, rec: dict[str, Any]) -> None:
-        """sign_pushed for the digest just written; a refusal moves no tag (no rollback needed)."""
-        rec["signed"] = self._signed(image, name, digest)
-
     def _signed(self, image: ImagePlan, name: str, digest: str) -> dict[str, Any]:
+        """sign_pushed for the digest just written: what the record keeps of the signature; a refusal is a PushError
+        and moves no tag (no rollback needed)."""
         assert self.sign_pushed is not None
         try:
             signed = self.sign_pushed(image, f"{name}@{digest}")
@@ -389,9 +388,10 @@ class PendingPush:
 
     def __init__(self, pusher: Pusher, rec: dict[str, Any], started: float,
                  signing: Future[dict[str, Any]] | None = None, moves: list[tuple[str, list[Reference]]] | None = None,
-                 prepared: Prepared | None = None, failed: bool = False) -> None:
+                 prepared: Prepared | None = None) -> None:
         self.pusher, self.rec, self.started, self.signing = pusher, rec, started, signing
-        self.moves, self.prepared, self.done = moves or [], prepared, failed or prepared is None
+        # nothing written (unchanged, or failed before the image was prepared): nothing left to finish
+        self.moves, self.prepared, self.done = moves or [], prepared, prepared is None
 
     def finish(self) -> dict[str, Any]:
         rec = self.rec

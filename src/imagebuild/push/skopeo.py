@@ -92,16 +92,12 @@ class Skopeo:
         already are `compression` (push/asheld.py), else compressed layer by layer through the cache."""
         if compression not in COMPRESSIONS:
             raise CopyError(f"compression {compression!r}: choose one of {', '.join(COMPRESSIONS)}")
-        self._count += 1
-        archive = self.work / f"image-{self._count}.tar"
-        layout = self.work / f"layout-{self._count}"
+        archive, layout = self._paths()
         kept = self._from_kept(image_id, layout, compression)
         if kept is not None:
             return kept
         try:
-            with archive.open("wb") as fh:
-                for chunk in self.store.save(image_id):
-                    fh.write(chunk)
+            self._save(image_id, archive)
             return (as_held(archive, layout, compression, image_id)
                     or compress_archive(archive, layout, compression, self.cache))
         except (LayerError, tarfile.TarError, KeyError, ValueError) as exc:
@@ -145,16 +141,14 @@ class Skopeo:
     def _fill_from_save(self, image_id: str, prepared: Prepared, wanted: Collection[str]) -> None:
         """`wanted` blobs of the engine's own save of `image_id` into `prepared`'s layout: it must be exactly the
         same manifest (CopyError otherwise: nothing is sent)."""
-        self._count += 1
-        archive, layout = self.work / f"image-{self._count}.tar", self.work / f"layout-{self._count}"
+        archive, layout = self._paths()
         try:
-            with archive.open("wb") as fh:
-                for chunk in self.store.save(image_id):
-                    fh.write(chunk)
-            again = as_held(archive, layout, prepared.compression, image_id)
-            if again is None or again.digest != prepared.digest:
+            self._save(image_id, archive)
+            again = as_held(archive, layout, prepared.compression, image_id, lazy=True)
+            if again is None or again.digest != prepared.digest or again.fill is None:
                 raise CopyError(f"{image_id[:19]}: the engine's save of the image is not the manifest "
                                 f"{prepared.digest} the push prepared")
+            again.fill(wanted)  # only those, each checked against its descriptor
             for digest in wanted:
                 source = layout / digest.removeprefix("sha256:")
                 target = prepared.layout / digest.removeprefix("sha256:")
@@ -165,6 +159,17 @@ class Skopeo:
         finally:
             archive.unlink(missing_ok=True)
             shutil.rmtree(layout, ignore_errors=True)
+
+    def _paths(self) -> tuple[Path, Path]:
+        """A new (archive, layout) pair of names in the work folder."""
+        self._count += 1
+        return self.work / f"image-{self._count}.tar", self.work / f"layout-{self._count}"
+
+    def _save(self, image_id: str, archive: Path) -> None:
+        """The engine's `docker save` of `image_id` into `archive`."""
+        with archive.open("wb") as fh:
+            for chunk in self.store.save(image_id):
+                fh.write(chunk)
 
     def send(self, prepared: Prepared, name: str, auth: RegistryAuth, *, plain_http: bool,
              ca_file: str | None = None) -> None:
