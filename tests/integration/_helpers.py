@@ -17,6 +17,7 @@ from pathlib import Path
 from imagebuild.models import BaseSource, ImagePlan, OSInfo, ResolvedVariant, Versions
 from imagebuild.oci import RegistryAuth
 from imagebuild.plan.tags import references
+from imagebuild.render import RenderedImage
 
 ROOT = Path(__file__).resolve().parents[2]
 # the modern engine (dockerd 26.1 + buildx) scripts/run-tests.sh starts for the BuildKit backend's tests
@@ -196,3 +197,19 @@ def cosign_key_pair(cosign: str, prefix: Path, password: str) -> Path:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return prefix
+
+
+def code_server_stage(variant: ResolvedVariant) -> tuple[str, dict[str, bytes], RenderedImage]:
+    """The dev Dockerfile's code-server stage as rendered for `variant` (its `vscode` pin set), as lines for the image
+    provider's `derive` (whose FROM stands for the stage's parent, SOURCE_DATE_EPOCH given a value): (the lines, the
+    context file the stage copies, the rendered image)."""
+    import re
+
+    from imagebuild.render import render_image
+
+    rendered = render_image(variant, "dev")
+    stage = re.search(r"^FROM \$\{BASE_IMAGE\} AS code-server\n(.*?)(?=^FROM )", rendered.dockerfile,
+                      flags=re.M | re.S)
+    assert stage, rendered.dockerfile
+    lines = stage.group(1).replace("ARG SOURCE_DATE_EPOCH\n", f"ARG SOURCE_DATE_EPOCH={MTIME}\n")
+    return lines, {"files/build-code-server": rendered.context_files["files/build-code-server"]}, rendered

