@@ -194,3 +194,52 @@ def test_the_compile_child_starts_ahead_through_the_forkserver(tmp_path):
     assert {"compile.toolchain", "compile.cpu_function"} <= names
     pids = _imports(tmp_path)
     assert len(pids) == 2 and str(proc.pid) in pids, pids
+
+
+ORPHANED_FORKSERVER = """
+import multiprocessing, os, sys, threading, time
+from probe import children
+import hold
+
+context = multiprocessing.get_context("forkserver")
+# the forkserver imports the lifeline only after a slow start (python's start-up on a busy machine); this probe ends first
+context.set_forkserver_preload(["slowstart", "probe.lifeline"])
+children._start_forkserver()
+threading.Thread(target=lambda: context.Process(target=hold.forever, args=(sys.argv[1],)).start(), daemon=True).start()
+time.sleep(0.5)  # the request (and the child's data) is queued with the forkserver
+os._exit(3)  # what the watchdog does
+"""
+
+
+def test_a_forkserver_whose_probe_ended_before_it_started_ends_too(tmp_path):
+    """The probe's watchdog can end the probe while its forkserver is still starting (CI: the gloo ranks' request was
+    queued already). That forkserver must end when it reaches the lifeline instead of forking the queued child, which
+    would keep it and the probe's output open for ever (the reader of the probe's stdout hung)."""
+    (tmp_path / "slowstart.py").write_text("import time\ntime.sleep(2)\n")
+    marker = tmp_path / "child.pid"
+    (tmp_path / "hold.py").write_text("import os, time\n\ndef forever(path):\n"
+                                      "    open(path, 'w').write(str(os.getpid()))\n    time.sleep(3600)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(PKG_PARENT)]))
+    t0 = time.time()
+    try:
+        out = subprocess.run([sys.executable, "-c", ORPHANED_FORKSERVER, str(marker)], capture_output=True, text=True,
+                             env=env, cwd=tmp_path, timeout=60)
+        assert out.returncode == 3, out.stderr[-2000:]
+        assert time.time() - t0 < 30  # the output closed when the forkserver ended (never, before)
+        assert not marker.exists(), "the forkserver forked the queued child after its probe had ended"
+        assert not _running_in(tmp_path)
+    finally:
+        for pid in _running_in(tmp_path):  # (what a failure left: the forkserver and its child)
+            os.kill(pid, 9)
+
+
+def _running_in(root: Path) -> list[int]:
+    """Processes still running whose working directory is under `root`."""
+    left = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and _running(int(proc.name)) and os.readlink(proc / "cwd").startswith(str(root)):
+                left.append(int(proc.name))
+        except OSError:
+            continue
+    return left

@@ -8,8 +8,10 @@ forkserver holds the probe's stdout and stderr, so whoever reads the probe's out
 
 children.py names this module first in the forkserver's preload list and starts the forkserver with PARENT_VARIABLE
 set to the probe's pid: importing it there arms the forkserver; each forked child calls `die_with_parent` with the
-forkserver's pid (SERVER_PID, inherited through the fork) first thing. Anywhere else (the probe itself, a process
-whose parent the variable does not name, or without the variable) importing it does nothing.
+forkserver's pid (SERVER_PID, inherited through the fork) first thing. A forkserver whose probe ended before it got
+this far (python's start-up and its imports take a while on a busy machine, and the request is queued already) ends
+at once. Anywhere else (the probe itself, a process that is not a forkserver, or without the variable) importing it
+does nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import sys
 
 PARENT_VARIABLE = "IMAGEBUILD_PROBE_PARENT"
 PR_SET_PDEATHSIG = 1
@@ -35,13 +38,21 @@ def die_with_parent(parent: int) -> None:
 
 
 def _arm_if_forkserver() -> int | None:
-    """In the forkserver (started by the probe PARENT_VARIABLE names, so not that probe itself): die with it. -> this
-    process's pid there (the forked children's parent), None elsewhere."""
+    """In the forkserver the probe PARENT_VARIABLE names started: die with that probe, or end now if it has ended
+    already (a probe the watchdog ended while this forkserver was still starting: carrying on would serve the request
+    already queued and fork a rank nothing kills). -> this process's pid there (the forked children's parent), None
+    elsewhere (the probe itself, a process that is not a forkserver, or no variable)."""
     value = os.environ.get(PARENT_VARIABLE, "")
-    if not value.isdigit() or int(value) == os.getpid() or int(value) != os.getppid():
+    if not value.isdigit() or int(value) == os.getpid() or not _in_forkserver():
         return None
-    die_with_parent(int(value))
+    die_with_parent(int(value))  # (exits here when the probe is gone: the parent is no longer `value`)
     return os.getpid()
+
+
+def _in_forkserver() -> bool:
+    """Whether this python is a multiprocessing forkserver importing its preload list: `python -c 'from
+    multiprocessing.forkserver import main; main(...)'` is how the standard library starts one."""
+    return sys.argv[:1] == ["-c"] and "multiprocessing.forkserver" in sys.modules
 
 
 SERVER_PID = _arm_if_forkserver()
