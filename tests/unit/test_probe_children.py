@@ -147,9 +147,11 @@ def test_the_watchdog_kills_forked_children_and_the_probe_ends(tmp_path):
     output open). (3 s was too short for both ranks to start on two loaded cores.)"""
     fake = _fake_torch(tmp_path, "class version:\n    cuda = None", distributed=SLEEPS)  # a CPU torch: gloo
     t0 = time.time()
+    tmp = tmp_path / "tmp"  # the probe's temporary files (the ranks' output): none are left
+    tmp.mkdir()
     out = subprocess.run([sys.executable, str(PROBE), "--sections", "distributed", "--timeout", "8"],
-                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(fake)), cwd=tmp_path,
-                         timeout=60)
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(fake), TMPDIR=str(tmp)),
+                         cwd=tmp_path, timeout=60)
     assert out.returncode == 3 and json.loads(out.stdout)["probe"]["timed_out"] is True, out.stderr[-2000:]
     assert time.time() - t0 < 30
     pids = [int(x) for x in (tmp_path / "rank.pid").read_text().split()]
@@ -158,6 +160,7 @@ def test_the_watchdog_kills_forked_children_and_the_probe_ends(tmp_path):
     while time.time() < deadline and any(_running(pid) for pid in pids):
         time.sleep(0.1)
     assert not [pid for pid in pids if _running(pid)]
+    assert not list(tmp.iterdir())
 
 
 def test_a_sections_wait_ends_after_the_deadline_so_the_watchdog_ends_the_probe():

@@ -20,7 +20,7 @@ import tempfile
 from multiprocessing.context import ForkServerProcess
 
 from probe import lifeline
-from probe.common import _ROOT, CHILDREN, child_argv, start_process
+from probe.common import _ROOT, CHILDREN, TEMP_PATHS, child_argv, start_process
 from probe.environ import environ_set
 
 _FORKSERVER: list = []  # [the forkserver context] once set up; [None] when it cannot start children here
@@ -52,6 +52,7 @@ def launch(args, env=None, merged=False):
     out = tempfile.NamedTemporaryFile(prefix="ibprobe-child-", suffix=".out")
     err = out if merged else tempfile.NamedTemporaryFile(prefix="ibprobe-child-", suffix=".err")
     context = _forkserver()
+    TEMP_PATHS.extend({out.name, err.name})
     if context is not None:
         proc = Forked(target=_run, args=(list(args), env, cwd, out.name, err.name), name="probe-child")
         try:
@@ -89,11 +90,12 @@ def _start_forkserver():
     the forkserver imports its preload list before it applies the sys.path it is given, so `probe.lifeline` would
     not be found there otherwise. Both variables are this process's again afterwards (the children get the caller's
     environment in any case: _run)."""
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, util
 
     path = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
     with environ_set({lifeline.PARENT_VARIABLE: str(os.getpid()), "PYTHONPATH": path}):
         forkserver.ensure_running()
+    TEMP_PATHS.append(util.get_temp_dir())  # (the folder of the forkserver's socket)
 
 
 def _run(args, env, cwd, out, err):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -24,6 +25,7 @@ NO_TORCH = "torch is not installed"
 RESULT_MARK = "IBPROBE-RESULT "
 WATCHDOG_FIRST = 1.0  # seconds a section's wait runs past the deadline: the watchdog is the one that ends it there
 CHILDREN: list = []  # Popen objects (own sessions) the watchdog kills on overrun
+TEMP_PATHS: list = []  # files and folders the children need (named): the watchdog removes them as it ends the probe
 OUTPUT = threading.Lock()  # who takes it writes the one JSON on stdout: the watchdog, before it kills, or main's end
 
 
@@ -166,8 +168,6 @@ def installed_version(*names):
 
 
 def rmtree(path):
-    import shutil
-
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -277,6 +277,15 @@ def write_all(fd, data: bytes):
         data = data[n:]
 
 
+def _remove(paths):
+    """Remove these files and folders, as far as it goes (never raises)."""
+    for path in paths:
+        try:
+            shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+        except OSError:
+            pass
+
+
 def watchdog(seconds: float, probe: Probe, out_fd: int) -> threading.Timer:
     """On overrun, emit what was gathered so far (marked) and exit 3; OUTPUT first (see there): always JSON."""
 
@@ -291,6 +300,7 @@ def watchdog(seconds: float, probe: Probe, out_fd: int) -> threading.Timer:
         try:
             write_all(out_fd, json.dumps(probe.doc, default=str).encode() + b"\n")
         finally:
+            _remove(TEMP_PATHS)  # (os._exit skips their own clean-up)
             os._exit(3)
 
     t = threading.Timer(seconds, fire)
