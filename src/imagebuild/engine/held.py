@@ -10,12 +10,17 @@ manifest. `keep` moves that archive here as `<hex of the ID>.tar` when its `inde
 the archive is absent, damaged or another image's. Kept archives are a cache: the oldest beyond
 `IMAGEBUILD_HELD_MAX` bytes (default 10 GiB) are removed after each keep.
 
+Reading such an archive's blobs (an OCI layout's `blobs/sha256/<hex>`), every byte checked against the digest it is
+read by, is here too (`blob_member`, `read_blob`, `copy_blob`): the push (push/asheld.py) and the SBOM's layer-by-layer
+read (inventory/layered.py) both read kept archives.
+
 Where: `$IMAGEBUILD_LAYER_CACHE/held`, else `$XDG_CACHE_HOME/imagebuild/layers/held` (`~/.cache/…`): beside the
 push's compressed-layer cache (push/compress.py), whose root is this module's `cache_root`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -27,6 +32,11 @@ from typing import Any
 
 DEFAULT_HELD_MAX = 10 << 30
 _ID = re.compile(r"sha256:([0-9a-f]{64})")
+_CHUNK = 1 << 20
+
+
+class BlobProblem(ValueError):
+    """An OCI archive's blob is missing, is no file, is too large, or holds other bytes than its digest."""
 
 
 def cache_root() -> Path:
@@ -64,6 +74,54 @@ def index_entry(tar: tarfile.TarFile) -> dict[str, Any] | None:
         return None
     digest = entries[0].get("digest")
     return entries[0] if isinstance(digest, str) and _ID.fullmatch(digest) else None
+
+
+def blob_member(tar: tarfile.TarFile, digest: str) -> tarfile.TarInfo:
+    """The archive's file of blob `digest` (`blobs/<algorithm>/<hex>`, the OCI layout's name); BlobProblem when there
+    is none."""
+    algorithm, _, hexd = digest.partition(":")
+    try:
+        member = tar.getmember(f"blobs/{algorithm}/{hexd}")
+    except KeyError:
+        raise BlobProblem(f"the archive lacks {digest}") from None
+    if not member.isfile():
+        raise BlobProblem(f"the archive's {digest} is not a file")
+    return member
+
+
+def read_blob(tar: tarfile.TarFile, digest: str, limit: int, size: int | None = None) -> bytes:
+    """A small blob (a manifest, a config) of at most `limit` bytes, checked against its digest (and `size`, when
+    given): BlobProblem otherwise."""
+    member = blob_member(tar, digest)
+    if member.size > limit:
+        raise BlobProblem(f"the archive's {digest} is {member.size} bytes, over the {limit} a manifest or config has")
+    fh = tar.extractfile(member)
+    data = fh.read() if fh is not None else b""
+    if "sha256:" + hashlib.sha256(data).hexdigest() != digest or (size is not None and len(data) != size):
+        raise BlobProblem(f"the archive's {digest} holds other bytes")
+    return data
+
+
+def copy_blob(tar: tarfile.TarFile, digest: str, size: int, target: Path) -> None:
+    """Blob `digest` to `target`, hashed as it is copied: BlobProblem (and no `target`) when it holds other bytes than
+    its descriptor (`digest`, `size`) says."""
+    member = blob_member(tar, digest)
+    hasher, written = hashlib.sha256(), 0
+    partial = target.with_name(target.name + ".partial")
+    try:
+        fh = tar.extractfile(member)
+        assert fh is not None  # (a file: blob_member)
+        with fh, partial.open("wb") as out:
+            while chunk := fh.read(_CHUNK):
+                hasher.update(chunk)
+                written += len(chunk)
+                out.write(chunk)
+        if "sha256:" + hasher.hexdigest() != digest or written != size:
+            raise BlobProblem(f"the blob {digest} holds other bytes (sha256:{hasher.hexdigest()}, {written} bytes; "
+                              f"its descriptor says {size})")
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def manifest_digest(archive: Path) -> str | None:

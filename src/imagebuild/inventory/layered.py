@@ -16,7 +16,6 @@ none): the caller reads the image from the engine as before. A damaged archive i
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 import tarfile
@@ -136,26 +135,18 @@ def _fold(tar: tarfile.TarFile, image_id: str, store: PicksStore) -> ImageFiles 
 
 
 def _member(tar: tarfile.TarFile, digest: str) -> tarfile.TarInfo:
-    algorithm, _, hexd = digest.partition(":")
     try:
-        member = tar.getmember(f"blobs/{algorithm}/{hexd}")
-    except KeyError:
-        raise LayerProblem(f"the kept archive lacks {digest}") from None
-    if not member.isfile():
-        raise LayerProblem(f"the kept archive's {digest} is not a file")
-    return member
+        return held.blob_member(tar, digest)
+    except held.BlobProblem as exc:
+        raise LayerProblem(f"the kept archive: {exc}") from None
 
 
 def _read(tar: tarfile.TarFile, digest: str, size: int | None) -> bytes:
     """A small blob (a manifest, a config), checked against its digest (and size, when one is given)."""
-    member = _member(tar, digest)
-    if member.size > MAX_JSON:
-        raise LayerProblem(f"the kept archive's {digest} is {member.size} bytes, not a manifest or config")
-    fh = tar.extractfile(member)
-    data = fh.read() if fh is not None else b""
-    if "sha256:" + hashlib.sha256(data).hexdigest() != digest or (size is not None and len(data) != size):
-        raise LayerProblem(f"the kept archive's {digest} holds other bytes")
-    return data
+    try:
+        return held.read_blob(tar, digest, MAX_JSON, size)
+    except held.BlobProblem as exc:
+        raise LayerProblem(f"the kept archive: {exc}") from None
 
 
 def _read_layer(tar: tarfile.TarFile, digest: str, size: int, diff_id: str, compression: str) -> bytes:

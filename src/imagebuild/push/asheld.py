@@ -22,14 +22,12 @@ whole image. A kept layer of other bytes found then is dropped for the engine's 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tarfile
 from collections.abc import Collection
 from pathlib import Path
-from typing import IO
 
-from imagebuild.engine.held import index_entry
+from imagebuild.engine.held import BlobProblem, copy_blob, index_entry, read_blob
 from imagebuild.oci import RegistryError
 from imagebuild.oci.answers import image_manifest, is_index
 from imagebuild.push.compress import (
@@ -43,7 +41,6 @@ from imagebuild.push.compress import (
 # the manifest and layer media types a push of each compression writes (compress.py writes the same)
 MANIFEST_TYPE = {"zstd": OCI_MANIFEST, "gzip": DOCKER_MANIFEST}
 MAX_MANIFEST = 4 << 20
-_CHUNK = 1 << 20
 
 
 def as_held(archive: Path, layout: Path, compression: str, image_id: str = "", *,
@@ -62,9 +59,10 @@ def as_held(archive: Path, layout: Path, compression: str, image_id: str = "", *
         digest = str(entry["digest"])
         if exact and digest != image_id:
             return None
-        body = _read(tar, _blob_name(digest), MAX_MANIFEST)
-        if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
-            raise LayerError(f"the saved manifest does not hash to {digest}, the digest its index.json gives")
+        try:
+            body = read_blob(tar, digest, MAX_MANIFEST)
+        except BlobProblem as exc:
+            raise LayerError(f"the manifest the saved index.json names: {exc}") from None
         if image_id.startswith("sha256:") and image_id != digest and _is_manifest_id(image_id, tar):
             raise LayerError(f"the engine saved manifest {digest} for image {image_id}")
         try:
@@ -100,55 +98,17 @@ def as_held(archive: Path, layout: Path, compression: str, image_id: str = "", *
 def _copy_into(tar: tarfile.TarFile, layout: Path, digest: str, size: int) -> None:
     target = layout / digest.removeprefix("sha256:")
     if not target.exists():
-        _copy_checked(tar, _blob_name(digest), target, digest, size)
-
-
-def _blob_name(digest: str) -> str:
-    algorithm, _, hexd = digest.partition(":")
-    return f"blobs/{algorithm}/{hexd}"
+        try:
+            copy_blob(tar, digest, size, target)
+        except BlobProblem as exc:
+            raise LayerError(f"the saved image: {exc}") from None
 
 
 def _is_manifest_id(image_id: str, tar: tarfile.TarFile) -> bool:
     """Whether `image_id` names a manifest blob of this archive (the containerd store's IDs are manifest digests;
     the classic store's are config digests, which a manifest legitimately differs from)."""
     try:
-        doc = json.loads(_read(tar, _blob_name(image_id), MAX_MANIFEST))
-    except (KeyError, ValueError):
+        doc = json.loads(read_blob(tar, image_id, MAX_MANIFEST))
+    except ValueError:  # (BlobProblem too: no such blob, or not those bytes)
         return False
     return isinstance(doc, dict) and "config" in doc
-
-
-def _read(tar: tarfile.TarFile, name: str, limit: int) -> bytes:
-    member = tar.getmember(name)
-    if not member.isfile() or member.size > limit:
-        raise LayerError(f"docker-archive: {name} is not a file of at most {limit} bytes")
-    with _open(tar, member) as fh:
-        return fh.read()
-
-
-def _open(tar: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
-    fh = tar.extractfile(member)
-    if fh is None:
-        raise LayerError(f"docker-archive: {member.name} is not a file")
-    return fh
-
-
-def _copy_checked(tar: tarfile.TarFile, name: str, target: Path, digest: str, size: int) -> None:
-    try:
-        member = tar.getmember(name)
-    except KeyError:
-        raise LayerError(f"the saved image lacks {digest}, which its manifest lists") from None
-    hasher, written = hashlib.sha256(), 0
-    partial = target.with_name(target.name + ".partial")
-    try:
-        with _open(tar, member) as src, partial.open("wb") as out:
-            while chunk := src.read(_CHUNK):
-                hasher.update(chunk)
-                written += len(chunk)
-                out.write(chunk)
-        if "sha256:" + hasher.hexdigest() != digest or written != size:
-            raise LayerError(f"the saved blob {digest} holds other bytes (sha256:{hasher.hexdigest()}, {written} "
-                             f"bytes; the manifest says {size})")
-        partial.replace(target)
-    finally:
-        partial.unlink(missing_ok=True)
