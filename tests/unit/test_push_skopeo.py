@@ -14,7 +14,7 @@ from _fake_engine import FakeEngine
 from imagebuild.oci import RegistryAuth
 from imagebuild.push import classify
 from imagebuild.push.compress import LayerCache
-from imagebuild.push.pusher import refused_message
+from imagebuild.push.failures import refused_message
 from imagebuild.push.skopeo import (
     CopyError,
     Skopeo,

@@ -10,15 +10,13 @@ under (its tag and the aliases it owns) is the plan's decision (`imagebuild.plan
     results = push_plan(plan, client=connect("push"), auth_for=lambda reg: resolve_auth(reg))
 """
 
+from imagebuild.push.failures import PushAuthError, PushError, classify
 from imagebuild.push.publish import Vouch, gate, push_plan, result_for
 from imagebuild.push.pusher import (
     DEFAULT_RETRIES,
-    PushAuthError,
     Pusher,
-    PushError,
     SignIndex,
     SignPushed,
-    classify,
 )
 from imagebuild.push.skopeo import COMPRESSIONS, DEFAULT_COMPRESSION
 

@@ -29,6 +29,7 @@ from imagebuild.oci.answers import index_entries, is_index, parse_object
 from imagebuild.oci.platform import platform_mismatch
 from imagebuild.plan.tags import references
 from imagebuild.push.compress import OCI_MANIFEST
+from imagebuild.push.failures import PushAuthError, PushError
 from imagebuild.push.index import (
     INDEX_MEDIA_TYPE,
     IndexGroup,
@@ -42,9 +43,7 @@ from imagebuild.push.pusher import (
     DEFAULT_RETRIES,
     Copier,
     PendingPush,
-    PushAuthError,
     Pusher,
-    PushError,
     SignIndex,
     SignPushed,
 )

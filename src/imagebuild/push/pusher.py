@@ -27,7 +27,6 @@ with `imagebuild.oci.RegistryClient`.
 
 from __future__ import annotations
 
-import re
 import tarfile
 import time
 from collections.abc import Callable
@@ -47,6 +46,7 @@ from imagebuild.oci import (
     RegistryError,
 )
 from imagebuild.oci.answers import image_manifest, parse_object
+from imagebuild.push.failures import PushAuthError, PushError, Transient, classify, refused_message
 from imagebuild.push.skopeo import DEFAULT_COMPRESSION, CopyError, Prepared, Skopeo, refused_format
 from imagebuild.retry import ENGINE_PUSH, RetryPolicy
 from imagebuild.secrets import redact
@@ -59,44 +59,6 @@ DEFAULT_RETRIES = ENGINE_PUSH.retries
 SignPushed = Callable[[ImagePlan, str], dict[str, Any]]
 # "REPO@sha256:…" of an index -> what the record keeps of its signature (the platform images carry the attestations)
 SignIndex = Callable[[str], dict[str, Any]]
-
-_AUTH = re.compile(r"unauthorized|authentication required|\bdenied\b|forbidden|\b40[13]\b|insufficient_scope",
-                   re.I)
-_TRANSIENT = re.compile(
-    r"\b5\d\d\b|too ?many ?requests|\b429\b|connection reset|broken pipe|connection refused|timeout|timed out|"
-    r"\bEOF\b|blob upload unknown|blob_upload_unknown|TLS handshake|server misbehaving|temporary failure|"
-    r"unavailable|use of closed network connection|connection aborted",
-    re.I,
-)
-
-
-class PushError(ImagebuildError):
-    """A push failed (exit 1)."""
-
-
-class PushAuthError(PushError):
-    """The registry refused the credentials or the access (exit 1, never retried)."""
-
-
-class _Transient(Exception):
-    """One push attempt failed for a reason worth another (the message says which)."""
-
-
-def classify(message: str) -> str:
-    """'auth' | 'transient' | 'fatal' for an error of a push (skopeo's message or the registry's)."""
-    if _AUTH.search(message):
-        return "auth"
-    if _TRANSIENT.search(message):
-        return "transient"
-    return "fatal"
-
-
-def refused_message(registry: str, compression: str, detail: str) -> str:
-    """The one line for a registry that will not take the manifest's media types."""
-    what = "OCI manifests with zstd layers" if compression == "zstd" else "this manifest"
-    return (f"registry {registry} refused {what} ({detail}); nothing was tagged: push with `--compression gzip` "
-            f"(or `compression: gzip` in the matrix) for registries and runtimes that predate zstd")
-
 
 class Copier(Protocol):
     """What writes an image to a registry by digest (push/skopeo.py's Skopeo)."""
@@ -348,14 +310,14 @@ class Pusher:
                     raise PushAuthError(message) from None
                 if kind == "fatal":
                     raise PushError(message) from None
-                raise _Transient(message) from None
+                raise Transient(message) from None
 
         ref = f"{name}@{prepared.digest}"
         try:
-            self.policy.call(attempt, retryable=lambda exc: isinstance(exc, _Transient), sleep=self.sleep,
+            self.policy.call(attempt, retryable=lambda exc: isinstance(exc, Transient), sleep=self.sleep,
                              on_retry=lambda exc, n, wait: self.log(
                                  f"{ref}: {exc}; retry {n}/{self.policy.retries} in {wait:.1f}s"))
-        except _Transient as exc:
+        except Transient as exc:
             raise PushError(f"{ref}: gave up after {attempts[0]} attempts: {exc}") from None
         served = self.served(repo_path, prepared.digest)
         if served != prepared.digest:
