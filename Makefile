@@ -90,10 +90,12 @@ bench: install ## Every benchmark for real (an hour: builds on fresh engines; ta
 
 # the incremental loop's side-by-side baseline (bench/bench_loop.py): the main this loop's work started from
 LOOP_BASELINE ?= 463f54f
+# the CUDA loop: NOW only by default (each side is ~40 GB and most of an hour here); LOOP_CUDA_BASELINE=REF adds one
+LOOP_CUDA_BASELINE ?= none
 
 e2e-loop-cuda: install ## NOT in CI: bench_loop's table for the CUDA 13 runtime (torch from PyPI, fresh engines of its own)
-	$(BIN)/python bench/bench_loop.py --baseline $(LOOP_BASELINE) --matrix tests/e2e/cu130-dev-debian12.yaml --wheelhouse '' \
-	  --ca-cert $(CA_CERT)
+	$(BIN)/python bench/bench_loop.py --baseline $(LOOP_CUDA_BASELINE) --matrix tests/e2e/cu130-dev-debian12.yaml \
+	  --wheelhouse '' --ca-cert $(CA_CERT) --no-flat --keep-reports reports/e2e-loop-cuda
 
 e2e-cuda: install ## NOT in CI: real torch 2.9.1+cu128 runtime image from PyPI wheels (~4 GB download)
 	eval "$$(scripts/docker-engine.sh)" && scripts/e2e-cuda.sh

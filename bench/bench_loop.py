@@ -18,6 +18,8 @@ fresh private dockerd 26.1 (containerd image store) of its own and one shared lo
 
     python bench/bench_loop.py --baseline 463f54f --wheelhouse /opt/wheels --ca-cert $PIP_CERT
     python bench/bench_loop.py --quick      # CI: NOW only, the base, the loop's change one ENV line
+    python bench/bench_loop.py --baseline none --matrix tests/e2e/cu130-dev-debian12.yaml --wheelhouse '' \
+        --no-flat --keep-reports reports/e2e-loop-cuda     # the CUDA runtime (make e2e-loop-cuda), its reports kept
 
 --quick (make test-all's bench-quick: the bench must run, not measure): NOW only, `--only base`, and the change is the
 base's apt packages (one more: less) instead of a pip package; the floor and the single-layer rows are kept.
@@ -243,7 +245,7 @@ def one_side(side: Side, matrix: Path, changed: Path, flavor: str) -> None:
     rows["pull floor: untar (s)"] = floor["untar"]
     rows["pull: layers"] = floor["layers"]
     rows["pull: compressed MB (largest layer)"] = f"{floor['total']:.1f} ({floor['largest']:.1f})"
-    if side.name == "now":  # the old single-layer form, pushed by the engine (gzip), for its pull/floor ratio
+    if side.name == "now" and side.args.flat:  # the old single-layer form, pushed by the engine (gzip), for its ratio
         flat = tag.replace(side.prefix, side.prefix + "-flat", 1)
         cid = side.engine.docker("create", tag).strip()
         run("bash", "-c", f"docker export {cid} | docker import - {flat} >/dev/null", env=side.engine.env)
@@ -307,6 +309,10 @@ def main() -> int:
     ap.add_argument("--wheelhouse", default=WHEELHOUSE, help="'' for a CUDA matrix (torch from PyPI)")
     ap.add_argument("--ca-cert", default=CA)
     ap.add_argument("--quick", action="store_true", help="NOW only, the base; the change one env entry (CI)")
+    ap.add_argument("--no-flat", dest="flat", action="store_false",
+                    help="skip the single gzip layer rows (a CUDA runtime flattened is ~25 GB more on disk)")
+    ap.add_argument("--keep-reports", type=Path, metavar="DIR",
+                    help="copy each side's cold build report (its smoke results: coverage, NCCL) to DIR/<side>/")
     args = ap.parse_args()
     if args.quick:
         args.only, args.baseline = "base", "none"
@@ -335,6 +341,8 @@ def main() -> int:
                 one_side(side, matrix, changed, flavor)
             finally:
                 side.stop()
+                if args.keep_reports is not None and (work / name / "report-cold").is_dir():
+                    shutil.copytree(work / name / "report-cold", args.keep_reports / name, dirs_exist_ok=True)
                 print(f"measured {name}: {json.dumps(side.rows)}", file=sys.stderr, flush=True)
     finally:
         if args.baseline != "none":
