@@ -3,7 +3,7 @@ an AST scan of every probe module finds no thread start but the watchdog's timer
 come from multiprocessing's forkserver or subprocess: probe/children.py), and no write into torch (an attribute or
 item assigned, deleted or setattr'd on torch or on anything imported from it).
 
-The one thread: common.watchdog's threading.Timer, the probe's overall timeout. It must fire while the main thread
+The one thread: watchdog.watchdog's threading.Timer, the probe's overall timeout. It must fire while the main thread
 is stuck in C (a CUDA call, a hung import), where a signal handler would never run; it forks nothing, runs no
 library code, and the probe's own process forks nothing beside it.
 
@@ -21,7 +21,7 @@ import pytest
 from imagebuild.smoke.probe import pack
 
 PROBE_FILES = sorted(pack.PACKAGE_DIR.glob("*.py"))
-ALLOWED_THREADS = {("common.py", "watchdog", "threading.Timer")}
+ALLOWED_THREADS = {("watchdog.py", "watchdog", "threading.Timer")}
 ALLOWED_TORCH_WRITES = {("tf32.py", fn, f"torch.backends.cuda.matmul.{flag}")
                         for fn in ("set_tf32", "restore_tf32") for flag in ("fp32_precision", "allow_tf32")}
 
@@ -118,10 +118,10 @@ def test_the_probe_starts_no_thread_forks_nothing_by_hand_and_patches_nothing_in
 
 
 def test_the_watchdog_timer_is_the_one_thread():
-    source = (pack.PACKAGE_DIR / "common.py").read_text()
+    source = (pack.PACKAGE_DIR / "watchdog.py").read_text()
     calls = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call) and _dotted(n.func) in THREAD_CALLS]
     assert [_dotted(c.func) for c in calls] == ["threading.Timer"]
-    assert findings(source.replace("def watchdog(", "def other("), "common.py") != []  # allowed only there
+    assert findings(source.replace("def watchdog(", "def other("), "watchdog.py") != []  # allowed only there
 
 
 def test_tf32_writes_only_the_tf32_setting_and_only_in_its_two_switches():

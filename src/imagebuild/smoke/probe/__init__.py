@@ -27,7 +27,8 @@ command line dispatches and the suite selects:
     perf         GEMM TFLOP/s, NCCL bus bandwidth
     table        the sections (module, lowest flavor, where it runs: image user, root, arbitrary UID, hpc; child
                  probe) and the checks each reports (GPU or not): the suite's tests are generated from its rows
-    common       Probe (results, torch import, GPU state), subprocess helpers, watchdog
+    common       Probe (results, torch import, GPU state), subprocess helpers
+    watchdog     the end on overrun: the partial JSON (marked), the children killed and their files removed, exit 3
     summary      the short text table of a saved result (--table)
     environ      os.environ for a block (set or remove variables, then put back what was there)
     lifeline     the forkserver and its children die with their parent (PR_SET_PDEATHSIG): no orphan outlives a

@@ -20,9 +20,10 @@ import time
 if not __package__:  # `python path/to/probe` (the directory): make `probe` importable from its parent
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from probe.common import DEFAULT_SECTIONS, OUTPUT, SECTIONS, Probe, watchdog, write_all  # noqa: E402
+from probe.common import DEFAULT_SECTIONS, SECTIONS, Probe  # noqa: E402
 from probe.summary import render_table  # noqa: E402
 from probe.table import TABLE, as_json, checks_json, section  # noqa: E402
+from probe.watchdog import OUTPUT, watchdog, write_all  # noqa: E402
 
 
 def runners() -> dict:

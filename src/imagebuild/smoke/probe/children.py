@@ -20,8 +20,9 @@ import tempfile
 from multiprocessing.context import ForkServerProcess
 
 from probe import lifeline
-from probe.common import _ROOT, CHILDREN, TEMP_PATHS, child_argv, start_process
+from probe.common import _ROOT, CHILDREN, child_argv, start_process
 from probe.environ import environ_set
+from probe.watchdog import TEMP_PATHS
 
 _FORKSERVER: list = []  # [the forkserver context] once set up; [None] when it cannot start children here
 

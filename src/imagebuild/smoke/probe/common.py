@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Iterable
@@ -25,8 +24,6 @@ NO_TORCH = "torch is not installed"
 RESULT_MARK = "IBPROBE-RESULT "
 WATCHDOG_FIRST = 1.0  # seconds a section's wait runs past the deadline: the watchdog is the one that ends it there
 CHILDREN: list = []  # Popen objects (own sessions) the watchdog kills on overrun
-TEMP_PATHS: list = []  # files and folders the children need (named): the watchdog removes them as it ends the probe
-OUTPUT = threading.Lock()  # who takes it writes the one JSON on stdout: the watchdog, before it kills, or main's end
 
 
 class Probe:
@@ -269,41 +266,3 @@ def listdir(d):
         return os.listdir(d)
     except OSError:
         return []
-
-
-def write_all(fd, data: bytes):
-    while data:
-        n = os.write(fd, data)
-        data = data[n:]
-
-
-def _remove(paths):
-    """Remove these files and folders, as far as it goes (never raises)."""
-    for path in paths:
-        try:
-            shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
-        except OSError:
-            pass
-
-
-def watchdog(seconds: float, probe: Probe, out_fd: int) -> threading.Timer:
-    """On overrun, emit what was gathered so far (marked) and exit 3; OUTPUT first (see there): always JSON."""
-
-    def fire():
-        if not OUTPUT.acquire(blocking=False):  # the probe is writing its result already: it ends on its own
-            return
-        for p in CHILDREN:  # (the forkserver and anything it is still forking die with this process: lifeline.py)
-            if p.poll() is None:
-                kill_tree(p)
-        probe.doc["probe"]["errors"].append(f"probe timed out after {seconds:.0f} s")
-        probe.doc["probe"]["timed_out"] = True
-        try:
-            write_all(out_fd, json.dumps(probe.doc, default=str).encode() + b"\n")
-        finally:
-            _remove(TEMP_PATHS)  # (os._exit skips their own clean-up)
-            os._exit(3)
-
-    t = threading.Timer(seconds, fire)
-    t.daemon = True
-    t.start()
-    return t
