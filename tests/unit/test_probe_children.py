@@ -246,3 +246,24 @@ def _running_in(root: Path) -> list[int]:
         except OSError:
             continue
     return left
+
+
+def test_the_lifeline_arms_a_forkserver_only_and_ends_one_whose_probe_is_gone():
+    """probe.lifeline imported where PARENT_VARIABLE is set: in a python that is no forkserver, nothing happens; in a
+    forkserver (`-c` with multiprocessing.forkserver loaded) whose parent the variable names, it is armed (its pid);
+    in a forkserver whose parent is not the one named (that probe is gone), it ends at once, printing nothing."""
+    code = "import sys{}\nfrom probe import lifeline\nprint(lifeline.SERVER_PID)"
+
+    def run(extra: str, parent: int) -> subprocess.CompletedProcess:
+        env = dict(os.environ, PYTHONPATH=str(PKG_PARENT), IMAGEBUILD_PROBE_PARENT=str(parent))
+        return subprocess.run([sys.executable, "-c", code.format(extra)], capture_output=True, text=True, env=env,
+                              timeout=60)
+
+    plain = run("", os.getpid())
+    assert plain.returncode == 0 and plain.stdout.strip() == "None", plain.stderr[-2000:]
+    armed = run("; import multiprocessing.forkserver", os.getpid())
+    assert armed.returncode == 0 and armed.stdout.strip().isdigit(), armed.stderr[-2000:]
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    orphan = run("; import multiprocessing.forkserver", ended.pid)  # (a probe that has ended)
+    assert orphan.returncode == 0 and orphan.stdout == "", orphan.stdout
