@@ -6,6 +6,9 @@ and -nvtx-cu12 carry no device code at all; nvidia-curand-cu12 does, at 68 MB):
     nvidia-nvjpeg-cu12 12.4.0.76   5.3 MB  libnvjpeg.so.12: SASS sm_50..sm_121, PTX compute_121 (CUDA 12 layout)
     nvidia-nvjpeg 13.3.2.43        3.8 MB  nvidia/cu13/lib/libnvjpeg.so.13: SASS sm_75..sm_121 (CUDA 13: no suffix)
     nvidia-cuda-cuobjdump 13.5.37  0.3 MB  NVIDIA's cuobjdump, the reference the probe's reader is compared with
+    nvidia-cufft 12.0.0.61       214 MB  nvidia/cu13/lib/libcufft.so.12 (CUDA 13.0, torch 2.13.0+cu130's pin): its
+                                           kernels in `.ldata`, an empty sm_75 cubin in `.nv_fatbin`; libcufftw.so.12
+                                           only that empty cubin (fatbin.py's module doc)
 
 When a wheel is neither cached nor downloadable (no PyPI) the test skips saying so; under IMAGEBUILD_REQUIRE_ENGINE=1
 (`make test`, CI) it fails instead. A cached or downloaded file whose sha256 differs from the pin is an error.
@@ -32,8 +35,10 @@ WHEELS = {  # requirement -> (file name, sha256, size)
                                  "27f9c4a25a73f1d1ad35c342c8d657c8ff43e23877f338ef15fb2602ac2e5aa8", 3847265),
     "nvidia-cuda-cuobjdump==13.5.37": (f"nvidia_cuda_cuobjdump-13.5.37-py3-none-{PLATFORM}.whl",
                                        "38780fee50863252a0b8926357faa91615ca1c8346490563f33a06100cd73f58", 290354),
+    "nvidia-cufft==12.0.0.61": (f"nvidia_cufft-12.0.0.61-py3-none-{PLATFORM}.whl",
+                                "6c44f692dce8fd5ffd3e3df134b6cdb9c2f72d99cf40b62c32dde45eea9ddad3", 214085489),
 }
-NVJPEG12, NVJPEG13, CUOBJDUMP = WHEELS
+NVJPEG12, NVJPEG13, CUOBJDUMP, CUFFT13 = WHEELS
 
 
 def _sha256(path: Path) -> str:

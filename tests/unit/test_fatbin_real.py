@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from _fake_cuda_torch import H200, fake_cuda_torch
-from _nvidia_wheels import CUOBJDUMP, NVJPEG12, NVJPEG13, cuobjdump, unpacked, wheel
+from _nvidia_wheels import CUFFT13, CUOBJDUMP, NVJPEG12, NVJPEG13, cuobjdump, unpacked, wheel
 from click.testing import CliRunner
 
 from imagebuild.cli import cli
@@ -121,6 +121,20 @@ def test_what_the_reader_reports_of_real_libraries_and_arch_variants(stripped):
     assert "sm_90" not in fatbin.read_fatbin(str(stripped))["sass"]
     # no device code: None (an ELF without .nv_fatbin; a file that is neither ELF nor a fatbin)
     assert fatbin.read_fatbin("/bin/sh") is None and fatbin.read_fatbin(str(ROOT / "pyproject.toml")) is None
+
+
+def test_cufft_for_cuda_13_runs_on_sm_90_from_the_code_in_its_data_section():
+    """A real CUDA 13 image failed coverage on sm_90 here (libcufft.so.12: "has SASS sm_75") while cuFFT runs on every
+    GPU from sm_75 on: cuobjdump and `.nv_fatbin` see one sm_75 cubin in each library (libcufftw's has no kernel);
+    libcufft's kernels are fatbin containers in `.ldata`, which the reader now reads too (test_fatbin_embedded.py)."""
+    lib = unpacked(CUFFT13) / "nvidia/cu13/lib"
+    for name in ("libcufft.so.12", "libcufftw.so.12"):
+        assert reader_listing(lib / name) == cuobjdump_listing(lib / name) == (["sm_75"], [])
+    cufft = fatbin.read_fatbin(str(lib / "libcufft.so.12"))
+    assert {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"} <= set(cufft["sass"])
+    assert cufft["embedded_entries"] > 20000 and fatbin.KIND_IR in cufft["other_kinds"]
+    assert coverage.judge({"cufft": cufft}, ["sm_90", "sm_100"])["sm_90"]["runs"] == coverage.NATIVE
+    assert fatbin.read_fatbin(str(lib / "libcufftw.so.12")) is None  # its one cubin holds no kernel
 
 
 def test_a_truncated_fatbin_section_is_an_error_not_an_empty_reading(tmp_path):

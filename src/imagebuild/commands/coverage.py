@@ -14,9 +14,10 @@ import click
                    "Repeat for each.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def command(path: str, gpus: tuple[str, ...], as_json: bool) -> int:
-    """Read which SASS architectures and PTX every CUDA shared object under PATH carries (from its .nv_fatbin
-    section: no GPU, no CUDA toolkit) and say, per target GPU, whether it runs natively, only through PTX JIT, or
-    not at all. Exit 1 naming each library and the architecture it lacks.
+    """Read which SASS architectures and PTX every CUDA shared object under PATH carries (its .nv_fatbin section
+    and the fatbin containers in its data sections, as cuFFT keeps its kernels; a cubin without a kernel does not
+    count: no GPU, no CUDA toolkit) and say, per target GPU, whether it runs natively, only through PTX JIT, or not
+    at all. Exit 1 naming each library and the architecture it lacks.
 
     \b
     PATH: a wheel (*.whl), a folder (every shared object and wheel under it: a wheelhouse, site-packages) or one

@@ -8,6 +8,13 @@ payload. Per entry: kind (1 PTX, 2 ELF; 0x10 another ELF kind), the code version
 architecture number (90) and flags: 0x100000 arch-specific (sm_90a, runs only on sm_90), 0x200000 family-specific
 (sm_100f, runs on the sm_10x family). `cuobjdump --list-elf/--list-ptx` names the same entries (it shows family code
 as plain sm_100); tests/unit/test_fatbin_real.py proves the two agree on NVIDIA's own wheels.
+
+Not all of a library's GPU code is in `.nv_fatbin`. cuFFT for CUDA 13 (nvidia-cufft 12.0.0.61, libcufft.so.12) keeps
+an empty device-link image for sm_75 there and loads its ~24,000 real containers (SASS sm_75..sm_120, PTX, LTO IR)
+from its large-data section `.ldata`; cuobjdump lists only the former. So the containers in a library's data
+sections (EMBEDDED_SECTIONS) count too, each kept only when it parses exactly (a magic number in data by chance is
+skipped), and an uncompressed cubin without one `.text.` section (no kernel: libcufftw's only entry) counts as no
+code for its architecture (`empty_elf_entries`). A compressed cubin is counted as code (it is never decompressed).
 """
 
 from __future__ import annotations
@@ -19,6 +26,11 @@ MAGIC = 0xBA55ED50
 MAGIC_BYTES = struct.pack("<I", MAGIC)
 KIND_PTX, KIND_ELF, KIND_ELF_ALT = 1, 2, 0x10
 FLAG_ARCH_SPECIFIC, FLAG_FAMILY = 0x100000, 0x200000
+FLAG_COMPRESSED = 0x2000 | 0x8000  # either compression NVIDIA's tools write (seen: 0x2011, 0x8011, 0x1008011)
+KIND_IR = 8  # LTO IR (nvJitLink links it at run time): neither SASS nor PTX
+# sections whose bytes may hold fatbin containers a library loads itself (module doc); NOBITS ones have no bytes
+EMBEDDED_SECTIONS = (".data", ".ldata", ".rodata", ".lrodata", ".data.rel.ro")
+SHT_NOBITS = 8
 _CONTAINER = struct.Struct("<IHHQ")  # magic, version, header size, size of the entries
 _ENTRY = struct.Struct("<HHIQIIHHIIIQ")  # kind, -, header size, payload size, -, -, minor, major, arch, -, -, flags
 SCAN = 1 << 16  # bytes read at a time when looking for the next container after padding
@@ -29,7 +41,8 @@ class FatbinError(ValueError):
 
 
 def elf_sections(path: str) -> dict[str, tuple[int, int]]:
-    """{section name: (file offset, size)} of an ELF file ({} when it is not ELF or has no section headers)."""
+    """{section name: (file offset, size)} of an ELF file's sections with bytes in it ({} when it is not ELF or has
+    no section headers)."""
     try:
         with open(path, "rb") as fh:
             ident = fh.read(64)
@@ -54,7 +67,9 @@ def elf_sections(path: str) -> dict[str, tuple[int, int]]:
     except (OSError, struct.error):
         return {}
     out = {}
-    for name_off, _type, _flags, _addr, off, size in rows:
+    for name_off, kind, _flags, _addr, off, size in rows:
+        if kind == SHT_NOBITS:  # (.bss, .lbss: no bytes in the file where their offset points)
+            continue
         end = names.find(b"\0", name_off)
         out[names[name_off:end if end >= 0 else None].decode(errors="replace")] = (off, size)
     return out
@@ -89,10 +104,70 @@ def fatbin_entries(fd: int, start: int, size: int) -> list[tuple[int, int, int, 
             kind, entry_header, payload = fields[0], fields[2], fields[3]
             if entry_header < _ENTRY.size or entry + entry_header + payload > stop:
                 raise FatbinError(f"a fatbin entry at offset {entry} runs past its container")
-            out.append((kind, fields[8], fields[11], fields[7], fields[6]))
+            out.append((kind, fields[8], _empty_mark(fd, kind, fields[11], entry + entry_header, payload), fields[7],
+                        fields[6]))
             entry += entry_header + payload
         pos = stop
     return out
+
+
+def embedded_entries(fd: int, start: int, size: int) -> list[tuple[int, int, int, int, int]]:
+    """fatbin_entries of the containers in a data section (module doc): only those that parse exactly (version 1, a
+    16-byte header, entries that fill the container to its end); anything else is skipped, never an error."""
+    out: list = []
+    pos, end = start, start + size
+    while pos + _CONTAINER.size <= end:
+        found = _next_magic(fd, pos, end)
+        if found is None:
+            break
+        _magic, version, header_size, fat_size = _CONTAINER.unpack(os.pread(fd, _CONTAINER.size, found))
+        stop = found + header_size + fat_size
+        entries = _exact_entries(fd, found + header_size, stop) if (
+            version == 1 and header_size == _CONTAINER.size and 0 < fat_size and stop <= end) else None
+        if entries is None:
+            pos = found + 8
+            continue
+        out += entries
+        pos = stop
+    return out
+
+
+def _exact_entries(fd: int, entry: int, stop: int) -> list | None:
+    out = []
+    while entry < stop:
+        if entry + _ENTRY.size > stop:
+            return None
+        fields = _ENTRY.unpack(os.pread(fd, _ENTRY.size, entry))
+        kind, entry_header, payload = fields[0], fields[2], fields[3]
+        if kind not in (KIND_PTX, KIND_ELF, KIND_ELF_ALT, KIND_IR) or entry_header < _ENTRY.size or \
+                entry + entry_header + payload > stop:
+            return None
+        out.append((kind, fields[8], _empty_mark(fd, kind, fields[11], entry + entry_header, payload), fields[7],
+                    fields[6]))
+        entry += entry_header + payload
+    return out
+
+
+EMPTY = 1 << 63  # a mark in an entry's flags: an uncompressed cubin without a kernel (never a flag NVIDIA writes)
+
+
+def _empty_mark(fd: int, kind: int, flags: int, payload_at: int, payload: int) -> int:
+    """`flags`, with EMPTY set when the entry is an uncompressed cubin whose ELF has no `.text.` section."""
+    if kind not in (KIND_ELF, KIND_ELF_ALT) or flags & FLAG_COMPRESSED or payload < 64:
+        return flags
+    head = os.pread(fd, 64, payload_at)
+    if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+        return flags
+    shoff, = struct.unpack_from("<Q", head, 40)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 58)
+    if not shnum or shstrndx >= shnum or shentsize < 64 or shoff + shentsize * shnum > payload:
+        return flags
+    table = os.pread(fd, shentsize * shnum, payload_at + shoff)
+    names_off, names_size = struct.unpack_from("<QQ", table, shstrndx * shentsize + 24)
+    if names_off + names_size > payload:
+        return flags
+    names = os.pread(fd, min(names_size, 1 << 20), payload_at + names_off)
+    return flags if b"\0.text." in b"\0" + names else flags | EMPTY
 
 
 def _next_magic(fd: int, pos: int, end: int) -> int | None:
@@ -114,37 +189,42 @@ def _next_magic(fd: int, pos: int, end: int) -> int | None:
 
 def read_fatbin(path: str) -> dict | None:
     """What GPU code the file at `path` carries: {"sass": [sm_XY...], "ptx": [compute_XY...], "ptx_isa": ["8.8"],
-    "elf_entries": N, "ptx_entries": N, "other_kinds": [...]}, or None when it carries none (no `.nv_fatbin`
-    section, not ELF). A bare fatbin file (nvcc -fatbin) is read whole. FatbinError on a section that does not
+    "elf_entries": N, "ptx_entries": N, "empty_elf_entries": N, "embedded_entries": N, "other_kinds": [...]}, or None
+    when it carries none (no `.nv_fatbin` section nor containers in its data sections, only cubins without a kernel,
+    not ELF). A bare fatbin file (nvcc -fatbin) is read whole. FatbinError on a `.nv_fatbin` section that does not
     parse; OSError when the file cannot be read."""
     sections = elf_sections(path)
     with open(path, "rb") as fh:
         fd = fh.fileno()
+        embedded: list = []
         if sections:
-            if ".nv_fatbin" not in sections:
-                return None
-            start, size = sections[".nv_fatbin"]
+            entries = fatbin_entries(fd, *sections[".nv_fatbin"]) if ".nv_fatbin" in sections else []
+            for name in EMBEDDED_SECTIONS:
+                if name in sections:
+                    embedded += embedded_entries(fd, *sections[name])
         elif os.pread(fd, 4, 0) == MAGIC_BYTES:
-            start, size = 0, os.fstat(fd).st_size
+            entries = fatbin_entries(fd, 0, os.fstat(fd).st_size)
         else:
             return None
-        entries = fatbin_entries(fd, start, size)
-    if not entries:
-        return None
     sass, ptx, isa, other = set(), set(), set(), set()
-    n_elf = n_ptx = 0
-    for kind, arch, flags, major, minor in entries:
+    n_elf = n_ptx = n_empty = 0
+    for kind, arch, flags, major, minor in entries + embedded:
         if kind == KIND_PTX:
             n_ptx += 1
             ptx.add(arch_name(kind, arch, flags))
             isa.add(f"{major}.{minor}")
+        elif kind in (KIND_ELF, KIND_ELF_ALT) and flags & EMPTY:
+            n_empty += 1
         elif kind in (KIND_ELF, KIND_ELF_ALT):
             n_elf += 1
             sass.add(arch_name(kind, arch, flags))
         else:
             other.add(kind)
+    if not (sass or ptx or other):
+        return None
     return {"sass": sort_archs(sass), "ptx": sort_archs(ptx), "ptx_isa": sorted(isa, key=_num_key),
-            "elf_entries": n_elf, "ptx_entries": n_ptx, "other_kinds": sorted(other)}
+            "elf_entries": n_elf, "ptx_entries": n_ptx, "empty_elf_entries": n_empty, "embedded_entries": len(embedded),
+            "other_kinds": sorted(other)}
 
 
 def _num_key(text: str) -> tuple:
