@@ -15,6 +15,7 @@ import copy
 import importlib.util
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -66,7 +67,7 @@ if args[:1] == ["inspect"]:
     print(json.dumps([{{"Name": "/" + args[1], "Config": c["config"]}}]))
     sys.exit(0)
 if args[:1] == ["exec"]:
-    rest, user = args[1:], None
+    rest, user = [a for a in args[1:] if a != "-i"], None  # (-i: the probe's zipapp comes on stdin)
     if rest[0] == "-u":
         user, rest = rest[1], rest[2:]
     c = cfg.get(rest[0]) or sys.exit("Error: No such container: " + rest[0])
@@ -122,6 +123,9 @@ def stand_in(tmp_path: Path, recording: dict, monkeypatch: pytest.MonkeyPatch) -
     src = tmp_path / "replay"
     src.mkdir()
     (src / "__main__.py").write_text(REPLAY_MAIN.format(path=str(tmp_path / "recording.json")))
+    # as large as a probe can grow: past the 128 KiB one command-line argument holds (Linux's MAX_ARG_STRLEN), which
+    # the real probe's base64 passed on a real CUDA image ("Argument list too long"): the suite feeds it on stdin
+    (src / "ballast.bin").write_bytes(random.Random(7).randbytes(160 << 10))
     zipapp.create_archive(src, tmp_path / "replay.pyz")
     config = recording["container"]
     cfg = {MAIN: {"place": P.IMAGE_USER, "config": config}}

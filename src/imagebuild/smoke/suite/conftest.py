@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import pytest
@@ -291,12 +291,16 @@ class ImageUnderTest:
             t.join()
 
     def _exec_probe(self, host: Host, sections: Iterable[str]) -> tuple[Json | None, str | None, float | None, str]:
-        """ONE docker exec on `host`: write the zipapp (base64 on the command line; already deflate-compressed),
-        run it with `sections`, clean up. -> (doc or None, error or None, wall seconds, stderr tail)."""
-        pyz = self.config.getoption("probe_pyz") or P.zipapp_path()
-        blob = base64.b64encode(Path(pyz).read_bytes()).decode()
+        """ONE docker exec on `host`: write the zipapp (fed on the exec's stdin), run it with `sections`, clean up.
+        -> (doc or None, error or None, wall seconds, stderr tail)."""
+        pyz = Path(self.config.getoption("probe_pyz") or P.zipapp_path()).read_bytes()
         cands = [self.config.getoption("probe_python")] if self.config.getoption("probe_python") else PY_CANDIDATES
         timeout = self.config.getoption("probe_timeout")
+        fed = getattr(host.backend, "NAME", "") == "docker"
+        # a docker host reads the zipapp from stdin; any other testinfra host gets it in base64 on the command line,
+        # which holds at most 128 KiB in one argument (Linux's MAX_ARG_STRLEN: the probe's base64 passed that)
+        write = ("import sys; open(sys.argv[1],'wb').write(sys.stdin.buffer.read())" if fed else
+                 "import base64,sys; open(sys.argv[1],'wb').write(base64.b64decode(sys.argv[2]))")
         script = (
             'PY=""; for c in ' + " ".join(cands) + '; do if command -v "$c" >/dev/null 2>&1; then PY="$c"; '
             'break; fi; done; [ -n "$PY" ] || { echo "no python found in the image (' + " ".join(cands)
@@ -306,16 +310,15 @@ class ImageUnderTest:
             'D=$(mktemp -d 2>/dev/null || mktemp -d "${HOME:-/nonexistent}/.ibprobe.XXXXXX" 2>/dev/null '
             '|| mktemp -d /dev/shm/ibprobe.XXXXXX 2>/dev/null '
             '|| { mkdir -p /tmp/ibprobe.$$ && echo /tmp/ibprobe.$$; }); '
-            '"$PY" -c "import base64,sys; open(sys.argv[1],\'wb\').write(base64.b64decode(sys.argv[2]))" '
-            '"$D/probe.pyz" ' + blob + ' && '
+            f'"$PY" -c "{write}" "$D/probe.pyz" ' + ("" if fed else base64.b64encode(pyz).decode()) + ' && '
             '"$PY" "$D/probe.pyz" --sections ' + ",".join(sections)
-            + f' --timeout {timeout:.0f}; rc=$?; rm -rf "$D"; exit $rc'
+            + f' --timeout {timeout:.0f} </dev/null; rc=$?; rm -rf "$D"; exit $rc'
         )
         t0 = time.time()
         with self._lock:
             self.execs += 1
         try:
-            res = host.run(script)
+            res = _docker_exec_fed(host.backend, script, pyz) if fed else host.run(script)
         except Exception as exc:  # docker CLI missing, container gone ...
             return None, f"{type(exc).__name__}: {exc}", None, ""
         wall = round(time.time() - t0, 2)
@@ -433,6 +436,16 @@ def _inspect_container(name: str) -> Json | None:
         return data[0] if data else None
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
+
+
+def _docker_exec_fed(backend: Any, script: str, data: bytes) -> Any:
+    """`script` in the container of a testinfra docker host (as its user) with `data` on stdin: `docker exec -i`,
+    what testinfra's own run does, plus the stdin it cannot give. -> .rc, .stdout, .stderr as testinfra's result."""
+    user = ["-u", backend.user] if backend.user is not None else []
+    out = subprocess.run(["docker", "exec", "-i", *user, backend.name, "/bin/sh", "-c", script], input=data,
+                         capture_output=True, check=False)
+    return SimpleNamespace(rc=out.returncode, stdout=out.stdout.decode(errors="replace"),
+                           stderr=out.stderr.decode(errors="replace"))
 
 
 def image_for(config: pytest.Config, host: Host) -> ImageUnderTest:
