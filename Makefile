@@ -90,7 +90,7 @@ bench: install ## Every benchmark for real (an hour: builds on fresh engines; ta
 
 # the incremental loop's side-by-side baseline (bench/bench_loop.py): the main this loop's work started from
 LOOP_BASELINE ?= 463f54f
-# the CUDA loop: NOW only by default (each side is ~40 GB and most of an hour here); LOOP_CUDA_BASELINE=REF adds one
+# the CUDA loop: NOW only by default (one side: ~32 GB of disk at its peak and 14 minutes here, bench/loop-cuda.md); LOOP_CUDA_BASELINE=REF adds one
 LOOP_CUDA_BASELINE ?= none
 
 e2e-loop-cuda: install ## NOT in CI: bench_loop's table for the CUDA 13 runtime (torch from PyPI, fresh engines of its own)
