@@ -19,6 +19,9 @@ build (builder/one_image.py), the pipeline what happens after it (SBOM, diff, te
                the classic builder has none (its pip steps date their files themselves)
 - cache:       a registry cache imported or exported (build --registry-cache, --buildkit-cache)
 - te-wheel:    the transformer_engine wheel, from its cache or built (builder/te_cache.py)
+- env:         the runtime's env image (the compilers and the tiers below the matrix's packages: BuildKit builds it
+               as an image of its own, builder/backends/buildkit/envimage.py): taken again by its key (cached) or
+               built, the seconds its key and build took (its own steps and export are rows of their own)
 - compare:     a rebuild compared with the image its tag named before (builder/reproduced.py)
 - up-to-date:  the up-to-date test that found the image already there (nothing built)
 - sbom, diff:  the SBOM made or taken from the kept copy, the diff against the image before (pipeline/supply.py)
@@ -38,7 +41,7 @@ from typing import Any
 from imagebuild.errors import UsageError
 
 PHASES_KEY = "phases"  # the key of a build-report.json row that holds them
-KINDS = ("base", "prepare", "resolve", "step", "export", "retimestamp", "cache", "te-wheel", "compare", "up-to-date", "sbom",
+KINDS = ("base", "prepare", "resolve", "step", "export", "retimestamp", "cache", "te-wheel", "env", "compare", "up-to-date", "sbom",
          "diff", "tests")
 STEP_KINDS = ("resolve", "step")  # Dockerfile steps (the only phases the build cache can give)
 

@@ -187,7 +187,9 @@ def test_the_files_read_layer_by_layer_are_the_files_the_engine_exports(bk_build
 
 
 @pytest.mark.parametrize("flavors", [
-    pytest.param(("base",), id="base"),  # make test: one target, its archive ~0.1 GB
+    # make test: the runtime target (and the base it needs): one build of the runtime with its env stage in line
+    # gives the image build made with the env stage as an image of its own (envimage.py); ~1 min of export
+    pytest.param(("base", "runtime"), id="runtime"),
     # every archive (~3 min), of the BuildKit build's every flavor (cpu_images("bk_dev"))
     pytest.param(("base", "runtime", "dev"), id="matrix", marks=[pytest.mark.full_tier,
                                                                  pytest.mark.cpu_images("bk_dev")]),

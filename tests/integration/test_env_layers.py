@@ -2,7 +2,8 @@
 
 On each backend the session's CPU runtime (conftest.cpu_build on the classic engine, conftest.bk_build on the modern
 one: images/cpu.yaml, torch 2.13.0 CPU from the wheelhouse, tiers torch + matrix-numpy: one layer per matrix package)
-is rebuilt ONCE with one package (six) added to the matrix's pip_packages: every layer up to numpy's keeps its diff ID,
+is rebuilt ONCE with one package (six) added to the matrix's pip_packages (on BuildKit, the runtime's env image of the
+session's build is taken again by its key, not exported again): every layer up to numpy's keeps its diff ID,
 six's layer comes next and only it (and the small steps above it) is new; the tiers' file sets are disjoint (no upper
 layer rewrites a lower one's file); `pip check` passes in the rebuilt image; its build report names each environment layer with its size. One
 runtime build per backend (the base is up to date: same inputs hash): BuildKit's, the default backend, in make test;
@@ -151,3 +152,13 @@ def test_buildkit_keeps_every_layer_below_the_changed_tier(cpu_build, bk_build, 
     _check_layers(bk_client, first_id, second, tmp_path)
     # the torch and numpy tiers: the same layers
     assert [x["size"] for x in first["env_layers"]] == [x["size"] for x in second["env_layers"][:2]]
+    # the env image (the compilers and the torch tier, envimage.py): built once by the session's build, taken again
+    # by its key for the rebuild, whose export then re-dated only the layers above it
+    assert _env_rows(first) == [False], first["phases"]
+    assert _env_rows(second) == [True], second["phases"]
+    assert not [p for p in second["phases"] if p["name"].startswith("env image: ")], second["phases"]
+
+
+def _env_rows(row: dict) -> list[bool]:
+    """The env image's phase rows of a build report row: taken again (True) or built (False), one per build."""
+    return [p["cached"] for p in row["phases"] if p["kind"] == "env"]

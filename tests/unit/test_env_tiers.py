@@ -148,11 +148,18 @@ def test_the_render_has_only_the_tiers_with_something_to_hold():
     assert [name for name, _ in render_image(no_pip, "runtime").env_layers] == ["torch"]
     te = render_image(CU128_TE, "runtime")
     assert [name for name, _ in te.env_layers] == ["nvidia", "torch", "torch-family", "transformer-engine"]
-    # the tiers come in that order in the final stage, after torch.compile's apt layer
-    final = te.dockerfile.rsplit("\nFROM ${BASE_IMAGE}\n", 1)[1]
-    copies = [line for line in final.splitlines() if line.startswith("COPY --from=tier-")]
+    # the tiers come in that order in the env stage, after torch.compile's apt layer; the env-key stage lists
+    # their pinned files; the matrix's tiers are the final stage's, which stands on the env stage
+    env = te.dockerfile.split("\nFROM ${BASE_IMAGE} AS env\n", 1)[1].split("\nFROM scratch AS env-key\n")[0]
+    copies = [line for line in env.splitlines() if line.startswith("COPY --from=tier-")]
     assert copies == [f"COPY --from=tier-{n} /opt/stage/ /" for n, _ in te.env_layers]
-    assert final.index("apt-get install") < final.index(copies[0])
+    assert env.index("apt-get install") < env.index(copies[0])
+    assert ("\nFROM scratch AS env-key\nCOPY --from=resolve /opt/tiers/nvidia.txt /opt/tiers/torch.txt "
+            "/opt/tiers/torch-family.txt /opt/tiers/transformer-engine.txt /\n") in te.dockerfile
+    final = cpu.dockerfile.rsplit("\nFROM ${ENV_IMAGE}\n", 1)[1]
+    assert [line for line in final.splitlines() if line.startswith("COPY --from=tier-")] == [
+        "COPY --from=tier-matrix-numpy /opt/stage/ /"]
+    assert "apt-get" not in final and "COPY --from=tier-torch " in cpu.dockerfile.split("AS env-key")[0]
     # base and dev keep their one pip stage
     assert render_image(CU128_TE, "dev").env_layers == () and "AS tier-" not in render_image(CPU, "dev").dockerfile
 

@@ -335,6 +335,8 @@ def _runtime_parts(c: Common, inputs: BuildInputs) -> _Parts:
     ctx: dict[str, object] = {
         "te": te,
         "tiers": layers,
+        "env_tiers": tiers.env_tiers(layers),
+        "env": {"stage": tiers.ENV_STAGE, "key_stage": tiers.ENV_KEY_STAGE, "arg": tiers.ENV_ARG},
         "tiers_script": tiers.SCRIPT,
         "tiers_spec": tiers.SPEC,
         # torch.compile at run time: compilers + Python.h (data.RUNTIME_COMPILE_APT), not the dev toolchain

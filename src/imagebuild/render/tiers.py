@@ -23,6 +23,16 @@ SCRIPT = "files/imagebuild-tiers.py"  # context paths of the resolve stage's scr
 SPEC = "files/imagebuild-tiers.json"
 # Where each tier's pinned file sits in the image (in its own layer): what the layer holds, readable without pip.
 LIST_DIR = "/opt/venv/.imagebuild-layers"
+# The runtime's part that a matrix edit does not change (issue 44: rebuild only what changed): the compilers and
+# every tier below the matrix's own packages, in a stage of its own (ENV_STAGE) that the final stage is FROM through
+# the global ARG ENV_ARG (its default: that stage). One build (the classic builder, `buildx bake`) builds it in line;
+# the BuildKit backend builds it as an image of its own, keyed by ENV_KEY_STAGE's files (the env tiers' pinned
+# lists) and found again by that key, so that BuildKit's re-timestamping and export skip its layers as they skip a
+# parent image's (builder/backends/buildkit/envimage.py). The same layers either way: the same image ID.
+ENV_STAGE = "env"
+ENV_KEY_STAGE = "env-key"
+ENV_ARG = "ENV_IMAGE"
+MATRIX_PREFIX = "matrix-"
 
 
 @dataclass(frozen=True)
@@ -79,8 +89,14 @@ def matrix_tiers(packages: Sequence[str]) -> list[Tier]:
         m = _NAME.match(requirement)
         key = canonical_name(m.group(1)) if m else "other"
         named.setdefault(key, []).append(requirement)  # one package named twice: one layer, both requirements
-    return [Tier(f"matrix-{key}", f"the matrix's package {', '.join(reqs)} and what only it needs",
+    return [Tier(f"{MATRIX_PREFIX}{key}", f"the matrix's package {', '.join(reqs)} and what only it needs",
                  requires=tuple(reqs)) for key, reqs in sorted(named.items())]
+
+
+def env_tiers(tiers: Sequence[Tier]) -> list[Tier]:
+    """The tiers in the runtime's env stage: every tier below the matrix's own packages (nvidia, torch, its family,
+    transformer_engine); the matrix's tiers are the final stage's."""
+    return [t for t in tiers if not t.name.startswith(MATRIX_PREFIX)]
 
 
 def spec_file(tiers: Sequence[Tier]) -> bytes:

@@ -4,6 +4,9 @@
 
 # BASE_IMAGE: the parent image ID, passed by the builder.
 ARG BASE_IMAGE
+# ENV_IMAGE: what the final stage stands on, the `env` stage unless the builder passes that stage built as an
+# image of its own (BuildKit: keyed by the `env-key` stage's files, so a matrix edit re-exports only what changed).
+ARG ENV_IMAGE=env
 
 # The Python environment in layers, least changing first: torch.
 # Builder stages: nothing from them but each tier's /opt/stage reaches the image.
@@ -48,7 +51,8 @@ RUN set -eux; \
     if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-torch.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-torch.txt; fi; \
     find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 
-FROM ${BASE_IMAGE}
+# The environment below the matrix's own packages, the part a matrix edit leaves alone: the image's first layers.
+FROM ${BASE_IMAGE} AS env
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 USER 0
 # torch.compile at run time: Inductor compiles C++ (CPU) and Triton builds a C launcher (GPU), both against Python.h.
@@ -67,6 +71,12 @@ RUN set -eux; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log \
         /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 COPY --from=tier-torch /opt/stage/ /
+
+# What the env stage is made of, as the builder keys it: the pinned list of each of its tiers.
+FROM scratch AS env-key
+COPY --from=resolve /opt/tiers/torch.txt /
+
+FROM ${ENV_IMAGE}
 RUN for f in /opt/venv/.imagebuild-removed-*.txt; do \
         [ -f "$f" ] || continue; xargs -d '\n' rm -rf -- < "$f"; rm -f "$f"; \
     done

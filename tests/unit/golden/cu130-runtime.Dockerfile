@@ -4,6 +4,9 @@
 
 # BASE_IMAGE: the parent image ID, passed by the builder.
 ARG BASE_IMAGE
+# ENV_IMAGE: what the final stage stands on, the `env` stage unless the builder passes that stage built as an
+# image of its own (BuildKit: keyed by the `env-key` stage's files, so a matrix edit re-exports only what changed).
+ARG ENV_IMAGE=env
 
 # The Python environment in layers, least changing first: nvidia, torch, torch-family.
 # The CUDA libraries come only from the torch wheels' own nvidia-* dependencies (one copy each, no system CUDA runtime).
@@ -131,7 +134,8 @@ RUN set -eu; \
     done; \
     find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 
-FROM ${BASE_IMAGE}
+# The environment below the matrix's own packages, the part a matrix edit leaves alone: the image's first layers.
+FROM ${BASE_IMAGE} AS env
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 USER 0
 # torch.compile at run time: Inductor compiles C++ (CPU) and Triton builds a C launcher (GPU), both against Python.h.
@@ -152,6 +156,12 @@ RUN set -eux; \
 COPY --from=tier-nvidia /opt/stage/ /
 COPY --from=tier-torch /opt/stage/ /
 COPY --from=tier-torch-family /opt/stage/ /
+
+# What the env stage is made of, as the builder keys it: the pinned list of each of its tiers.
+FROM scratch AS env-key
+COPY --from=resolve /opt/tiers/nvidia.txt /opt/tiers/torch.txt /opt/tiers/torch-family.txt /
+
+FROM ${ENV_IMAGE}
 RUN for f in /opt/venv/.imagebuild-removed-*.txt; do \
         [ -f "$f" ] || continue; xargs -d '\n' rm -rf -- < "$f"; rm -f "$f"; \
     done

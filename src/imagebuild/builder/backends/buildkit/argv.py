@@ -18,6 +18,9 @@ What the BuildKit backend asks of buildx, and why:
   into the engine (build.py); any other driver (docker-container, remote, kubernetes) loads its `type=docker`
   output into the engine itself. Only the docker driver without the containerd image store keeps build-time dates
   (its image exporter is the only one it has).
+- the runtime's env stage as an image of its own (envimage.py): `--target env-key` exported as files (its key),
+  `--target env` exported as an image when the engine has none of that key, then the image with ENV_IMAGE the named
+  context of that env image, so that the export skips its layers as it skips a parent's.
 - `compression=zstd` (level 3, forced on every layer, OCI media types) wherever the output is such an archive
   (EXPORT_OPTIONS): BuildKit's rewrite inflates and compresses every layer of the image again on every export, the
   unchanged ones too (its converter's skip keys on the input blob, never the rewritten one), and the engine unpacks
@@ -31,6 +34,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from imagebuild.builder.backends.buildkit.envimage import ENV_CONTEXT
+from imagebuild.render.tiers import ENV_ARG
 
 BASE_CONTEXT = "imagebuild-base"  # the named context that stands for the parent image
 SECRET_ENV_PREFIX = "IMAGEBUILD_SECRET_"
@@ -60,6 +66,9 @@ class BuildxCall:
     archive: Path | None = None  # the docker driver with the containerd image store: export here, then load
     extra_flags: tuple[str, ...] = field(default_factory=tuple)  # cache import/export (--cache-from/--cache-to)
     platform: str | None = None  # --platform: the image's OS/architecture (None: the builder's own)
+    target: str | None = None  # --target: a stage of the Dockerfile (the runtime's env and env-key: envimage.py)
+    local_dest: Path | None = None  # export the target's files here (type=local) instead of an image
+    env_ref: str | None = None  # the env image's tag in the engine's store, for the final stage's ENV_IMAGE
 
 
 def buildx_argv(call: BuildxCall) -> list[str]:
@@ -70,20 +79,29 @@ def buildx_argv(call: BuildxCall) -> list[str]:
     if call.platform:  # the parent's named context resolves to that platform's image too
         argv += ["--platform", call.platform]
     argv += ["--progress", "rawjson", "--network", "host", "--provenance=false", "--sbom=false",
-             "--file", str(call.context_dir / call.dockerfile), "--tag", call.tag]
+             "--file", str(call.context_dir / call.dockerfile)]
+    if call.tag:  # none for files exported (the env-key stage)
+        argv += ["--tag", call.tag]
     args = dict(call.build_args)
     for name in call.secrets:
         args.pop(name, None)
+    if call.target:
+        argv += ["--target", call.target]
     if call.base_ref is not None:
         args["BASE_IMAGE"] = BASE_CONTEXT
         argv += ["--build-context", f"{BASE_CONTEXT}=docker-image://{call.base_ref}"]
+    if call.env_ref is not None:
+        args[ENV_ARG] = ENV_CONTEXT
+        argv += ["--build-context", f"{ENV_CONTEXT}=docker-image://{call.env_ref}"]
     for name in sorted(args):
         argv += ["--build-arg", f"{name}={args[name]}"]
     for name in sorted(call.labels):
         argv += ["--label", f"{name}={call.labels[name]}"]
     for name in (n for n in call.secrets if n in call.build_args):
         argv += ["--secret", f"id={secret_id(name)},env={SECRET_ENV_PREFIX}{name}"]
-    if call.archive is not None:
+    if call.local_dest is not None:
+        argv += ["--output", f"type=local,dest={call.local_dest}"]
+    elif call.archive is not None:
         argv += ["--output", f"type=docker,dest={call.archive},{EXPORT_OPTIONS}"]
     elif not call.docker_driver:
         argv += ["--output", f"type=docker,{EXPORT_OPTIONS}"]

@@ -19,16 +19,19 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from imagebuild.builder.backend import BuildEvent, BuildOutcome, BuildRequest
+from imagebuild.builder.backends.buildkit import envimage
 from imagebuild.builder.backends.buildkit.argv import BuildxCall, buildx_argv, secret_env
-from imagebuild.builder.backends.buildkit.progress import RawJsonProgress
+from imagebuild.builder.backends.buildkit.progress import NAME_MAX, RawJsonProgress
 from imagebuild.builder.context import tar_context
 from imagebuild.engine import cli, held
 from imagebuild.models import platform_to_ask
 from imagebuild.phases import Phase
+from imagebuild.render.tiers import ENV_KEY_STAGE, ENV_STAGE
 
 # build arguments that carry credentials: sent as build secrets; the buildkit templates read /run/secrets/<id>
 SECRET_BUILD_ARGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
@@ -46,10 +49,12 @@ class BuildxBackend:
         # the docker driver on the containerd image store: export an archive with rewritten dates, then load it
         self.via_archive = docker_driver and containerd_store
 
-    def cache_flags(self, tag: str) -> tuple[str, ...]:
+    def cache_flags(self, tag: str, part: str = "image", split: bool = False) -> tuple[str, ...]:
         """A registry cache per image (`<cache repository>:<the image's tag>`, every stage: mode=max), imported and
         exported, so a fresh runner rebuilding a changed image reuses each unchanged stage. Plain HTTP for a
-        loopback registry, as the engine itself allows."""
+        loopback registry, as the engine itself allows. A runtime built with its env image (`split`, envimage.py)
+        has a second one, `<tag>-env`, of the env image's build: `part` "env" exports that one, "key" (the env-key
+        files) exports none; each imports both."""
         if not self.cache_repository:
             return ()
         from imagebuild.oci import Reference
@@ -57,8 +62,14 @@ class BuildxBackend:
         repo = Reference.parse(self.cache_repository)
         ref = f"{repo.name}:{Reference.parse(tag).tag or 'latest'}"
         insecure = ",registry.insecure=true" if repo.registry.split(":")[0] in ("localhost", "127.0.0.1") else ""
-        return ("--cache-from", f"type=registry,ref={ref}{insecure}",
-                "--cache-to", f"type=registry,ref={ref},mode=max,ignore-error=true{insecure}")
+        refs = [ref, f"{ref}-env"] if split else [ref]
+        own = {"image": ref, "env": f"{ref}-env", "key": None}[part]
+        flags: list[str] = []
+        for r in sorted(refs, key=lambda r: r != own):
+            flags += ["--cache-from", f"type=registry,ref={r}{insecure}"]
+        if own is not None:
+            flags += ["--cache-to", f"type=registry,ref={own},mode=max,ignore-error=true{insecure}"]
+        return tuple(flags)
 
     def start(self, request: BuildRequest) -> BuildxBuild:
         return BuildxBuild(self, request)
@@ -95,7 +106,9 @@ class BuildxBuild:
         self._process: cli.Process | None = None
         self._cancelled = False
         self._image_id: str | None = None
-        self._load_seconds: float | None = None  # the exported archive's load into the engine (via_archive)
+        # each buildx process of this image (envimage.py: the env-key files, the env image, the image), its progress
+        self._solves: list[tuple[str, RawJsonProgress]] = []
+        self._extra: list[tuple[int, Phase]] = []  # phases seen outside BuildKit, after solve n (loads, the env)
 
     def cancel(self) -> None:
         with self._lock:
@@ -131,19 +144,80 @@ class BuildxBuild:
             context.close()
         args = req.all_build_args()
         base = req.parents.get("BASE_IMAGE", "")
+        split = self.backend.via_archive and envimage.splits(req.dockerfile)
         call = BuildxCall(
             context_dir=context_dir, dockerfile="Dockerfile", tag=req.tag, build_args=args,
             labels=req.labels, secrets=SECRET_BUILD_ARGS,
             base_ref=self.backend.parent_ref(base) if base.startswith("sha256:") else None,
             builder=self.backend.builder, docker_driver=self.backend.docker_driver,
             archive=tmp / "image.tar" if self.backend.via_archive else None,
-            extra_flags=self.backend.cache_flags(req.tag),
+            extra_flags=self.backend.cache_flags(req.tag, split=split),
             platform=platform_to_ask(req.platform))
+        if split:
+            env_ref = yield from self._env_image(call, tmp)
+            if env_ref is None:
+                return
+            call = replace(call, env_ref=env_ref)
+        if not (yield from self._solve(call, "image")):
+            return
+        if call.archive is not None:
+            yield from self._load(call.archive, "the image")
+        if self.progress.error is None:
+            self._image_id = self.backend.image_id(req.tag)
+            if self._image_id is None:
+                self.progress.fail(f"buildx reported success but the engine has no image {req.tag}")
+            else:
+                if call.archive is not None:  # what a push of this image sends, kept beside the engine
+                    held.keep(call.archive, self._image_id)
+                yield BuildEvent("image", self._image_id)
+
+    def _env_image(self, call: BuildxCall, tmp: Path) -> Generator[BuildEvent, None, str | None]:
+        """The runtime's env stage as an image in the engine (envimage.py): its key from the env-key stage's files,
+        then the engine's image of that key, else built, loaded and tagged by it. Its tag, or None when a step failed
+        (the progress says which)."""
+        req = self.request
+        started = time.monotonic()
+        key_dir = tmp / "env-key"
+        key_call = replace(call, target=ENV_KEY_STAGE, local_dest=key_dir, archive=None, tag="", labels={},
+                           extra_flags=self.backend.cache_flags(req.tag, "key", split=True))
+        if not (yield from self._solve(key_call, "env-key")):
+            return None
+        key = envimage.env_key(req.dockerfile, envimage.read_key_files(key_dir), call.build_args, call.secrets,
+                               parent_id=req.parents.get("BASE_IMAGE", ""), platform=req.platform,
+                               context_files=req.context_files, context_dirs=req.context_dirs)
+        ref = envimage.env_tag(key)
+        if self.backend.image_id(ref) is not None:
+            self._extra.append((len(self._solves), Phase(
+                "env", f"the env image {ref[:len(envimage.ENV_REPOSITORY) + 13]}: the engine's, taken again by its key",
+                time.monotonic() - started, cached=True)))
+            yield BuildEvent("step", "env image: taken again by its key")
+            return ref
+        env_call = replace(call, target=ENV_STAGE, tag=ref, labels={}, archive=tmp / "env.tar",
+                           extra_flags=self.backend.cache_flags(req.tag, "env", split=True))
+        if not (yield from self._solve(env_call, "env image")):
+            return None
+        assert env_call.archive is not None
+        yield from self._load(env_call.archive, "the env image")
+        if self.progress.error is None and self.backend.image_id(ref) is None:
+            self.progress.fail(f"buildx reported success but the engine has no env image {ref}")
+        if self.progress.error is not None:
+            return None
+        env_call.archive.unlink(missing_ok=True)  # its layers are in the image's own archive too
+        self._extra.append((len(self._solves), Phase(
+            "env", f"the env image {ref[:len(envimage.ENV_REPOSITORY) + 13]}: built (the engine had none of its key)",
+            time.monotonic() - started, cached=False)))
+        return ref
+
+    def _solve(self, call: BuildxCall, label: str) -> Generator[BuildEvent, None, bool]:
+        """One buildx process, its progress its own (the first one's is the build's first progress)."""
+        if self._solves:
+            self.progress = RawJsonProgress(log=self.request.log)
+        self._solves.append((label, self.progress))
         with self._lock:
             if self._cancelled:
                 self.progress.fail("interrupted")
-                return
-            self._process = cli.start(buildx_argv(call), env=secret_env(args, SECRET_BUILD_ARGS))
+                return False
+            self._process = cli.start(buildx_argv(call), env=secret_env(call.build_args, SECRET_BUILD_ARGS))
         process = self._process
         try:
             yield from self._stream(process)
@@ -154,27 +228,22 @@ class BuildxBuild:
         if self._cancelled:
             self.progress.fail("interrupted")
         yield from self.progress.finish(returncode)
-        if self.progress.error is None and call.archive is not None:
-            yield from self._load(call.archive)
-        if self.progress.error is None:
-            self._image_id = self.backend.image_id(req.tag)
-            if self._image_id is None:
-                self.progress.fail(f"buildx reported success but the engine has no image {req.tag}")
-            else:
-                if call.archive is not None:  # what a push of this image sends, kept beside the engine
-                    held.keep(call.archive, self._image_id)
-                yield BuildEvent("image", self._image_id)
+        return self.progress.error is None
 
-    def _load(self, archive: Path) -> Iterator[BuildEvent]:
+    def _load(self, archive: Path, what: str) -> Iterator[BuildEvent]:
         """The exported docker archive into the engine's store (its image ID is the archive's manifest digest); the
-        archive is then kept under that ID for the push (engine/held.py), else it goes with the build's temporary
-        folder."""
-        yield BuildEvent("step", "loading into the engine")  # a phase: no step number (progress.py)
+        image's archive is then kept under that ID for the push (engine/held.py), else it goes with the build's
+        temporary folder."""
+        image = what == "the image"
+        # a phase: no step number (progress.py)
+        yield BuildEvent("step", "loading into the engine" if image else f"loading {what} into the engine")
         start = time.monotonic()
         loaded = cli.load(str(archive), timeout=self.request.timeout)
-        self._load_seconds = time.monotonic() - start
+        name = "loading the exported archive into the engine" if image else f"loading {what}'s archive into the engine"
+        self._extra.append((len(self._solves), Phase("export", name, time.monotonic() - start)))
         if not loaded.ok:
-            self.progress.fail(f"docker image load of the exported image failed: {loaded.reason}")
+            self.progress.fail(f"docker image load of the exported {what.removeprefix('the ')} failed: "
+                               f"{loaded.reason}")
 
     def _stream(self, process: cli.Process) -> Iterator[BuildEvent]:
         """Read stderr until EOF; `request.timeout` seconds without a byte count as a lost build."""
@@ -198,11 +267,14 @@ class BuildxBuild:
                 yield from self.progress.feed(decoder.decode(chunk))
 
     def phases(self) -> tuple[Phase, ...]:
-        """BuildKit's timed phases (progress.py), then the archive's load into the engine when there was one."""
-        timed = self.progress.timed_phases()
-        if self._load_seconds is not None:
-            timed.append(Phase("export", "loading the exported archive into the engine", self._load_seconds))
-        return tuple(timed)
+        """BuildKit's timed phases of each buildx process (progress.py; the env image's and its key's named so),
+        each followed by what came after it outside BuildKit: an archive's load into the engine, the env image."""
+        out: list[Phase] = []
+        for n, (label, progress) in enumerate(self._solves or [("image", self.progress)], start=1):
+            for phase in progress.timed_phases():
+                out.append(phase if label == "image" else replace(phase, name=f"{label}: {phase.name}"[:NAME_MAX]))
+            out += [phase for after, phase in self._extra if after == n]
+        return tuple(out)
 
     def outcome(self) -> BuildOutcome:
         if self.progress.failed or self._image_id is None:
