@@ -5,7 +5,10 @@ written to the state folder: argv.json (the buildx build's argv, the secrets it 
 
 Knobs (environment): FAKE_STREAM (the rawjson to replay), FAKE_RC (buildx's exit status), FAKE_SLEEP (seconds before
 the stream), FAKE_BUILT (the ID `image inspect` answers), FAKE_LS (`buildx ls`), FAKE_ENGINE (the engine version),
-FAKE_NO_BUILDX, FAKE_DEAD (a builder that does not answer), FAKE_DRIVER_STATUS, FAKE_LOAD_RC.
+FAKE_NO_BUILDX, FAKE_DEAD (a builder that does not answer), FAKE_DRIVER_STATUS, FAKE_LOAD_RC; for a build with a
+`--target` (the runtime's env image, envimage.py): FAKE_KEY_TEXT (the env-key stage's torch.txt), FAKE_FAIL_TARGET and
+FAKE_FAIL_STREAM (that target's build fails with that stream). Every build's argv is also appended to builds.jsonl;
+`imagebuild-env:` tags are in the engine once an archive of theirs was loaded (present).
 """
 
 from __future__ import annotations
@@ -25,20 +28,45 @@ args = sys.argv[1:]
 state = os.environ["FAKE_STATE"]
 def out(text): sys.stdout.write(text)
 if args[:2] == ["buildx", "build"]:
+    seen = {"argv": args, "secrets": {k: v for k, v in os.environ.items() if k.startswith("IMAGEBUILD_SECRET_")},
+            "dockerfile": open(args[args.index("--file") + 1]).read()}
     with open(os.path.join(state, "argv.json"), "w") as fh:
-        json.dump({"argv": args, "secrets": {k: v for k, v in os.environ.items() if k.startswith("IMAGEBUILD_SECRET_")},
-                   "dockerfile": open(args[args.index("--file") + 1]).read()}, fh)
+        json.dump(seen, fh)
+    with open(os.path.join(state, "builds.jsonl"), "a") as fh:
+        fh.write(json.dumps(seen) + "\n")
+    target = args[args.index("--target") + 1] if "--target" in args else None
     if os.environ.get("FAKE_SLEEP"):
         time.sleep(float(os.environ["FAKE_SLEEP"]))
-    sys.stderr.write(open(os.environ["FAKE_STREAM"]).read())
-    for a in args:  # the archive output: buildx writes the image there
+    failing = os.environ.get("FAKE_FAIL_TARGET")
+    stream = os.environ["FAKE_FAIL_STREAM"] if failing and failing == target else os.environ["FAKE_STREAM"]
+    sys.stderr.write(open(stream).read())
+    if failing and failing == target:
+        sys.exit(1)
+    for a in args:  # the archive output: buildx writes the image there; a local one: the target's files
         if a.startswith("type=docker,dest="):
-            open(a.split("dest=", 1)[1].split(",", 1)[0], "w").write("an image archive")
+            open(a.split("dest=", 1)[1].split(",", 1)[0], "w").write(
+                "tag " + args[args.index("--tag") + 1] if target else "an image archive")
+        if a.startswith("type=local,dest="):
+            dest = a.split("dest=", 1)[1]
+            os.makedirs(dest, exist_ok=True)
+            open(os.path.join(dest, "torch.txt"), "w").write(os.environ.get("FAKE_KEY_TEXT", "torch==2.13.0\n"))
     sys.exit(int(os.environ.get("FAKE_RC", "0")))
 if args[:2] == ["image", "load"]:
     archive = args[args.index("--input") + 1]
-    open(os.path.join(state, "loaded"), "w").write(open(archive).read())
+    text = open(archive).read()
+    if text.startswith("tag "):  # a target's image (the env image): the engine holds its tag from now on
+        with open(os.path.join(state, "present"), "a") as fh:
+            fh.write(text[4:] + "\n")
+    else:
+        open(os.path.join(state, "loaded"), "w").write(text)
     sys.exit(int(os.environ.get("FAKE_LOAD_RC", "0")))
+if args[:2] == ["image", "inspect"] and args[-1].startswith("imagebuild-env:"):
+    present = os.path.join(state, "present")
+    if not os.path.exists(present) or args[-1] not in open(present).read().split():
+        sys.stderr.write("Error: No such image: " + args[-1] + "\n")
+        sys.exit(1)
+    out("sha256:" + "e0" * 32 + "\n")
+    sys.exit(0)
 if args[:1] == ["info"]:
     out(os.environ.get("FAKE_DRIVER_STATUS", '[["Backing Filesystem","extfs"]]') + "\n")
     sys.exit(0)

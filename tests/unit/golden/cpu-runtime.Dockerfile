@@ -54,6 +54,8 @@ RUN set -eux; \
 # The environment below the matrix's own packages, the part a matrix edit leaves alone: the image's first layers.
 FROM ${BASE_IMAGE} AS env
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# DL3002: the final stage below stands on this one and ends with the image's own user.
+# hadolint ignore=DL3002
 USER 0
 # torch.compile at run time: Inductor compiles C++ (CPU) and Triton builds a C launcher (GPU), both against Python.h.
 # Only the compilers and headers, not the dev toolchain; before the pip layers so a torch change keeps this layer.

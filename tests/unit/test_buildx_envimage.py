@@ -1,0 +1,230 @@
+"""The runtime's env stage as an image of its own on BuildKit (builder/backends/buildkit/envimage.py): its key, and the
+backend's three buildx processes against the one fake docker CLI. Proven for real (the same image ID as one build,
+the env image taken again on a one-package rebuild) in tests/integration/test_buildkit_backend.py and
+test_env_layers.py."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from _fake_docker_cli import FIXTURES, install_fake_docker
+from _render_cases import CPU
+
+from imagebuild.builder.backend import BuildRequest
+from imagebuild.builder.backends.buildkit import envimage
+from imagebuild.builder.backends.buildkit.checks import preflight
+from imagebuild.render.tiers import ENV_ARG
+
+PARENT = "sha256:" + "ab" * 32
+BUILT = "sha256:" + "cd" * 32
+SECRET = "https://u:Pa55w0rd@idx/simple"
+
+DOCKERFILE = """\
+ARG BASE_IMAGE
+ARG ENV_IMAGE=env
+
+FROM ${BASE_IMAGE} AS resolve
+ARG PIP_EXTRA_INDEX_URL
+COPY files/imagebuild-tiers.json /tmp/
+RUN resolve
+
+# layer 1 of the environment: torch
+FROM ${BASE_IMAGE} AS tier-torch
+ARG PIP_EXTRA_INDEX_URL
+ARG SOURCE_DATE_EPOCH=0
+COPY wheelhouse/ /tmp/wheelhouse/
+COPY --from=resolve /opt/tiers/torch.txt /opt/stage/torch.txt
+RUN pip install torch
+
+# layer 2 of the environment: the matrix's package numpy
+FROM ${BASE_IMAGE} AS tier-matrix-numpy
+ARG PIP_EXTRA_INDEX_URL
+COPY --from=resolve /opt/tiers/matrix-numpy.txt /opt/stage/matrix-numpy.txt
+RUN pip install numpy
+
+FROM ${BASE_IMAGE} AS env
+ARG SOURCE_DATE_EPOCH
+RUN apt-get install gcc
+COPY --link --from=tier-torch /opt/stage/ /
+
+FROM scratch AS env-key
+COPY --from=resolve /opt/tiers/torch.txt /
+
+FROM ${ENV_IMAGE}
+COPY --link --from=tier-matrix-numpy /opt/stage/ /
+COPY files/entrypoint /usr/local/bin/
+ARG CREATED=""
+LABEL created="${CREATED}"
+"""
+
+
+def _key(dockerfile: str = DOCKERFILE, key_text: bytes = b"torch==2.13.0\n", args: dict | None = None,
+          files: dict | None = None, wheelhouse: Path | None = None, **kw) -> str:
+    base = {"SOURCE_DATE_EPOCH": "0", "CREATED": "0", "PIP_EXTRA_INDEX_URL": SECRET}
+    return envimage.env_key(dockerfile, {"torch.txt": key_text}, {**base, **(args or {})}, ("PIP_EXTRA_INDEX_URL",),
+                            parent_id=kw.get("parent", PARENT), platform=kw.get("platform", "linux/amd64"),
+                            context_files=files or {"files/entrypoint": b"#!/bin/sh\n"},
+                            context_dirs={"wheelhouse": wheelhouse} if wheelhouse else {})
+
+
+def test_the_dockerfile_splits_and_its_env_closure_leaves_the_matrix_and_the_resolve_out():
+    assert envimage.splits(DOCKERFILE)
+    assert [s.name for s in envimage.env_closure(DOCKERFILE)] == ["tier-torch", "env"]
+    assert not envimage.splits("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n")  # base, dev: one build
+    assert not envimage.splits(DOCKERFILE.replace("FROM ${ENV_IMAGE}", "FROM ${BASE_IMAGE}"))
+    assert not envimage.splits(DOCKERFILE.replace("AS env-key", "AS other"))
+
+
+def test_the_key_follows_what_the_env_stage_is_made_of_and_nothing_else(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch.whl").write_bytes(b"one")
+    key = _key(wheelhouse=wheels)
+    assert key == _key(wheelhouse=wheels)
+    # what does not reach the env stage: the matrix's tiers, comments, the final stage, undeclared args, a secret
+    added = DOCKERFILE.replace("FROM ${ENV_IMAGE}\n", "FROM ${BASE_IMAGE} AS tier-matrix-six\nRUN pip install six\n\n"
+                                                      "# another comment\nFROM ${ENV_IMAGE}\n"
+                                                      "COPY --link --from=tier-matrix-six /opt/stage/ /\n")
+    assert _key(added, wheelhouse=wheels) == key
+    assert _key(DOCKERFILE.replace("# layer 2 of the environment: the matrix's package numpy", "# layer 2: aaa"),
+                wheelhouse=wheels) == key
+    assert _key(args={"CREATED": "2026-12-07"}, wheelhouse=wheels) == key
+    assert _key(args={"PIP_EXTRA_INDEX_URL": "https://other:secret@idx"}, wheelhouse=wheels) == key
+    assert _key(files={"files/entrypoint": b"#!/bin/bash\n"}, wheelhouse=wheels) == key
+    assert _key(DOCKERFILE.replace("RUN pip install numpy", "RUN pip install numpy==2"), wheelhouse=wheels) == key
+    # what does: the env tiers' pinned lists, their stages, their declared args, the parent, the platform, the wheels
+    assert _key(key_text=b"torch==2.13.1\n", wheelhouse=wheels) != key
+    assert _key(DOCKERFILE.replace("RUN apt-get install gcc", "RUN apt-get install gcc g++"), wheelhouse=wheels) != key
+    assert _key(DOCKERFILE.replace("RUN pip install torch", "RUN pip install -U torch"), wheelhouse=wheels) != key
+    assert _key(args={"SOURCE_DATE_EPOCH": "1"}, wheelhouse=wheels) != key
+    assert _key(parent="sha256:" + "ef" * 32, wheelhouse=wheels) != key
+    assert _key(platform="linux/arm64", wheelhouse=wheels) != key
+    (wheels / "torch.whl").write_bytes(b"two")
+    assert _key(wheelhouse=wheels) != key
+    assert len(key) == 64 and SECRET not in json.dumps(key)
+
+
+@pytest.fixture()
+def containerd(tmp_path, monkeypatch):
+    state = install_fake_docker(tmp_path, monkeypatch, built=BUILT)
+    monkeypatch.setenv("FAKE_DRIVER_STATUS", '[["driver-type","io.containerd.snapshotter.v1"]]')
+    return state
+
+
+def _request() -> BuildRequest:
+    return BuildRequest(tag="reg/torch:2.13-runtime", dockerfile=DOCKERFILE, timeout=30, labels={"io.x": "1"},
+                        build_args={"SOURCE_DATE_EPOCH": "0", "CREATED": "0"}, parents={"BASE_IMAGE": PARENT},
+                        secret_build_args={"PIP_EXTRA_INDEX_URL": SECRET},
+                        context_files={"files/entrypoint": b"#!/bin/sh\n", "files/imagebuild-tiers.json": b"{}"})
+
+
+def _builds(state: Path) -> list[list[str]]:
+    lines = (state / "builds.jsonl").read_text().splitlines()
+    (state / "builds.jsonl").unlink()
+    return [json.loads(line)["argv"] for line in lines]
+
+
+def _value(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
+
+
+def test_the_env_image_is_built_once_for_its_key_then_taken_again(containerd, monkeypatch):
+    backend = preflight(None)
+    assert backend.via_archive
+    build = backend.start(_request())
+    events = list(build.events())
+    assert build.outcome().image_id == BUILT, build.outcome().error
+    key_call, env_call, image_call = _builds(containerd)
+    # 1: the env-key stage's files, nothing tagged or labelled
+    assert _value(key_call, "--target") == ["env-key"] and "--tag" not in key_call and "--label" not in key_call
+    assert [o for o in _value(key_call, "--output") if o.startswith("type=local,dest=")]
+    # 2: the env image, tagged by its key, without the image's labels, re-dated and exported as the image is
+    [ref] = _value(env_call, "--tag")
+    assert ref.startswith("imagebuild-env:") and len(ref.split(":")[1]) == 64
+    assert _value(env_call, "--target") == ["env"] and "--label" not in env_call
+    assert _value(env_call, "--output")[0].endswith(",rewrite-timestamp=true,compression=zstd,compression-level=3,"
+                                                    "force-compression=true,oci-mediatypes=true")
+    # 3: the image, standing on that env image through ENV_IMAGE
+    assert f"{ENV_ARG}={envimage.ENV_CONTEXT}" in _value(image_call, "--build-arg")
+    assert f"{envimage.ENV_CONTEXT}=docker-image://{ref}" in _value(image_call, "--build-context")
+    assert "--target" not in image_call and _value(image_call, "--tag") == ["reg/torch:2.13-runtime"]
+    assert "io.x=1" in _value(image_call, "--label")
+    for argv in (key_call, env_call, image_call):  # the parent by its pin everywhere, the secret never in an argv
+        assert f"imagebuild-base=docker-image://imagebuild-pin:{PARENT[7:]}" in argv
+        assert not any("Pa55w0rd" in a for a in argv)
+    phases = build.outcome().phases
+    assert [(p.kind, p.cached) for p in phases if p.kind == "env"] == [("env", False)]
+    assert any(p.name.startswith("env image: ") for p in phases)  # the env build's own rows, named so
+    assert "loading the env image into the engine" in [e.text for e in events if e.kind == "step"]
+    assert (containerd / "loaded").read_text() == "an image archive"  # the image's own archive, loaded last
+
+    # the same inputs again: the key's files, then the image; the env image is the engine's
+    build = backend.start(_request())
+    list(build.events())
+    assert build.outcome().image_id == BUILT
+    key_call, image_call = _builds(containerd)
+    assert f"{envimage.ENV_CONTEXT}=docker-image://{ref}" in _value(image_call, "--build-context")
+    assert [(p.kind, p.cached) for p in build.outcome().phases if p.kind == "env"] == [("env", True)]
+
+    # another torch pinned by the resolve: another key, the env image built again
+    monkeypatch.setenv("FAKE_KEY_TEXT", "torch==2.13.1\n")
+    build = backend.start(_request())
+    list(build.events())
+    key_call, env_call, image_call = _builds(containerd)
+    assert _value(env_call, "--tag") != [ref]
+
+
+def test_a_failing_env_build_fails_the_image_naming_its_step(containerd, monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL_TARGET", "env")
+    monkeypatch.setenv("FAKE_FAIL_STREAM", str(FIXTURES / "failed-run.rawjson"))
+    build = preflight(None).start(_request())
+    events = list(build.events())
+    outcome = build.outcome()
+    assert outcome.failed and outcome.image_id is None
+    assert outcome.error.startswith("[pip 1/2] RUN echo collecting six") and "exit code: 3" in outcome.error
+    assert sum(e.kind == "error" for e in events) == 1
+    assert len(_builds(containerd)) == 2  # the key's files, the env image; never the image
+    assert not (containerd / "loaded").exists()
+
+
+def test_without_the_containerd_store_the_image_is_one_build(containerd, monkeypatch):
+    monkeypatch.setenv("FAKE_DRIVER_STATUS", '[["Backing Filesystem","extfs"]]')
+    backend = preflight(None)
+    assert not backend.via_archive  # the engine's own exporter: nothing re-dated, nothing to skip
+    build = backend.start(_request())
+    list(build.events())
+    assert build.outcome().image_id == BUILT
+    [argv] = _builds(containerd)
+    assert "--target" not in argv and not any(a.startswith(f"{ENV_ARG}=") for a in argv)
+
+
+def test_the_registry_cache_of_a_split_runtime_has_its_env_part():
+    from imagebuild.builder.backends.buildkit.build import BuildxBackend
+
+    backend = BuildxBackend(cache_repository="reg.example/ml/cache")
+    image = backend.cache_flags("r/t:2.13-runtime", split=True)
+    assert _value(list(image), "--cache-from") == ["type=registry,ref=reg.example/ml/cache:2.13-runtime",
+                                                   "type=registry,ref=reg.example/ml/cache:2.13-runtime-env"]
+    assert _value(list(image), "--cache-to") == ["type=registry,ref=reg.example/ml/cache:2.13-runtime,mode=max,"
+                                                 "ignore-error=true"]
+    env = backend.cache_flags("r/t:2.13-runtime", "env", split=True)
+    assert _value(list(env), "--cache-to")[0].startswith("type=registry,ref=reg.example/ml/cache:2.13-runtime-env,")
+    assert "--cache-to" not in backend.cache_flags("r/t:2.13-runtime", "key", split=True)
+    # an image built in one piece (base, dev): one import and one export of its own tag, as before
+    assert backend.cache_flags("r/t:2.13-base") == (
+        "--cache-from", "type=registry,ref=reg.example/ml/cache:2.13-base",
+        "--cache-to", "type=registry,ref=reg.example/ml/cache:2.13-base,mode=max,ignore-error=true")
+
+
+def test_the_rendered_runtime_splits():
+    """The runtime the render writes is what the backend splits (and base and dev are not)."""
+    from imagebuild.render import render_image
+
+    runtime = render_image(replace(CPU, pip_packages={"runtime": ("numpy",)}), "runtime").dockerfile
+    assert envimage.splits(runtime)
+    assert [s.name for s in envimage.env_closure(runtime)] == ["tier-torch", "env"]
+    assert not envimage.splits(render_image(CPU, "dev").dockerfile)
+    assert not envimage.splits(render_image(CPU, "base").dockerfile)
