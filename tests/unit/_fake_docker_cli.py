@@ -7,7 +7,8 @@ Knobs (environment): FAKE_STREAM (the rawjson to replay), FAKE_RC (buildx's exit
 the stream), FAKE_BUILT (the ID `image inspect` answers), FAKE_LS (`buildx ls`), FAKE_ENGINE (the engine version),
 FAKE_NO_BUILDX, FAKE_DEAD (a builder that does not answer), FAKE_DRIVER_STATUS, FAKE_LOAD_RC; for a build with a
 `--target` (the runtime's env image, envimage.py): FAKE_KEY_TEXT (the env-key stage's torch.txt), FAKE_FAIL_TARGET and
-FAKE_FAIL_STREAM (that target's build fails with that stream). Every build's argv is also appended to builds.jsonl;
+FAKE_FAIL_STREAM (that target's build fails with that stream), FAKE_ARCHIVE (the image's archive, else a text),
+FAKE_ENV_LAYERS (the env image's diff IDs, JSON). Every build's argv is also appended to builds.jsonl;
 `imagebuild-env:` tags are in the engine once an archive of theirs was loaded (present).
 """
 
@@ -44,8 +45,11 @@ if args[:2] == ["buildx", "build"]:
         sys.exit(1)
     for a in args:  # the archive output: buildx writes the image there; a local one: the target's files
         if a.startswith("type=docker,dest="):
-            open(a.split("dest=", 1)[1].split(",", 1)[0], "w").write(
-                "tag " + args[args.index("--tag") + 1] if target else "an image archive")
+            dest = a.split("dest=", 1)[1].split(",", 1)[0]
+            if not target and os.environ.get("FAKE_ARCHIVE"):
+                open(dest, "wb").write(open(os.environ["FAKE_ARCHIVE"], "rb").read())
+            else:
+                open(dest, "w").write("tag " + args[args.index("--tag") + 1] if target else "an image archive")
         if a.startswith("type=local,dest="):
             dest = a.split("dest=", 1)[1]
             os.makedirs(dest, exist_ok=True)
@@ -53,19 +57,20 @@ if args[:2] == ["buildx", "build"]:
     sys.exit(int(os.environ.get("FAKE_RC", "0")))
 if args[:2] == ["image", "load"]:
     archive = args[args.index("--input") + 1]
-    text = open(archive).read()
-    if text.startswith("tag "):  # a target's image (the env image): the engine holds its tag from now on
+    data = open(archive, "rb").read()
+    if data.startswith(b"tag "):  # a target's image (the env image): the engine holds its tag from now on
         with open(os.path.join(state, "present"), "a") as fh:
-            fh.write(text[4:] + "\n")
+            fh.write(data[4:].decode() + "\n")
     else:
-        open(os.path.join(state, "loaded"), "w").write(text)
+        open(os.path.join(state, "loaded"), "wb").write(data)
     sys.exit(int(os.environ.get("FAKE_LOAD_RC", "0")))
 if args[:2] == ["image", "inspect"] and args[-1].startswith("imagebuild-env:"):
     present = os.path.join(state, "present")
     if not os.path.exists(present) or args[-1] not in open(present).read().split():
         sys.stderr.write("Error: No such image: " + args[-1] + "\n")
         sys.exit(1)
-    out("sha256:" + "e0" * 32 + "\n")
+    layers = os.environ.get("FAKE_ENV_LAYERS", json.dumps(["sha256:" + "e1" * 32]))
+    out((layers if "RootFS" in " ".join(args) else "sha256:" + "e0" * 32) + "\n")
     sys.exit(0)
 if args[:1] == ["info"]:
     out(os.environ.get("FAKE_DRIVER_STATUS", '[["Backing Filesystem","extfs"]]') + "\n")

@@ -6,6 +6,7 @@ test_env_layers.py."""
 from __future__ import annotations
 
 import json
+import tarfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +19,14 @@ from imagebuild.builder.backends.buildkit import envimage
 from imagebuild.builder.backends.buildkit.checks import preflight
 from imagebuild.render.tiers import ENV_ARG
 
+# A real BuildKit export (dockerd 26.1.5, buildx 0.13.1): an image FROM an env image passed by its plain tag, whose
+# two layers (ENV_LAYERS) the export did not re-date; ONE_BUILD is the manifest digest the same Dockerfile gave with
+# the env stage in line (and with the env image as a named context): every layer annotated as re-dated.
+CHILD = FIXTURES / "env-image-child.tar"
+ENV_LAYERS = ["sha256:804d61715ff0ead1e74d2b3c33f3b775234ac6f47c9ae22eb7daeeda5c968d19",
+              "sha256:830d4da8ec34cefb40fa1d7a5dd78ef5c4765ec8c3dba6caff2ef481cf0c1394"]
+ONE_BUILD = "sha256:f68d0f3e07b1933f1edf179e75d1fc6b9246371dd1bc6d22f6793c89515f0923"
+AS_EXPORTED = "sha256:d8123040c2990f076ccb79cee12082c18be705cdf021745d896bd51c2d0235d5"
 PARENT = "sha256:" + "ab" * 32
 BUILT = "sha256:" + "cd" * 32
 SECRET = "https://u:Pa55w0rd@idx/simple"
@@ -107,6 +116,52 @@ def test_the_key_follows_what_the_env_stage_is_made_of_and_nothing_else(tmp_path
     assert len(key) == 64 and SECRET not in json.dumps(key)
 
 
+def test_the_exported_archive_gets_the_manifest_one_build_writes(tmp_path):
+    from imagebuild.engine import held
+
+    archive = tmp_path / "image.tar"
+    archive.write_bytes(CHILD.read_bytes())
+    assert held.manifest_digest(archive) == AS_EXPORTED
+    assert envimage.annotate_like_one_build(archive, ENV_LAYERS) == ONE_BUILD
+    assert held.manifest_digest(archive) == ONE_BUILD
+    with tarfile.open(archive) as tar:  # every blob still there, the old manifest too; the tail written again
+        names = tar.getnames()
+        manifest = json.loads(held.read_blob(tar, ONE_BUILD, 1 << 20))
+    assert names[-3:] == ["index.json", "manifest.json", "oci-layout"]
+    assert [x["annotations"] for x in manifest["layers"]] == [{envimage.REWRITTEN: "0"}] * 3
+    with tarfile.open(CHILD) as tar:
+        assert set(tar.getnames()) | {f"blobs/sha256/{ONE_BUILD[7:]}"} == set(names)
+
+
+@pytest.mark.parametrize("change,why", [
+    (lambda m: json.dumps(m, separators=(",", ":")).encode(), "not written as this backend writes it"),
+    (lambda m: _dump({**m, "layers": [{**x, "annotations": {}} for x in m["layers"]]}), "not re-dated above"),
+    (lambda m: _dump({**m, "layers": m["layers"][:2]}), "no layers above the env image's 2"),
+    (lambda m: b"[1, 2", "not JSON"),
+])
+def test_a_manifest_not_as_expected_is_refused(change, why):
+    with tarfile.open(CHILD) as tar:
+        raw = tar.extractfile(f"blobs/sha256/{AS_EXPORTED[7:]}").read()
+    assert envimage.one_build_manifest(raw, 2) != raw
+    with pytest.raises(envimage.ManifestNotAsExpected, match=why):
+        envimage.one_build_manifest(change(json.loads(raw)), 2)
+
+
+def test_an_archive_not_standing_on_the_env_image_is_refused(tmp_path):
+    archive = tmp_path / "image.tar"
+    archive.write_bytes(CHILD.read_bytes())
+    with pytest.raises(envimage.ManifestNotAsExpected, match="does not stand on the env image"):
+        envimage.annotate_like_one_build(archive, ["sha256:" + "00" * 32])
+    (tmp_path / "text.tar").write_text("not an archive")
+    with pytest.raises(envimage.ManifestNotAsExpected, match="the exported archive"):
+        envimage.annotate_like_one_build(tmp_path / "text.tar", ENV_LAYERS)
+    assert archive.read_bytes() == CHILD.read_bytes()  # refused before anything was written
+
+
+def _dump(manifest: dict) -> bytes:
+    return json.dumps(manifest, indent=2).encode()
+
+
 @pytest.fixture()
 def containerd(tmp_path, monkeypatch):
     state = install_fake_docker(tmp_path, monkeypatch, built=BUILT)
@@ -132,6 +187,8 @@ def _value(argv: list[str], flag: str) -> list[str]:
 
 
 def test_the_env_image_is_built_once_for_its_key_then_taken_again(containerd, monkeypatch):
+    monkeypatch.setenv("FAKE_ARCHIVE", str(CHILD))
+    monkeypatch.setenv("FAKE_ENV_LAYERS", json.dumps(ENV_LAYERS))
     backend = preflight(None)
     assert backend.via_archive
     build = backend.start(_request())
@@ -147,9 +204,9 @@ def test_the_env_image_is_built_once_for_its_key_then_taken_again(containerd, mo
     assert _value(env_call, "--target") == ["env"] and "--label" not in env_call
     assert _value(env_call, "--output")[0].endswith(",rewrite-timestamp=true,compression=zstd,compression-level=3,"
                                                     "force-compression=true,oci-mediatypes=true")
-    # 3: the image, standing on that env image through ENV_IMAGE
-    assert f"{ENV_ARG}={envimage.ENV_CONTEXT}" in _value(image_call, "--build-arg")
-    assert f"{envimage.ENV_CONTEXT}=docker-image://{ref}" in _value(image_call, "--build-context")
+    # 3: the image, standing on that env image through ENV_IMAGE: its plain tag (the exporter then skips its layers)
+    assert f"{ENV_ARG}={ref}" in _value(image_call, "--build-arg")
+    assert not any(c.startswith(envimage.ENV_CONTEXT) for c in _value(image_call, "--build-context"))
     assert "--target" not in image_call and _value(image_call, "--tag") == ["reg/torch:2.13-runtime"]
     assert "io.x=1" in _value(image_call, "--label")
     for argv in (key_call, env_call, image_call):  # the parent by its pin everywhere, the secret never in an argv
@@ -159,14 +216,20 @@ def test_the_env_image_is_built_once_for_its_key_then_taken_again(containerd, mo
     assert [(p.kind, p.cached) for p in phases if p.kind == "env"] == [("env", False)]
     assert any(p.name.startswith("env image: ") for p in phases)  # the env build's own rows, named so
     assert "loading the env image into the engine" in [e.text for e in events if e.kind == "step"]
-    assert (containerd / "loaded").read_text() == "an image archive"  # the image's own archive, loaded last
+    # the image's own archive, loaded last, with the manifest one build writes
+    loaded = containerd / "loaded.tar"
+    (containerd / "loaded").rename(loaded)
+    from imagebuild.engine import held
+
+    assert held.manifest_digest(loaded) == ONE_BUILD
+    assert any(p.name == "the env image's layers marked re-dated, as one build marks them" for p in phases)
 
     # the same inputs again: the key's files, then the image; the env image is the engine's
     build = backend.start(_request())
     list(build.events())
     assert build.outcome().image_id == BUILT
     key_call, image_call = _builds(containerd)
-    assert f"{envimage.ENV_CONTEXT}=docker-image://{ref}" in _value(image_call, "--build-context")
+    assert f"{ENV_ARG}={ref}" in _value(image_call, "--build-arg")
     assert [(p.kind, p.cached) for p in build.outcome().phases if p.kind == "env"] == [("env", True)]
 
     # another torch pinned by the resolve: another key, the env image built again
@@ -175,6 +238,21 @@ def test_the_env_image_is_built_once_for_its_key_then_taken_again(containerd, mo
     list(build.events())
     key_call, env_call, image_call = _builds(containerd)
     assert _value(env_call, "--tag") != [ref]
+
+
+def test_a_manifest_it_cannot_write_again_builds_the_image_as_one_build_would(containerd, monkeypatch):
+    """The fake's archive is no OCI archive: the backend says so in one line and exports the image again with the
+    env image as a named context (every layer re-dated, the one-build manifest written by BuildKit itself)."""
+    build = preflight(None).start(_request())
+    events = list(build.events())
+    assert build.outcome().image_id == BUILT, build.outcome().error
+    key_call, env_call, plain, again = _builds(containerd)
+    [ref] = _value(env_call, "--tag")
+    assert f"{ENV_ARG}={ref}" in _value(plain, "--build-arg")
+    assert f"{ENV_ARG}={envimage.ENV_CONTEXT}" in _value(again, "--build-arg")
+    assert f"{envimage.ENV_CONTEXT}=docker-image://{ref}" in _value(again, "--build-context")
+    assert [e.text for e in events if e.kind == "line" and "again with the env image re-dated" in e.text]
+    assert (containerd / "loaded").read_text() == "an image archive"
 
 
 def test_a_failing_env_build_fails_the_image_naming_its_step(containerd, monkeypatch):

@@ -13,6 +13,7 @@ store does not answer from what it read before it (store.py).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -182,6 +183,19 @@ def image_id(ref: str) -> str | None:
     """The engine's ID of `ref` (with the containerd image store the manifest digest), None when it has none."""
     out = run(["image", "inspect", "--format", "{{.Id}}", ref])
     return out.out if out.ok and out.out.startswith("sha256:") else None
+
+
+def diff_ids(ref: str) -> list[str] | None:
+    """The layers (diff IDs, bottom first) of the engine's image `ref`; None when it has none or the answer is not a
+    list of sha256 digests."""
+    out = run(["image", "inspect", "--format", "{{json .RootFS.Layers}}", ref])
+    try:
+        layers = json.loads(out.out) if out.ok else None
+    except ValueError:
+        return None
+    if not isinstance(layers, list) or not all(isinstance(x, str) and x.startswith("sha256:") for x in layers):
+        return None
+    return layers
 
 
 def tag(image: str, ref: str) -> CliResult:

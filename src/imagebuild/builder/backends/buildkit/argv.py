@@ -19,8 +19,10 @@ What the BuildKit backend asks of buildx, and why:
   output into the engine itself. Only the docker driver without the containerd image store keeps build-time dates
   (its image exporter is the only one it has).
 - the runtime's env stage as an image of its own (envimage.py): `--target env-key` exported as files (its key),
-  `--target env` exported as an image when the engine has none of that key, then the image with ENV_IMAGE the named
-  context of that env image, so that the export skips its layers as it skips a parent's.
+  `--target env` exported as an image when the engine has none of that key, then the image with ENV_IMAGE that env
+  image's plain tag (the docker driver finds it in the engine's store). Unlike a named context (the parent's: BuildKit
+  0.13's frontend then knows no base image), a plain tag tells the exporter the env image's layers, and it does not
+  re-date and write them again.
 - `compression=zstd` (level 3, forced on every layer, OCI media types) wherever the output is such an archive
   (EXPORT_OPTIONS): BuildKit's rewrite inflates and compresses every layer of the image again on every export, the
   unchanged ones too (its converter's skip keys on the input blob, never the rewritten one), and the engine unpacks
@@ -69,6 +71,7 @@ class BuildxCall:
     target: str | None = None  # --target: a stage of the Dockerfile (the runtime's env and env-key: envimage.py)
     local_dest: Path | None = None  # export the target's files here (type=local) instead of an image
     env_ref: str | None = None  # the env image's tag in the engine's store, for the final stage's ENV_IMAGE
+    env_by_context: bool = False  # pass it as a named context (every layer re-dated) instead of the plain tag
 
 
 def buildx_argv(call: BuildxCall) -> list[str]:
@@ -90,9 +93,11 @@ def buildx_argv(call: BuildxCall) -> list[str]:
     if call.base_ref is not None:
         args["BASE_IMAGE"] = BASE_CONTEXT
         argv += ["--build-context", f"{BASE_CONTEXT}=docker-image://{call.base_ref}"]
-    if call.env_ref is not None:
+    if call.env_ref is not None and call.env_by_context:
         args[ENV_ARG] = ENV_CONTEXT
         argv += ["--build-context", f"{ENV_CONTEXT}=docker-image://{call.env_ref}"]
+    elif call.env_ref is not None:  # a plain tag: the frontend knows its layers, the export skips them (envimage.py)
+        args[ENV_ARG] = call.env_ref
     for name in sorted(args):
         argv += ["--build-arg", f"{name}={args[name]}"]
     for name in sorted(call.labels):

@@ -153,13 +153,27 @@ class BuildxBuild:
             archive=tmp / "image.tar" if self.backend.via_archive else None,
             extra_flags=self.backend.cache_flags(req.tag, split=split),
             platform=platform_to_ask(req.platform))
+        env_layers: list[str] | None = None
         if split:
             env_ref = yield from self._env_image(call, tmp)
             if env_ref is None:
                 return
-            call = replace(call, env_ref=env_ref)
+            env_layers = cli.diff_ids(env_ref)
+            call = replace(call, env_ref=env_ref, env_by_context=env_layers is None)
         if not (yield from self._solve(call, "image")):
             return
+        if env_layers is not None and call.archive is not None and not call.env_by_context:
+            started = time.monotonic()
+            try:
+                envimage.annotate_like_one_build(call.archive, env_layers)
+                self._extra.append((len(self._solves), Phase(
+                    "export", "the env image's layers marked re-dated, as one build marks them",
+                    time.monotonic() - started)))
+            except envimage.ManifestNotAsExpected as exc:  # built again as one build would: every layer re-dated
+                yield BuildEvent("line", f"imagebuild: {exc}; exporting the image again with the env image re-dated")
+                call = replace(call, env_by_context=True)
+                if not (yield from self._solve(call, "image (again)")):
+                    return
         if call.archive is not None:
             yield from self._load(call.archive, "the image")
         if self.progress.error is None:

@@ -25,12 +25,15 @@ env image already made from the same inputs is taken again.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
+import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuild.engine import held
 from imagebuild.render.tiers import ENV_ARG, ENV_KEY_STAGE, ENV_STAGE
 
 ENV_REPOSITORY = "imagebuild-env"  # the engine's tag of an env image: imagebuild-env:<key>
@@ -150,3 +153,94 @@ def read_key_files(folder: Path) -> dict[str, bytes]:
 
 def env_tag(key: str) -> str:
     return f"{ENV_REPOSITORY}:{key}"
+
+
+# -- the image's manifest as one build writes it ---------------------------------------------------------------------
+# BuildKit annotates each layer its export re-dated; with the env image as the final stage's FROM image (a plain tag
+# in the engine's store: the frontend then knows its layers and the exporter skips them), the env image's layers are
+# not re-dated again and carry no annotation, where one build (env stage in line: every layer re-dated) annotates
+# every layer. The layers and the config are the same bytes; the manifest differs by exactly these annotations, so
+# the backend adds them to the env image's layers in the exported archive (nothing else changes; the image ID is
+# then the one build's manifest digest: tests/integration/test_buildkit_backend.py proves it against a real bake).
+REWRITTEN = "buildkit/rewritten-timestamp"
+_METADATA = ("index.json", "manifest.json", "oci-layout")
+
+
+class ManifestNotAsExpected(ValueError):
+    """The exported manifest is not what `annotate_like_one_build` can rewrite byte for byte (another format, another
+    layout): the backend builds the image as before instead (the env image as a named context, all re-dated)."""
+
+
+def one_build_manifest(raw: bytes, env_layers: int) -> bytes:
+    """`raw` (the exported manifest) with its first `env_layers` layers annotated as re-dated, with the epoch the
+    others carry, written as BuildKit writes a manifest (Go's two-space MarshalIndent, no final newline)."""
+    try:
+        manifest = json.loads(raw)
+    except ValueError:
+        raise ManifestNotAsExpected("the exported manifest is not JSON") from None
+    if json.dumps(manifest, indent=2).encode() != raw:
+        raise ManifestNotAsExpected("the exported manifest is not written as this backend writes it again")
+    layers = manifest.get("layers") if isinstance(manifest, dict) else None
+    if not isinstance(layers, list) or not 0 < env_layers < len(layers) or not all(isinstance(x, dict) for x in layers):
+        raise ManifestNotAsExpected(f"the exported manifest has no layers above the env image's {env_layers}")
+    epochs = {(x.get("annotations") or {}).get(REWRITTEN) for x in layers[env_layers:]}
+    below = [(x.get("annotations") or {}).get(REWRITTEN) for x in layers[:env_layers]]
+    if len(epochs) != 1 or None in epochs or any(b is not None for b in below):
+        raise ManifestNotAsExpected("the exported layers are not re-dated above the env image's alone")
+    [epoch] = epochs
+    for layer in layers[:env_layers]:
+        layer["annotations"] = {**(layer.get("annotations") or {}), REWRITTEN: epoch}
+    return json.dumps(manifest, indent=2).encode()
+
+
+def annotate_like_one_build(archive: Path, env_diff_ids: list[str]) -> str:
+    """The exported archive's manifest replaced by `one_build_manifest` (its blob added, index.json naming it), once
+    its config says the image stands on the env image (`env_diff_ids`, the engine's): the archive's tail
+    (index.json, manifest.json, oci-layout after the blobs, as BuildKit writes them) is written again, nothing else
+    is copied. The new manifest digest (the image ID once loaded); ManifestNotAsExpected otherwise."""
+    try:
+        return _annotate(archive, env_diff_ids)
+    except (OSError, tarfile.TarError) as exc:
+        raise ManifestNotAsExpected(f"the exported archive: {exc}") from None
+
+
+def _annotate(archive: Path, env_diff_ids: list[str]) -> str:
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+        entry = held.index_entry(tar)
+        if entry is None:
+            raise ManifestNotAsExpected("the exported archive's index.json names no one manifest")
+        try:
+            raw = held.read_blob(tar, str(entry["digest"]), 1 << 20, size=entry.get("size"))
+            config_ref = json.loads(raw).get("config") or {}
+            config = json.loads(held.read_blob(tar, str(config_ref.get("digest")), 4 << 20, config_ref.get("size")))
+        except (held.BlobProblem, ValueError, AttributeError) as exc:
+            raise ManifestNotAsExpected(f"the exported archive's manifest or config: {exc}") from None
+        diff_ids = (config.get("rootfs") or {}).get("diff_ids") if isinstance(config, dict) else None
+        if not isinstance(diff_ids, list) or diff_ids[:len(env_diff_ids)] != env_diff_ids:
+            raise ManifestNotAsExpected("the exported image does not stand on the env image's layers")
+        tail_at = next((n for n, m in enumerate(members) if m.name in _METADATA), None)
+        if tail_at is None or any(m.name not in _METADATA for m in members[tail_at:]):
+            raise ManifestNotAsExpected("the exported archive does not end with its index.json, manifest.json, "
+                                        "oci-layout")
+        tail = {m.name: (m, tar.extractfile(m).read()) for m in members[tail_at:]}  # type: ignore[union-attr]
+        offset = members[tail_at].offset
+    new = one_build_manifest(raw, len(env_diff_ids))
+    digest = "sha256:" + hashlib.sha256(new).hexdigest()
+    index = json.loads(tail["index.json"][1])
+    index["manifests"][0] = {**entry, "digest": digest, "size": len(new)}
+    tail["index.json"] = (tail["index.json"][0], json.dumps(index, separators=(",", ":")).encode())
+    blob = tarfile.TarInfo(f"blobs/sha256/{digest.split(':')[1]}")
+    blob.size, blob.mode, blob.mtime = len(new), 0o444, 0
+    with archive.open("r+b") as fh:
+        fh.seek(offset)
+        fh.truncate()
+        with tarfile.open(fileobj=fh, mode="w", format=tarfile.PAX_FORMAT) as out:
+            out.addfile(blob, io.BytesIO(new))
+            for name in (m.name for m in members[tail_at:]):
+                info, data = tail[name]
+                info.size = len(data)
+                out.addfile(info, io.BytesIO(data))
+    if held.manifest_digest(archive) != digest:
+        raise ManifestNotAsExpected("the rewritten archive does not name its new manifest")
+    return digest
