@@ -1,9 +1,10 @@
 """The runtime's env stage as an image of its own (issue 44: a one-package rebuild re-exports only what changed).
 
-BuildKit's exporter re-dates (rewrite-timestamp) and writes again every layer of an image above its `FROM` image;
-it skips only the layers of the image the final stage stands on. A runtime whose final stage stood on the base
-re-dated and re-exported its unchanged compilers and torch tiers on every matrix edit (the CUDA 13 runtime: ~5 GB,
-49-72 s of re-timestamping and ~85 s of export for a 4 s pip step). The runtime's Dockerfile therefore puts what a
+BuildKit's exporter re-dates (rewrite-timestamp) and writes again every layer of an image, cached or not; it skips
+only the layers of the base image its frontend names, and BuildKit 0.13's Dockerfile frontend names none behind a
+named context (the parent's, argv.py). So the runtime re-dated and re-exported its unchanged compilers and torch
+tiers on every matrix edit (the CUDA 13 runtime: ~5 GB, 49-72 s of re-timestamping and ~85 s of export for a 4 s pip
+step). The runtime's Dockerfile therefore puts what a
 matrix edit leaves alone in a stage of its own (render/tiers.py: ENV_STAGE, the compilers and the tiers below the
 matrix's packages) that the final stage is `FROM ${ENV_IMAGE}`; one build (the classic builder, `buildx bake`)
 builds it in line, and this backend builds it as an image of its own, found again by a key:
@@ -14,7 +15,9 @@ builds it in line, and this backend builds it as an image of its own, found agai
    build arguments those stages declare (never a secret's), the context files they copy, the parent's image ID and
    the platform. The engine's `imagebuild-env:<key>` is the env image when it is there; else it is built
    (`--target env`, exported with the image's own options, re-dated as any export, loaded, tagged by the key);
-3. the image itself, with `ENV_IMAGE` the named context of that env image: its export skips the env image's layers.
+3. the image itself, with `ENV_IMAGE` the env image's plain tag (the docker driver finds it in the engine's store;
+   the frontend then names it as the base image and the export leaves its layers alone), and the manifest then
+   marked as one build marks it (`annotate_like_one_build`, below).
 
 Each layer is the same bytes either way (the re-dating of a layer depends on its contents only; the tier copies are
 `COPY --link` on BuildKit), so the image ID is the one a single build makes: `imagebuild bake` and this backend
