@@ -6,6 +6,7 @@ test_env_layers.py."""
 from __future__ import annotations
 
 import json
+import os
 import tarfile
 from dataclasses import replace
 from pathlib import Path
@@ -111,7 +112,8 @@ def test_the_key_follows_what_the_env_stage_is_made_of_and_nothing_else(tmp_path
     assert _key(args={"SOURCE_DATE_EPOCH": "1"}, wheelhouse=wheels) != key
     assert _key(parent="sha256:" + "ef" * 32, wheelhouse=wheels) != key
     assert _key(platform="linux/arm64", wheelhouse=wheels) != key
-    (wheels / "torch.whl").write_bytes(b"two")
+    (wheels / "torch.whl").write_bytes(b"two")  # a rewritten wheel: new bytes, a new date (the digest cache's key)
+    os.utime(wheels / "torch.whl", ns=(0, (wheels / "torch.whl").stat().st_mtime_ns + 1_000_000_000))
     assert _key(wheelhouse=wheels) != key
     assert len(key) == 64 and SECRET not in json.dumps(key)
 

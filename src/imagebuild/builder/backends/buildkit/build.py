@@ -202,7 +202,7 @@ class BuildxBuild:
         ref = envimage.env_tag(key)
         if self.backend.image_id(ref) is not None:
             self._extra.append((len(self._solves), Phase(
-                "env", f"the env image {ref[:len(envimage.ENV_REPOSITORY) + 13]}: the engine's, taken again by its key",
+                "env", f"the env image {envimage.short_tag(ref)}: the engine's, taken again by its key",
                 time.monotonic() - started, cached=True)))
             yield BuildEvent("step", "env image: taken again by its key")
             return ref
@@ -218,7 +218,7 @@ class BuildxBuild:
             return None
         env_call.archive.unlink(missing_ok=True)  # its layers are in the image's own archive too
         self._extra.append((len(self._solves), Phase(
-            "env", f"the env image {ref[:len(envimage.ENV_REPOSITORY) + 13]}: built (the engine had none of its key)",
+            "env", f"the env image {envimage.short_tag(ref)}: built (the engine had none of its key)",
             time.monotonic() - started, cached=False)))
         return ref
 

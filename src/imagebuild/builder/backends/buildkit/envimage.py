@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuild.engine import held
+from imagebuild.plan.hashing import dir_digest
 from imagebuild.render.tiers import ENV_ARG, ENV_KEY_STAGE, ENV_STAGE
 
 ENV_REPOSITORY = "imagebuild-env"  # the engine's tag of an env image: imagebuild-env:<key>
@@ -76,16 +77,16 @@ def splits(dockerfile: str) -> bool:
     """Whether the Dockerfile has an env stage the final stage stands on through ENV_ARG (the runtime's)."""
     if f"ARG {ENV_ARG}={ENV_STAGE}" not in dockerfile.splitlines():
         return False
-    named = {s.name: s for s in stages(dockerfile)}
     found = stages(dockerfile)
-    return (ENV_STAGE in named and ENV_KEY_STAGE in named and bool(found)
-            and found[-1].parent == "${" + ENV_ARG + "}")
+    names = {s.name for s in found}
+    return ENV_STAGE in names and ENV_KEY_STAGE in names and found[-1].parent == "${" + ENV_ARG + "}"
 
 
 def env_closure(dockerfile: str) -> list[Stage]:
     """The env stage and every stage it is built from (FROM a stage, COPY --from=stage), in Dockerfile order; the
     resolve stage's output stands in the key as the env-key files, not as its text."""
-    named = {s.name: s for s in stages(dockerfile)}
+    found = stages(dockerfile)
+    named = {s.name: s for s in found}
     wanted: set[str] = set()
     todo = [ENV_STAGE]
     while todo:
@@ -96,7 +97,7 @@ def env_closure(dockerfile: str) -> list[Stage]:
         stage = named[name]
         todo.append(stage.parent)
         todo += [m["stage"] for m in _COPY_FROM.finditer(stage.text)]
-    return [s for s in stages(dockerfile) if s.name in wanted]
+    return [s for s in found if s.name in wanted]
 
 
 def _copied_sources(text: str) -> list[str]:
@@ -110,18 +111,6 @@ def _copied_sources(text: str) -> list[str]:
         words = [w for w in m["rest"].split() if not w.startswith("--")]
         sources += words[:-1]
     return sources
-
-
-def _tree(folder: Path) -> list[list[object]]:
-    """A host folder the context carries (the wheelhouse, te-wheels), as its files' paths, sizes and sha256."""
-    out: list[list[object]] = []
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest = hashlib.sha256()
-        with path.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
-        out.append([str(path.relative_to(folder)), path.stat().st_size, digest.hexdigest()])
-    return out
 
 
 def env_key(dockerfile: str, key_files: Mapping[str, bytes], build_args: Mapping[str, str], secrets: tuple[str, ...],
@@ -138,8 +127,8 @@ def env_key(dockerfile: str, key_files: Mapping[str, bytes], build_args: Mapping
     for source in sorted({s.rstrip("/") for s in _copied_sources(text)}):
         if source in context_files:
             files[source] = hashlib.sha256(context_files[source]).hexdigest()
-        elif source in context_dirs:
-            files[source] = _tree(context_dirs[source])
+        elif source in context_dirs:  # the wheelhouse, te-wheels: the plan's digest (its files' cached sha256)
+            files[source] = dir_digest(context_dirs[source])
         else:
             files[source] = sorted(
                 [p, hashlib.sha256(b).hexdigest()] for p, b in context_files.items() if p.startswith(source + "/"))
@@ -156,6 +145,11 @@ def read_key_files(folder: Path) -> dict[str, bytes]:
 
 def env_tag(key: str) -> str:
     return f"{ENV_REPOSITORY}:{key}"
+
+
+def short_tag(ref: str) -> str:
+    """An env image's tag as the build report shows it: imagebuild-env:<the key's first 12 hex digits>."""
+    return ref[:len(ENV_REPOSITORY) + 13]
 
 
 # -- the image's manifest as one build writes it ---------------------------------------------------------------------
