@@ -7,9 +7,12 @@ Knobs (environment): FAKE_STREAM (the rawjson to replay), FAKE_RC (buildx's exit
 the stream), FAKE_BUILT (the ID `image inspect` answers), FAKE_LS (`buildx ls`), FAKE_ENGINE (the engine version),
 FAKE_NO_BUILDX, FAKE_DEAD (a builder that does not answer), FAKE_DRIVER_STATUS, FAKE_LOAD_RC; for a build with a
 `--target` (the runtime's env image, envimage.py): FAKE_KEY_TEXT (the env-key stage's torch.txt), FAKE_FAIL_TARGET and
-FAKE_FAIL_STREAM (that target's build fails with that stream), FAKE_ARCHIVE (the image's archive, else a text),
-FAKE_ENV_LAYERS (the env image's diff IDs, JSON). Every build's argv is also appended to builds.jsonl;
-`imagebuild-env:` tags are in the engine once an archive of theirs was loaded (present).
+FAKE_FAIL_STREAM (that target's build fails with that stream), FAKE_ARCHIVE (a docker archive whose blobs the
+image's export writes into the layout, else an image of one layer saying which build made it), FAKE_ENV_LAYERS (the
+env image's diff IDs, JSON), FAKE_NO_METADATA (no --metadata-file written), FAKE_ENGINE_LACKS (a load lacking a
+layer fails, as on an engine that holds none). Every build's argv is also appended to builds.jsonl, every load's
+name, manifest and which layers it carried to loads.jsonl; `imagebuild-env:` tags are in the engine once an image of
+theirs was loaded (present).
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "buildx"
 BUILT = "sha256:" + "cd" * 32
 
 FAKE = r'''
-import json, os, sys, time
+import hashlib, json, os, sys, tarfile, time
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 args = sys.argv[1:]
 state = os.environ["FAKE_STATE"]
 def out(text): sys.stdout.write(text)
@@ -43,13 +47,39 @@ if args[:2] == ["buildx", "build"]:
     sys.stderr.write(open(stream).read())
     if failing and failing == target:
         sys.exit(1)
-    for a in args:  # the archive output: buildx writes the image there; a local one: the target's files
-        if a.startswith("type=docker,dest="):
-            dest = a.split("dest=", 1)[1].split(",", 1)[0]
-            if not target and os.environ.get("FAKE_ARCHIVE"):
-                open(dest, "wb").write(open(os.environ["FAKE_ARCHIVE"], "rb").read())
-            else:
-                open(dest, "w").write("tag " + args[args.index("--tag") + 1] if target else "an image archive")
+    for a in args:  # the layout output: buildx writes the image's blobs there; a local one: the target's files
+        if a.startswith("type=oci,tar=false,dest="):
+            layout = a.split("dest=", 1)[1].split(",", 1)[0]
+            blobs = os.path.join(layout, "blobs", "sha256")
+            os.makedirs(blobs, exist_ok=True)
+            if not target and os.environ.get("FAKE_ARCHIVE"):  # a real export's blobs (fixtures/buildx/)
+                with tarfile.open(os.environ["FAKE_ARCHIVE"]) as tar:
+                    for m in tar.getmembers():
+                        if m.name.startswith("blobs/sha256/"):
+                            open(os.path.join(blobs, m.name[13:]), "wb").write(tar.extractfile(m).read())
+                    desc = json.load(tar.extractfile("index.json"))["manifests"][0]
+            else:  # an image of one layer, its text saying which build made it
+                if target == "env" and os.environ.get("FAKE_ARCHIVE"):  # and the layers the image stands on
+                    with tarfile.open(os.environ["FAKE_ARCHIVE"]) as tar:
+                        child = json.load(tar.extractfile("index.json"))["manifests"][0]["digest"][7:]
+                        for layer in json.load(tar.extractfile("blobs/sha256/" + child))["layers"][:-1]:
+                            name = "blobs/sha256/" + layer["digest"][7:]
+                            open(os.path.join(layout, name), "wb").write(tar.extractfile(name).read())
+                said = ("tag " + args[args.index("--tag") + 1] if target else "an image archive").encode()
+                def put(data):
+                    d = hashlib.sha256(data).hexdigest()
+                    open(os.path.join(blobs, d), "wb").write(data)
+                    return {"digest": "sha256:" + d, "size": len(data)}
+                config = json.dumps({"rootfs": {"type": "layers", "diff_ids": [put(said)["digest"]]}}).encode()
+                manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                                       "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **put(config)},
+                                       "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+zstd",
+                                                   **put(said)}]}).encode()
+                desc = {"mediaType": OCI_MANIFEST, **put(manifest)}
+            if os.environ.get("FAKE_NO_METADATA"):
+                continue
+            meta = args[args.index("--metadata-file") + 1]
+            json.dump({"containerimage.descriptor": desc, "containerimage.digest": desc["digest"]}, open(meta, "w"))
         if a.startswith("type=local,dest="):
             dest = a.split("dest=", 1)[1]
             os.makedirs(dest, exist_ok=True)
@@ -57,12 +87,23 @@ if args[:2] == ["buildx", "build"]:
     sys.exit(int(os.environ.get("FAKE_RC", "0")))
 if args[:2] == ["image", "load"]:
     archive = args[args.index("--input") + 1]
-    data = open(archive, "rb").read()
-    if data.startswith(b"tag "):  # a target's image (the env image): the engine holds its tag from now on
+    with tarfile.open(archive) as tar:
+        [entry] = json.load(tar.extractfile("index.json"))["manifests"]
+        have = {m.name[13:] for m in tar.getmembers() if m.name.startswith("blobs/sha256/")}
+        manifest = json.load(tar.extractfile("blobs/sha256/" + entry["digest"][7:]))
+        layers = [l["digest"][7:] for l in manifest["layers"]]
+        said = tar.extractfile("blobs/sha256/" + layers[-1]).read() if layers[-1] in have else b""
+    with open(os.path.join(state, "loads.jsonl"), "a") as fh:
+        fh.write(json.dumps({"name": entry["annotations"]["io.containerd.image.name"], "digest": entry["digest"],
+                             "layers": [l in have for l in layers]}) + "\n")
+    if os.environ.get("FAKE_ENGINE_LACKS") and not all(l in have for l in layers):  # a fresh engine: it holds none
+        sys.stderr.write("failed to unpack loaded image: content digest sha256:" + layers[0] + ": not found\n")
+        sys.exit(1)
+    if said.startswith(b"tag "):  # a target's image (the env image): the engine holds its tag from now on
         with open(os.path.join(state, "present"), "a") as fh:
-            fh.write(data[4:].decode() + "\n")
+            fh.write(said[4:].decode() + "\n")
     else:
-        open(os.path.join(state, "loaded"), "wb").write(data)
+        open(os.path.join(state, "loaded"), "wb").write(open(archive, "rb").read())
     sys.exit(int(os.environ.get("FAKE_LOAD_RC", "0")))
 if args[:2] == ["image", "inspect"] and args[-1].startswith("imagebuild-env:"):
     present = os.path.join(state, "present")
@@ -116,6 +157,7 @@ def install_fake_docker(tmp_path: Path, monkeypatch, built: str = BUILT) -> Path
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("IMAGEBUILD_DOCKER_CLI", str(script))
     monkeypatch.setenv("FAKE_STATE", str(tmp_path))
+    monkeypatch.setenv("IMAGEBUILD_LAYER_CACHE", str(tmp_path / "layer-cache"))  # the held layout (engine/held.py)
     monkeypatch.setenv("FAKE_BUILT", built)
     monkeypatch.setenv("FAKE_LS", LS)
     monkeypatch.setenv("FAKE_STREAM", str(FIXTURES / "built.rawjson"))
@@ -155,3 +197,10 @@ def failing_rawjson(failing_output: list[str], beside: list[str] = ()) -> str:
             continue
         out.append(obj)
     return "".join(json.dumps(o, indent=2) + "\n" for o in out) + plain
+
+
+def loads(state: Path) -> list[dict]:
+    """What the fake engine was asked to load, in order: each archive's image name, manifest digest and, per layer,
+    whether the archive carried it."""
+    path = state / "loads.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

@@ -61,3 +61,24 @@ def saved_layout(tmp_path: Path, *, layer_type: str = OCI_LAYER["zstd"], manifes
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return archive, digest, manifest
+
+
+def keep_in_layout(archive: Path, root: Path, as_id: str | None = None) -> Path:
+    """What a BuildKit build leaves in the held folder `root` (engine/held.py): the archive's blobs in the layout
+    `root/oci` (as a `type=oci,tar=false` export writes them), then its manifest kept under `as_id` (default: the
+    digest its index.json names). The kept index's path."""
+    from imagebuild.engine import held
+
+    blobs = held.layout_root(root) / "blobs" / "sha256"
+    blobs.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive) as tar:
+        index = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+        for member in tar.getmembers():
+            if member.name.startswith("blobs/sha256/"):
+                (blobs / member.name.rsplit("/", 1)[1]).write_bytes(tar.extractfile(member).read())  # type: ignore[union-attr]
+    image_id = as_id or index["manifests"][0]["digest"]
+    if as_id is None:
+        assert held.keep(image_id, root)
+    else:  # an index naming `as_id` whatever the layout holds (a damaged or foreign kept image)
+        (root / f"{image_id[7:]}.json").write_text(json.dumps(index))
+    return root / f"{image_id[7:]}.json"

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _fake_docker_cli import LS, install_fake_docker
+from _fake_docker_cli import LS, install_fake_docker, loads
 
 from imagebuild.builder.backend import BuildRequest
 from imagebuild.builder.backends.buildkit.argv import (
@@ -28,6 +28,7 @@ from imagebuild.builder.backends.buildkit.checks import (
     parse_ls,
     preflight,
 )
+from imagebuild.engine import held
 
 FIXTURES = Path(__file__).parent / "fixtures" / "buildx"
 PARENT = "sha256:" + "ab" * 32
@@ -71,29 +72,64 @@ def test_argv_for_another_driver_loads_the_image_with_rewritten_timestamps():
     assert "type=docker," + EXPORT_OPTIONS in argv
 
 
-def test_argv_for_the_containerd_store_exports_an_archive_with_rewritten_timestamps():
+def test_argv_for_the_containerd_store_exports_into_the_layout_with_rewritten_timestamps():
     call = BuildxCall(context_dir=Path("/ctx"), dockerfile="Dockerfile", tag="t:1", build_args={}, labels={},
-                      archive=Path("/tmp/b/image.tar"))
+                      layout=Path("/cache/held/oci"), metadata=Path("/tmp/b/metadata.json"))
     argv = buildx_argv(call)
-    assert argv[argv.index("--output") + 1] == "type=docker,dest=/tmp/b/image.tar," + EXPORT_OPTIONS
+    assert argv[argv.index("--output") + 1] == "type=oci,tar=false,dest=/cache/held/oci," + EXPORT_OPTIONS
+    assert argv[argv.index("--metadata-file") + 1] == "/tmp/b/metadata.json"
     assert argv.count("--output") == 1 and argv[-1] == "/ctx"
 
 
-def test_the_containerd_store_gets_the_archive_loaded_and_a_failed_load_fails_the_build(fake_docker, monkeypatch):
+def test_the_containerd_store_gets_the_export_loaded_and_a_failed_load_fails_the_build(fake_docker, monkeypatch):
     monkeypatch.setenv("FAKE_DRIVER_STATUS", '[["driver-type","io.containerd.snapshotter.v1"]]')
     backend = preflight(None)
     assert backend.via_archive
     build = backend.start(_request())
     events = list(build.events())
     assert build.outcome().image_id == BUILT
-    assert (fake_docker / "loaded").read_text() == "an image archive"
+    [load] = loads(fake_docker)  # the whole image the first time (the layout held none of it), named by its tag
+    assert load["layers"] == [True] and load["name"] == "docker.io/reg/torch:2.13-runtime"
     assert "loading into the engine" in [e.text for e in events if e.kind == "step"]
+    monkeypatch.setenv("FAKE_NO_METADATA", "1")
+    build = backend.start(_request())
+    list(build.events())
+    assert build.outcome().failed and "--metadata-file names no image manifest" in build.outcome().error
+    monkeypatch.delenv("FAKE_NO_METADATA")
     monkeypatch.setenv("FAKE_LOAD_RC", "1")
     build = backend.start(_request())
     list(build.events())
     assert build.outcome().failed and "docker image load of the exported image failed" in build.outcome().error
     monkeypatch.delenv("FAKE_DRIVER_STATUS")
     assert not preflight(None).via_archive  # overlay2 (no containerd store): the engine's own image exporter
+
+
+def test_a_rebuild_loads_only_the_blobs_new_to_the_layout_and_all_of_them_when_the_engine_lacks_one(fake_docker,
+                                                                                                  monkeypatch):
+    """The layout kept beside the engine (engine/held.py) holds what earlier exports wrote: those blobs are left out
+    of the load (the engine loaded them then); an engine that lacks one (a fresh engine beside a kept layout) refuses
+    that load, and the whole image is loaded, said in one line."""
+    monkeypatch.setenv("FAKE_DRIVER_STATUS", '[["driver-type","io.containerd.snapshotter.v1"]]')
+    backend = preflight(None)
+    build = backend.start(_request())
+    list(build.events())
+    [first] = loads(fake_docker)
+    assert build.outcome().image_id == BUILT and not held.find(BUILT)  # the engine holds another: nothing kept
+    monkeypatch.setenv("FAKE_BUILT", first["digest"])  # the engine's ID is the loaded manifest's digest
+    build = backend.start(_request())
+    list(build.events())
+    assert build.outcome().image_id == first["digest"] and held.find(first["digest"])  # kept for the push
+    build = backend.start(_request())
+    list(build.events())
+    again = loads(fake_docker)[2]
+    assert first["layers"] == [True] and again["layers"] == [False] and first["digest"] == again["digest"]
+    monkeypatch.setenv("FAKE_ENGINE_LACKS", "1")
+    build = backend.start(_request())
+    events = list(build.events())
+    assert build.outcome().image_id == first["digest"], build.outcome().error
+    refused, whole = loads(fake_docker)[3:]
+    assert refused["layers"] == [False] and whole["layers"] == [True]
+    assert [e.text for e in events if e.kind == "line" and "the engine lacks a blob the kept layout holds" in e.text]
 
 
 def test_build_runs_buildx_and_reads_the_engines_image_id(fake_docker):

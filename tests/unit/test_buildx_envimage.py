@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from _fake_docker_cli import FIXTURES, install_fake_docker
+from _fake_docker_cli import FIXTURES, install_fake_docker, loads
 from _render_cases import CPU
 
 from imagebuild.builder.backend import BuildRequest
@@ -118,21 +118,27 @@ def test_the_key_follows_what_the_env_stage_is_made_of_and_nothing_else(tmp_path
     assert len(key) == 64 and SECRET not in json.dumps(key)
 
 
-def test_the_exported_archive_gets_the_manifest_one_build_writes(tmp_path):
+def _child_layout(tmp_path: Path) -> Path:
+    """The fixture export's blobs in an OCI layout, as `type=oci,tar=false` writes them."""
+    layout = tmp_path / "oci"
+    (layout / "blobs" / "sha256").mkdir(parents=True)
+    with tarfile.open(CHILD) as tar:
+        for m in tar.getmembers():
+            if m.name.startswith("blobs/sha256/"):
+                (layout / m.name).write_bytes(tar.extractfile(m).read())
+    return layout
+
+
+def test_the_exported_manifest_is_written_again_as_one_build_writes_it(tmp_path):
     from imagebuild.engine import held
 
-    archive = tmp_path / "image.tar"
-    archive.write_bytes(CHILD.read_bytes())
-    assert held.manifest_digest(archive) == AS_EXPORTED
-    assert envimage.annotate_like_one_build(archive, ENV_LAYERS) == ONE_BUILD
-    assert held.manifest_digest(archive) == ONE_BUILD
-    with tarfile.open(archive) as tar:  # every blob still there, the old manifest too; the tail written again
-        names = tar.getnames()
-        manifest = json.loads(held.read_blob(tar, ONE_BUILD, 1 << 20))
-    assert names[-3:] == ["index.json", "manifest.json", "oci-layout"]
+    layout = _child_layout(tmp_path)
+    before = held.layout_blobs(layout)
+    assert AS_EXPORTED in before
+    assert envimage.annotate_like_one_build(layout, AS_EXPORTED, ENV_LAYERS) == ONE_BUILD
+    manifest = held.manifest_of(layout, ONE_BUILD)  # its bytes hash to the one build's digest
     assert [x["annotations"] for x in manifest["layers"]] == [{envimage.REWRITTEN: "0"}] * 3
-    with tarfile.open(CHILD) as tar:
-        assert set(tar.getnames()) | {f"blobs/sha256/{ONE_BUILD[7:]}"} == set(names)
+    assert held.layout_blobs(layout) == before | {ONE_BUILD}  # one blob added, nothing else touched
 
 
 @pytest.mark.parametrize("change,why", [
@@ -149,15 +155,16 @@ def test_a_manifest_not_as_expected_is_refused(change, why):
         envimage.one_build_manifest(change(json.loads(raw)), 2)
 
 
-def test_an_archive_not_standing_on_the_env_image_is_refused(tmp_path):
-    archive = tmp_path / "image.tar"
-    archive.write_bytes(CHILD.read_bytes())
+def test_an_image_not_standing_on_the_env_image_is_refused(tmp_path):
+    from imagebuild.engine import held
+
+    layout = _child_layout(tmp_path)
+    before = held.layout_blobs(layout)
     with pytest.raises(envimage.ManifestNotAsExpected, match="does not stand on the env image"):
-        envimage.annotate_like_one_build(archive, ["sha256:" + "00" * 32])
-    (tmp_path / "text.tar").write_text("not an archive")
-    with pytest.raises(envimage.ManifestNotAsExpected, match="the exported archive"):
-        envimage.annotate_like_one_build(tmp_path / "text.tar", ENV_LAYERS)
-    assert archive.read_bytes() == CHILD.read_bytes()  # refused before anything was written
+        envimage.annotate_like_one_build(layout, AS_EXPORTED, ["sha256:" + "00" * 32])
+    with pytest.raises(envimage.ManifestNotAsExpected, match="the exported manifest or config"):
+        envimage.annotate_like_one_build(layout, "sha256:" + "0" * 64, ENV_LAYERS)  # no such manifest
+    assert held.layout_blobs(layout) == before  # refused before anything was written
 
 
 def _dump(manifest: dict) -> bytes:
@@ -218,12 +225,11 @@ def test_the_env_image_is_built_once_for_its_key_then_taken_again(containerd, mo
     assert [(p.kind, p.cached) for p in phases if p.kind == "env"] == [("env", False)]
     assert any(p.name.startswith("env image: ") for p in phases)  # the env build's own rows, named so
     assert "loading the env image into the engine" in [e.text for e in events if e.kind == "step"]
-    # the image's own archive, loaded last, with the manifest one build writes
-    loaded = containerd / "loaded.tar"
-    (containerd / "loaded").rename(loaded)
-    from imagebuild.engine import held
-
-    assert held.manifest_digest(loaded) == ONE_BUILD
+    # the image's own export, loaded last, with the manifest one build writes, without the env image's layers
+    env_load, image_load = loads(containerd)
+    assert env_load["name"] == f"docker.io/library/{ref}"
+    assert image_load["digest"] == ONE_BUILD and image_load["name"] == "docker.io/reg/torch:2.13-runtime"
+    assert image_load["layers"] == [False, False, True]  # the env image's two: the engine holds them
     assert any(p.name == "the env image's layers marked re-dated, as one build marks them" for p in phases)
 
     # the same inputs again: the key's files, then the image; the env image is the engine's
@@ -254,7 +260,7 @@ def test_a_manifest_it_cannot_write_again_builds_the_image_as_one_build_would(co
     assert f"{ENV_ARG}={envimage.ENV_CONTEXT}" in _value(again, "--build-arg")
     assert f"{envimage.ENV_CONTEXT}=docker-image://{ref}" in _value(again, "--build-context")
     assert [e.text for e in events if e.kind == "line" and "again with the env image re-dated" in e.text]
-    assert (containerd / "loaded").read_text() == "an image archive"
+    assert loads(containerd)[-1]["layers"] == [True]  # the fake's own image: nothing of it was in the layout
 
 
 def test_a_failing_env_build_fails_the_image_naming_its_step(containerd, monkeypatch):

@@ -1,54 +1,99 @@
-"""engine/held.py + the push's use of it: a BuildKit build's exported archive kept under the image ID it became (only
-when its index.json names exactly that manifest), found again by that ID, pruned oldest first; `Skopeo.prepare`
-sends a kept archive without asking the engine to save anything, and drops a damaged one for the engine's save."""
+"""engine/held.py + the push's use of it: a BuildKit build's export kept in the layout under the image ID it became
+(only when the layout holds that manifest and its blobs), found again by that ID and read as an archive is, pruned
+oldest first (never while a build exports), loaded into the engine without what it holds; `Skopeo.prepare` sends a
+kept image without asking the engine to save anything, and drops a damaged one for the engine's save."""
 
 from __future__ import annotations
 
+import json
 import os
 import tarfile
 
 import pytest
 from _fake_engine import FakeEngine
-from _oci_saves import digest_of, saved_layout
+from _oci_saves import digest_of, keep_in_layout, saved_layout
 
 from imagebuild.engine import held
 from imagebuild.push.compress import LayerCache
 from imagebuild.push.skopeo import CopyError, Skopeo
 
 
-def test_keep_moves_the_archive_under_its_image_id_and_find_gives_it_back(tmp_path):
-    archive, digest, _ = saved_layout(tmp_path)
+def test_keep_names_the_layouts_manifest_by_its_image_id_and_find_gives_it_back(tmp_path):
+    archive, digest, manifest = saved_layout(tmp_path)
     root = tmp_path / "held"
-    assert held.keep(archive, digest, root)
-    kept = root / f"{digest.removeprefix('sha256:')}.tar"
-    assert kept.exists() and not archive.exists()
+    kept = keep_in_layout(archive, root)
+    assert kept == root / f"{digest.removeprefix('sha256:')}.json"
     assert held.find(digest, root) == kept
     assert held.find("sha256:" + "0" * 64, root) is None and held.find("not-an-id", root) is None
+    with held.open_image(kept) as image:  # read as an archive is read: the index, then blobs by digest
+        assert held.index_entry(image)["digest"] == digest
+        assert held.read_blob(image, digest, 1 << 20) == manifest
+        with pytest.raises(held.BlobProblem, match="lacks"):  # a digest that walks out of the layout is no blob
+            held.blob_member(image, "sha256:../../../etc/passwd")
 
 
-def test_another_images_archive_or_a_bad_one_is_not_kept(tmp_path):
+def test_another_images_manifest_or_a_missing_blob_is_not_kept(tmp_path):
     archive, digest, _ = saved_layout(tmp_path)
     root = tmp_path / "held"
-    assert not held.keep(archive, "sha256:" + "1" * 64, root)  # its manifest is not that image
-    assert not held.keep(archive, "busybox:latest", root)
-    broken = tmp_path / "broken.tar"
-    broken.write_bytes(b"not a tar")
-    assert not held.keep(broken, digest, root)
-    assert archive.exists() and not list(root.glob("*.tar"))
+    keep_in_layout(archive, root)
+    assert not held.keep("sha256:" + "1" * 64, root)  # no such manifest in the layout
+    assert not held.keep("busybox:latest", root)
+    layer = next(p for p in (held.layout_root(root) / "blobs" / "sha256").iterdir() if p.name != digest[7:])
+    layer.unlink()  # the config or a layer gone: nothing a push could send whole
+    (root / f"{digest[7:]}.json").unlink()
+    assert not held.keep(digest, root) and held.find(digest, root) is None
 
 
-def test_prune_removes_the_least_recently_used_beyond_the_limit(tmp_path, monkeypatch):
+def test_prune_forgets_the_least_recently_used_and_removes_blobs_no_kept_image_references(tmp_path, monkeypatch):
     root = tmp_path / "held"
-    root.mkdir()
-    paths = []
+    kept = []
     for n in range(3):
-        path = root / f"{n:064x}.tar"
-        path.write_bytes(b"x" * 1000)
+        folder = tmp_path / f"image{n}"
+        folder.mkdir()
+        archive, _, _ = saved_layout(folder, names=(f"a{n}", f"b{n}"))
+        path = keep_in_layout(archive, root)
         os.utime(path, (1000 + n, 1000 + n))
-        paths.append(path)
-    monkeypatch.setenv("IMAGEBUILD_HELD_MAX", "2500")
-    held.prune(root, keep_path=paths[0])
-    assert paths[0].exists() and not paths[1].exists() and paths[2].exists()  # the oldest kept: it is in use
+        kept.append(path)
+    stray = held.add_blob(held.layout_root(root), b"a blob no image references")
+    sizes = sum(p.stat().st_size for p in (held.layout_root(root) / "blobs" / "sha256").iterdir())
+    monkeypatch.setenv("IMAGEBUILD_HELD_MAX", str(sizes * 2 // 3))
+    with held.exporting(root):  # a build exporting: nothing is removed
+        held.prune(root, keep_path=kept[0])
+    assert all(p.exists() for p in kept) and stray[7:] in {p.name for p in (held.layout_root(root) / "blobs" /
+                                                                             "sha256").iterdir()}
+    held.prune(root, keep_path=kept[0])
+    assert kept[0].exists() and not kept[1].exists() and kept[2].exists()  # the oldest kept: it is in use
+    left = held.layout_blobs(held.layout_root(root))
+    assert stray not in left
+    for path in (kept[0], kept[2]):  # every blob of a kept image is still there
+        with held.open_image(path) as image:
+            doc = json.loads(held.read_blob(image, "sha256:" + path.stem, 1 << 20))
+        assert {d["digest"] for d in (doc["config"], *doc["layers"])} <= left
+
+
+def test_the_load_archive_leaves_out_what_the_engine_holds_and_names_the_image(tmp_path):
+    archive, digest, manifest = saved_layout(tmp_path)
+    root = tmp_path / "held"
+    keep_in_layout(archive, root)
+    layout = held.layout_root(root)
+    doc = json.loads(manifest)
+    first = doc["layers"][0]["digest"]
+    descriptor = {"mediaType": doc["mediaType"], "digest": digest, "size": len(manifest),
+                  "platform": {"architecture": "amd64", "os": "linux"}}
+    target = tmp_path / "load.tar"
+    held.load_archive(layout, descriptor, ["reg.example:5000/ml/torch:2.13-runtime"], target, leave_out={first})
+    with tarfile.open(target) as tar:
+        names = set(tar.getnames())
+        index = json.loads(tar.extractfile("index.json").read())
+    assert names == {"oci-layout", "index.json", *(f"blobs/sha256/{d[7:]}" for d in
+                                                  (digest, doc["config"]["digest"], doc["layers"][1]["digest"]))}
+    [entry] = index["manifests"]
+    assert entry["digest"] == digest and entry["annotations"]["io.containerd.image.name"] == \
+        "reg.example:5000/ml/torch:2.13-runtime" and entry["annotations"]["org.opencontainers.image.ref.name"] == \
+        "2.13-runtime"
+    (layout / "blobs" / "sha256" / doc["layers"][1]["digest"][7:]).unlink()
+    with pytest.raises(held.BlobProblem, match="lacks"):
+        held.load_archive(layout, descriptor, [], target)
 
 
 class _NoSave(FakeEngine):
@@ -62,7 +107,7 @@ def _prepared_from_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("IMAGEBUILD_PUSH_TMP", str(tmp_path))
     monkeypatch.setenv("IMAGEBUILD_LAYER_CACHE", str(tmp_path / "cache"))
     archive, digest, manifest = saved_layout(tmp_path)
-    assert held.keep(archive, digest)
+    keep_in_layout(archive, held.held_root())
     return Skopeo(_NoSave(), cache=LayerCache(tmp_path / "cache")).prepare(digest, "zstd"), digest, manifest
 
 
@@ -78,14 +123,12 @@ def test_a_damaged_kept_archive_is_dropped_for_the_engines_save(tmp_path, monkey
     engine = FakeEngine()
     image_id = engine.add_image("reg:5000/x:1", {})
     archive, digest, _ = saved_layout(tmp_path, tamper="layer")
-    kept = tmp_path / "cache" / "held" / f"{image_id.removeprefix('sha256:')}.tar"
-    kept.parent.mkdir(parents=True)
-    # the tampered archive, renamed as if it were this image's: its manifest is another digest -> not used
-    archive.rename(kept)
+    # the tampered image, kept as if it were this image's: its manifest is another digest -> not used
+    kept = keep_in_layout(archive, tmp_path / "cache" / "held", as_id=image_id)
     logs: list[str] = []
     prepared = Skopeo(engine, cache=LayerCache(tmp_path / "cache"), log=logs.append).prepare(image_id, "zstd")
     assert not prepared.as_held  # the fake engine's classic-store save, compressed
-    assert tarfile.is_tarfile(kept)  # not this image (exact): left alone, not trusted
+    assert kept.exists()  # not this image (exact): left alone, not trusted
 
 
 def test_a_kept_archive_of_other_bytes_is_dropped(tmp_path, monkeypatch):
@@ -93,7 +136,7 @@ def test_a_kept_archive_of_other_bytes_is_dropped(tmp_path, monkeypatch):
     monkeypatch.setenv("IMAGEBUILD_LAYER_CACHE", str(tmp_path / "cache"))
     engine = FakeEngine()
     archive, digest, _ = saved_layout(tmp_path, tamper="layer")
-    assert held.keep(archive, digest)
+    keep_in_layout(archive, held.held_root())
     engine_id = engine.add_image("reg:5000/x:1", {})
     logs: list[str] = []
     copier = Skopeo(engine, cache=LayerCache(tmp_path / "cache"), log=logs.append)
@@ -137,7 +180,7 @@ def test_a_damaged_kept_layer_is_taken_from_the_engines_save_of_the_same_image(t
     (tmp_path / "bad").mkdir()
     good, digest, _ = saved_layout(tmp_path / "good")
     bad, bad_digest, _ = saved_layout(tmp_path / "bad", tamper="layer")
-    assert bad_digest == digest and held.keep(bad, digest)
+    assert bad_digest == digest and keep_in_layout(bad, held.held_root()).exists()
     engine, logs = _Saves(good.read_bytes()), []
     prepared = Skopeo(engine, cache=LayerCache(tmp_path / "cache"), log=logs.append).prepare(digest, "zstd")
     wanted = [d for d, _, _ in prepared.layers]

@@ -15,6 +15,7 @@ import pytest
 import zstandard
 from _oci_saves import digest_of
 
+from imagebuild.engine import held
 from imagebuild.inventory import dpkg, layered, pydist, tarpick
 from imagebuild.inventory.model import ImageFiles
 from imagebuild.pipeline.keptfiles import image_files
@@ -62,7 +63,7 @@ OPAQUE_LAYER = _tar([("opt/venv/lib/python3.11/site-packages/.wh..wh..opq", b"")
 
 
 def _archive(root: Path, layers: list[tuple[bytes, str]], *, tamper: str = "") -> str:
-    """A kept build archive (engine/held.py: an OCI layout as BuildKit's docker exporter writes it) under `root`; the
+    """A kept build export (engine/held.py: its blobs in the layout as BuildKit writes them, its kept index) under `root`; the
     image ID (its manifest's digest)."""
     blobs: dict[str, bytes] = {}
     descriptors = []
@@ -85,12 +86,11 @@ def _archive(root: Path, layers: list[tuple[bytes, str]], *, tamper: str = "") -
     blobs[image_id] = manifest
     index = json.dumps({"schemaVersion": 2, "manifests": [{"mediaType": OCI_MANIFEST, "digest": image_id,
                                                            "size": len(manifest)}]}).encode()
-    root.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(root / f"{image_id[7:]}.tar", "w") as tar:
-        for name, data in {"index.json": index, **{f"blobs/sha256/{d[7:]}": b for d, b in blobs.items()}}.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+    layout = held.layout_root(root) / "blobs" / "sha256"
+    layout.mkdir(parents=True, exist_ok=True)
+    for d, b in blobs.items():  # as BuildKit's export into the layout leaves them (a tampered blob keeps its name)
+        (layout / d[7:]).write_bytes(b)
+    (root / f"{image_id[7:]}.json").write_bytes(index)
     return image_id
 
 
@@ -156,7 +156,7 @@ def test_no_archive_or_another_images_answers_none(tmp_path):
     image_id = _archive(tmp_path / "held", [(OS_LAYER, ZSTD)])
     other = "sha256:" + "ab" * 32
     assert layered.held_files(other, Picks(), tmp_path / "held") is None
-    (tmp_path / "held" / f"{image_id[7:]}.tar").rename(tmp_path / "held" / f"{other[7:]}.tar")
+    (tmp_path / "held" / f"{image_id[7:]}.json").rename(tmp_path / "held" / f"{other[7:]}.json")
     assert layered.held_files(other, Picks(), tmp_path / "held") is None  # its index names another manifest
 
 

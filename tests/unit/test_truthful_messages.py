@@ -187,7 +187,7 @@ EXTERNAL = {
             "--report", "--require-hashes", "--target"},
     "docker/buildx": {"--allow-root", "--append", "--bootstrap", "--build-arg", "--build-context", "--cache-from",
                       "--cache-to", "--cpuset-cpus", "--cpuset-mems", "--file", "--iidfile", "--input", "--ipc",
-                      "--label", "--link", "--network", "--progress", "--provenance", "--rm", "--secret", "--set",
+                      "--label", "--metadata-file", "--link", "--network", "--progress", "--provenance", "--rm", "--secret", "--set",
                       "--tag", "--ulimit", "--user", "--version"},
     "slurm/pyxis/torchrun/numactl": {"--container-image", "--container-mounts", "--container-workdir", "--cpu-bind",
                                      "--cpunodebind", "--cpus-per-task", "--exclusive", "--export", "--mem-bind",

@@ -95,13 +95,13 @@ def held_files(image_id: str, store: PicksStore, root: Path | None = None) -> Im
     if archive is None:
         return None
     try:
-        with tarfile.open(archive) as tar:
+        with held.open_image(archive) as tar:
             return _fold(tar, image_id, store)
     except (OSError, tarfile.TarError) as exc:
         raise LayerProblem(f"{archive}: the kept archive cannot be read ({exc})") from None
 
 
-def _fold(tar: tarfile.TarFile, image_id: str, store: PicksStore) -> ImageFiles | None:
+def _fold(tar: held.BlobSource, image_id: str, store: PicksStore) -> ImageFiles | None:
     entry = held.index_entry(tar)
     if entry is None or entry.get("digest") != image_id:
         return None
@@ -134,14 +134,14 @@ def _fold(tar: tarfile.TarFile, image_id: str, store: PicksStore) -> ImageFiles 
                       pythons=tuple(pydist.read_distributions(found)), bundled=bundled.read_bundled(found))
 
 
-def _member(tar: tarfile.TarFile, digest: str) -> tarfile.TarInfo:
+def _member(tar: held.BlobSource, digest: str) -> tarfile.TarInfo:
     try:
         return held.blob_member(tar, digest)
     except held.BlobProblem as exc:
         raise LayerProblem(f"the kept archive: {exc}") from None
 
 
-def _read(tar: tarfile.TarFile, digest: str, size: int | None) -> bytes:
+def _read(tar: held.BlobSource, digest: str, size: int | None) -> bytes:
     """A small blob (a manifest, a config), checked against its digest (and size, when one is given)."""
     try:
         return held.read_blob(tar, digest, MAX_JSON, size)
@@ -149,7 +149,7 @@ def _read(tar: tarfile.TarFile, digest: str, size: int | None) -> bytes:
         raise LayerProblem(f"the kept archive: {exc}") from None
 
 
-def _read_layer(tar: tarfile.TarFile, digest: str, size: int, diff_id: str, compression: str) -> bytes:
+def _read_layer(tar: held.BlobSource, digest: str, size: int, diff_id: str, compression: str) -> bytes:
     """One layer's picks, its compressed bytes checked against `digest` and `size`, its tar against `diff_id`."""
     fh = tar.extractfile(_member(tar, digest))
     assert fh is not None

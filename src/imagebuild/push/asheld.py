@@ -23,11 +23,10 @@ whole image. A kept layer of other bytes found then is dropped for the engine's 
 from __future__ import annotations
 
 import json
-import tarfile
 from collections.abc import Collection
 from pathlib import Path
 
-from imagebuild.engine.held import BlobProblem, copy_blob, index_entry, read_blob
+from imagebuild.engine.held import BlobProblem, BlobSource, copy_blob, index_entry, open_image, read_blob
 from imagebuild.oci import RegistryError
 from imagebuild.oci.answers import image_manifest, is_index
 from imagebuild.push.compress import (
@@ -51,7 +50,7 @@ def as_held(archive: Path, layout: Path, compression: str, image_id: str = "", *
     `lazy` (an archive that stays: the build's kept one): the layers are copied only when the push asks for them
     (`Prepared.fill`, with the digests the registry lacks), each hashed as it is: a one-layer rebuild copies one
     layer, not the whole image again (a blob the registry has is its bytes by digest)."""
-    with tarfile.open(archive) as tar:
+    with open_image(archive) as tar:
         entry = index_entry(tar)  # None: the classic store's save (no manifest of its own), an index of several
         media = MANIFEST_TYPE.get(compression, "")
         if entry is None or entry.get("mediaType") != media:
@@ -85,7 +84,7 @@ def as_held(archive: Path, layout: Path, compression: str, image_id: str = "", *
         """The layers among `wanted` into the layout, each checked against its descriptor."""
         todo = [d for d in sizes if d in wanted and not (layout / d.removeprefix("sha256:")).exists()]
         if todo:
-            with tarfile.open(archive) as tar:
+            with open_image(archive) as tar:
                 for d in todo:
                     _copy_into(tar, layout, d, sizes[d])
 
@@ -95,7 +94,7 @@ def as_held(archive: Path, layout: Path, compression: str, image_id: str = "", *
                     as_held=True, fill=fill if lazy else None)
 
 
-def _copy_into(tar: tarfile.TarFile, layout: Path, digest: str, size: int) -> None:
+def _copy_into(tar: BlobSource, layout: Path, digest: str, size: int) -> None:
     target = layout / digest.removeprefix("sha256:")
     if not target.exists():
         try:
@@ -104,7 +103,7 @@ def _copy_into(tar: tarfile.TarFile, layout: Path, digest: str, size: int) -> No
             raise LayerError(f"the saved image: {exc}") from None
 
 
-def _is_manifest_id(image_id: str, tar: tarfile.TarFile) -> bool:
+def _is_manifest_id(image_id: str, tar: BlobSource) -> bool:
     """Whether `image_id` names a manifest blob of this archive (the containerd store's IDs are manifest digests;
     the classic store's are config digests, which a manifest legitimately differs from)."""
     try:

@@ -14,16 +14,17 @@ What the BuildKit backend asks of buildx, and why:
 - `rewrite-timestamp`: every file a step adds is dated SOURCE_DATE_EPOCH at most in the exported layers, so the same
   inputs give the same layers, hence the same image ID, on any engine. The docker driver's own exporter (the image
   straight into the engine's store) refuses that option (dockerd 26.1: its unpack is always on), so with the
-  containerd image store the image is exported as a docker archive (`type=docker,dest=<tar>`) that the backend loads
-  into the engine (build.py); any other driver (docker-container, remote, kubernetes) loads its `type=docker`
-  output into the engine itself. Only the docker driver without the containerd image store keeps build-time dates
-  (its image exporter is the only one it has).
+  containerd image store the image is exported into the OCI layout kept beside the engine (`type=oci,tar=false`,
+  engine/held.py: BuildKit writes only the blobs the layout lacks), its manifest's descriptor read from buildx's
+  `--metadata-file`, and the backend loads what the engine lacks (build.py); any other driver (docker-container,
+  remote, kubernetes) loads its `type=docker` output into the engine itself. Only the docker driver without the
+  containerd image store keeps build-time dates (its image exporter is the only one it has).
 - the runtime's env stage as an image of its own (envimage.py): `--target env-key` exported as files (its key),
   `--target env` exported as an image when the engine has none of that key, then the image with ENV_IMAGE that env
   image's plain tag (the docker driver finds it in the engine's store). Unlike a named context (the parent's: BuildKit
   0.13's frontend then knows no base image), a plain tag tells the exporter the env image's layers, and it does not
   re-date and write them again.
-- `compression=zstd` (level 3, forced on every layer, OCI media types) wherever the output is such an archive
+- `compression=zstd` (level 3, forced on every layer, OCI media types) wherever the output is such an export
   (EXPORT_OPTIONS): BuildKit's rewrite inflates and compresses every layer of the image again on every export, the
   unchanged ones too (its converter's skip keys on the input blob, never the rewritten one), and the engine unpacks
   them again on load; in zstd that costs the CPU runtime 25 + 20 + 23 s where gzip cost 55 + 60 + 28 s (the export,
@@ -42,7 +43,7 @@ from imagebuild.render.tiers import ENV_ARG
 
 BASE_CONTEXT = "imagebuild-base"  # the named context that stands for the parent image
 SECRET_ENV_PREFIX = "IMAGEBUILD_SECRET_"
-# the exporter's options wherever the output is a docker archive (module doc): dates clamped, zstd layers
+# the exporter's options wherever the image is exported, not stored by the engine (module doc): dates clamped, zstd
 EXPORT_OPTIONS = ("rewrite-timestamp=true,compression=zstd,compression-level=3,force-compression=true,"
                   "oci-mediatypes=true")
 
@@ -65,7 +66,8 @@ class BuildxCall:
     base_ref: str | None = None  # the parent's pin tag in the engine's store, when BASE_IMAGE is an image ID
     builder: str | None = None  # buildx builder name; None: the current one (the engine's docker driver)
     docker_driver: bool = True
-    archive: Path | None = None  # the docker driver with the containerd image store: export here, then load
+    layout: Path | None = None  # the docker driver with the containerd image store: export into this OCI layout
+    metadata: Path | None = None  # buildx's --metadata-file (the exported manifest's descriptor)
     extra_flags: tuple[str, ...] = field(default_factory=tuple)  # cache import/export (--cache-from/--cache-to)
     platform: str | None = None  # --platform: the image's OS/architecture (None: the builder's own)
     target: str | None = None  # --target: a stage of the Dockerfile (the runtime's env and env-key: envimage.py)
@@ -106,10 +108,12 @@ def buildx_argv(call: BuildxCall) -> list[str]:
         argv += ["--secret", f"id={secret_id(name)},env={SECRET_ENV_PREFIX}{name}"]
     if call.local_dest is not None:
         argv += ["--output", f"type=local,dest={call.local_dest}"]
-    elif call.archive is not None:
-        argv += ["--output", f"type=docker,dest={call.archive},{EXPORT_OPTIONS}"]
+    elif call.layout is not None:
+        argv += ["--output", f"type=oci,tar=false,dest={call.layout},{EXPORT_OPTIONS}"]
     elif not call.docker_driver:
         argv += ["--output", f"type=docker,{EXPORT_OPTIONS}"]
+    if call.metadata is not None:
+        argv += ["--metadata-file", str(call.metadata)]
     argv += list(call.extra_flags)
     argv.append(str(call.context_dir))
     return argv

@@ -13,6 +13,7 @@ before anything builds (checks.py).
 from __future__ import annotations
 
 import codecs
+import json
 import os
 import selectors
 import tarfile
@@ -22,6 +23,7 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from imagebuild.builder.backend import BuildEvent, BuildOutcome, BuildRequest
 from imagebuild.builder.backends.buildkit import envimage
@@ -30,6 +32,7 @@ from imagebuild.builder.backends.buildkit.progress import NAME_MAX, RawJsonProgr
 from imagebuild.builder.context import tar_context
 from imagebuild.engine import cli, held
 from imagebuild.models import platform_to_ask
+from imagebuild.oci import Reference
 from imagebuild.phases import Phase
 from imagebuild.render.tiers import ENV_KEY_STAGE, ENV_STAGE
 
@@ -144,46 +147,45 @@ class BuildxBuild:
             context.close()
         args = req.all_build_args()
         base = req.parents.get("BASE_IMAGE", "")
-        split = self.backend.via_archive and envimage.splits(req.dockerfile)
         call = BuildxCall(
             context_dir=context_dir, dockerfile="Dockerfile", tag=req.tag, build_args=args,
             labels=req.labels, secrets=SECRET_BUILD_ARGS,
             base_ref=self.backend.parent_ref(base) if base.startswith("sha256:") else None,
             builder=self.backend.builder, docker_driver=self.backend.docker_driver,
-            archive=tmp / "image.tar" if self.backend.via_archive else None,
-            extra_flags=self.backend.cache_flags(req.tag, split=split),
             platform=platform_to_ask(req.platform))
-        env_layers: list[str] | None = None
-        if split:
-            env_ref = yield from self._env_image(call, tmp)
-            if env_ref is None:
-                return
-            env_layers = cli.diff_ids(env_ref)
-            call = replace(call, env_ref=env_ref, env_by_context=env_layers is None)
-        if not (yield from self._solve(call, "image")):
+        if not self.backend.via_archive:  # the builder stores or loads the image itself
+            call = replace(call, extra_flags=self.backend.cache_flags(req.tag))
+            if (yield from self._solve(call, "image")):
+                yield from self._found()
             return
-        if env_layers is not None and call.archive is not None and not call.env_by_context:
-            started = time.monotonic()
-            try:
-                envimage.annotate_like_one_build(call.archive, env_layers)
-                self._extra.append((len(self._solves), Phase(
-                    "export", "the env image's layers marked re-dated, as one build marks them",
-                    time.monotonic() - started)))
-            except envimage.ManifestNotAsExpected as exc:  # built again as one build would: every layer re-dated
-                yield BuildEvent("line", f"imagebuild: {exc}; exporting the image again with the env image re-dated")
-                call = replace(call, env_by_context=True)
-                if not (yield from self._solve(call, "image (again)")):
+        split = envimage.splits(req.dockerfile)
+        call = replace(call, extra_flags=self.backend.cache_flags(req.tag, split=split))
+        with held.exporting() as layout:  # the OCI layout beside the engine (engine/held.py)
+            call = replace(call, layout=layout)
+            env_layers: list[str] | None = None
+            if split:
+                env_ref = yield from self._env_image(call, tmp)
+                if env_ref is None:
                     return
-        if call.archive is not None:
-            yield from self._load(call.archive, "the image")
-        if self.progress.error is None:
-            self._image_id = self.backend.image_id(req.tag)
-            if self._image_id is None:
-                self.progress.fail(f"buildx reported success but the engine has no image {req.tag}")
-            else:
-                if call.archive is not None:  # what a push of this image sends, kept beside the engine
-                    held.keep(call.archive, self._image_id)
-                yield BuildEvent("image", self._image_id)
+                env_layers = cli.diff_ids(env_ref)
+                call = replace(call, env_ref=env_ref, env_by_context=env_layers is None)
+            digest = yield from self._export(call, "image", tmp, env_layers)
+            if digest is not None:
+                yield from self._found(exported=digest)
+        held.prune()
+
+    def _found(self, exported: str | None = None) -> Iterator[BuildEvent]:
+        """The engine's ID of the built image; an exported image (the layout's manifest `exported`) is kept in the
+        layout under that ID (engine/held.py) when the engine holds exactly that manifest."""
+        if self.progress.error is not None:
+            return
+        self._image_id = self.backend.image_id(self.request.tag)
+        if self._image_id is None:
+            self.progress.fail(f"buildx reported success but the engine has no image {self.request.tag}")
+            return
+        if exported is not None and exported == self._image_id:  # what a push of this image sends
+            held.keep(self._image_id)
+        yield BuildEvent("image", self._image_id)
 
     def _env_image(self, call: BuildxCall, tmp: Path) -> Generator[BuildEvent, None, str | None]:
         """The runtime's env stage as an image in the engine (envimage.py): its key from the env-key stage's files,
@@ -192,7 +194,7 @@ class BuildxBuild:
         req = self.request
         started = time.monotonic()
         key_dir = tmp / "env-key"
-        key_call = replace(call, target=ENV_KEY_STAGE, local_dest=key_dir, archive=None, tag="", labels={},
+        key_call = replace(call, target=ENV_KEY_STAGE, local_dest=key_dir, layout=None, tag="", labels={},
                            extra_flags=self.backend.cache_flags(req.tag, "key", split=True))
         if not (yield from self._solve(key_call, "env-key")):
             return None
@@ -206,21 +208,53 @@ class BuildxBuild:
                 time.monotonic() - started, cached=True)))
             yield BuildEvent("step", "env image: taken again by its key")
             return ref
-        env_call = replace(call, target=ENV_STAGE, tag=ref, labels={}, archive=tmp / "env.tar",
+        env_call = replace(call, target=ENV_STAGE, tag=ref, labels={},
                            extra_flags=self.backend.cache_flags(req.tag, "env", split=True))
-        if not (yield from self._solve(env_call, "env image")):
+        if (yield from self._export(env_call, "env image", tmp)) is None:
             return None
-        assert env_call.archive is not None
-        yield from self._load(env_call.archive, "the env image")
-        if self.progress.error is None and self.backend.image_id(ref) is None:
+        if self.backend.image_id(ref) is None:
             self.progress.fail(f"buildx reported success but the engine has no env image {ref}")
-        if self.progress.error is not None:
             return None
-        env_call.archive.unlink(missing_ok=True)  # its layers are in the image's own archive too
         self._extra.append((len(self._solves), Phase(
             "env", f"the env image {envimage.short_tag(ref)}: built (the engine had none of its key)",
             time.monotonic() - started, cached=False)))
         return ref
+
+    def _export(self, call: BuildxCall, label: str, tmp: Path, env_layers: list[str] | None = None,
+                before: set[str] | None = None) -> Generator[BuildEvent, None, str | None]:
+        """One image exported into the layout (BuildKit writes the blobs it lacks) and loaded into the engine: the
+        blobs the layout held before come from the engine's own store. The runtime standing on its env image gets the
+        manifest one build writes (envimage.annotate_like_one_build), else it is exported again with the env image
+        as a named context. The loaded manifest's digest, or None when a step failed (the progress says which).
+        `before`: the layout's blobs before the first export of this image (an export again writes, but never
+        loaded, what the first one wrote)."""
+        layout, metadata = call.layout, tmp / "metadata.json"
+        assert layout is not None
+        before = held.layout_blobs(layout) if before is None else before
+        metadata.unlink(missing_ok=True)
+        call = replace(call, metadata=metadata)
+        if not (yield from self._solve(call, label)):
+            return None
+        descriptor = _exported(metadata)
+        if descriptor is None:
+            self.progress.fail(f"buildx exported the {label} but its --metadata-file names no image manifest")
+            return None
+        if env_layers is not None and not call.env_by_context:
+            started = time.monotonic()
+            try:
+                digest = envimage.annotate_like_one_build(layout, str(descriptor["digest"]), env_layers)
+            except envimage.ManifestNotAsExpected as exc:  # built again as one build would: every layer re-dated
+                yield BuildEvent("line", f"imagebuild: {exc}; exporting the image again with the env image re-dated")
+                return (yield from self._export(replace(call, env_by_context=True), "image (again)", tmp,
+                                                before=before))
+            size = (layout / "blobs" / "sha256" / digest.removeprefix("sha256:")).stat().st_size
+            descriptor = {**descriptor, "digest": digest, "size": size}
+            self._extra.append((len(self._solves), Phase(
+                "export", "the env image's layers marked re-dated, as one build marks them",
+                time.monotonic() - started)))
+        yield from self._load(layout, descriptor, before, tmp, call.tag,
+                              "the image" if call.target is None else "the env image")
+        return None if self.progress.error is not None else str(descriptor["digest"])
 
     def _solve(self, call: BuildxCall, label: str) -> Generator[BuildEvent, None, bool]:
         """One buildx process, its progress its own (the first one's is the build's first progress)."""
@@ -244,15 +278,33 @@ class BuildxBuild:
         yield from self.progress.finish(returncode)
         return self.progress.error is None
 
-    def _load(self, archive: Path, what: str) -> Iterator[BuildEvent]:
-        """The exported docker archive into the engine's store (its image ID is the archive's manifest digest); the
-        image's archive is then kept under that ID for the push (engine/held.py), else it goes with the build's
-        temporary folder."""
+    def _load(self, layout: Path, descriptor: dict[str, Any], leave_out: set[str], tmp: Path, tag: str,
+              what: str) -> Iterator[BuildEvent]:
+        """The exported image into the engine's store: an archive of its manifest, config and the blobs that were not
+        in the layout before its export (the engine holds those: it loaded them), named by the request's tag. An
+        engine that lacks one of them (another engine's layout, an image removed since) refuses that load and
+        changes nothing; then the whole image is loaded."""
         image = what == "the image"
         # a phase: no step number (progress.py)
         yield BuildEvent("step", "loading into the engine" if image else f"loading {what} into the engine")
         start = time.monotonic()
-        loaded = cli.load(str(archive), timeout=self.request.timeout)
+        names = [str(Reference.parse(tag).normalized())]
+        archive = tmp / "load.tar"
+        leaving = leave_out
+        try:
+            while True:
+                held.load_archive(layout, descriptor, names, archive, leave_out=leaving)
+                loaded = cli.load(str(archive), timeout=self.request.timeout)
+                if loaded.ok or not leaving:
+                    break
+                yield BuildEvent("line", f"imagebuild: the engine lacks a blob the kept layout holds "
+                                         f"({loaded.reason}); loading all of {what}")
+                leaving = set()
+        except (held.BlobProblem, OSError) as exc:
+            self.progress.fail(f"the exported {what.removeprefix('the ')} cannot be loaded: {exc}")
+            return
+        finally:
+            archive.unlink(missing_ok=True)
         name = "loading the exported archive into the engine" if image else f"loading {what}'s archive into the engine"
         self._extra.append((len(self._solves), Phase("export", name, time.monotonic() - start)))
         if not loaded.ok:
@@ -295,3 +347,17 @@ class BuildxBuild:
             return BuildOutcome(image_id=None, error=self.progress.failure_summary() or "the build did not run",
                                 tail=self.progress.tail_text(), phases=self.phases())
         return BuildOutcome(image_id=self._image_id, phases=self.phases())
+
+
+def _exported(metadata: Path) -> dict[str, Any] | None:
+    """The image manifest's descriptor buildx's --metadata-file gives for an export (`containerimage.descriptor`), or
+    None when there is none that names one manifest by a sha256 digest and size."""
+    try:
+        doc = json.loads(metadata.read_text())
+    except (OSError, ValueError):
+        return None
+    desc = doc.get("containerimage.descriptor") if isinstance(doc, dict) else None
+    if not isinstance(desc, dict) or not isinstance(desc.get("digest"), str) or not isinstance(desc.get("size"), int) \
+            or not str(desc["digest"]).startswith("sha256:") or not isinstance(desc.get("mediaType"), str):
+        return None
+    return desc

@@ -28,10 +28,8 @@ env image already made from the same inputs is taken again.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
-import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,10 +155,9 @@ def short_tag(ref: str) -> str:
 # in the engine's store: the frontend then knows its layers and the exporter skips them), the env image's layers are
 # not re-dated again and carry no annotation, where one build (env stage in line: every layer re-dated) annotates
 # every layer. The layers and the config are the same bytes; the manifest differs by exactly these annotations, so
-# the backend adds them to the env image's layers in the exported archive (nothing else changes; the image ID is
+# the backend adds them to the env image's layers in the exported layout (nothing else changes; the image ID is
 # then the one build's manifest digest: tests/integration/test_buildkit_backend.py proves it against a real bake).
 REWRITTEN = "buildkit/rewritten-timestamp"
-_METADATA = ("index.json", "manifest.json", "oci-layout")
 
 
 class ManifestNotAsExpected(ValueError):
@@ -190,54 +187,21 @@ def one_build_manifest(raw: bytes, env_layers: int) -> bytes:
     return json.dumps(manifest, indent=2).encode()
 
 
-def annotate_like_one_build(archive: Path, env_diff_ids: list[str]) -> str:
-    """The exported archive's manifest replaced by `one_build_manifest` (its blob added, index.json naming it), once
-    its config says the image stands on the env image (`env_diff_ids`, the engine's): the archive's tail
-    (index.json, manifest.json, oci-layout after the blobs, as BuildKit writes them) is written again, nothing else
-    is copied. The new manifest digest (the image ID once loaded); ManifestNotAsExpected otherwise."""
-    try:
-        return _annotate(archive, env_diff_ids)
-    except (OSError, tarfile.TarError) as exc:
-        raise ManifestNotAsExpected(f"the exported archive: {exc}") from None
-
-
-def _annotate(archive: Path, env_diff_ids: list[str]) -> str:
-    with tarfile.open(archive) as tar:
-        members = tar.getmembers()
-        entry = held.index_entry(tar)
-        if entry is None:
-            raise ManifestNotAsExpected("the exported archive's index.json names no one manifest")
+def annotate_like_one_build(layout: Path, digest: str, env_diff_ids: list[str]) -> str:
+    """The exported manifest `digest` of the layout (engine/held.py) written again by `one_build_manifest` as a blob
+    of its own, once its config says the image stands on the env image (`env_diff_ids`, the engine's): nothing else is
+    copied or changed. The new manifest's digest (the image ID once loaded); ManifestNotAsExpected otherwise."""
+    with held.LayoutImage(layout / "index.json", layout) as image:
         try:
-            raw = held.read_blob(tar, str(entry["digest"]), 1 << 20, size=entry.get("size"))
+            raw = held.read_blob(image, digest, 1 << 20)
             config_ref = json.loads(raw).get("config") or {}
-            config = json.loads(held.read_blob(tar, str(config_ref.get("digest")), 4 << 20, config_ref.get("size")))
-        except (held.BlobProblem, ValueError, AttributeError) as exc:
-            raise ManifestNotAsExpected(f"the exported archive's manifest or config: {exc}") from None
-        diff_ids = (config.get("rootfs") or {}).get("diff_ids") if isinstance(config, dict) else None
-        if not isinstance(diff_ids, list) or diff_ids[:len(env_diff_ids)] != env_diff_ids:
-            raise ManifestNotAsExpected("the exported image does not stand on the env image's layers")
-        tail_at = next((n for n, m in enumerate(members) if m.name in _METADATA), None)
-        if tail_at is None or any(m.name not in _METADATA for m in members[tail_at:]):
-            raise ManifestNotAsExpected("the exported archive does not end with its index.json, manifest.json, "
-                                        "oci-layout")
-        tail = {m.name: (m, tar.extractfile(m).read()) for m in members[tail_at:]}  # type: ignore[union-attr]
-        offset = members[tail_at].offset
-    new = one_build_manifest(raw, len(env_diff_ids))
-    digest = "sha256:" + hashlib.sha256(new).hexdigest()
-    index = json.loads(tail["index.json"][1])
-    index["manifests"][0] = {**entry, "digest": digest, "size": len(new)}
-    tail["index.json"] = (tail["index.json"][0], json.dumps(index, separators=(",", ":")).encode())
-    blob = tarfile.TarInfo(f"blobs/sha256/{digest.split(':')[1]}")
-    blob.size, blob.mode, blob.mtime = len(new), 0o444, 0
-    with archive.open("r+b") as fh:
-        fh.seek(offset)
-        fh.truncate()
-        with tarfile.open(fileobj=fh, mode="w", format=tarfile.PAX_FORMAT) as out:
-            out.addfile(blob, io.BytesIO(new))
-            for name in (m.name for m in members[tail_at:]):
-                info, data = tail[name]
-                info.size = len(data)
-                out.addfile(info, io.BytesIO(data))
-    if held.manifest_digest(archive) != digest:
-        raise ManifestNotAsExpected("the rewritten archive does not name its new manifest")
-    return digest
+            config = json.loads(held.read_blob(image, str(config_ref.get("digest")), 4 << 20, config_ref.get("size")))
+        except (held.BlobProblem, ValueError, AttributeError, OSError) as exc:
+            raise ManifestNotAsExpected(f"the exported manifest or config: {exc}") from None
+    diff_ids = (config.get("rootfs") or {}).get("diff_ids") if isinstance(config, dict) else None
+    if not isinstance(diff_ids, list) or diff_ids[:len(env_diff_ids)] != env_diff_ids:
+        raise ManifestNotAsExpected("the exported image does not stand on the env image's layers")
+    try:
+        return held.add_blob(layout, one_build_manifest(raw, len(env_diff_ids)))
+    except OSError as exc:
+        raise ManifestNotAsExpected(f"the rewritten manifest cannot be written: {exc}") from None
