@@ -172,7 +172,7 @@ class BuildxBuild:
             digest = yield from self._export(call, "image", tmp, env_layers)
             if digest is not None:
                 yield from self._found(exported=digest)
-        held.prune()
+        held.prune(keep_path=held.find(self._image_id) if self._image_id else None)  # never the image just built
 
     def _found(self, exported: str | None = None) -> Iterator[BuildEvent]:
         """The engine's ID of the built image; an exported image (the layout's manifest `exported`) is kept in the
