@@ -84,7 +84,7 @@ def test_argv_for_the_containerd_store_exports_into_the_layout_with_rewritten_ti
 def test_the_containerd_store_gets_the_export_loaded_and_a_failed_load_fails_the_build(fake_docker, monkeypatch):
     monkeypatch.setenv("FAKE_DRIVER_STATUS", '[["driver-type","io.containerd.snapshotter.v1"]]')
     backend = preflight(None)
-    assert backend.via_archive
+    assert backend.via_layout
     build = backend.start(_request())
     events = list(build.events())
     assert build.outcome().image_id == BUILT
@@ -101,7 +101,7 @@ def test_the_containerd_store_gets_the_export_loaded_and_a_failed_load_fails_the
     list(build.events())
     assert build.outcome().failed and "docker image load of the exported image failed" in build.outcome().error
     monkeypatch.delenv("FAKE_DRIVER_STATUS")
-    assert not preflight(None).via_archive  # overlay2 (no containerd store): the engine's own image exporter
+    assert not preflight(None).via_layout  # overlay2 (no containerd store): the engine's own image exporter
 
 
 def test_a_rebuild_loads_only_the_blobs_new_to_the_layout_and_all_of_them_when_the_engine_lacks_one(fake_docker,

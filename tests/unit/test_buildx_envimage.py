@@ -199,7 +199,7 @@ def test_the_env_image_is_built_once_for_its_key_then_taken_again(containerd, mo
     monkeypatch.setenv("FAKE_ARCHIVE", str(CHILD))
     monkeypatch.setenv("FAKE_ENV_LAYERS", json.dumps(ENV_LAYERS))
     backend = preflight(None)
-    assert backend.via_archive
+    assert backend.via_layout
     build = backend.start(_request())
     events = list(build.events())
     assert build.outcome().image_id == BUILT, build.outcome().error
@@ -279,7 +279,7 @@ def test_a_failing_env_build_fails_the_image_naming_its_step(containerd, monkeyp
 def test_without_the_containerd_store_the_image_is_one_build(containerd, monkeypatch):
     monkeypatch.setenv("FAKE_DRIVER_STATUS", '[["Backing Filesystem","extfs"]]')
     backend = preflight(None)
-    assert not backend.via_archive  # the engine's own exporter: nothing re-dated, nothing to skip
+    assert not backend.via_layout  # the engine's own exporter: nothing re-dated, nothing to skip
     build = backend.start(_request())
     list(build.events())
     assert build.outcome().image_id == BUILT

@@ -81,7 +81,7 @@ def test_the_load_archive_leaves_out_what_the_engine_holds_and_names_the_image(t
     descriptor = {"mediaType": doc["mediaType"], "digest": digest, "size": len(manifest),
                   "platform": {"architecture": "amd64", "os": "linux"}}
     target = tmp_path / "load.tar"
-    held.load_archive(layout, descriptor, ["reg.example:5000/ml/torch:2.13-runtime"], target, leave_out={first})
+    held.load_archive(layout, descriptor, "reg.example:5000/ml/torch:2.13-runtime", target, leave_out={first})
     with tarfile.open(target) as tar:
         names = set(tar.getnames())
         index = json.loads(tar.extractfile("index.json").read())
@@ -93,7 +93,7 @@ def test_the_load_archive_leaves_out_what_the_engine_holds_and_names_the_image(t
         "2.13-runtime"
     (layout / "blobs" / "sha256" / doc["layers"][1]["digest"][7:]).unlink()
     with pytest.raises(held.BlobProblem, match="lacks"):
-        held.load_archive(layout, descriptor, [], target)
+        held.load_archive(layout, descriptor, None, target)
 
 
 class _NoSave(FakeEngine):

@@ -36,7 +36,7 @@ import os
 import re
 import tarfile
 import tempfile
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -62,7 +62,7 @@ class BlobProblem(ValueError):
 
 
 def cache_root() -> Path:
-    """The root of imagebuild's caches of image bytes: the compressed layers and the kept archives."""
+    """The root of imagebuild's caches of image bytes: the compressed layers and the kept images."""
     explicit = os.environ.get("IMAGEBUILD_LAYER_CACHE")
     if explicit:
         return Path(explicit)
@@ -151,6 +151,11 @@ def layout_root(root: Path | None = None) -> Path:
     return (root or held_root()) / LAYOUT
 
 
+def blob_path(layout: Path, digest: str) -> Path:
+    """Where the layout holds blob `digest` (`sha256:<hex>`)."""
+    return layout / "blobs" / "sha256" / digest.removeprefix("sha256:")
+
+
 def layout_blobs(layout: Path) -> set[str]:
     """The digests of the blobs the layout holds now."""
     try:
@@ -230,7 +235,7 @@ def _write_atomic(target: Path, data: bytes) -> None:
 def add_blob(layout: Path, data: bytes) -> str:
     """`data` as a blob of the layout (named by its digest, written whole or not at all); its digest."""
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    target = layout / "blobs" / "sha256" / digest[7:]
+    target = blob_path(layout, digest)
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         _write_atomic(target, data)
@@ -254,19 +259,18 @@ def _children(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [d for d in (doc["config"], *doc["layers"]) if isinstance(d, dict) and isinstance(d.get("digest"), str)]
 
 
-def load_archive(layout: Path, descriptor: dict[str, Any], names: Iterable[str], target: Path,
+def load_archive(layout: Path, descriptor: dict[str, Any], name: str | None, target: Path,
                  leave_out: Collection[str] = ()) -> None:
     """An archive `docker image load` takes for the manifest `descriptor` of the layout: the image's index (named
-    `names`, fully qualified references), its manifest, config and every layer but those in `leave_out` (what the
+    `name`, a fully qualified reference; None: unnamed), its manifest, config and every layer but those in `leave_out` (what the
     engine already holds: it takes them from its own store; a load that lacks one fails and changes nothing).
     BlobProblem when the layout lacks a blob the archive needs."""
     digest = str(descriptor["digest"])
     doc = manifest_of(layout, digest)
-    names = list(names)
     entry: dict[str, Any] = {"mediaType": descriptor["mediaType"], "digest": digest, "size": descriptor["size"]}
-    if names:
-        entry["annotations"] = {"io.containerd.image.name": names[0],
-                                "org.opencontainers.image.ref.name": names[0].rpartition(":")[2]}
+    if name:
+        entry["annotations"] = {"io.containerd.image.name": name,
+                                "org.opencontainers.image.ref.name": name.rpartition(":")[2]}
     if isinstance(descriptor.get("platform"), dict):
         entry["platform"] = descriptor["platform"]
     index = {"schemaVersion": 2, "mediaType": INDEX_MEDIA, "manifests": [entry]}
@@ -278,7 +282,7 @@ def load_archive(layout: Path, descriptor: dict[str, Any], names: Iterable[str],
             info.size, info.mode = len(data), 0o444
             tar.addfile(info, io.BytesIO(data))
         for d in dict.fromkeys(wanted):
-            path = layout / "blobs" / "sha256" / d.removeprefix("sha256:")
+            path = blob_path(layout, d)
             if not _ID.fullmatch(d) or not path.is_file():
                 raise BlobProblem(f"the layout lacks {d}")
             tar.add(path, arcname=f"blobs/sha256/{d[7:]}")
@@ -295,8 +299,8 @@ def keep(image_id: str, root: Path | None = None) -> bool:
         return False
     try:
         doc = manifest_of(layout, image_id)
-        size = (layout / "blobs" / "sha256" / found.group(1)).stat().st_size
-        blobs = [layout / "blobs" / "sha256" / str(d["digest"]).removeprefix("sha256:") for d in _children(doc)]
+        size = blob_path(layout, image_id).stat().st_size
+        blobs = [blob_path(layout, str(d["digest"])) for d in _children(doc)]
         if len(blobs) != 1 + len(doc["layers"]) or not all(b.is_file() for b in blobs):
             return False
         index = {"schemaVersion": 2, "mediaType": INDEX_MEDIA,
@@ -365,12 +369,12 @@ def _prune(folder: Path, layout: Path, keep_path: Path | None) -> None:
             kept.remove(entry)
     referenced: set[str] = set().union(*(b for _, _, b in kept))
     for digest in layout_blobs(layout) - referenced:
-        (layout / "blobs" / "sha256" / digest[7:]).unlink(missing_ok=True)
+        blob_path(layout, digest).unlink(missing_ok=True)
     (layout / "index.json").unlink(missing_ok=True)  # BuildKit's own list of every export: written again by the next
 
 
 def _size(layout: Path, digest: str) -> int:
     try:
-        return (layout / "blobs" / "sha256" / digest[7:]).stat().st_size
+        return blob_path(layout, digest).stat().st_size
     except OSError:
         return 0

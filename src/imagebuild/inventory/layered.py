@@ -42,7 +42,7 @@ _LAYER_TYPES = {"application/vnd.oci.image.layer.v1.tar+zstd": "zst",
 
 
 class LayerProblem(ImagebuildError):
-    """The kept archive says one thing and holds another (a blob of other bytes, a layer that is no tar)."""
+    """The kept image says one thing and holds another (a blob of other bytes, a layer that is no tar)."""
 
 
 class PicksStore(Protocol):
@@ -89,7 +89,7 @@ def _entry(name: str, kind: bytes) -> tarfile.TarInfo:
 
 
 def held_files(image_id: str, store: PicksStore, root: Path | None = None) -> ImageFiles | None:
-    """The files of local image `image_id` from its build's kept archive, layer by layer (module doc); None when no
+    """The files of local image `image_id` from the image its build kept, layer by layer (module doc); None when no
     archive of exactly that image is kept."""
     archive = held.find(image_id, root)
     if archive is None:
@@ -98,7 +98,7 @@ def held_files(image_id: str, store: PicksStore, root: Path | None = None) -> Im
         with held.open_image(archive) as tar:
             return _fold(tar, image_id, store)
     except (OSError, tarfile.TarError) as exc:
-        raise LayerProblem(f"{archive}: the kept archive cannot be read ({exc})") from None
+        raise LayerProblem(f"{archive}: the kept image cannot be read ({exc})") from None
 
 
 def _fold(tar: held.BlobSource, image_id: str, store: PicksStore) -> ImageFiles | None:
@@ -138,7 +138,7 @@ def _member(tar: held.BlobSource, digest: str) -> tarfile.TarInfo:
     try:
         return held.blob_member(tar, digest)
     except held.BlobProblem as exc:
-        raise LayerProblem(f"the kept archive: {exc}") from None
+        raise LayerProblem(f"the kept image: {exc}") from None
 
 
 def _read(tar: held.BlobSource, digest: str, size: int | None) -> bytes:
@@ -146,7 +146,7 @@ def _read(tar: held.BlobSource, digest: str, size: int | None) -> bytes:
     try:
         return held.read_blob(tar, digest, MAX_JSON, size)
     except held.BlobProblem as exc:
-        raise LayerProblem(f"the kept archive: {exc}") from None
+        raise LayerProblem(f"the kept image: {exc}") from None
 
 
 def _read_layer(tar: held.BlobSource, digest: str, size: int, diff_id: str, compression: str) -> bytes:
@@ -168,11 +168,11 @@ def _read_layer(tar: held.BlobSource, digest: str, size: int, diff_id: str, comp
         while packed.read(_CHUNK):  # a compressed stream's trailing bytes: the whole blob hashed
             pass
     except (tarfile.TarError, EOFError, zlib.error, zstandard.ZstdError, OSError) as exc:
-        raise LayerProblem(f"layer {digest} of the kept archive is not a readable tar stream ({exc})") from None
+        raise LayerProblem(f"layer {digest} of the kept image is not a readable tar stream ({exc})") from None
     if packed.digest() != digest or packed.size != size:
-        raise LayerProblem(f"the kept archive's layer {digest} holds other bytes ({packed.digest()}, {packed.size} "
+        raise LayerProblem(f"the kept image's layer {digest} holds other bytes ({packed.digest()}, {packed.size} "
                            f"bytes)")
     if tarred.digest() != diff_id:
-        raise LayerProblem(f"layer {digest} of the kept archive unpacks to {tarred.digest()}, not its diff ID "
+        raise LayerProblem(f"layer {digest} of the kept image unpacks to {tarred.digest()}, not its diff ID "
                            f"{diff_id}")
     return picks

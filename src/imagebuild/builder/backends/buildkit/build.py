@@ -49,8 +49,9 @@ class BuildxBackend:
         self.builder, self.docker_driver, self.cache_repository = builder, docker_driver, cache_repository
         # what `docker buildx inspect` lists for the builder's nodes (the docker driver's include what QEMU runs)
         self.platforms = platforms
-        # the docker driver on the containerd image store: export an archive with rewritten dates, then load it
-        self.via_archive = docker_driver and containerd_store
+        # the docker driver on the containerd image store: export with rewritten dates into the layout kept beside
+        # the engine (engine/held.py), then load what the engine lacks
+        self.via_layout = docker_driver and containerd_store
 
     def cache_flags(self, tag: str, part: str = "image", split: bool = False) -> tuple[str, ...]:
         """A registry cache per image (`<cache repository>:<the image's tag>`, every stage: mode=max), imported and
@@ -153,7 +154,7 @@ class BuildxBuild:
             base_ref=self.backend.parent_ref(base) if base.startswith("sha256:") else None,
             builder=self.backend.builder, docker_driver=self.backend.docker_driver,
             platform=platform_to_ask(req.platform))
-        if not self.backend.via_archive:  # the builder stores or loads the image itself
+        if not self.backend.via_layout:  # the builder stores or loads the image itself
             call = replace(call, extra_flags=self.backend.cache_flags(req.tag))
             if (yield from self._solve(call, "image")):
                 yield from self._found()
@@ -247,7 +248,7 @@ class BuildxBuild:
                 yield BuildEvent("line", f"imagebuild: {exc}; exporting the image again with the env image re-dated")
                 return (yield from self._export(replace(call, env_by_context=True), "image (again)", tmp,
                                                 before=before))
-            size = (layout / "blobs" / "sha256" / digest.removeprefix("sha256:")).stat().st_size
+            size = held.blob_path(layout, digest).stat().st_size
             descriptor = {**descriptor, "digest": digest, "size": size}
             self._extra.append((len(self._solves), Phase(
                 "export", "the env image's layers marked re-dated, as one build marks them",
@@ -288,12 +289,12 @@ class BuildxBuild:
         # a phase: no step number (progress.py)
         yield BuildEvent("step", "loading into the engine" if image else f"loading {what} into the engine")
         start = time.monotonic()
-        names = [str(Reference.parse(tag).normalized())]
+        name = str(Reference.parse(tag).normalized())
         archive = tmp / "load.tar"
         leaving = leave_out
         try:
             while True:
-                held.load_archive(layout, descriptor, names, archive, leave_out=leaving)
+                held.load_archive(layout, descriptor, name, archive, leave_out=leaving)
                 loaded = cli.load(str(archive), timeout=self.request.timeout)
                 if loaded.ok or not leaving:
                     break
