@@ -37,8 +37,11 @@ WHEELS = {  # requirement -> (file name, sha256, size)
                                        "38780fee50863252a0b8926357faa91615ca1c8346490563f33a06100cd73f58", 290354),
     "nvidia-cufft==12.0.0.61": (f"nvidia_cufft-12.0.0.61-py3-none-{PLATFORM}.whl",
                                 "6c44f692dce8fd5ffd3e3df134b6cdb9c2f72d99cf40b62c32dde45eea9ddad3", 214085489),
+    # not NVIDIA's: the first pip with fast lazy wheels, for the resolve stage's test (test_resolve_lazy_wheels.py)
+    "pip==26.3": ("pip-26.3-py3-none-any.whl", "f3b60b20ffaadd4415ed7957212a38ac63fa4c5fa375bd0f4a797777940fad13",
+                  1950951),
 }
-NVJPEG12, NVJPEG13, CUOBJDUMP, CUFFT13 = WHEELS
+NVJPEG12, NVJPEG13, CUOBJDUMP, CUFFT13, PIP = WHEELS
 
 
 def _sha256(path: Path) -> str:

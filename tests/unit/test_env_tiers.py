@@ -261,23 +261,36 @@ def test_the_build_report_lists_the_layers_and_flags_one_over_the_limit(tmp_path
         load_report(tmp_path / "build-report.json", {})
 
 
-def test_a_pip_without_dry_run_resolves_with_a_newer_pip_in_a_scratch_folder(monkeypatch, tmp_path):
+def test_an_older_pip_resolves_with_a_newer_pip_in_a_scratch_folder(monkeypatch, tmp_path, capsys):
+    """pip < 25.3 reads whole wheels where an index has no metadata files (< 22.2 cannot --dry-run at all): a newer
+    pip fetched into the stage's scratch folder resolves; where the index has none, the venv's own pip if it can
+    (said in one line), else the stage fails. The real pips: test_resolve_lazy_wheels.py."""
     import subprocess
 
     calls: list[list[str]] = []
+    fetch_rc = 0
 
     def fake_run(argv, **kw):
         calls.append(list(argv))
+        if "--target" in argv:
+            return subprocess.CompletedProcess(argv, fetch_rc, stdout="", stderr="ERROR: No matching distribution")
         return subprocess.CompletedProcess(argv, 0, stdout=answer, stderr="")
 
     monkeypatch.setattr(tiering.subprocess, "run", fake_run)
-    answer = "23.0.1\n"  # Debian 12's venv: its own pip resolves
     monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")  # the base image's: pip's cache kept in the scratch folder instead
+    answer = "25.3\n"  # reads wheels lazily: its own pip resolves
     env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
     assert "PYTHONPATH" not in env and len(calls) == 1
     assert "PIP_NO_CACHE_DIR" not in env and env["PIP_CACHE_DIR"] == str(tmp_path / "cache")
-    answer = "22.0.2\n"  # Ubuntu 22.04's venv: no --dry-run; a newer pip in the scratch folder, never the image
+    answer = "23.0.1\n"  # Debian 12's venv: pip 26 in the scratch folder, never the image
     env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
     assert env["PYTHONPATH"] == str(tmp_path / "pip") and env["PYTHONHASHSEED"] == "0"
     assert calls[-1][:4] == ["/opt/venv/bin/python", "-m", "pip", "install"]
-    assert "--target" in calls[-1] and calls[-1][-1] == "pip>=23.1" and "/w" in calls[-1]
+    assert "--target" in calls[-1] and calls[-1][-1] == "pip>=25.3" and "/w" in calls[-1]
+    fetch_rc = 1  # an index without pip: the venv's own pip, said once
+    env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
+    assert "PYTHONPATH" not in env and "no pip>=25.3 from the index" in capsys.readouterr().out
+    answer = "22.0.2\n"  # Ubuntu 22.04's venv: no --dry-run, and no newer pip to be had
+    with pytest.raises(subprocess.CalledProcessError):
+        tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
+    assert calls[-1][-1] == "pip>=23.1"

@@ -184,7 +184,7 @@ _OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
 EXTERNAL = {
     "pip": {"--constraint", "--disable-pip-version-check", "--extra-index-url", "--find-links", "--hash",
             "--ignore-installed", "--implementation", "--no-deps", "--no-input", "--only-binary", "--python-version",
-            "--report", "--require-hashes", "--target"},
+            "--report", "--require-hashes", "--target", "--use-feature"},
     "docker/buildx": {"--allow-root", "--append", "--bootstrap", "--build-arg", "--build-context", "--cache-from",
                       "--cache-to", "--cpuset-cpus", "--cpuset-mems", "--file", "--iidfile", "--input", "--ipc",
                       "--label", "--metadata-file", "--link", "--network", "--progress", "--provenance", "--rm", "--secret", "--set",

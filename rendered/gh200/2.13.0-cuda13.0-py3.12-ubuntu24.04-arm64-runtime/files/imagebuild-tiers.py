@@ -22,8 +22,8 @@ Usage (in the resolve stage):
     python imagebuild-tiers.py SPEC OUT [--lock LOCKFILE] -- <pip install options: --find-links, --only-binary ...>
 SPEC is JSON: {"tiers": [{"name": ..., "owns": [glob, ...], "requires": [requirement, ...]}, ...]} in layer order.
 OUT gets one `<name>.txt` per tier (sorted `name==version` lines, `--hash=sha256:...` added from the lock), empty
-for a tier that holds nothing. pip older than 22.2 (no --dry-run: Ubuntu 22.04's venv) resolves with a newer pip
-fetched into a scratch folder of the resolve stage, never into the image.
+for a tier that holds nothing. pip older than 25.3 (22.2 has --dry-run, 25.3 reads wheels lazily: pip_environment)
+resolves with a newer pip fetched into a scratch folder of the resolve stage, never into the image.
 With a lock (every file pinned by version and sha256) the lock IS the final environment: the tiers' own
 environments are resolved with the lock as constraints, so nothing there moves with the index.
 """
@@ -111,32 +111,91 @@ def tier_text(names: Sequence[str], final: Mapping[str, str], hashes: Mapping[st
 
 
 DRY_RUN_PIP = (22, 2)  # the first pip with install --dry-run and --report
+LAZY_WHEEL_PIP = (25, 3)  # the first pip whose lazy wheels cost a few range requests (24.0-25.2: slower than whole)
+LAZY_WHEELS = "--use-feature=fast-deps"
+
+
+def pip_version(python: str, env: Mapping[str, str]) -> tuple[int, ...]:
+    out = subprocess.run([python, "-c", "import pip; print(pip.__version__)"], check=True, capture_output=True,
+                         text=True, env=dict(env)).stdout
+    return tuple(int(p) for p in re.findall(r"\d+", out)[:2])
 
 
 def pip_environment(python: str, pip_options: Sequence[str], scratch: str) -> dict[str, str]:
-    """The environment pip runs in: this venv's own pip when it can --dry-run, else a newer pip in `scratch`. pip's
-    HTTP cache lives in `scratch` for this run (the image's PIP_NO_CACHE_DIR would make each resolution download the
-    metadata, or a whole wheel from an index without PEP 658 files, again); BuildKit's cache mount is used instead
-    where the stage has it (PIP_NO_CACHE_DIR already unset there)."""
+    """The environment pip runs in: this venv's own pip when it reads wheels lazily (LAZY_WHEEL_PIP), else a newer
+    pip fetched into `scratch` (never into the image), else this venv's pip where it can --dry-run. pip's HTTP cache
+    lives in `scratch` for this run (the image's PIP_NO_CACHE_DIR would make each resolution fetch the metadata
+    again); BuildKit's cache mount is used instead where the stage has it (PIP_NO_CACHE_DIR already unset there).
+
+    Why a newer pip: an index without PEP 658 metadata files (a plain file server, a mirror, a proxy) makes pip
+    download each whole wheel to read its METADATA, in every resolution, and it caches none without the index's
+    cache headers. This stage resolves once per tier: the CUDA 13 runtime downloaded ~3 GB each time, 40-47 s of a
+    one-package rebuild (bench/loop-cuda.md). pip >= 25.3 reads METADATA through HTTP range requests instead."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     if "PIP_NO_CACHE_DIR" in env:  # keep pip's HTTP cache across this stage's resolutions (the base image sets it)
         del env["PIP_NO_CACHE_DIR"]
         env["PIP_CACHE_DIR"] = os.path.join(scratch, "cache")
-    out = subprocess.run([python, "-c", "import pip; print(pip.__version__)"], check=True, capture_output=True,
-                         text=True).stdout
-    version = tuple(int(p) for p in re.findall(r"\d+", out)[:2])
-    if version >= DRY_RUN_PIP:
+    version = pip_version(python, env)
+    if version >= LAZY_WHEEL_PIP:
         return env
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target",
-                    os.path.join(scratch, "pip"),
-                    *pip_options, "pip>=23.1"], check=True, env=env)
-    return {**env, "PYTHONPATH": os.path.join(scratch, "pip")}
+    wanted = "pip>=23.1" if version < DRY_RUN_PIP else "pip>=25.3"
+    fetched = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target",
+                              os.path.join(scratch, "pip"), *pip_options, wanted],
+                             capture_output=True, text=True, env=env)
+    if fetched.returncode == 0:
+        return {**env, "PYTHONPATH": os.path.join(scratch, "pip")}
+    why = (fetched.stderr or fetched.stdout or "").strip().splitlines()[-1:] or ["no output"]
+    if version >= DRY_RUN_PIP:
+        print(f"resolve: no {wanted} from the index ({why[0]}); this venv's pip resolves, reading whole wheels where "
+              "the index has no metadata files", flush=True)
+        return env
+    sys.stderr.write(fetched.stderr or "")
+    raise subprocess.CalledProcessError(fetched.returncode, fetched.args)
+
+
+def lazy_wheels(python: str, env: Mapping[str, str]) -> list[str]:
+    """pip's fast-deps option where this pip has it and its lazy wheels are fast: where an index has no PEP 658
+    file, pip then reads a wheel's METADATA through HTTP range requests (a few KB, not the wheel). A PEP 658 file is
+    still preferred, a server without ranges still sends the whole wheel, a local file is read as before. An option
+    pip does not know fails its parse, so a pip that dropped it is asked without."""
+    if pip_version(python, env) < LAZY_WHEEL_PIP:
+        return []
+    probe = subprocess.run([python, "-m", "pip", "install", LAZY_WHEELS, "--help"], capture_output=True,
+                           env=dict(env))
+    return [LAZY_WHEELS] if probe.returncode == 0 else []
+
+
+# what pip says when the requirements, not the way it read the metadata, are the problem: asked again, no retry
+_NO_RETRY = ("ResolutionImpossible", "No matching distribution", "Could not find a version", "conflicting dependencies")
 
 
 def pip_resolver(python: str, pip_options: Sequence[str], constraints: str | None,
-                 env: Mapping[str, str]) -> Resolver:
+                 env: Mapping[str, str], lazy: list[str] | None = None) -> Resolver:
     """pip install --dry-run --report: what pip would install into this environment for these requirements (packages
-    the parent image already has at a fitting version are not in it, as in a real install)."""
+    the parent image already has at a fitting version are not in it, as in a real install). With `lazy` (LAZY_WHEELS)
+    a failure that is not the requirements' own is resolved again reading whole wheels, said in one line, and the
+    rest of the stage reads whole wheels too (`lazy` is emptied)."""
+    lazy = lazy if lazy is not None else []
+
+    def run(argv: list[str], requirements: Sequence[str]) -> None:
+        if not lazy:
+            subprocess.run([*argv, *requirements], check=True, env=dict(env))
+            return
+        proc = subprocess.run([*argv, *lazy, *requirements], capture_output=True, text=True, env=dict(env))
+        sys.stdout.write(proc.stdout)
+        sys.stdout.flush()
+        # pip's every-run warning that fast-deps is experimental: said once by main(), not per resolution
+        sys.stderr.write("".join(line for line in proc.stderr.splitlines(keepends=True) if LAZY_WHEELS not in line))
+        sys.stderr.flush()
+        if proc.returncode == 0:
+            return
+        if any(marker in proc.stderr for marker in _NO_RETRY):
+            raise subprocess.CalledProcessError(proc.returncode, proc.args)
+        print("resolve: pip failed reading wheels' metadata by HTTP range requests (fast-deps); resolving again "
+              "with whole wheels", flush=True)
+        lazy.clear()
+        subprocess.run([*argv, *requirements], check=True, env=dict(env))
+
     def resolve(requirements: Sequence[str]) -> dict[str, str]:
         with tempfile.TemporaryDirectory() as tmp:
             report = os.path.join(tmp, "report.json")
@@ -144,7 +203,7 @@ def pip_resolver(python: str, pip_options: Sequence[str], constraints: str | Non
                     "--report", report, *pip_options]
             if constraints:
                 argv += ["-c", constraints]
-            subprocess.run([*argv, *requirements], check=True, env=dict(env))
+            run(argv, requirements)
             with open(report, encoding="utf-8") as f:
                 doc = json.load(f)
         return {canonical(i["metadata"]["name"]): str(i["metadata"]["version"]) for i in doc.get("install", [])}
@@ -175,7 +234,11 @@ def main(argv: Sequence[str]) -> int:
             f.write("".join(f"{n}=={v}\n" for n, v in sorted(final.items())))
     with tempfile.TemporaryDirectory() as scratch:
         env = pip_environment(sys.executable, pip_options, scratch)
-        resolve = pip_resolver(sys.executable, pip_options, constraints, env)
+        lazy = lazy_wheels(sys.executable, env)
+        if lazy:
+            print("resolve: where the index has no metadata file (PEP 658), pip reads each wheel's METADATA by HTTP "
+                  f"range requests ({LAZY_WHEELS}), not the whole wheel", flush=True)
+        resolve = pip_resolver(sys.executable, pip_options, constraints, env, lazy)
         if not lock_path:
             final = resolve([str(r) for t in tiers for r in t.get("requires", ())])
         names = assign(tiers, final, tier_environments(tiers, final, resolve))
