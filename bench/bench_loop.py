@@ -1,12 +1,12 @@
 """The incremental loop (issue 44), side by side with a baseline commit in one run. Prints Markdown tables (not a test).
 
 For each side (BASELINE: the tree of `--baseline REF`, checked out into a temporary worktree; NOW: this tree), on a
-fresh private dockerd 26.1 (containerd image store) of its own and one shared local registry (scripts/registry.sh):
+fresh private dockerd 26.1 (containerd image store) and local registries of its own (scripts/registry.sh):
 
 1. cold: `imagebuild build --test` of the matrix selection (default: the runtime and the base it needs); the
    runtime's phase table from build-report.json;
 2. the first push: `imagebuild push --sign-key` (cosign, SBOM + provenance attestations) against the engine's own
-   unsigned `docker push` of the same images to another repository (goal: ≤ 1.5x);
+   unsigned `docker push` of the same images to another registry, as empty (goal: ≤ 1.5x);
 3. a fresh node (another private dockerd 26.1) pulls the runtime cold; on that node, the floor of that pull: the
    registry read of the same blobs (HTTP GETs, nothing written) and an untar of the uncompressed layers into an empty
    directory (goal: pull ≤ 1.3x read + untar), and beside it what a pull does beyond that floor, each on one core:
@@ -121,10 +121,15 @@ def _own_disk(folder: Path) -> Path | None:
 class Side:
     """One tree's run of the loop (module doc): its engine, state, layer cache and registry repositories."""
 
-    def __init__(self, name: str, tree: Path, work: Path, registry: str, key: Path, args: argparse.Namespace) -> None:
+    def __init__(self, name: str, tree: Path, work: Path, key: Path, args: argparse.Namespace) -> None:
         self.name, self.tree, self.args, self.key = name, tree, args, key
         self.work = work / name
         self.work.mkdir(parents=True)
+        # a registry of its own for each side and another for the engine's own push: neither first push may find the
+        # blobs another put there (skopeo's blob-info cache mounts a blob from any repository of a registry it
+        # pushed to before; round 21's second side pushed nothing)
+        self.registries = [self.work / "registry", self.work / "registry-docker"]
+        registry, self.docker_registry = (start_registry(d) for d in self.registries)
         self.prefix = f"{registry}/loop-{name}-{secrets.token_hex(3)}"
         self.engine = Engine(self.work / "engine")
         self.node: Engine | None = None
@@ -161,10 +166,11 @@ class Side:
                 "--sign-key", str(self.key), "--report-dir", str(self.work / report))
 
     def docker_push(self, tags: list[str]) -> float:
-        """The engine's own unsigned push of the same images to another repository (tagged first, not timed)."""
+        """The engine's own unsigned push of the same images to another registry, empty as the signed push's was
+        (tagged first, not timed)."""
         refs = []
         for tag in tags:
-            ref = tag.replace(self.prefix, self.prefix + "-docker", 1)
+            ref = tag.replace(self.prefix.split("/")[0], self.docker_registry, 1)
             self.engine.docker("tag", tag, ref)
             refs.append(ref)
         return sum(timed(self.engine.docker, "push", "-q", ref) for ref in refs)
@@ -173,6 +179,17 @@ class Side:
         for engine in (self.engine, self.node):
             if engine is not None:
                 engine.stop()
+        for folder in self.registries:
+            stop_registry(folder)
+
+
+def start_registry(folder: Path) -> str:
+    return shell_vars(run("bash", str(ROOT / "scripts" / "registry.sh"), "--quiet", "--dir", str(folder)))["REGISTRY"]
+
+
+def stop_registry(folder: Path) -> None:
+    subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--stop", "--dir", str(folder)],
+                   capture_output=True, check=False, timeout=60)
 
 
 def row_of(report: dict[str, Any], flavor: str) -> dict[str, Any]:
@@ -400,8 +417,6 @@ def main() -> int:
         ap.error("--baseline REF (or 'none') is required without --quick")
     flavor = "base" if args.quick else "runtime"
     work = Path(tempfile.mkdtemp(prefix="ib-bench-loop-", dir="/var/tmp"))
-    reg = shell_vars(run("bash", str(ROOT / "scripts" / "registry.sh"), "--quiet", "--dir", str(work / "registry")))
-    registry = reg["REGISTRY"]
     cosign = str(ROOT / ".tools" / "bin" / "cosign")
     run(cosign, "generate-key-pair", "--output-key-prefix", str(work / "cosign"), env={"COSIGN_PASSWORD": "bench-loop"})
     matrix, changed = work / "matrix.yaml", work / "matrix-changed.yaml"
@@ -415,7 +430,7 @@ def main() -> int:
     sides: list[Side] = []
     try:
         for name, tree in trees:
-            side = Side(name, tree, work, registry, work / "cosign.key", args)
+            side = Side(name, tree, work, work / "cosign.key", args)
             sides.append(side)
             try:
                 one_side(side, matrix, changed, flavor)
@@ -428,8 +443,6 @@ def main() -> int:
         if args.baseline != "none":
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(work / "baseline-tree")],
                            capture_output=True, check=False)
-        subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--stop", "--dir", str(work / "registry")],
-                       capture_output=True, check=False, timeout=60)
         subprocess.run(["rm", "-rf", str(work)], check=False)
     print_tables(sides)
     return 0
