@@ -268,12 +268,13 @@ def test_an_older_pip_resolves_with_a_newer_pip_in_a_scratch_folder(monkeypatch,
     import subprocess
 
     calls: list[list[str]] = []
-    fetch_rc = 0
+    unavailable: set[str] = set()  # the pip requirements the index cannot answer
 
     def fake_run(argv, **kw):
         calls.append(list(argv))
         if "--target" in argv:
-            return subprocess.CompletedProcess(argv, fetch_rc, stdout="", stderr="ERROR: No matching distribution")
+            return subprocess.CompletedProcess(argv, int(argv[-1] in unavailable), stdout="",
+                                               stderr="ERROR: No matching distribution")
         return subprocess.CompletedProcess(argv, 0, stdout=answer, stderr="")
 
     monkeypatch.setattr(tiering.subprocess, "run", fake_run)
@@ -287,10 +288,13 @@ def test_an_older_pip_resolves_with_a_newer_pip_in_a_scratch_folder(monkeypatch,
     assert env["PYTHONPATH"] == str(tmp_path / "pip") and env["PYTHONHASHSEED"] == "0"
     assert calls[-1][:4] == ["/opt/venv/bin/python", "-m", "pip", "install"]
     assert "--target" in calls[-1] and calls[-1][-1] == "pip>=25.3" and "/w" in calls[-1]
-    fetch_rc = 1  # an index without pip: the venv's own pip, said once
+    unavailable = {"pip>=25.3", "pip>=23.1"}  # an index without pip: the venv's own pip, said once
     env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
     assert "PYTHONPATH" not in env and "no pip>=25.3 from the index" in capsys.readouterr().out
     answer = "22.0.2\n"  # Ubuntu 22.04's venv: no --dry-run, and no newer pip to be had
     with pytest.raises(subprocess.CalledProcessError):
         tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
-    assert calls[-1][-1] == "pip>=23.1"
+    assert [c[-1] for c in calls[-2:]] == ["pip>=25.3", "pip>=23.1"]
+    unavailable = {"pip>=25.3"}  # a Python 3.8 venv: pip 25.3 needs 3.9, the newest pip for 3.8 resolves
+    env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
+    assert env["PYTHONPATH"] == str(tmp_path / "pip") and [c[-1] for c in calls[-2:]] == ["pip>=25.3", "pip>=23.1"]

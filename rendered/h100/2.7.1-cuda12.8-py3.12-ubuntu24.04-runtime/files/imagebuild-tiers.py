@@ -138,15 +138,16 @@ def pip_environment(python: str, pip_options: Sequence[str], scratch: str) -> di
     version = pip_version(python, env)
     if version >= LAZY_WHEEL_PIP:
         return env
-    wanted = "pip>=23.1" if version < DRY_RUN_PIP else "pip>=25.3"
-    fetched = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target",
-                              os.path.join(scratch, "pip"), *pip_options, wanted],
-                             capture_output=True, text=True, env=env)
-    if fetched.returncode == 0:
-        return {**env, "PYTHONPATH": os.path.join(scratch, "pip")}
+    # pip 25.3 needs Python 3.9: a venv of 3.8 whose pip cannot --dry-run gets the newest pip it can run
+    for wanted in ("pip>=25.3", "pip>=23.1") if version < DRY_RUN_PIP else ("pip>=25.3",):
+        fetched = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target",
+                                  os.path.join(scratch, "pip"), *pip_options, wanted],
+                                 capture_output=True, text=True, env=env)
+        if fetched.returncode == 0:
+            return {**env, "PYTHONPATH": os.path.join(scratch, "pip")}
     why = (fetched.stderr or fetched.stdout or "").strip().splitlines()[-1:] or ["no output"]
     if version >= DRY_RUN_PIP:
-        print(f"resolve: no {wanted} from the index ({why[0]}); this venv's pip resolves, reading whole wheels where "
+        print(f"resolve: no pip>=25.3 from the index ({why[0]}); this venv's pip resolves, reading whole wheels where "
               "the index has no metadata files", flush=True)
         return env
     sys.stderr.write(fetched.stderr or "")
