@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -273,7 +274,10 @@ def test_an_older_pip_resolves_with_a_newer_pip_in_a_scratch_folder(monkeypatch,
     def fake_run(argv, **kw):
         calls.append(list(argv))
         if "--target" in argv:
-            return subprocess.CompletedProcess(argv, int(argv[-1] in unavailable), stdout="",
+            asked = "pinned" if "--require-hashes" in argv else argv[-1]
+            if asked not in unavailable:
+                (tmp_path / "pip" / "pip").mkdir(parents=True, exist_ok=True)
+            return subprocess.CompletedProcess(argv, int(asked in unavailable), stdout="",
                                                stderr="ERROR: No matching distribution")
         return subprocess.CompletedProcess(argv, 0, stdout=answer, stderr="")
 
@@ -283,18 +287,21 @@ def test_an_older_pip_resolves_with_a_newer_pip_in_a_scratch_folder(monkeypatch,
     env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
     assert "PYTHONPATH" not in env and len(calls) == 1
     assert "PIP_NO_CACHE_DIR" not in env and env["PIP_CACHE_DIR"] == str(tmp_path / "cache")
-    answer = "23.0.1\n"  # Debian 12's venv: pip 26 in the scratch folder, never the image
+    answer = "23.0.1\n"  # Debian 12's venv: pip 26.3 in the scratch folder, never the image, pinned by sha256
     env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
     assert env["PYTHONPATH"] == str(tmp_path / "pip") and env["PYTHONHASHSEED"] == "0"
     assert calls[-1][:4] == ["/opt/venv/bin/python", "-m", "pip", "install"]
-    assert "--target" in calls[-1] and calls[-1][-1] == "pip>=25.3" and "/w" in calls[-1]
-    unavailable = {"pip>=25.3", "pip>=23.1"}  # an index without pip: the venv's own pip, said once
+    assert "--target" in calls[-1] and "--require-hashes" in calls[-1] and "/w" in calls[-1]
+    pinned = (tmp_path / "pip-pinned.txt").read_text()
+    assert pinned.count("--hash=sha256:") == 2 and 'pip==26.3 ; python_version >= "3.10"' in pinned
+    shutil.rmtree(tmp_path / "pip")
+    unavailable = {"pinned", "pip>=23.1"}  # an index without pip: the venv's own pip, said once
     env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
-    assert "PYTHONPATH" not in env and "no pip>=25.3 from the index" in capsys.readouterr().out
+    assert "PYTHONPATH" not in env and "no pip 25.3+ from the index" in capsys.readouterr().out
     answer = "22.0.2\n"  # Ubuntu 22.04's venv: no --dry-run, and no newer pip to be had
     with pytest.raises(subprocess.CalledProcessError):
         tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
-    assert [c[-1] for c in calls[-2:]] == ["pip>=25.3", "pip>=23.1"]
-    unavailable = {"pip>=25.3"}  # a Python 3.8 venv: pip 25.3 needs 3.9, the newest pip for 3.8 resolves
+    assert ["--require-hashes" in calls[-2], calls[-1][-1]] == [True, "pip>=23.1"]
+    unavailable = {"pinned"}  # a Python 3.8 venv: neither pinned pip runs there, the newest pip for 3.8 resolves
     env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
-    assert env["PYTHONPATH"] == str(tmp_path / "pip") and [c[-1] for c in calls[-2:]] == ["pip>=25.3", "pip>=23.1"]
+    assert env["PYTHONPATH"] == str(tmp_path / "pip") and calls[-1][-1] == "pip>=23.1"

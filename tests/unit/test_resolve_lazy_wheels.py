@@ -1,6 +1,7 @@
 """The resolve stage's script (render/tiering.py) against an index with no PEP 658 metadata files, run as the stage
 runs it (its own process, a clean pip configuration), with real pip: the image venv's pip (this venv's) and pip 26.3
-fetched from the index into the stage's scratch folder, never into the environment it resolves for.
+fetched from the index into the stage's scratch folder (pinned by sha256: the cached wheel here is the same file),
+never into the environment it resolves for.
 
 The index is a local HTTP server whose files answer range requests correctly, not at all, or with wrong bytes. It
 counts the bytes it sends for each file: on a server with ranges a resolution reads a few KB of a 4 MB wheel, not
@@ -200,4 +201,17 @@ def test_an_index_without_a_newer_pip_resolves_with_the_venvs_own(tmp_path, file
     own = tuple(int(p) for p in re.findall(r"\d+", subprocess.run(
         [sys.executable, "-m", "pip", "--version"], capture_output=True, text=True).stdout)[:2])
     if own < tiering.LAZY_WHEEL_PIP:
-        assert "no pip>=25.3 from the index" in proc.stdout and "HTTP range requests" not in proc.stdout
+        assert "no pip 25.3+ from the index" in proc.stdout and "HTTP range requests" not in proc.stdout
+
+
+def test_a_pip_on_the_index_that_is_not_the_pinned_file_never_runs(tmp_path, files):
+    """The index serves other bytes under pip 26.3's name: pip's --require-hashes refuses them, nothing of them is
+    run, and the venv's own pip resolves the same tiers."""
+    forged = dict(files)
+    forged[PIP_FILE] = files[PIP_FILE] + b"\0"  # still a readable zip (trailing bytes), not the pinned file
+    index = Index(forged, "yes")
+    proc = resolve(tmp_path, index)
+    assert proc.returncode == 0, proc.stderr
+    assert tiers_written(tmp_path) == EXPECTED
+    assert index.sent[PIP_FILE] > 0 and "HTTP range requests" not in proc.stdout
+    assert "no pip 25.3+ from the index" in proc.stdout and "hash" in proc.stdout.lower()

@@ -113,6 +113,13 @@ def tier_text(names: Sequence[str], final: Mapping[str, str], hashes: Mapping[st
 DRY_RUN_PIP = (22, 2)  # the first pip with install --dry-run and --report
 LAZY_WHEEL_PIP = (25, 3)  # the first pip whose lazy wheels cost a few range requests (24.0-25.2: slower than whole)
 LAZY_WHEELS = "--use-feature=fast-deps"
+# the pip fetched where the venv's is older: pinned by the sha256 of its one file (py3-none-any), so even a locked
+# build runs no unpinned code and every resolve of a matrix runs the same pip; 26.3 needs Python 3.10, 25.3 runs on
+# 3.9 (a 3.8 venv matches neither: pip_environment's last resort)
+LAZY_PIPS = (
+    'pip==26.3 ; python_version >= "3.10" --hash=sha256:f3b60b20ffaadd4415ed7957212a38ac63fa4c5fa375bd0f4a797777940fad13',
+    'pip==25.3 ; python_version == "3.9" --hash=sha256:9655943313a94722b7774661c21049070f6bbb0a1516bf02f7c8d5d9201514cd',
+)
 
 
 def pip_version(python: str, env: Mapping[str, str]) -> tuple[int, ...]:
@@ -138,17 +145,23 @@ def pip_environment(python: str, pip_options: Sequence[str], scratch: str) -> di
     version = pip_version(python, env)
     if version >= LAZY_WHEEL_PIP:
         return env
-    # pip 25.3 needs Python 3.9: a venv of 3.8 whose pip cannot --dry-run gets the newest pip it can run
-    for wanted in ("pip>=25.3", "pip>=23.1") if version < DRY_RUN_PIP else ("pip>=25.3",):
+    target = os.path.join(scratch, "pip")
+    pinned = os.path.join(scratch, "pip-pinned.txt")
+    with open(pinned, "w", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in LAZY_PIPS))
+    attempts = [["--require-hashes", "-r", pinned]]
+    if version < DRY_RUN_PIP:  # a 3.8 venv whose pip cannot --dry-run: the newest pip it runs, as before pip 25.3
+        attempts.append(["pip>=23.1"])
+    for wanted in attempts:
         fetched = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target",
-                                  os.path.join(scratch, "pip"), *pip_options, wanted],
-                                 capture_output=True, text=True, env=env)
-        if fetched.returncode == 0:
-            return {**env, "PYTHONPATH": os.path.join(scratch, "pip")}
-    why = (fetched.stderr or fetched.stdout or "").strip().splitlines()[-1:] or ["no output"]
+                                  target, *pip_options, *wanted], capture_output=True, text=True, env=env)
+        if fetched.returncode == 0 and os.path.isdir(os.path.join(target, "pip")):  # (markers may leave out both)
+            return {**env, "PYTHONPATH": target}
+    said = [ln.strip() for ln in (fetched.stderr or fetched.stdout or "").splitlines() if ln.strip()]
+    why = [ln for ln in said if ln.startswith("ERROR:")][:1] or said[-1:] or ["nothing installed"]
     if version >= DRY_RUN_PIP:
-        print(f"resolve: no pip>=25.3 from the index ({why[0]}); this venv's pip resolves, reading whole wheels where "
-              "the index has no metadata files", flush=True)
+        print(f"resolve: no pip 25.3+ from the index ({why[0]}); this venv's pip resolves, reading whole wheels "
+              "where the index has no metadata files", flush=True)
         return env
     sys.stderr.write(fetched.stderr or "")
     raise subprocess.CalledProcessError(fetched.returncode, fetched.args)
