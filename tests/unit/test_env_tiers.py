@@ -125,7 +125,7 @@ def test_main_writes_one_file_per_tier(tmp_path, monkeypatch):
     spec.write_text(json.dumps({"tiers": [TIERS[1], TIERS[3]]}))
     answers = {True: {"torch": "2.9.1", "sympy": "1.13.3", "numpy": "2.3.4", "six": "1.17.0"},
                False: {"torch": "2.9.1", "sympy": "1.13.3"}}
-    monkeypatch.setattr(tiering, "pip_environment", lambda *a: {})
+    monkeypatch.setattr(tiering, "pip_environment", lambda *a: ({}, False))
     monkeypatch.setattr(tiering, "pip_resolver", lambda *a: lambda reqs: dict(answers["six" in reqs]))
     assert tiering.main([str(spec), str(tmp_path / "out"), "--", "--find-links", "/w"]) == 0
     assert (tmp_path / "out" / "torch.txt").read_text() == "sympy==1.13.3\ntorch==2.9.1\n"
@@ -284,24 +284,24 @@ def test_an_older_pip_resolves_with_a_newer_pip_in_a_scratch_folder(monkeypatch,
     monkeypatch.setattr(tiering.subprocess, "run", fake_run)
     monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")  # the base image's: pip's cache kept in the scratch folder instead
     answer = "25.3\n"  # reads wheels lazily: its own pip resolves
-    env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
-    assert "PYTHONPATH" not in env and len(calls) == 1
+    env, lazily = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
+    assert "PYTHONPATH" not in env and len(calls) == 1 and lazily
     assert "PIP_NO_CACHE_DIR" not in env and env["PIP_CACHE_DIR"] == str(tmp_path / "cache")
     answer = "23.0.1\n"  # Debian 12's venv: pip 26.3 in the scratch folder, never the image, pinned by sha256
-    env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
-    assert env["PYTHONPATH"] == str(tmp_path / "pip") and env["PYTHONHASHSEED"] == "0"
+    env, lazily = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
+    assert env["PYTHONPATH"] == str(tmp_path / "pip") and env["PYTHONHASHSEED"] == "0" and lazily
     assert calls[-1][:4] == ["/opt/venv/bin/python", "-m", "pip", "install"]
     assert "--target" in calls[-1] and "--require-hashes" in calls[-1] and "/w" in calls[-1]
     pinned = (tmp_path / "pip-pinned.txt").read_text()
     assert pinned.count("--hash=sha256:") == 2 and 'pip==26.3 ; python_version >= "3.10"' in pinned
     shutil.rmtree(tmp_path / "pip")
     unavailable = {"pinned", "pip>=23.1"}  # an index without pip: the venv's own pip, said once
-    env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
-    assert "PYTHONPATH" not in env and "no pip 25.3+ from the index" in capsys.readouterr().out
+    env, lazily = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
+    assert "PYTHONPATH" not in env and "no pip 25.3+ from the index" in capsys.readouterr().out and not lazily
     answer = "22.0.2\n"  # Ubuntu 22.04's venv: no --dry-run, and no newer pip to be had
     with pytest.raises(subprocess.CalledProcessError):
         tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
     assert ["--require-hashes" in calls[-2], calls[-1][-1]] == [True, "pip>=23.1"]
     unavailable = {"pinned"}  # a Python 3.8 venv: neither pinned pip runs there, the newest pip for 3.8 resolves
-    env = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
-    assert env["PYTHONPATH"] == str(tmp_path / "pip") and calls[-1][-1] == "pip>=23.1"
+    env, lazily = tiering.pip_environment("/opt/venv/bin/python", ["--find-links", "/w"], str(tmp_path))
+    assert env["PYTHONPATH"] == str(tmp_path / "pip") and calls[-1][-1] == "pip>=23.1" and not lazily

@@ -198,9 +198,7 @@ def test_an_index_without_a_newer_pip_resolves_with_the_venvs_own(tmp_path, file
     proc = resolve(tmp_path, Index(without_pip, "yes"))
     assert proc.returncode == 0, proc.stderr
     assert tiers_written(tmp_path) == EXPECTED
-    own = tuple(int(p) for p in re.findall(r"\d+", subprocess.run(
-        [sys.executable, "-m", "pip", "--version"], capture_output=True, text=True).stdout)[:2])
-    if own < tiering.LAZY_WHEEL_PIP:
+    if tiering.pip_version(sys.executable, os.environ) < tiering.LAZY_WHEEL_PIP:
         assert "no pip 25.3+ from the index" in proc.stdout and "HTTP range requests" not in proc.stdout
 
 

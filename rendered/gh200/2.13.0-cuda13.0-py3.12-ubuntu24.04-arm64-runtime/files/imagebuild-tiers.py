@@ -128,9 +128,10 @@ def pip_version(python: str, env: Mapping[str, str]) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", out)[:2])
 
 
-def pip_environment(python: str, pip_options: Sequence[str], scratch: str) -> dict[str, str]:
-    """The environment pip runs in: this venv's own pip when it reads wheels lazily (LAZY_WHEEL_PIP), else a newer
-    pip fetched into `scratch` (never into the image), else this venv's pip where it can --dry-run. pip's HTTP cache
+def pip_environment(python: str, pip_options: Sequence[str], scratch: str) -> tuple[dict[str, str], bool]:
+    """The environment pip runs in, and whether that pip reads wheels lazily (LAZY_WHEEL_PIP): this venv's own pip
+    when it does, else a newer pip fetched into `scratch` (never into the image), else this venv's pip where it can
+    --dry-run. pip's HTTP cache
     lives in `scratch` for this run (the image's PIP_NO_CACHE_DIR would make each resolution fetch the metadata
     again); BuildKit's cache mount is used instead where the stage has it (PIP_NO_CACHE_DIR already unset there).
 
@@ -144,7 +145,7 @@ def pip_environment(python: str, pip_options: Sequence[str], scratch: str) -> di
         env["PIP_CACHE_DIR"] = os.path.join(scratch, "cache")
     version = pip_version(python, env)
     if version >= LAZY_WHEEL_PIP:
-        return env
+        return env, True
     target = os.path.join(scratch, "pip")
     pinned = os.path.join(scratch, "pip-pinned.txt")
     with open(pinned, "w", encoding="utf-8") as f:
@@ -156,24 +157,22 @@ def pip_environment(python: str, pip_options: Sequence[str], scratch: str) -> di
         fetched = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target",
                                   target, *pip_options, *wanted], capture_output=True, text=True, env=env)
         if fetched.returncode == 0 and os.path.isdir(os.path.join(target, "pip")):  # (markers may leave out both)
-            return {**env, "PYTHONPATH": target}
+            return {**env, "PYTHONPATH": target}, wanted is attempts[0]  # a pinned pip; the last resort's is older
     said = [ln.strip() for ln in (fetched.stderr or fetched.stdout or "").splitlines() if ln.strip()]
     why = [ln for ln in said if ln.startswith("ERROR:")][:1] or said[-1:] or ["nothing installed"]
     if version >= DRY_RUN_PIP:
         print(f"resolve: no pip 25.3+ from the index ({why[0]}); this venv's pip resolves, reading whole wheels "
               "where the index has no metadata files", flush=True)
-        return env
+        return env, False
     sys.stderr.write(fetched.stderr or "")
     raise subprocess.CalledProcessError(fetched.returncode, fetched.args)
 
 
 def lazy_wheels(python: str, env: Mapping[str, str]) -> list[str]:
-    """pip's fast-deps option where this pip has it and its lazy wheels are fast: where an index has no PEP 658
-    file, pip then reads a wheel's METADATA through HTTP range requests (a few KB, not the wheel). A PEP 658 file is
-    still preferred, a server without ranges still sends the whole wheel, a local file is read as before. An option
-    pip does not know fails its parse, so a pip that dropped it is asked without."""
-    if pip_version(python, env) < LAZY_WHEEL_PIP:
-        return []
+    """pip's fast-deps option where this pip (one whose lazy wheels are fast: pip_environment says) has it: where an
+    index has no PEP 658 file, pip then reads a wheel's METADATA through HTTP range requests (a few KB, not the
+    wheel). A PEP 658 file is still preferred, a server without ranges still sends the whole wheel, a local file is
+    read as before. An option pip does not know fails its parse, so a pip that dropped it is asked without."""
     probe = subprocess.run([python, "-m", "pip", "install", LAZY_WHEELS, "--help"], capture_output=True,
                            env=dict(env))
     return [LAZY_WHEELS] if probe.returncode == 0 else []
@@ -247,8 +246,8 @@ def main(argv: Sequence[str]) -> int:
         with open(constraints, "w", encoding="utf-8") as f:
             f.write("".join(f"{n}=={v}\n" for n, v in sorted(final.items())))
     with tempfile.TemporaryDirectory() as scratch:
-        env = pip_environment(sys.executable, pip_options, scratch)
-        lazy = lazy_wheels(sys.executable, env)
+        env, lazily = pip_environment(sys.executable, pip_options, scratch)
+        lazy = lazy_wheels(sys.executable, env) if lazily else []
         if lazy:
             print("resolve: where the index has no metadata file (PEP 658), pip reads each wheel's METADATA by HTTP "
                   f"range requests ({LAZY_WHEELS}), not the whole wheel", flush=True)
