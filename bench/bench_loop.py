@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import http.client
 import json
 import os
@@ -49,6 +48,9 @@ from typing import Any
 import zstandard
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from imagebuild.files import sha256_file  # noqa: E402
+
 WHEELHOUSE = os.environ.get("IMAGEBUILD_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS") or "/opt/wheels"
 CA = os.environ.get("IMAGEBUILD_CA_CERT") or os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
 ACCEPT = ", ".join(("application/vnd.oci.image.manifest.v1+json",
@@ -222,14 +224,6 @@ def registry_read(registry: str, ref: str) -> tuple[float, list[dict[str, Any]]]
     return time.monotonic() - start, layers
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def untar_floor(ref: str, layers: list[dict[str, Any]], work: Path) -> dict[str, float]:
     """The floor on the node's disk, and beside it what a pull does beyond it, each timed on its own, one layer after
     another on one core:
@@ -262,8 +256,8 @@ def untar_floor(ref: str, layers: list[dict[str, Any]], work: Path) -> dict[str,
                 shutil.copyfileobj(src, out, 1 << 20)
         inflate += time.monotonic() - start
         start = time.monotonic()
-        digest = _sha256_file(packed)
-        _sha256_file(tar)
+        digest = sha256_file(packed)
+        sha256_file(tar)
         verify += time.monotonic() - start
         if f"sha256:{digest}" != layer["digest"]:
             raise SystemExit(f"bench: {url} sent bytes whose sha256 is {digest}")

@@ -262,8 +262,9 @@ def _children(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def load_archive(layout: Path, descriptor: dict[str, Any], name: str | None, target: Path,
                  leave_out: Collection[str] = ()) -> None:
     """An archive `docker image load` takes for the manifest `descriptor` of the layout: the image's index (named
-    `name`, a fully qualified reference; None: unnamed), its manifest, config and every layer but those in `leave_out` (what the
-    engine already holds: it takes them from its own store; a load that lacks one fails and changes nothing).
+    `name`, a fully qualified reference; None: unnamed), its manifest, config and every layer but those in
+    `leave_out` (what the engine already holds: it takes them from its own store; a load that lacks one fails and
+    changes nothing).
     BlobProblem when the layout lacks a blob the archive needs."""
     digest = str(descriptor["digest"])
     doc = manifest_of(layout, digest)

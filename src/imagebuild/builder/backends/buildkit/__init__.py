@@ -28,8 +28,9 @@ def preflight(settings: Mapping[str, Any]) -> Callable[[ImageStore], BuildxBacke
 def bake_outputs(settings: Mapping[str, Any]) -> str:
     """How a `docker buildx bake` on this builder must export to give the image IDs `build` gives (builder/bake.py's
     OUTPUT_* values): with build.py's export options (argv.py says why): an archive to load on the docker driver with
-    the containerd image store (build.py exports into the kept layout instead: the same bytes), `type=docker` on any other driver, the driver's own exporter on the docker driver without
-    the containerd store. The preflight's one line when the builder cannot build here."""
+    the containerd image store (build.py exports into the kept layout instead: the same bytes), `type=docker` on any
+    other driver, the driver's own exporter on the docker driver without the containerd store. The preflight's one
+    line when the builder cannot build here."""
     backend = checks.preflight(settings.get("builder"), None)
     if backend.via_layout:
         return "archive"
