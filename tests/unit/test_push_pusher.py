@@ -4,14 +4,17 @@ digest written first and verified, then the tags; retries, auth, skip-if-unchang
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import pytest
 from _push_fakes import D2, REG, add, fake_engine, fake_registry, make_image
 
+from imagebuild.errors import UsageError
 from imagebuild.models import Plan
 from imagebuild.oci import RegistryAuth
 from imagebuild.plan.tags import assign_aliases, references
 from imagebuild.push import PushAuthError, Pusher, push_plan
+from imagebuild.push.failures import Stopped
 from imagebuild.push.skopeo import CopyError
 
 ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
@@ -77,7 +80,85 @@ def test_a_tag_moves_only_after_the_digest_is_served():
     reg.serve_override = D2  # the registry serves another manifest for the digest written
     rec = pusher.push_image(img)
     assert rec["status"] == "failed" and "the registry serves " + D2 in rec["error"]
-    assert signed == [] and ("pytorch", img.short_tag) not in reg.tags
+    assert ("pytorch", img.short_tag) not in reg.tags
+    # what was signed is the digest of the bytes this push prepared (beside the upload), never what was served; the
+    # error says a signature names a digest no tag names
+    assert signed == [f"{REG}/pytorch@{rec['digest']}"] and rec["digest"] != D2
+    assert "its signature and attestations were written" in rec["error"]
+
+
+def test_the_signing_runs_beside_the_upload_and_the_tags_wait_for_both():
+    """The signer starts once the image is prepared, before the copy sends a byte; the copy does not wait for it;
+    the tags move only after both (the upload here waits until the signing has started, and the signing until the
+    upload is done: run one after the other, either would time out)."""
+    img = make_image(aliases=("2.9-cuda12.8-runtime",))
+    events: list[str] = []
+    signing_started, sent = threading.Event(), threading.Event()
+
+    def sign(image, ref):
+        events.append("sign started")
+        signing_started.set()
+        assert sent.wait(10), "the upload never ran beside the signing"
+        events.append("signed")
+        return {"by": "key"}
+
+    pusher, api, reg, *_ = make_pusher(sign_pushed=sign)
+    add(api, img.tag)
+    send = pusher.copier.send
+
+    def send_beside(*args, **kwargs):
+        assert signing_started.wait(10), "the upload began before the signing"
+        events.append("sent")
+        send(*args, **kwargs)
+        sent.set()
+
+    pusher.copier.send = send_beside
+    reg.calls.clear()
+    pending = pusher.begin_image(img, references(img))
+    rec = pending.finish()
+    assert rec["status"] == "pushed" and rec["signed"] == {"by": "key"}, rec
+    assert events == ["sign started", "sent", "signed"]
+    assert [c for c in reg.calls if c.startswith("put")] == [f"put {img.short_tag}", "put 2.9-cuda12.8-runtime"]
+
+
+def test_a_key_that_fails_its_check_stops_the_push_before_anything_is_written(monkeypatch):
+    """`before_write` (the signing key's check) is waited for before the upload, the signature and any tag: its
+    refusal is Stopped, raised out of push_plan, with nothing sent, signed or tagged."""
+    img = make_image()
+    reg = fake_registry()
+    api = fake_engine(reg)
+    add(api, img.tag)
+    signed: list[str] = []
+    order: list[str] = []
+
+    def check():
+        order.append("checked")
+        raise UsageError("--sign-key cosign.key: wrong password")
+
+    with pytest.raises(Stopped) as stopped, monkeypatch.context() as patch:
+        patch.setattr("imagebuild.push.pusher.RegistryClient", lambda *a, **k: reg)
+        push_plan(Plan("m.yaml", [img]), client=api, auth_for=lambda r: RegistryAuth(r, "alice", "pw-1234"),
+                  require_tests=False, make_copier=lambda _store: reg.copier(),
+                  sign_pushed=lambda image, ref: signed.append(ref) or {}, before_write=check)
+    assert isinstance(stopped.value.cause, UsageError) and "wrong password" in str(stopped.value)
+    assert order == ["checked"] and reg.sends == [] and signed == [] and reg.tags == {} and reg.manifests == {}
+
+
+def test_the_key_check_is_waited_for_before_the_upload():
+    img = make_image()
+    reg = fake_registry()
+    api = fake_engine(reg)
+    add(api, img.tag)
+    order: list[str] = []
+    pusher = Pusher(api, RegistryAuth(REG, "alice", "pw", source="x"), registry_client=reg, copier=reg.copier(),
+                    sign_pushed=lambda image, ref: order.append("sign") or {},
+                    before_write=lambda: order.append("key checked"))
+    send = pusher.copier.send
+    pusher.copier.send = lambda *a, **k: order.append("send") or send(*a, **k)
+    rec = pusher.push_image(img)
+    assert rec["status"] == "pushed", rec
+    # asked again before each write (it answers at once once it has): never a write before the first answer
+    assert order[0] == "key checked" and order.count("send") == 1 and order.count("sign") == 1
 
 
 def test_a_failing_signer_leaves_every_tag_where_it_was():

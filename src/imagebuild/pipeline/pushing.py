@@ -18,13 +18,13 @@ from imagebuild.pipeline.layers import check_layer_limits
 from imagebuild.pipeline.loaded import RecordBook, Say
 from imagebuild.pipeline.located import Located
 from imagebuild.pipeline.settings import PushSettings
-from imagebuild.pipeline.signing import open_signing_key, signer
+from imagebuild.pipeline.signing import KeyCheck, signer
 from imagebuild.push import DEFAULT_COMPRESSION, DEFAULT_RETRIES, gate, push_plan
+from imagebuild.push.failures import Stopped
 from imagebuild.record import Record
 from imagebuild.record.testkeys import failed_result, tested_ok
 from imagebuild.record.update import record_push
 from imagebuild.secrets import redact
-from imagebuild.sign import version as cosign_version
 from imagebuild.smoke import runner
 
 
@@ -129,8 +129,8 @@ def recorded_pushes(book: RecordBook, images: list[tuple[ImagePlan, Located]],
 
 def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], book: RecordBook,
               settings: PushSettings, log: Say, *, describe_credentials: bool = False) -> PushRun:
+    key_check = KeyCheck.start(settings, [img for img, _ in images])  # opened while the push prepares
     rows = gate_rows(images, book.record)
-    signing = open_signing_key(settings, [img for img, _ in images])  # a bad key: nothing pushed
     store = as_store(client)
     check_layer_limits(store, images, settings.layer_limit)  # before anything is tagged or pushed
     for img, here in images:  # the plan's tag (this registry) points at the image the record holds
@@ -140,21 +140,28 @@ def push_step(client: Any, plan: Plan, images: list[tuple[ImagePlan, Located]], 
     auth_for = auth_cache(settings, log, describe_credentials)
     located = {img.tag: here.image_id for img, here in images}
     sign_pushed = sign_index = vouch = None
-    if signing is not None:
-        key, public_pem = signing
-        log(f"push: signing with {key.describe()} (cosign {cosign_version()}, key-based, no transparency log)")
-        sign_pushed, sign_index, vouch = signer(client, plan, book, settings, key, public_pem,
+    if key_check is not None:
+        log(f"push: signing with {key_check.key.describe()} (cosign {key_check.cosign_version()}, key-based, no "
+            "transparency log)")
+        sign_pushed, sign_index, vouch = signer(client, plan, book, settings, key_check.key, key_check.public,
                                                 {t: i for t, i in located.items() if i}, auth_for, log)
 
     def compression(registry: str) -> str:
         return compression_for(registry, settings, plan)
 
-    pushed = push_plan(plan, client=client, auth_for=auth_for, images=[img for img, _ in images],
-                       known=recorded_pushes(book, images, compression), compression=compression,
-                       report_rows={tag: row.for_push() for tag, row in rows.items()},
-                       require_tests=settings.require_tests, log=lambda m: log(redact(m)), ca_file=settings.ca_file,
-                       retries=DEFAULT_RETRIES if settings.retries is None else settings.retries,
-                       sign_pushed=sign_pushed, sign_index=sign_index, vouch=vouch)
+    try:
+        pushed = push_plan(plan, client=client, auth_for=auth_for, images=[img for img, _ in images],
+                           known=recorded_pushes(book, images, compression), compression=compression,
+                           report_rows={tag: row.for_push() for tag, row in rows.items()},
+                           require_tests=settings.require_tests, log=lambda m: log(redact(m)),
+                           ca_file=settings.ca_file,
+                           retries=DEFAULT_RETRIES if settings.retries is None else settings.retries,
+                           sign_pushed=sign_pushed, sign_index=sign_index, vouch=vouch,
+                           before_write=key_check.public if key_check is not None else None)
+    except Stopped as exc:  # the key refused before anything was written
+        raise exc.cause from None
+    if key_check is not None:
+        key_check.public()  # a run that wrote nothing still says a key that cannot sign
     book.update(lambda rec: record_push(rec, plan, pushed, {t: i for t, i in located.items() if i}))
     for res in pushed:
         p = res.push or {}

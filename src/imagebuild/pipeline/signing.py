@@ -3,7 +3,9 @@ every pushed digest is signed and carries its SBOM and provenance (imagebuild.si
 (`push.SignPushed`: called with REPO@DIGEST after the registry serves the digest, before an alias names it).
 
 The key is opened before anything is pushed (`cosign public-key`): a missing key, a file that is not a private key
-or a wrong password stops the run with one line and nothing pushed. The SBOM attested is the one `build` wrote
+or a wrong password stops the run with one line and nothing pushed. `push` opens it in the background (`KeyCheck`)
+while it reads the record and prepares the first image, and the pusher waits for it before its first write
+(push/pusher.py `before_write`): a quarter of a second of a first signed push no longer waits in line. The SBOM attested is the one `build` wrote
 for this very image ID (the record's `sbom`, its sha256 checked), else one made now (pipeline/supply.py: from what
 was kept of the image with the state, else read from the image); the provenance is made from the record and the
 lock (sign/provenance.py).
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,7 @@ from imagebuild.sign import (
     sign_digest,
     sign_index,
 )
+from imagebuild.sign import version as cosign_version
 from imagebuild.sign.signer import vouch
 
 
@@ -80,23 +85,58 @@ def _audit_predicate(book: RecordBook, image: ImagePlan, image_id: str | None, s
     return vuln_predicate(entry, vulnerabilities_bom(entry))
 
 
+def _named(images: list[ImagePlan]) -> str:
+    return images[0].tag + (f" (and {len(images) - 1} more)" if len(images) > 1 else "") if images else "push"
+
+
 def open_signing_key(settings: PushSettings, images: list[ImagePlan]) -> tuple[SigningKey, str] | None:
     """(the key, its public half) when the run signs; UsageError naming the images when the key cannot sign."""
-    if not settings.sign_key:
-        return None
-    try:
-        key = SigningKey.from_option(settings.sign_key, settings.sign_password)
-        return key, key.public_key()
-    except (UsageError, CosignMissing) as exc:
-        named = images[0].tag + (f" (and {len(images) - 1} more)" if len(images) > 1 else "") if images else "push"
-        raise type(exc)(f"{named}: not pushed: {exc}") from None
+    check = KeyCheck.start(settings, images)
+    return None if check is None else (check.key, check.public())
 
 
-def signer(client: Any, plan: Plan, book: RecordBook, settings: PushSettings, key: SigningKey, public_pem: str,
-           image_ids: dict[str, str], auth_for: Any, say: Say) -> tuple[SignPushed, SignIndex, Vouch]:
+class KeyCheck:
+    """The signing key's file read now (a missing file, a public key: UsageError at once) and `cosign public-key`
+    run in the background; `public()` waits for its public half (UsageError, or CosignMissing, naming the images
+    when the password or the key is refused). cosign's version is asked beside it."""
+
+    def __init__(self, key: SigningKey, images: list[ImagePlan]) -> None:
+        self.key, self._named = key, _named(images)
+        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="imagebuild-key")
+        self._public: Future[str] = pool.submit(key.public_key)
+        self._version: Future[str] = pool.submit(cosign_version)
+        pool.shutdown(wait=False)  # both run on; the interpreter waits for them at exit
+
+    @classmethod
+    def start(cls, settings: PushSettings, images: list[ImagePlan]) -> KeyCheck | None:
+        """None when the run does not sign."""
+        if not settings.sign_key:
+            return None
+        try:
+            return cls(SigningKey.from_option(settings.sign_key, settings.sign_password), images)
+        except (UsageError, CosignMissing) as exc:
+            raise type(exc)(f"{_named(images)}: not pushed: {exc}") from None
+
+    def public(self) -> str:
+        try:
+            return self._public.result()
+        except (UsageError, CosignMissing) as exc:
+            raise type(exc)(f"{self._named}: not pushed: {exc}") from None
+
+    def cosign_version(self) -> str:
+        try:
+            return self._version.result()
+        except Exception as exc:  # said in the line that names the key; the key's own check says what is wrong
+            return f"version unknown: {exc}"
+
+
+def signer(client: Any, plan: Plan, book: RecordBook, settings: PushSettings, key: SigningKey,
+           public: Callable[[], str], image_ids: dict[str, str], auth_for: Any,
+           say: Say) -> tuple[SignPushed, SignIndex, Vouch]:
     """push.SignPushed for this run (SBOM + provenance per image), push.SignIndex (an index's signature) and
     push.Vouch (an index member this run did not push: signed and attested by this key?), cosign through the push's
-    own credentials."""
+    own credentials. `public`: the key's public half (KeyCheck.public: the pusher waited for it before any of
+    these runs)."""
     lock, lock_sha = _lock(plan)
     registries: dict[str, Any] = {}
     sboms = Sboms(client, plan, Derived(book.state_dir, say))  # an image read before: its kept files
@@ -126,14 +166,14 @@ def signer(client: Any, plan: Plan, book: RecordBook, settings: PushSettings, ke
         provenance = make_provenance(plan, image, book.record, lock, digest, sbom_sha, lock_sha)
         host = digest_ref.split("/", 1)[0]
         signed = sign_digest(digest_ref, key, registry_for(host), sbom=sbom, provenance=provenance,
-                             public_key_pem=public_pem, audit=_audit_predicate(book, image, image_id, say))
+                             public_key_pem=public(), audit=_audit_predicate(book, image, image_id, say))
         return signed.as_record()
 
     def index_signed(digest_ref: str) -> dict[str, Any]:
         host = digest_ref.split("/", 1)[0]
-        return sign_index(digest_ref, key, registry_for(host), public_key_pem=public_pem).as_record()
+        return sign_index(digest_ref, key, registry_for(host), public_key_pem=public()).as_record()
 
     def vouched(digest_ref: str) -> None:
-        vouch(digest_ref, key, registry_for(digest_ref.split("/", 1)[0]), public_pem)
+        vouch(digest_ref, key, registry_for(digest_ref.split("/", 1)[0]), public())
 
     return sign_pushed, index_signed, vouched

@@ -25,6 +25,15 @@ class PushAuthError(PushError):
     """The registry refused the credentials or the access (exit 1, never retried)."""
 
 
+class Stopped(PushError):
+    """What a push waits on before its first write refused (`Pusher(before_write=…)`: the signing key opening
+    with its password): raised out of push_plan as it is, with nothing written; `cause` is that refusal."""
+
+    def __init__(self, cause: ImagebuildError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 class Transient(Exception):
     """One push attempt failed for a reason worth another (the message says which)."""
 

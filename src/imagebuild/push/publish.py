@@ -29,7 +29,7 @@ from imagebuild.oci.answers import index_entries, is_index, parse_object
 from imagebuild.oci.platform import platform_mismatch
 from imagebuild.plan.tags import references
 from imagebuild.push.compress import OCI_MANIFEST
-from imagebuild.push.failures import PushAuthError, PushError
+from imagebuild.push.failures import PushAuthError, PushError, Stopped
 from imagebuild.push.index import (
     INDEX_MEDIA_TYPE,
     IndexGroup,
@@ -107,6 +107,7 @@ def push_plan(
     sign_index: SignIndex | None = None,
     known: dict[str, str] | None = None,
     vouch: Vouch | None = None,
+    before_write: Callable[[], object] | None = None,
 ) -> list[ImageResult]:
     """Push the selected images of `plan` (default: all) that were built (and tested, unless require_tests=False).
 
@@ -115,7 +116,8 @@ def push_plan(
     "REPO@DIGEST")` runs once the digest is written and verified, before any tag of it moves (a refusal fails that
     image and leaves its tags where they were). `known`: tag -> the digest the record says that very image was
     pushed as with this compression (Pusher.push_image: unchanged without a save and a compression). `vouch`:
-    the signing key's check of an index member this run did not push (see the module docstring)."""
+    the signing key's check of an index member this run did not push (see the module docstring). `before_write`:
+    waited for before anything is written (push/pusher.py); its refusal is raised as `Stopped`, nothing written."""
     selected = images if images is not None else plan.images
     rows = report_rows or {}
     results: list[ImageResult] = []
@@ -163,7 +165,7 @@ def push_plan(
                 pushers[registry] = Pusher(store, auth_for(registry), retries=retries, log=log, ca_file=ca_file,
                                            sleep=sleep, compression=compression(registry),
                                            copier=make_copier(store) if make_copier else None,
-                                           sign_pushed=sign_pushed)
+                                           sign_pushed=sign_pushed, before_write=before_write)
             # this image is written while the one before is signed; that one's tags move once it is (finish)
             pending = pushers[registry].begin_image(image, refs, hold=image.tag in held,
                                                     known=(known or {}).get(image.tag))
@@ -295,6 +297,7 @@ def publish_index(pusher: Pusher, refs: list[str], members: list[Member],
         for name, tags in repositories.items():
             repo_path = tags[0].repository
             if pusher.served(repo_path, digest) != digest:
+                pusher.may_write()
                 try:
                     pusher.registry.put_manifest(repo_path, digest, body, INDEX_MEDIA_TYPE)
                 except RegistryAuthError as exc:
@@ -320,7 +323,7 @@ def publish_index(pusher: Pusher, refs: list[str], members: list[Member],
             pusher.point_tags(repo_path, todo, digest, body, INDEX_MEDIA_TYPE)
             rec["pushed"] += [str(t) for t in todo]
         rec["status"] = "pushed" if rec["pushed"] else "unchanged"
-    except PushAuthError:
+    except (PushAuthError, Stopped):
         raise
     except ImagebuildError as exc:
         rec["error"] = redact(str(exc))

@@ -5,13 +5,21 @@ Two steps per image and repository, so that something can happen between them (a
    gzip with Docker media types on request) and writes its blobs and manifest as `name@digest`; no tag moves. The
    registry is then asked for that digest and must serve exactly it.
 2. `point_tags`: each tag is a manifest PUT of the same bytes; then each tag must serve the digest.
-Signing (`sign_pushed`, the seam the pipeline fills when a signing key is given) runs between the two, once per
-image with `REPO@DIGEST`: a refusal fails the image with every tag where it was, so no tag ever names an unsigned
-digest and nothing needs rolling back. It runs in the background (`begin_image`, then `PendingPush.finish`), so
-push_plan writes the next image while one is signed (issue 44: cosign's runs were a third of a first signed push).
-An image whose tags all name its digest already is signed again (the signature is what a re-push with a key
-promises). A failure in step 1 (a registry that refuses OCI or zstd, a lost connection) leaves every tag where it
-was.
+Signing (`sign_pushed`, the seam the pipeline fills when a signing key is given) runs once per image with
+`REPO@DIGEST`, and the tags move only once it is done and the registry serves the digest: a refusal fails the image
+with every tag where it was, so no tag ever names an unsigned digest and nothing needs rolling back. It signs the
+digest of the bytes this push prepared and checked (the manifest that hashes to it, every layer sent hashed against
+its descriptor), so it starts as soon as they are ready, beside the upload (`Prepared.fill` done, before the copy),
+in the background (`begin_image`, then `PendingPush.finish`): push_plan writes the next image while one is signed
+(issue 44: cosign's runs were a third of a first signed push, and the upload waited for none of them). cosign signs
+a digest without reading the image (its signatures and attestations are artifacts of their own beside it). An image
+whose tags all name its digest already is signed again (the signature is what a re-push with a key promises). A
+failure in step 1 (a registry that refuses OCI or zstd, a lost connection) leaves every tag where it was; a
+signature already made then names a digest no tag names (the error says so), found as this key's by the next push.
+
+`before_write` (the signing key's check, pipeline/signing.py) is waited for before anything is written: the upload,
+a signature, a tag. It runs while the image is prepared; a refusal is `Stopped`, raised out of push_plan with
+nothing written.
 
 Per reference: skip when the registry's tag already serves the digest the image compresses to (zstd and gzip output
 are deterministic: the same image gives the same digest). Only blobs the registry lacks are sent (it is asked for each
@@ -46,7 +54,7 @@ from imagebuild.oci import (
     RegistryError,
 )
 from imagebuild.oci.answers import image_manifest, parse_object
-from imagebuild.push.failures import PushAuthError, PushError, Transient, classify, refused_message
+from imagebuild.push.failures import PushAuthError, PushError, Stopped, Transient, classify, refused_message
 from imagebuild.push.skopeo import DEFAULT_COMPRESSION, CopyError, Prepared, Skopeo, refused_format
 from imagebuild.retry import ENGINE_PUSH, RetryPolicy
 from imagebuild.secrets import redact
@@ -87,6 +95,7 @@ class Pusher:
         compression: str = DEFAULT_COMPRESSION,
         copier: Copier | None = None,
         sign_pushed: SignPushed | None = None,
+        before_write: Callable[[], object] | None = None,
     ):
         self.store: ImageStore = as_store(engine)
         self.auth = auth
@@ -97,7 +106,8 @@ class Pusher:
         self.compression = compression
         self.registry = registry_client or RegistryClient(auth, ca_file=ca_file, sleep=sleep, log=log)
         self.copier: Copier = copier or Skopeo(self.store, log=log)
-        self.sign_pushed = sign_pushed  # after the digest is verified, before any tag moves
+        self.sign_pushed = sign_pushed  # the digest prepared and checked, before any tag moves
+        self._before_write = before_write  # waited for before the first write; its refusal: Stopped
         self._auth_checked: set[str] = set()
         self._signer: ThreadPoolExecutor | None = None  # begin_image's signing, one image at a time
 
@@ -105,6 +115,14 @@ class Pusher:
         if self._signer is not None:
             self._signer.shutdown(wait=True)
         self.copier.close()
+
+    def may_write(self) -> None:
+        """Wait for `before_write` (every time: it answers at once once it has); its refusal is Stopped."""
+        if self._before_write is not None:
+            try:
+                self._before_write()
+            except ImagebuildError as exc:
+                raise Stopped(exc) from None
 
     # -- one image ---------------------------------------------------------------------------------------------
     def push_image(self, image: ImagePlan, refs: list[str] | None = None, *, hold: bool = False,
@@ -126,6 +144,7 @@ class Pusher:
         rec: dict[str, Any] = {"status": "failed", "registry": self.auth.registry, "digest": None, "tags": list(refs),
                                "pushed": [], "unchanged": [], "attempts": 0, "bytes": 0, "layers_pushed": 0,
                                "layers_existing": 0, "seconds": 0.0, "compression": self.compression}
+        signing: Future[dict[str, Any]] | None = None
         try:
             image_id = self._image_id(image.tag)
             by_repo = self.by_repository(refs)
@@ -134,7 +153,17 @@ class Pusher:
                 return PendingPush(self, rec, started)
             prepared: Prepared | None = None
             moves: list[tuple[str, list[Reference]]] = []  # (repository, the tags to point at the digest)
-            sign_in: str | None = None  # the repository whose REPO@DIGEST is signed
+            sign_in = next(iter(by_repo))  # the repository whose REPO@DIGEST is signed
+
+            def start_signing() -> None:
+                """The prepared digest's signing, once, in the background (module doc)."""
+                nonlocal signing
+                if self.sign_pushed is not None and signing is None and prepared is not None:
+                    self.may_write()
+                    if self._signer is None:
+                        self._signer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="imagebuild-sign")
+                    signing = self._signer.submit(self._signed, image, sign_in, prepared.digest)
+
             for name, tags in by_repo.items():
                 repo_path = tags[0].repository
                 self.check_auth(repo_path)
@@ -144,10 +173,9 @@ class Pusher:
                     rec["size"] = len(prepared.manifest)
                     rec["layer_media_types"] = sorted({m for _, _, m in prepared.layers})
                     rec["media_type"] = prepared.media_type
-                sign_in = sign_in or name
                 if hold:
                     if self.served(repo_path, prepared.digest) != prepared.digest:
-                        self.write_by_digest(prepared, name, repo_path, rec)
+                        self.write_by_digest(prepared, name, repo_path, rec, ready=start_signing)
                         rec["pushed"].append(f"{name}@{prepared.digest}")
                     else:
                         rec["unchanged"].append(f"{name}@{prepared.digest}")
@@ -159,18 +187,14 @@ class Pusher:
                         self.log(f"{t}: unchanged ({prepared.digest[:19]}), skipped")
                         rec["unchanged"].append(str(t))
                 if todo:
-                    self.write_by_digest(prepared, name, repo_path, rec)
+                    self.write_by_digest(prepared, name, repo_path, rec, ready=start_signing)
                     moves.append((repo_path, todo))
-            signing = None
-            if self.sign_pushed is not None and sign_in is not None and prepared is not None:
-                if self._signer is None:
-                    self._signer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="imagebuild-sign")
-                signing = self._signer.submit(self._signed, image, sign_in, prepared.digest)
+            start_signing()  # every reference served the digest already: signed again (module doc)
             return PendingPush(self, rec, started, signing, moves, prepared)
-        except PushAuthError:
+        except (PushAuthError, Stopped):
             raise
         except ImagebuildError as exc:  # PushError, RegistryError, CopyError
-            rec["error"] = redact(str(exc))
+            rec["error"] = redact(str(exc)) + _signed_anyway(signing)
             return PendingPush(self, rec, started)
 
     def _still_served(self, image: ImagePlan, by_repo: dict[str, list[Reference]], digest: str, hold: bool,
@@ -212,6 +236,7 @@ class Pusher:
         """sign_pushed for the digest just written: what the record keeps of the signature; a refusal is a PushError
         and moves no tag (no rollback needed)."""
         assert self.sign_pushed is not None
+        self.may_write()
         try:
             signed = self.sign_pushed(image, f"{name}@{digest}")
         except PushAuthError:
@@ -278,9 +303,11 @@ class Pusher:
         return prepared
 
     # -- the two steps -----------------------------------------------------------------------------------------
-    def write_by_digest(self, prepared: Prepared, name: str, repo_path: str, rec: dict[str, Any]) -> str:
+    def write_by_digest(self, prepared: Prepared, name: str, repo_path: str, rec: dict[str, Any],
+                        ready: Callable[[], None] = lambda: None) -> str:
         """Blobs the registry lacks + the manifest as `name@digest` (no tag); the digest once the registry serves
-        exactly it. Counts what was sent into `rec`."""
+        exactly it. Counts what was sent into `rec`. `ready` is called once every blob to send is in the layout,
+        checked, before the first byte is sent (begin_image starts the signing there)."""
         missing = [(d, n) for d, n in prepared.blobs if not self.registry.blob_exists(repo_path, d)]
         layers = {d for d, _, _ in prepared.layers}
         if prepared.fill is not None:  # the kept archive's layers: only those the registry lacks are copied out
@@ -292,6 +319,8 @@ class Pusher:
             except (OSError, tarfile.TarError) as exc:
                 raise PushError(f"{name}@{prepared.digest}: the archive the build kept cannot be read ({exc})") \
                     from None
+        self.may_write()
+        ready()
         attempts = [0]
 
         def attempt() -> None:
@@ -332,6 +361,7 @@ class Pusher:
     def point_tags(self, repo_path: str, tags: list[Reference], digest: str, manifest: bytes,
                    media_type: str) -> None:
         """Each tag -> the manifest (or index) already written by digest (a PUT of the same bytes), then checked."""
+        self.may_write()
         for ref in tags:
             tag = str(ref.tag)
             try:
@@ -342,6 +372,18 @@ class Pusher:
             if served != digest:
                 raise PushError(f"{ref}: tagged {digest} but the registry serves {served or 'nothing'}")
             self.log(f"{ref}: -> {digest}")
+
+
+def _signed_anyway(signing: Future[dict[str, Any]] | None) -> str:
+    """What a failed push's message adds when its digest's signing had started (waited for here): the signature
+    made names a digest no tag names."""
+    if signing is None:
+        return ""
+    try:
+        signing.result()
+    except Exception:  # its refusal says nothing the push's own error does not
+        return ""
+    return "; its signature and attestations were written (they name that digest, which no tag names)"
 
 
 class PendingPush:
