@@ -6,6 +6,7 @@ Every stage takes the previous stage's dataclasses and adds its own; nothing dow
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,21 @@ class Plan:
 
     def by_tag(self) -> dict[str, ImagePlan]:
         return {i.tag: i for i in self.images}
+
+
+class BuildStatus(str, Enum):
+    """ImageResult.status as the builder writes it (a str, so rows compare and serialise as before)."""
+
+    PLANNED = "planned"
+    BUILT = "built"
+    UP_TO_DATE = "up-to-date"
+    FAILED = "failed"
+    NOT_BUILT = "not-built"  # a parent failed
+    SKIPPED = "skipped"  # outside --only
+
+
+HERE = (BuildStatus.BUILT, BuildStatus.UP_TO_DATE)
+FINE = (*HERE, BuildStatus.SKIPPED)
 
 
 @dataclass

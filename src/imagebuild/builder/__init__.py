@@ -9,8 +9,24 @@ Public entry points:
     make_progress(plain=..., verbose=...)                 (progress.py)
 """
 
-from imagebuild.builder.executor import build_plan
-from imagebuild.builder.options import BuildOptions
-from imagebuild.builder.progress import make_progress
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from imagebuild.builder.executor import build_plan
+    from imagebuild.builder.options import BuildOptions
+    from imagebuild.builder.progress import make_progress
 
 __all__ = ["BuildOptions", "build_plan", "make_progress"]
+
+# imported when first asked for: a module of the stage (uptodate.py: is this image here?) is read by `push` and
+# `test` too, and they load no executor, backend or bootstrap with it
+_HOMES = {"build_plan": "executor", "BuildOptions": "options", "make_progress": "progress"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from imagebuild.builder.uptodate import layers_of
 from imagebuild.engine.store import as_store
 from imagebuild.errors import EXIT_FAILED, UsageError
 from imagebuild.inputs import BuildInputs
-from imagebuild.models import ImagePlan, ImageResult, Plan
+from imagebuild.models import FINE, HERE, BuildStatus, ImagePlan, ImageResult, Plan
 from imagebuild.oci import resolve_auth
 from imagebuild.pipeline.loaded import Say
 from imagebuild.pipeline.located import locate
@@ -31,21 +30,6 @@ from imagebuild.pipeline.settings import BuildSettings
 from imagebuild.plan.cache import matrix_backends
 from imagebuild.record import Record
 from imagebuild.record.derived import Derived
-
-
-class BuildStatus(str, Enum):
-    """ImageResult.status as the builder writes it (a str, so rows compare and serialise as before)."""
-
-    PLANNED = "planned"
-    BUILT = "built"
-    UP_TO_DATE = "up-to-date"
-    FAILED = "failed"
-    NOT_BUILT = "not-built"  # a parent failed
-    SKIPPED = "skipped"  # outside --only
-
-
-HERE = (BuildStatus.BUILT, BuildStatus.UP_TO_DATE)
-FINE = (*HERE, BuildStatus.SKIPPED)
 
 
 class SourcesUnreachable(UsageError):

@@ -7,8 +7,9 @@
 Each returns a RunResult; the command turns `ok` into the exit code. Output: `say` (stderr) for progress and notes,
 `show` (stdout) for what the user asked to see (the build summary is the builder's own).
 
-The steps a run does not take are imported where they start (test: smoke's runner; push: push, sign, the layer
-limit), so a build without --test/--push, above all the whole-process no-op, does not load them."""
+The steps a run does not take are imported where they start (build: the builder and its backends; test: smoke's
+runner; push: push, sign, the layer limit), so a build without --test/--push, above all the whole-process no-op,
+does not load them, and a push (a first signed push is seconds) loads no builder."""
 
 from __future__ import annotations
 
@@ -17,20 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagebuild import __version__, engine
-from imagebuild.builder import make_progress
 from imagebuild.engine.store import as_store
 from imagebuild.errors import UsageError
 from imagebuild.files import check_output_dir
 from imagebuild.models import ImagePlan, ImageResult
 from imagebuild.phases import Phase
-from imagebuild.pipeline.building import (
-    backend_maker,
-    build_step,
-    chosen_backend,
-    concrete_backend,
-    finish,
-    platform_preflight,
-)
 from imagebuild.pipeline.loaded import Loaded, Say, load
 from imagebuild.pipeline.located import Located, locate, plan_registry
 from imagebuild.pipeline.selection import select_images
@@ -43,7 +35,6 @@ from imagebuild.pipeline.settings import (
     require_lock,
     resolve_matrix_path,
 )
-from imagebuild.pipeline.supply import diff_rebuilds, previous_ids, write_sboms
 from imagebuild.record import now
 from imagebuild.record.derived import Derived
 from imagebuild.record.store import state_dir as record_state_dir
@@ -125,6 +116,17 @@ def build_run(options: RunOptions, say: Say, show: Say) -> RunResult:
     """`build`: every selected image (and the parents it needs), then the steps asked for."""
     settings = options.build
     assert settings is not None and options.inputs is not None
+    from imagebuild.builder import make_progress
+    from imagebuild.pipeline.building import (
+        backend_maker,
+        build_step,
+        chosen_backend,
+        concrete_backend,
+        finish,
+        platform_preflight,
+    )
+    from imagebuild.pipeline.supply import diff_rebuilds, previous_ids, write_sboms
+
     started = now()
     check_inputs(options.inputs)
     if settings.locked:

@@ -22,9 +22,8 @@ from typing import Any
 
 from imagebuild.engine.store import as_store
 from imagebuild.files import write_text_atomic
-from imagebuild.models import ImagePlan, ImageResult, Plan
+from imagebuild.models import HERE, BuildStatus, ImagePlan, ImageResult, Plan
 from imagebuild.phases import Phase
-from imagebuild.pipeline.building import HERE, BuildStatus
 from imagebuild.pipeline.keptfiles import local_inventory
 from imagebuild.record.derived import Derived, key_of
 from imagebuild.record.store import file_sha256
