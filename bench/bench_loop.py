@@ -7,7 +7,8 @@ fresh private dockerd 26.1 (containerd image store) and local registries of its 
    runtime's phase table from build-report.json;
 2. the first push: `imagebuild push --sign-key` (cosign, SBOM + provenance attestations) against the engine's own
    unsigned `docker push` of the same images to another registry, as empty (goal: ≤ 1.5x); `--push-runs N`: both N
-   times, each pair into new empty registries, the medians in the table and each run beside them;
+   times, the registries emptied between runs (and skopeo's blob-info cache removed), the medians in the table and
+   each run beside them;
 3. a fresh node (another private dockerd 26.1) pulls the runtime cold; on that node, the floor of that pull: the
    registry read of the same blobs (HTTP GETs, nothing written) and an untar of the uncompressed layers into an empty
    directory (goal: pull ≤ 1.3x read + untar), and beside it what a pull does beyond that floor, each on one core:
@@ -54,6 +55,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from imagebuild.files import sha256_file  # noqa: E402
 
 WHEELHOUSE = os.environ.get("IMAGEBUILD_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS") or "/opt/wheels"
+# where skopeo (containers/image, as root) remembers which registry and repository holds each blob it pushed
+BLOB_INFO_CACHE = "/var/lib/containers/cache/blob-info-cache-v1.boltdb"
 CA = os.environ.get("IMAGEBUILD_CA_CERT") or os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
 ACCEPT = ", ".join(("application/vnd.oci.image.manifest.v1+json",
                     "application/vnd.docker.distribution.manifest.v2+json"))
@@ -132,8 +135,9 @@ class Side:
         # a registry of its own for each side and another for the engine's own push: neither first push may find the
         # blobs another put there (skopeo's blob-info cache mounts a blob from any repository of a registry it
         # pushed to before; round 21's second side pushed nothing)
-        self.registries: list[Path] = []
-        self.fresh_registries()
+        self.registries = [self.work / "registry", self.work / "registry-docker"]
+        registry, self.docker_registry = (start_registry(d) for d in self.registries)
+        self.prefix = f"{registry}/loop-{name}-{secrets.token_hex(3)}"
         self.engine = Engine(self.work / "engine")
         self.node: Engine | None = None
         self.env = {**self.engine.env, "PYTHONPATH": str(tree / "src"), "IMAGEBUILD_STATE_DIR": str(self.work / "state"),
@@ -143,13 +147,14 @@ class Side:
                     "IMAGEBUILD_COSIGN": str(ROOT / ".tools" / "bin" / "cosign")}
         self.rows: dict[str, float | str] = {}
 
-    def fresh_registries(self) -> None:
-        """Two new empty registries: the signed push's (`prefix`) and the engine's own push's (`docker_registry`)."""
-        n = len(self.registries) // 2
-        folders = [self.work / f"registry-{n}", self.work / f"registry-docker-{n}"]
-        self.registries += folders
-        registry, self.docker_registry = (start_registry(d) for d in folders)
-        self.prefix = f"{registry}/loop-{self.name}-{secrets.token_hex(3)}"
+    def empty_registries(self) -> None:
+        """Both registries stopped, their storage removed, started again on the same ports (the tags name the
+        registry: the plan's IDs stay the same), and skopeo's blob-info cache removed, so that no push finds a blob
+        where an earlier run put it (the engine keeps no blob locations across registries it never pushed to)."""
+        for folder, registry in zip(self.registries, (self.prefix.split("/")[0], self.docker_registry), strict=True):
+            stop_registry(folder)
+            start_registry(folder, port=registry.rsplit(":", 1)[1])
+        Path(BLOB_INFO_CACHE).unlink(missing_ok=True)
 
     def ib(self, *args: str) -> str:
         return run(sys.executable, "-m", "imagebuild", *args, env=self.env, cwd=self.tree)
@@ -194,8 +199,9 @@ class Side:
             stop_registry(folder)
 
 
-def start_registry(folder: Path) -> str:
-    return shell_vars(run("bash", str(ROOT / "scripts" / "registry.sh"), "--quiet", "--dir", str(folder)))["REGISTRY"]
+def start_registry(folder: Path, port: str = "0") -> str:
+    return shell_vars(run("bash", str(ROOT / "scripts" / "registry.sh"), "--quiet", "--dir", str(folder),
+                          "--port", port))["REGISTRY"]
 
 
 def stop_registry(folder: Path) -> None:
@@ -323,10 +329,10 @@ def one_side(side: Side, matrix: Path, changed: Path, flavor: str) -> None:
     for kind, seconds in sorted(phase_sums(cold_row).items()):
         rows[f"cold: {kind} (s)"] = seconds
     signed, unsigned = [], []
-    for n in range(side.args.push_runs):  # each run into empty registries of its own; the last one's stay
+    tags = side.tags(matrix)
+    for n in range(side.args.push_runs):  # each run into empty registries
         if n:
-            side.fresh_registries()
-        tags = side.tags(matrix)
+            side.empty_registries()
         signed.append(timed(side.push, matrix, f"report-push-{n}"))
         unsigned.append(side.docker_push(tags))
     rows["first push, signed: imagebuild push --sign-key (s)"] = statistics.median(signed)
@@ -421,7 +427,7 @@ def main() -> int:
     ap.add_argument("--no-flat", dest="flat", action="store_false",
                     help="skip the single gzip layer rows (a CUDA runtime flattened is ~25 GB more on disk)")
     ap.add_argument("--push-runs", type=int, default=1, metavar="N",
-                    help="the first signed push and `docker push` N times, each into empty registries of its own "
+                    help="the first signed push and `docker push` N times, the registries emptied between runs "
                          "(the rows give the medians, and each run)")
     ap.add_argument("--keep-reports", type=Path, metavar="DIR",
                     help="copy each side's cold build report (its smoke results: coverage, NCCL) to DIR/<side>/")
