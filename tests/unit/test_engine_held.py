@@ -160,6 +160,52 @@ def test_only_the_layers_the_registry_lacks_are_copied_out_of_the_kept_archive(t
     assert digest_of((prepared.layout / second.removeprefix("sha256:")).read_bytes()) == second
 
 
+def test_the_kept_layouts_layers_are_linked_and_hashed_where_the_file_system_allows(tmp_path, monkeypatch):
+    prepared, _, _ = _prepared_from_kept(tmp_path, monkeypatch)
+    wanted = [d for d, _, _ in prepared.layers]
+    assert prepared.fill is not None and len(wanted) > 1  # (side by side: one thread a layer)
+    prepared.fill(wanted)
+    layout = held.layout_root()
+    for d in wanted:  # the same file (one inode), the image's own bytes
+        sent, kept = prepared.layout / d.removeprefix("sha256:"), held.blob_path(layout, d)
+        assert os.stat(sent).st_ino == os.stat(kept).st_ino and digest_of(sent.read_bytes()) == d
+
+
+def test_a_file_system_that_will_not_link_gets_copies_of_the_same_bytes(tmp_path, monkeypatch):
+    prepared, _, _ = _prepared_from_kept(tmp_path, monkeypatch)
+
+    def cross_device(*_args):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(held.os, "link", cross_device)
+    wanted = [d for d, _, _ in prepared.layers]
+    assert prepared.fill is not None
+    prepared.fill(wanted)
+    for d in wanted:
+        sent, kept = prepared.layout / d.removeprefix("sha256:"), held.blob_path(held.layout_root(), d)
+        assert os.stat(sent).st_ino != os.stat(kept).st_ino and digest_of(sent.read_bytes()) == d
+        assert not sent.with_name(sent.name + ".partial").exists()
+
+
+def test_a_linked_layer_of_other_bytes_is_refused_and_its_link_removed(tmp_path, monkeypatch):
+    """The kept file changed after the build kept it: the link is hashed, refused, removed, and the kept file is left
+    as it is (the push then takes the engine's save: test_a_damaged_kept_layer_is_taken_…)."""
+    archive, digest, _ = saved_layout(tmp_path)
+    keep_in_layout(archive, tmp_path / "held")
+    kept = held.find(digest, tmp_path / "held")
+    assert kept is not None
+    with held.open_image(kept) as image:
+        manifest = json.loads(held.read_blob(image, digest, 1 << 20))
+        layer = manifest["layers"][0]
+        path = held.blob_path(tmp_path / "held" / held.LAYOUT, layer["digest"])
+        path.write_bytes(b"x" * layer["size"])
+        target = tmp_path / "out"
+        with pytest.raises(held.BlobProblem, match="other bytes"):
+            held.copy_blob(image, layer["digest"], layer["size"], target)
+    assert not target.exists() and not (tmp_path / "out.partial").exists()
+    assert path.read_bytes() == b"x" * layer["size"]
+
+
 class _Saves(FakeEngine):
     """An engine whose save of the one image is `data` (the same image the kept archive damaged)."""
 

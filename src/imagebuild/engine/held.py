@@ -126,24 +126,41 @@ def read_blob(tar: BlobSource, digest: str, limit: int, size: int | None = None)
 
 def copy_blob(tar: BlobSource, digest: str, size: int, target: Path) -> None:
     """Blob `digest` to `target`, hashed as it is copied: BlobProblem (and no `target`) when it holds other bytes than
-    its descriptor (`digest`, `size`) says."""
+    its descriptor (`digest`, `size`) says. A kept image's blob on the same file system is linked, not copied, and
+    hashed where it is (its file is written once, under its digest, and never changed in place: a blob of other
+    bytes is refused here, and skopeo checks every blob it sends against its digest again as it reads it)."""
     member = blob_member(tar, digest)
     hasher, written = hashlib.sha256(), 0
     partial = target.with_name(target.name + ".partial")
     try:
-        fh = tar.extractfile(member)
-        assert fh is not None  # (a file: blob_member)
-        with fh, partial.open("wb") as out:
-            while chunk := fh.read(_CHUNK):
+        if isinstance(tar, LayoutImage) and _linked(tar.file_of(member.name), partial):
+            opened: IO[bytes] = partial.open("rb")
+            out: IO[bytes] | None = None
+        else:
+            fh = tar.extractfile(member)
+            assert fh is not None  # (a file: blob_member)
+            opened, out = fh, partial.open("wb")
+        with opened, out or contextlib.nullcontext():
+            while chunk := opened.read(_CHUNK):
                 hasher.update(chunk)
                 written += len(chunk)
-                out.write(chunk)
+                if out is not None:
+                    out.write(chunk)
         if "sha256:" + hasher.hexdigest() != digest or written != size:
             raise BlobProblem(f"the blob {digest} holds other bytes (sha256:{hasher.hexdigest()}, {written} bytes; "
                               f"its descriptor says {size})")
         partial.replace(target)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def _linked(source: Path, target: Path) -> bool:
+    """`target` made a hard link to `source`; False where the file system will not (another one, no permission)."""
+    try:
+        os.link(source, target)
+    except OSError:
+        return False
+    return True
 
 
 # -- the layout the builds export into, and the images kept in it ---------------------------------------------------
@@ -198,6 +215,10 @@ class LayoutImage:
     def extractfile(self, member: str | tarfile.TarInfo) -> IO[bytes] | None:
         name = member if isinstance(member, str) else member.name
         return self._path(name).open("rb")
+
+    def file_of(self, name: str) -> Path:
+        """The file that holds member `name` (KeyError for any name but the index and a blob)."""
+        return self._path(name)
 
 
 def open_image(path: Path) -> contextlib.AbstractContextManager[BlobSource]:

@@ -17,16 +17,27 @@ answers None and the caller compresses as before: the classic path keeps what wo
 
 The archive a build kept stays where it is, so its layers are copied out only when the push asks for them, for the
 digests the registry lacks (`lazy`, `Prepared.fill`): a push after a one-package rebuild copies that layer, not the
-whole image. A kept layer of other bytes found then is dropped for the engine's save (push/skopeo.py).
+whole image. From the kept layout they are linked where the file system allows and hashed a core each
+(engine/held.py `copy_blob`). A kept layer of other bytes found then is dropped for the engine's save (push/skopeo.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from imagebuild.engine.held import BlobProblem, BlobSource, copy_blob, index_entry, open_image, read_blob
+from imagebuild.engine.held import (
+    BlobProblem,
+    BlobSource,
+    LayoutImage,
+    copy_blob,
+    index_entry,
+    open_image,
+    read_blob,
+)
 from imagebuild.oci import RegistryError
 from imagebuild.oci.answers import image_manifest, is_index
 from imagebuild.push.compress import (
@@ -85,8 +96,12 @@ def as_held(archive: Path, layout: Path, compression: str, image_id: str = "", *
         todo = [d for d in sizes if d in wanted and not (layout / d.removeprefix("sha256:")).exists()]
         if todo:
             with open_image(archive) as tar:
-                for d in todo:
-                    _copy_into(tar, layout, d, sizes[d])
+                if isinstance(tar, LayoutImage):  # files of their own: hashed side by side, a core each
+                    with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
+                        list(pool.map(lambda d: _copy_into(tar, layout, d, sizes[d]), todo))
+                else:  # one archive read from start to end
+                    for d in todo:
+                        _copy_into(tar, layout, d, sizes[d])
 
     (layout / "manifest.json").write_bytes(body)
     return Prepared(layout, digest, body, media, (manifest.config.digest, manifest.config.size),
