@@ -53,6 +53,33 @@ def test_other_schema_or_other_matrix_is_never_trusted(tmp_path):
     assert "unreadable" in load_record(m).problem
 
 
+def test_a_matrix_path_masked_by_a_secret_is_still_this_matrix(tmp_path, monkeypatch):
+    """A run that knew a secret which is also a fragment of a folder's name (a signing key's password `bench-loop`,
+    a folder `ib-bench-loop-x`) wrote the record's matrix path masked: the record is still this matrix's, read by a
+    run with or without that secret; another matrix file is still refused."""
+    from imagebuild import secrets
+
+    folder = tmp_path / "ib-bench-loop-x"
+    folder.mkdir()
+    m = matrix(folder)
+    monkeypatch.setattr(secrets, "_SECRETS", {"bench-loop"})
+    with updating(m, BuildInputs(), None, replace_inputs=True):
+        pass
+    assert json.loads(record_path(m).read_text())["matrix"].endswith("/ib-***-x/cpu.yaml")
+    assert load_record(m).problem is None
+    monkeypatch.setattr(secrets, "_SECRETS", set())
+    assert load_record(m).problem is None
+    other = tmp_path / "ib-other-x"
+    other.mkdir()
+    (other / "cpu.yaml").write_text("name: y\n")
+    record_path(other / "cpu.yaml").write_text(record_path(m).read_text())
+    assert "records another matrix file" not in (load_record(other / "cpu.yaml").problem or "")  # (*** fits `other`)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "cpu.yaml").write_text("name: y\n")
+    record_path(tmp_path / "elsewhere" / "cpu.yaml").write_text(record_path(m).read_text())
+    assert "records another matrix file" in load_record(tmp_path / "elsewhere" / "cpu.yaml").problem
+
+
 def test_no_op_keeps_the_build_that_made_the_image(tmp_path):
     m = matrix(tmp_path)
     img = make_image(flavor="base")

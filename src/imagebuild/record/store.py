@@ -23,6 +23,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from imagebuild import __version__, values
 from imagebuild.files import FileProblem, open_lock_file, read_bounded_text, write_text_atomic
 from imagebuild.inputs import BuildInputs, SecurityRefresh
 from imagebuild.record.audits import audits_problem
-from imagebuild.secrets import mask_tree
+from imagebuild.secrets import MASK, mask_tree
 
 SCHEMA = 1
 STATE_DIR_ENV = "IMAGEBUILD_STATE_DIR"
@@ -262,6 +263,17 @@ def new_record(matrix_path: str | Path, inputs: BuildInputs, registry: str | Non
                   registry=registry)
 
 
+def _same_matrix(recorded: str, matrix_path: Path | str) -> bool:
+    """Is `recorded` (the record's `matrix`) this matrix file? Its path as written, where a secret the writing run
+    knew (a password that is also a fragment of a folder's name) was masked (`***`, secrets.py masks every string
+    the record holds): then any text in its place, the rest exactly this file's path."""
+    here = Path(matrix_path).resolve()
+    if MASK not in recorded:
+        return Path(recorded).resolve() == here
+    pattern = ".+".join(re.escape(part) for part in recorded.split(MASK))
+    return any(re.fullmatch(pattern, str(path)) for path in (here, Path(matrix_path)))
+
+
 def load_record(matrix_path: str | Path, directory: str | Path | None = None) -> Record | None:
     """The matrix's record, or None when there is none. A record that cannot be trusted comes back with `problem`
     set (and its images/tests emptied), so callers say why instead of using it."""
@@ -290,7 +302,7 @@ def load_record(matrix_path: str | Path, directory: str | Path | None = None) ->
     if rec.schema != SCHEMA:
         rec.problem = (f"{path}: written by imagebuild {rec.tool_version} (record schema {rec.schema}, this version "
                        f"reads {SCHEMA}); it is ignored and will be replaced")
-    elif Path(rec.matrix).resolve() != Path(matrix_path).resolve():
+    elif not _same_matrix(rec.matrix, matrix_path):
         rec.problem = (f"{path}: records another matrix file ({rec.matrix}, not {matrix_path}); it is ignored and "
                        "will be replaced")
     if rec.problem:
