@@ -55,6 +55,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from imagebuild.files import sha256_file  # noqa: E402
 
 WHEELHOUSE = os.environ.get("IMAGEBUILD_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS") or "/opt/wheels"
+# the bench's signing key's password: none of its folders' names holds it (a run masks its secrets in what it writes)
+KEY_PASSWORD = secrets.token_urlsafe(12)
 # where skopeo (containers/image, as root) remembers which registry and repository holds each blob it pushed
 BLOB_INFO_CACHE = "/var/lib/containers/cache/blob-info-cache-v1.boltdb"
 CA = os.environ.get("IMAGEBUILD_CA_CERT") or os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
@@ -141,7 +143,7 @@ class Side:
         self.engine = Engine(self.work / "engine")
         self.node: Engine | None = None
         self.env = {**self.engine.env, "PYTHONPATH": str(tree / "src"), "IMAGEBUILD_STATE_DIR": str(self.work / "state"),
-                    "IMAGEBUILD_LAYER_CACHE": str(self.work / "layer-cache"), "COSIGN_PASSWORD": "bench-loop",
+                    "IMAGEBUILD_LAYER_CACHE": str(self.work / "layer-cache"), "COSIGN_PASSWORD": KEY_PASSWORD,
                     "IMAGEBUILD_PUSH_TMP": str(self.work),
                     # a baseline worktree has no .tools/ of its own: this checkout's cosign signs for both sides
                     "IMAGEBUILD_COSIGN": str(ROOT / ".tools" / "bin" / "cosign")}
@@ -439,7 +441,7 @@ def main() -> int:
     flavor = "base" if args.quick else "runtime"
     work = Path(tempfile.mkdtemp(prefix="ib-bench-loop-", dir="/var/tmp"))
     cosign = str(ROOT / ".tools" / "bin" / "cosign")
-    run(cosign, "generate-key-pair", "--output-key-prefix", str(work / "cosign"), env={"COSIGN_PASSWORD": "bench-loop"})
+    run(cosign, "generate-key-pair", "--output-key-prefix", str(work / "cosign"), env={"COSIGN_PASSWORD": KEY_PASSWORD})
     matrix, changed = work / "matrix.yaml", work / "matrix-changed.yaml"
     matrix.write_text(args.matrix.read_text())
     changed.write_text(with_change(matrix.read_text(), args.add_package, args.quick))
