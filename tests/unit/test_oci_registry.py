@@ -28,6 +28,9 @@ class FakeRegistry:
         self.send_digest = send_digest
         self.requests: list[tuple[str, str, dict]] = []
         self.token_requests: list[str] = []
+        self.stored: dict[str, bytes] = {}  # blobs uploaded (put_blob), by the digest they hash to
+        self.upload_location = "/v2/ml/pytorch/blobs/uploads/u-1?state=s"  # what POST …/uploads/ answers
+        self.put_status: int | None = None  # the upload's PUT answered with this instead
         handler = self._handler()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.port = self.server.server_address[1]
@@ -83,6 +86,17 @@ class FakeRegistry:
                     return self._send(401, UNAUTH, self._challenge())
                 if self.path == "/v2/":
                     return self._send(200, b"{}")
+                if self.command == "POST" and self.path == "/v2/ml/pytorch/blobs/uploads/":
+                    return self._send(202, b"", {"Location": reg.upload_location})
+                if self.command == "PUT" and self.path.startswith("/v2/ml/pytorch/blobs/uploads/u-1?"):
+                    data = self.rfile.read(int(self.headers["Content-Length"]))
+                    if reg.put_status:
+                        return self._send(reg.put_status, b'{"errors":[{"code":"DIGEST_INVALID","message":"no"}]}')
+                    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+                    if f"digest={digest}" not in self.path.replace("%3A", ":"):
+                        return self._send(400, b'{"errors":[{"code":"DIGEST_INVALID","message":"digest"}]}')
+                    reg.stored[digest] = data
+                    return self._send(201, b"", {"Docker-Content-Digest": digest})
                 if self.path == "/v2/ml/pytorch/manifests/2.9-cpu":
                     headers = {"Content-Type": "application/vnd.docker.distribution.manifest.v2+json"}
                     if reg.send_digest:
@@ -94,7 +108,7 @@ class FakeRegistry:
                     return self._send(200, BLOB)
                 return self._send(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}')
 
-            do_GET = do_HEAD = do_POST = handle_one
+            do_GET = do_HEAD = do_POST = do_PUT = handle_one
 
         return H
 
@@ -251,3 +265,63 @@ def test_anonymous_token_from_another_http_host_is_allowed():
         with pytest.raises(RegistryAuthError, match="incorrect username or password"):
             c.check_auth("ml/pytorch")  # the fake token service wants credentials; what matters: it was asked
         assert tokens.token_requests and not any("Authorization" in h for _m, _p, h in tokens.requests)
+
+
+@pytest.mark.parametrize("mode", ["basic", "bearer"])
+def test_a_blob_is_put_from_its_file_in_one_streamed_request(mode, tmp_path):
+    """put_blob (push/upload.py): an upload session, then the file's bytes in one PUT with the digest, authorized
+    with the registry's cached credentials; a Location with a query of its own keeps it."""
+    blob = tmp_path / "blob"
+    blob.write_bytes(BLOB)
+    with FakeRegistry(mode) as reg:
+        c = client(reg)
+        c.put_blob("ml/pytorch", BLOB_DIGEST, blob, len(BLOB))
+        assert reg.stored == {BLOB_DIGEST: BLOB}
+        put = next((path, headers) for method, path, headers in reg.requests if method == "PUT")
+        assert put[0].startswith("/v2/ml/pytorch/blobs/uploads/u-1?state=s&digest=sha256")
+        assert put[1]["Authorization"] == ("Bearer tok-123" if mode == "bearer" else client_basic())
+
+
+def client_basic():
+    return "Basic " + base64.b64encode(b"alice:s3cret-pw").decode()
+
+
+def test_an_upload_location_on_another_host_gets_no_credentials(tmp_path):
+    blob = tmp_path / "blob"
+    blob.write_bytes(BLOB)
+    with FakeRegistry("basic") as reg, FakeRegistry("none") as storage:
+        reg.upload_location = f"http://{storage.address}/v2/ml/pytorch/blobs/uploads/u-1?state=s"
+        client(reg).put_blob("ml/pytorch", BLOB_DIGEST, blob, len(BLOB))
+        assert storage.stored == {BLOB_DIGEST: BLOB} and reg.stored == {}
+        assert all("Authorization" not in headers for _, _, headers in storage.requests)
+
+
+@pytest.mark.parametrize(("status", "transient"), [(503, True), (429, True), (400, False), (404, False)])
+def test_a_refused_upload_says_whether_it_is_worth_another_attempt(status, transient, tmp_path):
+    blob = tmp_path / "blob"
+    blob.write_bytes(BLOB)
+    with FakeRegistry("none") as reg:
+        reg.put_status = status
+        with pytest.raises(RegistryError) as refused:
+            client(reg).put_blob("ml/pytorch", BLOB_DIGEST, blob, len(BLOB))
+        assert refused.value.status == status and refused.value.transient is transient
+        assert "PUT blob " + BLOB_DIGEST in str(refused.value) and reg.stored == {}
+
+
+def test_bytes_other_than_the_digest_are_refused_by_the_registry(tmp_path):
+    blob = tmp_path / "blob"
+    blob.write_bytes(BLOB + b"!")
+    with FakeRegistry("none") as reg:
+        with pytest.raises(RegistryError, match="HTTP 400"):
+            client(reg).put_blob("ml/pytorch", BLOB_DIGEST, blob, len(BLOB) + 1)
+        assert reg.stored == {}
+
+
+def test_a_lost_connection_during_the_upload_is_transient(tmp_path):
+    blob = tmp_path / "blob"
+    blob.write_bytes(BLOB)
+    with FakeRegistry("none") as reg:
+        reg.upload_location = "http://127.0.0.1:1/v2/ml/pytorch/blobs/uploads/u-1"  # nothing listens there
+        with pytest.raises(RegistryError) as lost:
+            client(reg).put_blob("ml/pytorch", BLOB_DIGEST, blob, len(BLOB))
+        assert lost.value.transient

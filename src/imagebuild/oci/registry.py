@@ -53,6 +53,7 @@ HUB_API_HOST = "registry-1.docker.io"  # where Docker Hub's v2 API answers
 # (errors, tokens, pings) is bounded by the same figure, so a hostile server costs at most this much per request
 MAX_MANIFEST_BYTES = 4 << 20
 MAX_ANSWER_BYTES = MAX_MANIFEST_BYTES
+_SEND_BLOCK = 1 << 20  # a blob's bytes sent over TLS a MiB at a time
 
 
 class RegistryError(ImagebuildError):
@@ -253,6 +254,73 @@ class RegistryClient:
         path = f"/v2/{repository}/manifests/{urllib.parse.quote(reference, safe=':@')}"
         self._request("PUT", path, headers={"Content-Type": media_type}, scope=f"repository:{repository}:pull,push",
                       ok=(200, 201, 202), data=body)
+
+    def put_blob(self, repository: str, digest: str, path: Path, size: int) -> None:
+        """The file `path` (`size` bytes; the caller hashed it to `digest`) as blob `digest` of `repository`: an
+        upload session, then the whole file in one PUT (the distribution spec's monolithic upload, which every
+        registry takes), streamed (plain http: sendfile, no copy through Python). The registry checks the digest
+        itself. RegistryAuthError when refused; RegistryError (transient on 5xx, 429 and a lost connection, for the
+        caller's one retry policy: the PUT is not retried here) otherwise."""
+        scope = f"repository:{repository}:pull,push"
+        start = f"/v2/{repository}/blobs/uploads/"
+        r = self._request("POST", start, scope=scope, ok=(202,), data=b"")
+        location = r.headers.get("Location") or ""
+        if not location:
+            raise RegistryError(f"{self.registry}: POST {start}: no Location to upload {digest} to")
+        base = f"{self._scheme}://{self.host}/"
+        url = urllib.parse.urlsplit(urllib.parse.urljoin(base, location))
+        here = urllib.parse.urlsplit(base)
+        if url.scheme not in ("http", "https"):
+            raise RegistryError(f"{self.registry}: POST {start}: an upload location that is no HTTP URL")
+        query = "&".join(q for q in (url.query, "digest=" + urllib.parse.quote(digest, safe=":")) if q)
+        headers = {"User-Agent": USER_AGENT, "Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        cached = self._tokens.get(scope) or (self._basic_header() if self._basic_ok else None)
+        # credentials go to this registry only, never down from https to http (as _NoRedirectAuthStrip)
+        if cached and url.netloc == here.netloc and (here.scheme, url.scheme) != ("https", "http"):
+            headers["Authorization"] = cached
+        status, answer, body = self._put_file(url, query, headers, path)
+        where = f"{self.registry}: PUT blob {digest}"
+        if status in (401, 403):
+            raise RegistryAuthError(f"{self.registry}: {registry_message(body, 'access denied')} (HTTP {status}, "
+                                    f"{self.auth.describe()})", status=status)
+        if status >= 500 or status == 429:
+            raise RegistryError(f"{where}: HTTP {status}: {registry_message(body, 'no detail')}", status=status,
+                                transient=True)
+        if status != 201:
+            raise RegistryError(f"{where}: HTTP {status}: {registry_message(body, 'no detail')}", status=status)
+        served = answer.get("Docker-Content-Digest")
+        if served and served != digest:
+            raise RegistryError(f"{where}: the registry stored it as {served}")
+
+    def _put_file(self, url: urllib.parse.SplitResult, query: str, headers: dict[str, str],
+                  path: Path) -> tuple[int, Message, bytes]:
+        """One PUT of the file's bytes: (status, headers, the answer's start)."""
+        conn: http.client.HTTPConnection
+        if url.scheme == "https":
+            conn = http.client.HTTPSConnection(url.netloc, timeout=self.timeout, context=self._ssl,
+                                               blocksize=_SEND_BLOCK)
+        else:
+            conn = http.client.HTTPConnection(url.netloc, timeout=self.timeout, blocksize=_SEND_BLOCK)
+        try:
+            conn.putrequest("PUT", f"{url.path}?{query}", skip_accept_encoding=True)
+            for name, value in headers.items():
+                conn.putheader(name, value)
+            conn.endheaders()
+            with path.open("rb") as fh:
+                if url.scheme == "https" or conn.sock is None:
+                    conn.send(fh)  # TLS: through Python, a block at a time
+                else:
+                    conn.sock.sendfile(fh)
+            resp = conn.getresponse()
+            return resp.status, resp.headers, resp.read(MAX_ANSWER_BYTES)
+        except ssl.SSLCertVerificationError as exc:
+            raise RegistryError(f"{self.registry}: TLS: {exc.verify_message}; give the registry's CA with "
+                                f"{ca_hint(self.registry)}") from None
+        except (OSError, http.client.HTTPException) as exc:  # resets, timeouts, a closed connection
+            raise RegistryError(f"{self.registry}: PUT {url.path}: {exc or type(exc).__name__}",
+                                transient=True) from None
+        finally:
+            conn.close()
 
     def scheme(self) -> str:
         """http or https, as discovered with the `GET /v2/` ping (cosign needs --allow-http-registry for http)."""

@@ -56,6 +56,7 @@ from imagebuild.oci import (
 from imagebuild.oci.answers import image_manifest, parse_object
 from imagebuild.push.failures import PushAuthError, PushError, Stopped, Transient, classify, refused_message
 from imagebuild.push.skopeo import DEFAULT_COMPRESSION, CopyError, Prepared, Skopeo, refused_format
+from imagebuild.push.upload import send_held
 from imagebuild.retry import ENGINE_PUSH, RetryPolicy
 from imagebuild.secrets import redact
 
@@ -327,8 +328,24 @@ class Pusher:
             attempts[0] += 1
             rec["attempts"] += 1
             try:
-                self.copier.send(prepared, name, self.auth, plain_http=self.registry.scheme() == "http",
-                                 ca_file=self.ca_file)
+                if prepared.as_held and isinstance(self.registry, RegistryClient):  # push/upload.py
+                    again = attempts[0] > 1  # what an attempt that failed left in the registry is not sent again
+                    send_held(self.registry, repo_path, prepared,
+                              [(d, n) for d, n in prepared.blobs if not self.registry.blob_exists(repo_path, d)]
+                              if again else missing)
+                else:
+                    self.copier.send(prepared, name, self.auth, plain_http=self.registry.scheme() == "http",
+                                     ca_file=self.ca_file)
+            except RegistryAuthError as exc:
+                raise PushAuthError(str(exc)) from None
+            except RegistryError as exc:
+                message = redact(str(exc))
+                if exc.transient:
+                    raise Transient(message) from None
+                if exc.status in (400, 415) and refused_format(message):
+                    raise PushError(refused_message(self.auth.registry, prepared.compression,
+                                                    message.rsplit(": ", 1)[-1])) from None
+                raise PushError(message) from None
             except CopyError as exc:
                 message = str(exc)
                 if refused_format(message):  # the registry's own words, without skopeo's long prefix
