@@ -160,6 +160,41 @@ def test_a_push_copies_out_of_the_kept_archive_only_the_layers_the_registry_lack
     assert copied["runtime"][0] == copied["runtime"][1] - base_layers > 0, copied  # the base's are there already
 
 
+def test_a_held_image_through_a_flaky_registry_is_retried_to_the_same_digest(bk_build, cpu_build, tmp_path):
+    """push/upload.py's own sender (the BuildKit path), through a proxy that resets one blob's upload halfway and
+    answers another blob's PUT with 503: each a transient failure, retried by the one policy (only what is still
+    missing is sent again), and the registry, asked directly, serves the image ID under the tag."""
+    from faultproxy import Fault, FaultProxy
+
+    from imagebuild.oci import Reference, RegistryAuth, RegistryClient
+
+    result, client, tmp = bk_build
+    assert result.returncode == 0
+    reg = cpu_build.registry
+    host, port = reg.address.split(":")
+    image_id = client.api.inspect_image(cpu_build.tag("base"))["Id"]
+    faults = [Fault("reset-upload"), Fault("503", lambda r: r.method == "PUT" and "/blobs/uploads/" in r.path)]
+    with FaultProxy((host, int(port)), faults) as proxy:
+        prefix = f"{proxy.address}/ibflaky-{tmp_path.name[-8:].lower()}"
+        env = {**_bk_env(tmp / "state"), "IMAGEBUILD_REGISTRY_USER": reg.user,
+               "IMAGEBUILD_REGISTRY_PASSWORD": reg.password}
+        pushed = imagebuild("push", "--matrix", cpu_build.args()[1], "--registry", prefix, "--only", "base",
+                            "--report-dir", str(tmp_path / "report"), env=env, timeout=600)
+        out = pushed.stdout + pushed.stderr
+        assert pushed.returncode == 0, out[-3000:]
+        assert "as the engine holds them" in out and "retry 1/" in out, out[-3000:]
+        assert proxy.pending_faults() == []
+        actions = [e.action for e in proxy.log]
+        assert actions.count("reset-upload") == 1 and actions.count("503") == 1, actions
+    row = next(r for r in json.loads((tmp_path / "report" / "build-report.json").read_text())["images"]
+               if r["flavor"] == "base")
+    assert row["push"]["status"] == "pushed" and row["push"]["digest"] == image_id and row["push"]["attempts"] >= 2
+    direct = RegistryClient(RegistryAuth(reg.address, reg.user, reg.password))
+    for tag in row["push"]["tags"]:
+        ref = Reference.parse(tag)
+        assert direct.manifest_digest(ref.repository, str(ref.tag)) == image_id, tag
+
+
 def test_the_files_read_layer_by_layer_are_the_files_the_engine_exports(bk_build, cpu_build):
     """The build's SBOM read the runtime layer by layer from the archive the build kept (inventory/layered.py), each
     layer's picks kept by diff ID in the build's state (what a one-package rebuild reuses): those files are exactly

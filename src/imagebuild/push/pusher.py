@@ -1,9 +1,10 @@
 """Push built images (full tag + aliases): written to the registry BY DIGEST, verified, then tagged.
 
 Two steps per image and repository, so that something can happen between them (a signer signs the digest):
-1. `write_by_digest`: skopeo (push/skopeo.py) compresses the engine's image (zstd with OCI media types by default,
-   gzip with Docker media types on request) and writes its blobs and manifest as `name@digest`; no tag moves. The
-   registry is then asked for that digest and must serve exactly it.
+1. `write_by_digest`: an image the engine holds in the requested form (push/asheld.py) is sent from this process
+   (push/upload.py); otherwise skopeo (push/skopeo.py) compresses the engine's image (zstd with OCI media types by
+   default, gzip with Docker media types on request) and writes it. Either way its blobs and manifest go as
+   `name@digest`; no tag moves. The registry is then asked for that digest and must serve exactly it.
 2. `point_tags`: each tag is a manifest PUT of the same bytes; then each tag must serve the digest.
 Signing (`sign_pushed`, the seam the pipeline fills when a signing key is given) runs once per image with
 `REPO@DIGEST`, and the tags move only once it is done and the registry serves the digest: a refusal fails the image
