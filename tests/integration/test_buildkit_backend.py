@@ -14,6 +14,7 @@ a changed base (one pip package more) and takes every unchanged stage from that 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -193,6 +194,43 @@ def test_a_held_image_through_a_flaky_registry_is_retried_to_the_same_digest(bk_
     for tag in row["push"]["tags"]:
         ref = Reference.parse(tag)
         assert direct.manifest_digest(ref.repository, str(ref.tag)) == image_id, tag
+
+
+def test_a_held_image_signed_beside_its_upload_verifies_by_digest(bk_build, cpu_build, cosign, tmp_path):
+    """The BuildKit path signed: the digest signed and attested while imagebuild's own upload sends the blobs
+    (push/pusher.py, push/upload.py); once the tags point at it, `imagebuild verify` and cosign itself accept the
+    signature and both attestations for exactly the image ID."""
+    from _helpers import cosign_key_pair
+
+    result, client, tmp = bk_build
+    assert result.returncode == 0
+    reg = cpu_build.registry
+    image_id = client.api.inspect_image(cpu_build.tag("base"))["Id"]
+    prefix_key = cosign_key_pair(cosign, tmp_path / "signer", "held-signing-pw")
+    key, public = prefix_key.with_suffix(".key"), prefix_key.with_suffix(".pub")
+    prefix = f"{reg.address}/ibsigned-{tmp_path.name[-8:].lower()}"
+    env = {**_bk_env(tmp / "state"), "IMAGEBUILD_REGISTRY_USER": reg.user, "IMAGEBUILD_REGISTRY_PASSWORD": reg.password,
+           "COSIGN_PASSWORD": "held-signing-pw"}
+    pushed = imagebuild("push", "--matrix", cpu_build.args()[1], "--registry", prefix, "--only", "base", "--sign-key",
+                        str(key), "--report-dir", str(tmp_path / "report"), env=env, timeout=600)
+    out = pushed.stdout + pushed.stderr
+    assert pushed.returncode == 0, out[-3000:]
+    assert "as the engine holds them" in out and "signed (+ SBOM and provenance attestations)" in out, out[-3000:]
+    row = next(r for r in json.loads((tmp_path / "report" / "build-report.json").read_text())["images"]
+               if r["flavor"] == "base")
+    assert row["push"]["digest"] == image_id and row["push"]["signed"], row["push"]
+    tag = row["push"]["tags"][0]
+    verified = imagebuild("verify", tag, "--key", str(public), env=env, timeout=300)
+    assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
+    config = tmp_path / "docker-config"  # cosign's own way to the registry's credentials
+    config.mkdir()
+    token = base64.b64encode(f"{reg.user}:{reg.password}".encode()).decode()
+    (config / "config.json").write_text(json.dumps({"auths": {reg.address: {"auth": token}}}))
+    by_cosign = subprocess.run([cosign, "verify", "--key", str(public), "--insecure-ignore-tlog",
+                                "--allow-http-registry", f"{tag.rsplit(':', 1)[0]}@{image_id}"],
+                               capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                               env={**os.environ, "DOCKER_CONFIG": str(config)})
+    assert by_cosign.returncode == 0, by_cosign.stderr[-2000:]
 
 
 def test_the_files_read_layer_by_layer_are_the_files_the_engine_exports(bk_build, cpu_build):
