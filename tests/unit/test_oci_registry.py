@@ -325,3 +325,29 @@ def test_a_lost_connection_during_the_upload_is_transient(tmp_path):
         with pytest.raises(RegistryError) as lost:
             client(reg).put_blob("ml/pytorch", BLOB_DIGEST, blob, len(BLOB))
         assert lost.value.transient
+
+
+def test_a_blob_is_put_over_tls_through_the_clients_own_trust(tmp_path):
+    """The https branch of put_blob (TLS: the bytes go through Python a MiB at a time): a registry whose certificate
+    only the given CA file vouches for takes the blob; without that CA the upload is refused as a TLS error."""
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make the test registry's certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
+    blob = tmp_path / "blob"
+    blob.write_bytes(BLOB * 300)  # 3.6 MB: several blocks
+    digest = "sha256:" + hashlib.sha256(blob.read_bytes()).hexdigest()
+    with FakeRegistry("basic") as reg:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        reg.server.socket = context.wrap_socket(reg.server.socket, server_side=True)
+        client(reg, scheme="https", ca_file=str(cert)).put_blob("ml/pytorch", digest, blob, blob.stat().st_size)
+        assert reg.stored == {digest: blob.read_bytes()}
+        with pytest.raises(RegistryError, match="TLS"):
+            client(reg, scheme="https").put_blob("ml/pytorch", digest, blob, blob.stat().st_size)
