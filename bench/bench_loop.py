@@ -138,10 +138,15 @@ class Side:
         # blobs another put there (skopeo's blob-info cache mounts a blob from any repository of a registry it
         # pushed to before; round 21's second side pushed nothing)
         self.registries = [self.work / "registry", self.work / "registry-docker"]
-        registry, self.docker_registry = (start_registry(d) for d in self.registries)
-        self.prefix = f"{registry}/loop-{name}-{secrets.token_hex(3)}"
-        self.engine = Engine(self.work / "engine")
+        self.engine: Engine | None = None
         self.node: Engine | None = None
+        try:  # what started is stopped again when the rest does not start
+            registry, self.docker_registry = (start_registry(d) for d in self.registries)
+            self.prefix = f"{registry}/loop-{name}-{secrets.token_hex(3)}"
+            self.engine = Engine(self.work / "engine")
+        except BaseException:
+            self.stop()
+            raise
         self.env = {**self.engine.env, "PYTHONPATH": str(tree / "src"), "IMAGEBUILD_STATE_DIR": str(self.work / "state"),
                     "IMAGEBUILD_LAYER_CACHE": str(self.work / "layer-cache"), "COSIGN_PASSWORD": KEY_PASSWORD,
                     "IMAGEBUILD_PUSH_TMP": str(self.work),
