@@ -278,23 +278,19 @@ class RegistryClient:
         # credentials go to this registry only, never down from https to http (as _NoRedirectAuthStrip)
         if cached and url.netloc == here.netloc and (here.scheme, url.scheme) != ("https", "http"):
             headers["Authorization"] = cached
-        status, answer, body = self._put_file(url, query, headers, path)
+        r = self._put_file(url, query, headers, path)
         where = f"{self.registry}: PUT blob {digest}"
-        if status in (401, 403):
-            raise RegistryAuthError(f"{self.registry}: {registry_message(body, 'access denied')} (HTTP {status}, "
-                                    f"{self.auth.describe()})", status=status)
-        if status >= 500 or status == 429:
-            raise RegistryError(f"{where}: HTTP {status}: {registry_message(body, 'no detail')}", status=status,
-                                transient=True)
-        if status != 201:
-            raise RegistryError(f"{where}: HTTP {status}: {registry_message(body, 'no detail')}", status=status)
-        served = answer.get("Docker-Content-Digest")
+        if r.status in (401, 403):
+            raise RegistryAuthError(self._auth_text(r), status=r.status)
+        if r.status != 201:
+            raise RegistryError(f"{where}: HTTP {r.status}: {registry_message(r.body, 'no detail')}", status=r.status,
+                                transient=r.status >= 500 or r.status == 429)
+        served = r.headers.get("Docker-Content-Digest")
         if served and served != digest:
             raise RegistryError(f"{where}: the registry stored it as {served}")
 
-    def _put_file(self, url: urllib.parse.SplitResult, query: str, headers: dict[str, str],
-                  path: Path) -> tuple[int, Message, bytes]:
-        """One PUT of the file's bytes: (status, headers, the answer's start)."""
+    def _put_file(self, url: urllib.parse.SplitResult, query: str, headers: dict[str, str], path: Path) -> _Response:
+        """One PUT of the file's bytes; the answer's body read up to MAX_ANSWER_BYTES."""
         conn: http.client.HTTPConnection
         if url.scheme == "https":
             conn = http.client.HTTPSConnection(url.netloc, timeout=self.timeout, context=self._ssl,
@@ -307,12 +303,12 @@ class RegistryClient:
                 conn.putheader(name, value)
             conn.endheaders()
             with path.open("rb") as fh:
-                if url.scheme == "https" or conn.sock is None:
+                if url.scheme == "https":
                     conn.send(fh)  # TLS: through Python, a block at a time
                 else:
                     conn.sock.sendfile(fh)
             resp = conn.getresponse()
-            return resp.status, resp.headers, resp.read(MAX_ANSWER_BYTES)
+            return _Response(resp.status, resp.headers, resp.read(MAX_ANSWER_BYTES))
         except ssl.SSLCertVerificationError as exc:
             raise RegistryError(f"{self.registry}: TLS: {exc.verify_message}; give the registry's CA with "
                                 f"{ca_hint(self.registry)}") from None

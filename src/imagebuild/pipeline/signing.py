@@ -5,8 +5,8 @@ every pushed digest is signed and carries its SBOM and provenance (imagebuild.si
 The key is opened before anything is pushed (`cosign public-key`): a missing key, a file that is not a private key
 or a wrong password stops the run with one line and nothing pushed. `push` opens it in the background (`KeyCheck`)
 while it reads the record and prepares the first image, and the pusher waits for it before its first write
-(push/pusher.py `before_write`): a quarter of a second of a first signed push no longer waits in line. The SBOM attested is the one `build` wrote
-for this very image ID (the record's `sbom`, its sha256 checked), else one made now (pipeline/supply.py: from what
+(push/pusher.py `before_write`): a quarter of a second of a first signed push no longer waits in line. The SBOM
+attested is the one `build` wrote for this very image ID (the record's `sbom`, its sha256 checked), else one made now (pipeline/supply.py: from what
 was kept of the image with the state, else read from the image); the provenance is made from the record and the
 lock (sign/provenance.py).
 

@@ -310,7 +310,10 @@ class Pusher:
         """Blobs the registry lacks + the manifest as `name@digest` (no tag); the digest once the registry serves
         exactly it. Counts what was sent into `rec`. `ready` is called once every blob to send is in the layout,
         checked, before the first byte is sent (begin_image starts the signing there)."""
-        missing = [(d, n) for d, n in prepared.blobs if not self.registry.blob_exists(repo_path, d)]
+        def lacking() -> list[tuple[str, int]]:
+            return [(d, n) for d, n in prepared.blobs if not self.registry.blob_exists(repo_path, d)]
+
+        missing = lacking()
         layers = {d for d, _, _ in prepared.layers}
         if prepared.fill is not None:  # the kept archive's layers: only those the registry lacks are copied out
             wanted = list(dict.fromkeys(d for d, _ in missing if d in layers))
@@ -330,10 +333,8 @@ class Pusher:
             rec["attempts"] += 1
             try:
                 if prepared.as_held and isinstance(self.registry, RegistryClient):  # push/upload.py
-                    again = attempts[0] > 1  # what an attempt that failed left in the registry is not sent again
-                    send_held(self.registry, repo_path, prepared,
-                              [(d, n) for d, n in prepared.blobs if not self.registry.blob_exists(repo_path, d)]
-                              if again else missing)
+                    # what an attempt that failed left in the registry is not sent again
+                    send_held(self.registry, repo_path, prepared, lacking() if attempts[0] > 1 else missing)
                 else:
                     self.copier.send(prepared, name, self.auth, plain_http=self.registry.scheme() == "http",
                                      ca_file=self.ca_file)
