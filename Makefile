@@ -86,7 +86,9 @@ bench: install ## Every benchmark for real (an hour: builds on fresh engines; ta
 	  && $(BIN)/python bench/bench_buildkit.py --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) \
 	  && $(BIN)/python bench/bench_zstd.py --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT); \
 	  rc=$$?; scripts/modern-engine.sh --stop /var/tmp/imagebuild-bench-bk; rm -rf /var/tmp/imagebuild-bench-bk; exit $$rc
-	$(BIN)/python bench/bench_loop.py --baseline $(LOOP_BASELINE) --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT)
+	$(BIN)/python bench/bench_loop.py --baseline $(LOOP_BASELINE) --wheelhouse $(WHEELHOUSE) --ca-cert $(CA_CERT) \
+	  --pull-runs 3
+	$(BIN)/python bench/bench_pull.py --quick  # its real figures: bench_loop's pull rows; by hand: bench_pull.py REF
 
 # the incremental loop's side-by-side baseline (bench/bench_loop.py): the main this loop's work started from
 LOOP_BASELINE ?= 463f54f

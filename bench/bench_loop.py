@@ -9,12 +9,13 @@ fresh private dockerd 26.1 (containerd image store) and local registries of its 
    unsigned `docker push` of the same images to another registry, as empty (goal: ≤ 1.5x); `--push-runs N`: both N
    times, the registries emptied between runs (and skopeo's blob-info cache removed), the medians in the table and
    each run beside them;
-3. a fresh node (another private dockerd 26.1) pulls the runtime cold; on that node, the floor of that pull: the
-   registry read of the same blobs (HTTP GETs, nothing written) and an untar of the uncompressed layers into an empty
-   directory (goal: pull ≤ 1.3x read + untar), and beside it what a pull does beyond that floor, each on one core:
-   inflating the layers, checking their sha256 (the blob's digest and the tar's diff ID) and storing the compressed
-   blobs, synced (containerd's content store). NOW also measures the same for the runtime flattened into one gzip
-   layer (`docker export | docker import`, pushed by the engine): the old single-layer form;
+3. a fresh node (bench_pull.Node: another private dockerd 26.1 on an ext4 of its own) pulls the runtime cold, the
+   host's writes synced first; on that node, the floor of that pull (bench_pull.py: the registry read of the same
+   blobs and an untar of the uncompressed layers into an empty directory; goal: pull ≤ 1.3x read + untar), what a
+   pull does beyond that floor, and from the node's debug log when its layers began to apply and how long the
+   applies took, one after another. `--pull-runs N`: N fresh nodes, the medians in the table and each run's pull
+   beside them. NOW also measures the same for the runtime flattened into one gzip layer (`docker export | docker
+   import`, pushed by the engine): the old single-layer form;
 4. the loop: one pip package added to the matrix (`--add-package`, default six), then each phase timed: `build`,
    `test`, signed `push`, and on the node that holds the previous tag, `docker pull` of the new one and
    `docker run --rm TAG python -c 'import torch'` (goals: the rebuild ≤ 0.3x the runtime's cold build; the whole loop
@@ -32,8 +33,6 @@ base's apt packages (one more: less) instead of a pip package; the floor and the
 from __future__ import annotations
 
 import argparse
-import gzip
-import http.client
 import json
 import os
 import re
@@ -44,15 +43,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-import zstandard
-
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-from imagebuild.files import sha256_file  # noqa: E402
+sys.path.insert(0, str(ROOT / "bench"))
+from bench_pull import Node, pull_and_floor, pull_rows  # noqa: E402  (the node, its pull and that pull's floor)
 
 WHEELHOUSE = os.environ.get("IMAGEBUILD_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS") or "/opt/wheels"
 # the bench's signing key's password: none of its folders' names holds it (a run masks its secrets in what it writes)
@@ -83,18 +79,11 @@ def shell_vars(text: str) -> dict[str, str]:
 
 
 class Engine:
-    """A fresh private dockerd 26.1 under `folder`: a build machine or a node. A node (`own_disk`) gets a filesystem
-    of its own, a fresh ext4 (with its journal, as mkfs makes it) loop-mounted on `folder`, as a fresh node's disk
-    is: on the work folder's filesystem the node would unpack right after the bench removed the last node's files,
-    and on this VM's root (ext4 without a journal) the inode allocator then skips every inode deleted in the last
-    30 s (`recently_deleted`, found with `perf record` on containerd: 40 % of a 47 s pull; 9-12 s on a fresh
-    ext4). Without root or loop devices the node stays on the work folder's filesystem, and the output says so."""
+    """A fresh private dockerd 26.1 under `folder`: the build machine (the node is bench_pull.Node)."""
 
-    def __init__(self, folder: Path, own_disk: bool = False) -> None:
-        self.dir, self.disk = folder, None
+    def __init__(self, folder: Path) -> None:
+        self.dir = folder
         folder.mkdir(parents=True, exist_ok=True)
-        if own_disk:
-            self.disk = _own_disk(folder)
         out = run("bash", str(ROOT / "scripts" / "modern-engine.sh"), "--fresh", str(folder / "engine"), timeout=600)
         self.env = {"DOCKER_HOST": shell_vars(out)["DOCKER_HOST"], "DOCKER_CONFIG": shell_vars(out)["DOCKER_CONFIG"]}
 
@@ -104,27 +93,7 @@ class Engine:
     def stop(self) -> None:
         subprocess.run(["bash", str(ROOT / "scripts" / "modern-engine.sh"), "--stop", str(self.dir / "engine")],
                        capture_output=True, check=False, timeout=180)
-        if self.disk is not None:
-            subprocess.run(["umount", str(self.dir)], capture_output=True, check=False, timeout=180)
-            self.disk.unlink(missing_ok=True)
         subprocess.run(["rm", "-rf", str(self.dir)], check=False)
-
-
-def _own_disk(folder: Path) -> Path | None:
-    """A fresh sparse ext4 image mounted on `folder` (its path), or None with a line saying why not."""
-    image = folder.with_name(folder.name + ".ext4")
-    try:
-        with image.open("wb") as fh:
-            fh.truncate(64 << 30)
-        for argv in (["mkfs.ext4", "-q", "-F", str(image)], ["mount", "-o", "loop", str(image), str(folder)]):
-            done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
-            if done.returncode != 0:
-                raise OSError(f"{argv[0]}: {done.stderr.strip()[-200:]}")
-    except OSError as exc:
-        image.unlink(missing_ok=True)
-        print(f"node: on the work folder's filesystem, not a fresh one of its own ({exc})", file=sys.stderr)
-        return None
-    return image
 
 
 class Side:
@@ -139,7 +108,7 @@ class Side:
         # pushed to before; round 21's second side pushed nothing)
         self.registries = [self.work / "registry", self.work / "registry-docker"]
         self.engine: Engine | None = None
-        self.node: Engine | None = None
+        self.node: Node | None = None
         try:  # what started is stopped again when the rest does not start
             registry, self.docker_registry = (start_registry(d) for d in self.registries)
             self.prefix = f"{registry}/loop-{name}-{secrets.token_hex(3)}"
@@ -227,95 +196,6 @@ def phase_sums(row: dict[str, Any]) -> dict[str, float]:
     return sums
 
 
-def registry_read(registry: str, ref: str) -> tuple[float, list[dict[str, Any]]]:
-    """Seconds to GET every layer blob of `ref` (read and dropped), and the manifest's layers."""
-    host, _, rest = ref.partition("/")
-    repo, _, tag = rest.rpartition(":")
-    conn = http.client.HTTPConnection(host, timeout=600)
-    conn.request("GET", f"/v2/{repo}/manifests/{tag}", headers={"Accept": ACCEPT})
-    answer = conn.getresponse()
-    manifest = json.loads(answer.read())
-    layers = list(manifest["layers"])
-    start = time.monotonic()
-    for layer in layers:
-        conn.request("GET", f"/v2/{repo}/blobs/{layer['digest']}")
-        answer = conn.getresponse()
-        while answer.read(1 << 20):
-            pass
-    conn.close()
-    return time.monotonic() - start, layers
-
-
-def untar_floor(ref: str, layers: list[dict[str, Any]], work: Path) -> dict[str, float]:
-    """The floor on the node's disk, and beside it what a pull does beyond it, each timed on its own, one layer after
-    another on one core:
-    - untar: the uncompressed layers, in order, into one empty directory, then `sync`; unsynced: the same without
-      waiting for the sync (a pull returns with its files' writes not yet on disk); whiteouts left as files (the
-      floor of the snapshotter's writes, not an overlay);
-    - inflate: the compressed blobs (fetched beforehand) into tars;
-    - verify: sha256 of each compressed blob and of each tar (what containerd checks: the blob's digest as it is
-      fetched, the layer's diff ID as it is applied);
-    - store: each compressed blob written to the node's disk and synced (containerd's content store keeps every
-      blob and syncs it before it commits it).
-    None of the last three is part of the floor the issue names (read + untar): they are what stands between."""
-    host, _, rest = ref.partition("/")
-    repo = rest.rpartition(":")[0]
-    plain: list[Path] = []
-    inflate = verify = store = 0.0
-    for n, layer in enumerate(layers):
-        packed, tar, kept = work / f"layer-{n}.blob", work / f"layer-{n}.tar", work / f"layer-{n}.stored"
-        url = f"http://{host}/v2/{repo}/blobs/{layer['digest']}"
-        with urllib.request.urlopen(url, timeout=600) as answer, packed.open("wb") as out:  # noqa: S310 (loopback)
-            shutil.copyfileobj(answer, out, 1 << 20)
-        start = time.monotonic()
-        with packed.open("rb") as src, tar.open("wb") as out:
-            media = str(layer["mediaType"])
-            if media.endswith("zstd"):
-                zstandard.ZstdDecompressor().copy_stream(src, out)
-            elif media.endswith("gzip"):
-                shutil.copyfileobj(gzip.GzipFile(fileobj=src), out, 1 << 20)
-            else:
-                shutil.copyfileobj(src, out, 1 << 20)
-        inflate += time.monotonic() - start
-        start = time.monotonic()
-        digest = sha256_file(packed)
-        sha256_file(tar)
-        verify += time.monotonic() - start
-        if f"sha256:{digest}" != layer["digest"]:
-            raise SystemExit(f"bench: {url} sent bytes whose sha256 is {digest}")
-        start = time.monotonic()
-        with packed.open("rb") as src, kept.open("wb") as out:
-            shutil.copyfileobj(src, out, 1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
-        store += time.monotonic() - start
-        packed.unlink()
-        kept.unlink()
-        plain.append(tar)
-    target = work / "rootfs"
-    target.mkdir()
-    run("sync")
-    start = time.monotonic()
-    for tar in plain:
-        run("tar", "-x", "--numeric-owner", "-f", str(tar), "-C", str(target))
-    unsynced = time.monotonic() - start
-    run("sync")
-    took = time.monotonic() - start
-    shutil.rmtree(target)
-    for tar in plain:
-        tar.unlink()
-    return {"untar": took, "unsynced": unsynced, "inflate": inflate, "verify": verify, "store": store}
-
-
-def pull_and_floor(node: Engine, registry: str, ref: str, work: Path) -> dict[str, float]:
-    pull = timed(node.docker, "pull", "-q", ref)
-    read, layers = registry_read(registry, ref)
-    floor = untar_floor(ref, layers, work)
-    sizes = sorted((int(layer["size"]) for layer in layers), reverse=True)
-    return {"pull": pull, "read": read, **floor, "layers": float(len(layers)),
-            "largest": sizes[0] / 1e6 if sizes else 0.0, "total": sum(sizes) / 1e6}
-
-
 def with_change(matrix_text: str, package: str, quick: bool) -> str:
     if quick:  # the base has no pip packages of the matrix: one Debian package more
         return matrix_text.replace("defaults:\n", "defaults:\n  apt_packages: {base: [less]}\n", 1)
@@ -347,25 +227,21 @@ def one_side(side: Side, matrix: Path, changed: Path, flavor: str) -> None:
     if len(signed) > 1:
         rows["first push, each run: signed / docker push (s)"] = " ".join(
             f"{a:.2f}/{b:.2f}" for a, b in zip(signed, unsigned, strict=True))
-    side.node = Engine(side.work / "node", own_disk=True)
     tag = side.tag(matrix, flavor)
-    floor = pull_and_floor(side.node, side.prefix.split("/")[0], tag, side.node.dir)  # the floor on the node's disk
-    rows["cold pull (s)"] = floor["pull"]
-    rows["pull floor: registry read (s)"] = floor["read"]
-    rows["pull floor: untar (s)"] = floor["untar"]
-    rows["pull floor: untar, its writes not yet synced (s)"] = floor["unsynced"]
-    rows["pull, beyond the floor: inflate the layers on one core (s)"] = floor["inflate"]
-    rows["pull, beyond the floor: sha256 of each blob and each layer's tar, one core (s)"] = floor["verify"]
-    rows["pull, beyond the floor: the compressed blobs stored and synced (s)"] = floor["store"]
-    rows["pull: layers"] = floor["layers"]
-    rows["pull: compressed MB (largest layer)"] = f"{floor['total']:.1f} ({floor['largest']:.1f})"
+    measured = []
+    for n in range(side.args.pull_runs):  # each a fresh node; the last one stays for the loop
+        if side.node is not None:
+            side.node.stop()
+        side.node = Node(side.work / f"node{n}")
+        measured.append(pull_and_floor(side.node, tag))  # the floor on the node's disk
+    rows.update(pull_rows(measured))
     if side.name == "now" and side.args.flat:  # the old single-layer form, pushed by the engine (gzip), for its ratio
         flat = tag.replace(side.prefix, side.prefix + "-flat", 1)
         cid = side.engine.docker("create", tag).strip()
         run("bash", "-c", f"docker export {cid} | docker import - {flat} >/dev/null", env=side.engine.env)
         side.engine.docker("rm", cid)
         side.engine.docker("push", "-q", flat)
-        flat_floor = pull_and_floor(side.node, side.prefix.split("/")[0], flat, side.node.dir)
+        flat_floor = pull_and_floor(side.node, flat)
         rows["single gzip layer: cold pull (s)"] = flat_floor["pull"]
         rows["single gzip layer: floor read + untar (s)"] = flat_floor["read"] + flat_floor["untar"]
     # the loop: one package added, each phase timed
@@ -436,6 +312,9 @@ def main() -> int:
     ap.add_argument("--push-runs", type=int, default=1, metavar="N",
                     help="the first signed push and `docker push` N times, the registries emptied between runs "
                          "(the rows give the medians, and each run)")
+    ap.add_argument("--pull-runs", type=int, default=1, metavar="N",
+                    help="the cold pull on N fresh nodes, each with its floor (the rows give the medians, and each "
+                         "run's pull)")
     ap.add_argument("--keep-reports", type=Path, metavar="DIR",
                     help="copy each side's cold build report (its smoke results: coverage, NCCL) to DIR/<side>/")
     args = ap.parse_args()

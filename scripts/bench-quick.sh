@@ -61,6 +61,8 @@ if [[ -n "${IMAGEBUILD_BUILDKIT_HOST:-}" ]]; then
     python bench/bench_zstd.py --quick --wheelhouse "$wheelhouse" --ca-cert "$ca_cert"
   # the incremental loop (build, test, signed push, a node's pull and start): fresh engines of its own
   bench bench_loop python bench/bench_loop.py --quick --wheelhouse "$wheelhouse" --ca-cert "$ca_cert"
+  # a node's pull against its floor, each node setting (an image of its own: no build)
+  bench bench_pull python bench/bench_pull.py --quick
 else
   echo "bench-quick: error: no BuildKit engine (IMAGEBUILD_BUILDKIT_HOST): bench/bench_buildkit.py --quick not run" >&2
   exit 1

@@ -128,8 +128,8 @@ def test_cosign_installs_from_the_verified_index_and_runs(mirror, tmp_path):
 
 def test_fresh_modern_engine_with_buildx_and_the_containerd_store():
     _needs_install()
-    if os.geteuid() != 0 or shutil.which("containerd") is None:
-        pytest.skip("needs root and bookworm's containerd")
+    if os.geteuid() != 0 or shutil.which("runc") is None:
+        pytest.skip("needs root and bookworm's runc")
     d = Path(tempfile.mkdtemp(prefix="ibm-", dir="/var/tmp"))
     try:
         res = subprocess.run([str(SCRIPT), "--fresh", str(d)], capture_output=True, text=True, timeout=120)
@@ -140,6 +140,10 @@ def test_fresh_modern_engine_with_buildx_and_the_containerd_store():
         version = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], env=env,
                                  capture_output=True, text=True, timeout=30).stdout
         assert version.startswith("26.1.5")
+        components = subprocess.run(["docker", "version", "--format",
+                                     "{{range .Server.Components}}{{.Name}} {{.Version}};{{end}}"],
+                                    env=env, capture_output=True, text=True, timeout=30).stdout
+        assert "containerd 1.7.24" in components, components  # the engine's pair, trixie's, not bookworm's 1.6
         buildx = subprocess.run(["docker", "buildx", "version"], env=env, capture_output=True, text=True, timeout=30)
         assert "0.13.1" in buildx.stdout
         status = subprocess.run(["docker", "info", "--format", "{{json .DriverStatus}}"], env=env,
