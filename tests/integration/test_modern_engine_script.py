@@ -81,12 +81,15 @@ def test_a_tampered_package_is_refused(mirror, tmp_path):
     pool = root / "pool" / "main" / "d" / "docker-buildx"
     pool.mkdir(parents=True)
     (pool / deb.name).write_bytes(deb.read_bytes() + b"tampered")
-    engine = next(CACHE.glob("docker.io_*.deb"))  # the engine package genuine: the refusal is the buildx one's
-    (root / "pool" / "main" / "d" / "docker.io").mkdir(parents=True)
-    shutil.copy(engine, root / "pool" / "main" / "d" / "docker.io" / engine.name)
+    # the engine's packages genuine: the refusal is the buildx one's
+    for name, folder in (("docker.io", "d/docker.io"), ("containerd", "c/containerd")):
+        genuine = next(CACHE.glob(f"{name}_*.deb"))
+        (root / "pool" / "main" / folder).mkdir(parents=True)
+        shutil.copy(genuine, root / "pool" / "main" / folder / genuine.name)
     res = _install(url, tmp_path / "tools")
     assert res.returncode == 1 and f"{deb.name} sha256" in res.stderr
     assert not (tmp_path / "tools" / "docker-config" / "cli-plugins" / "docker-buildx").exists()
+    assert not (tmp_path / "tools" / "docker-26.1.5").exists()  # nothing of the engine installed either
 
 
 def _cosign_pool(root: Path) -> tuple[Path, Path]:
