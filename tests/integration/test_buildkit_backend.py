@@ -196,6 +196,44 @@ def test_a_held_image_through_a_flaky_registry_is_retried_to_the_same_digest(bk_
         assert direct.manifest_digest(ref.repository, str(ref.tag)) == image_id, tag
 
 
+def test_a_held_image_goes_up_over_tls_with_auth_to_the_same_digest(bk_build, cpu_build, tmp_path):
+    """push/upload.py's own sender over TLS (the registry's own CA, --ca-file; 1 MiB blocks, not sendfile) with
+    htpasswd auth: the registry, asked directly over TLS, serves the image ID under every tag; a wrong password is one
+    auth `error:` line and writes nothing."""
+    from imagebuild.oci import Reference, RegistryAuth, RegistryClient
+
+    result, client, tmp = bk_build
+    assert result.returncode == 0
+    image_id = client.api.inspect_image(cpu_build.tag("base"))["Id"]
+    info = start_registry("tls-user", "tls-pw-Rz8", "--tls")
+    try:
+        address, ca = info["REGISTRY"], info["REGISTRY_CA"]
+        prefix = f"{address}/ibtls-{tmp_path.name[-8:].lower()}"
+        args = ("push", "--matrix", cpu_build.args()[1], "--registry", prefix, "--only", "base", "--ca-file", ca)
+        env = {**_bk_env(tmp / "state"), "IMAGEBUILD_REGISTRY_USER": "tls-user"}
+        refused = imagebuild(*args, "--report-dir", str(tmp_path / "refused"),
+                             env={**env, "IMAGEBUILD_REGISTRY_PASSWORD": "not-the-password"}, timeout=600)
+        out = refused.stdout + refused.stderr
+        assert refused.returncode != 0 and "error:" in out and "Traceback" not in out, out[-3000:]
+        assert "not-the-password" not in out
+        direct = RegistryClient(RegistryAuth(address, "tls-user", "tls-pw-Rz8"), ca_file=ca)
+        repository = Reference.parse(cpu_build.tag("base").replace(cpu_build.prefix, prefix, 1)).repository
+        assert direct.manifest_digest(repository, image_id) is None  # nothing written under the wrong password
+        pushed = imagebuild(*args, "--report-dir", str(tmp_path / "report"),
+                            env={**env, "IMAGEBUILD_REGISTRY_PASSWORD": "tls-pw-Rz8"}, timeout=600)
+        out = pushed.stdout + pushed.stderr
+        assert pushed.returncode == 0, out[-3000:]
+        assert "as the engine holds them" in out, out[-3000:]
+        row = next(r for r in json.loads((tmp_path / "report" / "build-report.json").read_text())["images"]
+                   if r["flavor"] == "base")
+        assert row["push"]["status"] == "pushed" and row["push"]["digest"] == image_id, row["push"]
+        for tag in row["push"]["tags"]:
+            ref = Reference.parse(tag)
+            assert direct.manifest_digest(ref.repository, str(ref.tag)) == image_id, tag
+    finally:
+        stop_registry(info)
+
+
 def test_a_held_image_signed_beside_its_upload_verifies_by_digest(bk_build, cpu_build, cosign, tmp_path):
     """The BuildKit path signed: the digest signed and attested while imagebuild's own upload sends the blobs
     (push/pusher.py, push/upload.py); once the tags point at it, `imagebuild verify` and cosign itself accept the
