@@ -234,6 +234,7 @@ def one_side(side: Side, matrix: Path, changed: Path, flavor: str) -> None:
             side.node.stop()
         side.node = Node(side.work / f"node{n}")
         measured.append(pull_and_floor(side.node, tag))  # the floor on the node's disk
+        print(f"measured {side.name} node {n + 1}: {json.dumps(measured[-1])}", file=sys.stderr, flush=True)
     rows.update(pull_rows(measured))
     if side.name == "now" and side.args.flat:  # the old single-layer form, pushed by the engine (gzip), for its ratio
         flat = tag.replace(side.prefix, side.prefix + "-flat", 1)

@@ -293,8 +293,13 @@ def ratio(rows: dict[str, float | str], floor: dict[str, float | str], prefix: s
 
 
 def push_small_image(registry: str, work: Path) -> str:
-    """A two-layer zstd OCI image of its own (a few hundred files) pushed to `registry`: the --quick image."""
-    blobs: list[tuple[str, bytes, str]] = []
+    """A two-layer zstd OCI image of its own (a few hundred files) pushed to `registry` with imagebuild's own
+    registry client: the --quick image."""
+    from imagebuild.oci import RegistryAuth, RegistryClient
+
+    client, repo = RegistryClient(RegistryAuth(registry)), "bench-pull"
+    layers: list[dict[str, Any]] = []
+    blobs: list[Path] = []
     diff_ids = []
     for n in range(2):
         raw = io.BytesIO()
@@ -305,37 +310,21 @@ def push_small_image(registry: str, work: Path) -> str:
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
         diff_ids.append("sha256:" + hashlib.sha256(raw.getvalue()).hexdigest())
-        packed = zstandard.ZstdCompressor(level=3).compress(raw.getvalue())
-        blobs.append(("sha256:" + hashlib.sha256(packed).hexdigest(), packed,
-                      "application/vnd.oci.image.layer.v1.tar+zstd"))
-    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {},
-                         "rootfs": {"type": "layers", "diff_ids": diff_ids}}).encode()
-    config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
-    conn = http.client.HTTPConnection(registry, timeout=60)
-    repo = "bench-pull"
-    for digest, body in [(config_digest, config), *((d, b) for d, b, _ in blobs)]:
-        conn.request("POST", f"/v2/{repo}/blobs/uploads/")
-        answer = conn.getresponse()
-        answer.read()
-        location = answer.getheader("Location") or ""
-        location = location.split(registry, 1)[-1]
-        conn.request("PUT", f"{location}{'&' if '?' in location else '?'}digest={digest}", body=body,
-                     headers={"Content-Type": "application/octet-stream"})
-        answer = conn.getresponse()
-        answer.read()
-        if answer.status != 201:
-            sys.exit(f"bench_pull: the registry refused blob {digest}: {answer.status}")
-    manifest = json.dumps({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest,
-                   "size": len(config)},
-        "layers": [{"mediaType": m, "digest": d, "size": len(b)} for d, b, m in blobs]}).encode()
-    conn.request("PUT", f"/v2/{repo}/manifests/quick", body=manifest,
-                 headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
-    answer = conn.getresponse()
-    answer.read()
-    if answer.status != 201:
-        sys.exit(f"bench_pull: the registry refused the manifest: {answer.status}")
+        blob = work / f"layer{n}.tar.zst"
+        blob.write_bytes(zstandard.ZstdCompressor(level=3).compress(raw.getvalue()))
+        blobs.append(blob)
+        layers.append({"mediaType": "application/vnd.oci.image.layer.v1.tar+zstd",
+                       "digest": f"sha256:{sha256_file(blob)}", "size": blob.stat().st_size})
+    config = work / "config.json"
+    config.write_text(json.dumps({"architecture": "amd64", "os": "linux", "config": {},
+                                  "rootfs": {"type": "layers", "diff_ids": diff_ids}}))
+    config_desc: dict[str, Any] = {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": f"sha256:{sha256_file(config)}", "size": config.stat().st_size}
+    for desc, path in [(config_desc, config), *zip(layers, blobs, strict=True)]:
+        client.put_blob(repo, str(desc["digest"]), path, int(desc["size"]))
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": config_desc, "layers": layers}).encode()
+    client.put_manifest(repo, "quick", manifest, "application/vnd.oci.image.manifest.v1+json")
     return f"{registry}/{repo}:quick"
 
 
