@@ -361,6 +361,24 @@ def test_no_cosign_stops_the_push_naming_the_images(tmp_path, monkeypatch):
     assert open_signing_key(PushSettings(), images) is None  # no key: no signing, cosign never asked
 
 
+def test_opening_the_key_before_a_build_asks_cosign_its_key_only(tmp_path, monkeypatch):
+    """open_signing_key (build --push's check before building, push --dry-run) says no cosign version: it runs
+    `cosign public-key` and nothing else; the push's own KeyCheck asks the version beside it."""
+    from imagebuild.pipeline import signing
+    from imagebuild.pipeline.settings import PushSettings
+
+    _private_key(tmp_path / "cosign.key")
+    asked: list[str] = []
+    monkeypatch.setattr(signing.SigningKey, "public_key", lambda self: asked.append("public-key") or "PUBLIC")
+    monkeypatch.setattr(signing, "cosign_version", lambda: asked.append("version") or "v2.5.0")
+    settings = PushSettings(sign_key=str(tmp_path / "cosign.key"), sign_password="pw-12345")
+    opened = signing.open_signing_key(settings, [make_image()])
+    assert opened is not None and opened[1] == "PUBLIC" and asked == ["public-key"]
+    check = signing.KeyCheck.start(settings, [make_image()])
+    assert check is not None and check.public() == "PUBLIC" and check.cosign_version() == "v2.5.0"
+    assert sorted(asked) == ["public-key", "public-key", "version"]
+
+
 # -- one tag, several platforms: verify follows the index --------------------------------------------------------
 
 def _index_registry():

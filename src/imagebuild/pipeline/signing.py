@@ -91,29 +91,29 @@ def _named(images: list[ImagePlan]) -> str:
 
 def open_signing_key(settings: PushSettings, images: list[ImagePlan]) -> tuple[SigningKey, str] | None:
     """(the key, its public half) when the run signs; UsageError naming the images when the key cannot sign."""
-    check = KeyCheck.start(settings, images)
+    check = KeyCheck.start(settings, images, ask_version=False)  # nothing here says cosign's version
     return None if check is None else (check.key, check.public())
 
 
 class KeyCheck:
     """The signing key's file read now (a missing file, a public key: UsageError at once) and `cosign public-key`
     run in the background; `public()` waits for its public half (UsageError, or CosignMissing, naming the images
-    when the password or the key is refused). cosign's version is asked beside it."""
+    when the password or the key is refused). cosign's version is asked beside it when the run will say it."""
 
-    def __init__(self, key: SigningKey, images: list[ImagePlan]) -> None:
+    def __init__(self, key: SigningKey, images: list[ImagePlan], ask_version: bool = True) -> None:
         self.key, self._named = key, _named(images)
         pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="imagebuild-key")
         self._public: Future[str] = pool.submit(key.public_key)
-        self._version: Future[str] = pool.submit(cosign_version)
+        self._version: Future[str] | None = pool.submit(cosign_version) if ask_version else None
         pool.shutdown(wait=False)  # both run on; the interpreter waits for them at exit
 
     @classmethod
-    def start(cls, settings: PushSettings, images: list[ImagePlan]) -> KeyCheck | None:
+    def start(cls, settings: PushSettings, images: list[ImagePlan], ask_version: bool = True) -> KeyCheck | None:
         """None when the run does not sign."""
         if not settings.sign_key:
             return None
         try:
-            return cls(SigningKey.from_option(settings.sign_key, settings.sign_password), images)
+            return cls(SigningKey.from_option(settings.sign_key, settings.sign_password), images, ask_version)
         except (UsageError, CosignMissing) as exc:
             raise type(exc)(f"{_named(images)}: not pushed: {exc}") from None
 
@@ -124,6 +124,8 @@ class KeyCheck:
             raise type(exc)(f"{self._named}: not pushed: {exc}") from None
 
     def cosign_version(self) -> str:
+        if self._version is None:
+            return "version not asked"
         try:
             return self._version.result()
         except Exception as exc:  # said in the line that names the key; the key's own check says what is wrong
