@@ -162,8 +162,8 @@ def pull(node: Node, ref: str) -> dict[str, Any]:
     if not done:
         sys.exit(f"bench_pull: the node's log {node.log} shows no layer applied (containerd at debug level?)")
     largest = max(done, key=lambda a: a[2])
-    return {"containerd": node.containerd, "pull": took, "first apply began": min(a[0] for a in done), "applies": sum(a[1] for a in done),
-            "largest apply": largest[1]}
+    return {"containerd": node.containerd, "pull": took, "first apply began": min(a[0] for a in done),
+            "applies": sum(a[1] for a in done), "largest apply": largest[1]}
 
 
 def registry_read(registry: str, ref: str) -> tuple[float, list[dict[str, Any]]]:

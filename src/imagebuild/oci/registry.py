@@ -275,8 +275,7 @@ class RegistryClient:
         query = "&".join(q for q in (url.query, "digest=" + urllib.parse.quote(digest, safe=":")) if q)
         headers = {"User-Agent": USER_AGENT, "Content-Type": "application/octet-stream", "Content-Length": str(size)}
         cached = self._tokens.get(scope) or (self._basic_header() if self._basic_ok else None)
-        # credentials go to this registry only, never down from https to http (as _NoRedirectAuthStrip)
-        if cached and url.netloc == here.netloc and (here.scheme, url.scheme) != ("https", "http"):
+        if cached and _may_carry_auth(here, url):
             headers["Authorization"] = cached
         r = self._put_file(url, query, headers, path)
         where = f"{self.registry}: PUT blob {digest}"
@@ -310,8 +309,7 @@ class RegistryClient:
             resp = conn.getresponse()
             return _Response(resp.status, resp.headers, resp.read(MAX_ANSWER_BYTES))
         except ssl.SSLCertVerificationError as exc:
-            raise RegistryError(f"{self.registry}: TLS: {exc.verify_message}; give the registry's CA with "
-                                f"{ca_hint(self.registry)}") from None
+            raise self._tls_refused(exc) from None
         except (OSError, http.client.HTTPException) as exc:  # resets, timeouts, a closed connection
             raise RegistryError(f"{self.registry}: PUT {url.path}: {exc or type(exc).__name__}",
                                 transient=True) from None
@@ -372,8 +370,7 @@ class RegistryClient:
             except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:  # TLS errors, resets
                 reason = getattr(exc, "reason", exc)
                 if isinstance(reason, ssl.SSLCertVerificationError):
-                    raise RegistryError(f"{self.registry}: TLS: {reason.verify_message}; give the registry's CA "
-                                        f"with {ca_hint(self.registry)}") from exc
+                    raise self._tls_refused(reason) from exc
                 last = exc
                 continue
             if r.status == 400 and b"HTTPS server" in r.body:
@@ -391,8 +388,7 @@ class RegistryClient:
         except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:  # SSLError, timeouts: OSError
             reason = getattr(exc, "reason", exc)
             if isinstance(reason, ssl.SSLCertVerificationError):
-                raise RegistryError(f"{self.registry}: TLS: {reason.verify_message}; give the registry's CA "
-                                    f"with {ca_hint(self.registry)}") from exc
+                raise self._tls_refused(reason) from exc
             raise RegistryError(f"{self.registry}: {method} {path}: {reason}", transient=True) from exc
         if r.status >= 500 or r.status == 429:
             raise RegistryError(
@@ -425,6 +421,11 @@ class RegistryClient:
                 status=r.status,
             )
         return r
+
+    def _tls_refused(self, exc: ssl.SSLCertVerificationError) -> RegistryError:
+        """The one line for a certificate this machine does not trust, naming how to give the registry's CA."""
+        return RegistryError(f"{self.registry}: TLS: {exc.verify_message}; give the registry's CA with "
+                             f"{ca_hint(self.registry)}")
 
     def _auth_text(self, r: _Response) -> str:
         fallback = "authentication required" if r.status == 401 else "access denied"
@@ -505,6 +506,12 @@ class RegistryClient:
         return token
 
 
+def _may_carry_auth(here: urllib.parse.SplitResult, there: urllib.parse.SplitResult) -> bool:
+    """May a request to `there` carry the credentials meant for `here`? The same host only, and never down from
+    https to http."""
+    return here.netloc == there.netloc and (here.scheme, there.scheme) != ("https", "http")
+
+
 class _NoRedirectAuthStrip(urllib.request.HTTPRedirectHandler):
     """Follow redirects (blob/manifest storage backends) but never carry Authorization to another host, nor from
     https down to http."""
@@ -512,8 +519,7 @@ class _NoRedirectAuthStrip(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
                          headers: http.client.HTTPMessage, newurl: str) -> urllib.request.Request | None:
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        here, there = urllib.parse.urlsplit(req.full_url), urllib.parse.urlsplit(newurl)
-        if new is not None and (here.netloc != there.netloc or (here.scheme, there.scheme) == ("https", "http")):
+        if new is not None and not _may_carry_auth(urllib.parse.urlsplit(req.full_url), urllib.parse.urlsplit(newurl)):
             new.headers.pop("Authorization", None)
             new.unredirected_hdrs.pop("Authorization", None)
         return new

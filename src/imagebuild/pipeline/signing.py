@@ -6,9 +6,9 @@ The key is opened before anything is pushed (`cosign public-key`): a missing key
 or a wrong password stops the run with one line and nothing pushed. `push` opens it in the background (`KeyCheck`)
 while it reads the record and prepares the first image, and the pusher waits for it before its first write
 (push/pusher.py `before_write`): a quarter of a second of a first signed push no longer waits in line. The SBOM
-attested is the one `build` wrote for this very image ID (the record's `sbom`, its sha256 checked), else one made now (pipeline/supply.py: from what
-was kept of the image with the state, else read from the image); the provenance is made from the record and the
-lock (sign/provenance.py).
+attested is the one `build` wrote for this very image ID (the record's `sbom`, its sha256 checked), else one made
+now (pipeline/supply.py: from what was kept of the image with the state, else read from the image); the provenance
+is made from the record and the lock (sign/provenance.py).
 
 An index is signed over members this run pushed, or members the registry holds that this key signed and attested
 already (`vouch`, push/publish.py asks it); signatures and attestations go beside other keys', once per key
