@@ -12,15 +12,18 @@ the uncompressed layers into an empty directory, synced (goal: pull ≤ 1.3x rea
 beyond that floor, each on one core: inflating the layers, their sha256 (the blob's digest and the tar's diff ID), and
 the compressed blobs stored and synced (containerd's content store).
 
-Settings (--setting, repeatable; default: all three):
+Settings (--setting, repeatable; default: all four):
   engine       the engine as `scripts/modern-engine.sh install` puts it: trixie's dockerd 26.1.5 with the containerd
                1.7.24 it is built against, default settings
   downloads-1  the same with `--max-concurrent-downloads 1`: the layers fetched one at a time, in order, so the first
                one is whole (and can be applied) before the rest share the disk with it
   containerd-1.6  bookworm's containerd 1.6.20 (/usr/bin/containerd) under the same dockerd: what the project's engine
                ran before round 24 (Go 1.19: sha256 without the CPU's SHA extensions)
+  overlay2     the engine without the containerd image store: dockerd's own layer store on the overlay2 graph driver
+               (Docker's default before 29.0): dockerd fetches each blob to a temporary file and untars it itself
 
     python bench/bench_pull.py 127.0.0.1:5000/repo:tag --runs 3
+    python bench/bench_pull.py REF1 REF2 --setting engine --runs 2   # two images side by side, runs interleaved
     python bench/bench_pull.py --quick      # CI: a two-layer image of its own in a registry of its own, one run each
 
 Needs root (mount), `make install` (the engine), Debian's docker CLI and docker-registry.
@@ -57,10 +60,11 @@ from imagebuild.files import sha256_file  # noqa: E402
 ENGINE = ROOT / ".tools" / "docker-26.1.5"
 ACCEPT = ", ".join(("application/vnd.oci.image.manifest.v1+json",
                     "application/vnd.docker.distribution.manifest.v2+json"))
-SETTINGS = {  # name -> (the folder whose containerd the node runs, dockerd flags)
-    "engine": (ENGINE / "usr" / "bin", ()),
-    "downloads-1": (ENGINE / "usr" / "bin", ("--max-concurrent-downloads", "1")),
-    "containerd-1.6": (Path("/usr/bin"), ()),
+SETTINGS = {  # name -> (the folder whose containerd the node runs, dockerd flags, containerd image store)
+    "engine": (ENGINE / "usr" / "bin", (), True),
+    "downloads-1": (ENGINE / "usr" / "bin", ("--max-concurrent-downloads", "1"), True),
+    "containerd-1.6": (Path("/usr/bin"), (), True),
+    "overlay2": (ENGINE / "usr" / "bin", (), False),
 }
 SECONDS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}
 
@@ -95,14 +99,15 @@ class Node:
     running the containerd in `containerd_dir` with `flags`, logging at debug level (containerd's applies)."""
 
     def __init__(self, folder: Path, setting: str = "engine") -> None:
-        containerd_dir, flags = SETTINGS[setting]
+        containerd_dir, flags, image_store = SETTINGS[setting]
         if not (containerd_dir / "containerd").is_file():
             sys.exit(f"bench_pull: setting {setting} needs {containerd_dir / 'containerd'}")
         self.dir, self.setting = folder, setting
+        self.store = "containerd" if image_store else "overlay2 (dockerd's own)"
         folder.mkdir(parents=True, exist_ok=True)
         self.disk = own_disk(folder)
         config = folder / "daemon.json"
-        config.write_text('{"features": {"containerd-snapshotter": true}, "debug": true}\n')
+        config.write_text(json.dumps({"features": {"containerd-snapshotter": image_store}, "debug": True}) + "\n")
         env = {"PATH": f"{containerd_dir}:{ENGINE / 'usr' / 'sbin'}:{ENGINE / 'usr' / 'bin'}:{os.environ['PATH']}",
                "IMAGEBUILD_DOCKERD": str(ENGINE / "usr" / "sbin" / "dockerd"),
                "IMAGEBUILD_DOCKERD_FLAGS": " ".join(("--config-file", str(config), *flags))}
@@ -131,22 +136,39 @@ class Node:
         subprocess.run(["rm", "-rf", str(self.dir)], check=False)
 
 
+def stamp_of(line: str) -> float | None:
+    """The wall-clock time of one dockerd/containerd log line (`time="2026-12-08T00:18:43.36Z"`), or None."""
+    stamp = re.match(r'time="([0-9-]+T[0-9:]+)(\.[0-9]+)?Z"', line)
+    if not stamp:
+        return None
+    return datetime.datetime.strptime(stamp.group(1), "%Y-%m-%dT%H:%M:%S").replace(
+        tzinfo=datetime.timezone.utc).timestamp() + float(stamp.group(2) or 0)
+
+
 def applies(log: Path, since: float) -> list[tuple[float, float, int]]:
-    """(began, seconds, compressed size) of each layer containerd applied after `since` (a wall-clock time),
-    from the node's debug log: `msg="diff applied" d=1.1s ... size=N`."""
+    """(began, seconds, size) of each layer the node applied after `since` (a wall-clock time), from its debug log:
+    containerd's `msg="diff applied" d=1.1s ... size=N` (N compressed), or on the overlay2 graph driver dockerd's own
+    `Applying tar in DIR` ... `Applied tar sha256:... to ID, size: N` (N uncompressed; one layer at a time)."""
     found = []
+    applying: float | None = None
     for line in log.read_text(errors="replace").splitlines():
+        ended = stamp_of(line)
+        if ended is None or ended < since:
+            continue
+        if 'msg="Applying tar in ' in line:
+            applying = ended
+            continue
+        if 'msg="Applied tar ' in line and applying is not None:
+            size = re.search(r"size: (\d+)", line)
+            found.append((applying - since, ended - applying, int(size.group(1)) if size else 0))
+            applying = None
+            continue
         if 'msg="diff applied"' not in line:
             continue
-        stamp = re.match(r'time="([0-9-]+T[0-9:]+)(\.[0-9]+)?Z"', line)
         took = re.search(r'\bd="?([0-9.]+)(s|ms|µs|us|ns)\b', line)
         size = re.search(r"\bsize=(\d+)", line)
-        if not (stamp and took and size):
-            continue
-        ended = datetime.datetime.strptime(stamp.group(1), "%Y-%m-%dT%H:%M:%S").replace(
-            tzinfo=datetime.timezone.utc).timestamp() + float(stamp.group(2) or 0)
-        seconds = float(took.group(1)) * SECONDS[took.group(2)]
-        if ended >= since:
+        if took and size:
+            seconds = float(took.group(1)) * SECONDS[took.group(2)]
             found.append((ended - seconds - since, seconds, int(size.group(1))))
     return found
 
@@ -160,9 +182,10 @@ def pull(node: Node, ref: str) -> dict[str, Any]:
     took = time.monotonic() - start
     done = applies(node.log, since)
     if not done:
-        sys.exit(f"bench_pull: the node's log {node.log} shows no layer applied (containerd at debug level?)")
+        sys.exit(f"bench_pull: the node's log {node.log} shows no layer applied (dockerd at debug level?)")
     largest = max(done, key=lambda a: a[2])
-    return {"containerd": node.containerd, "pull": took, "first apply began": min(a[0] for a in done),
+    return {"containerd": node.containerd, "image store": node.store, "pull": took,
+            "first apply began": min(a[0] for a in done),
             "applies": sum(a[1] for a in done), "largest apply": largest[1]}
 
 
@@ -269,8 +292,10 @@ def pull_rows(measured: list[dict[str, Any]], prefix: str = "") -> dict[str, flo
     def median(key: str) -> float:
         return statistics.median(m[key] for m in measured)
 
-    rows: dict[str, float | str] = {f"{prefix}node: containerd": " ".join(sorted({m["containerd"] for m in measured})),
-                                    f"{prefix}cold pull (s)": median("pull")}
+    rows: dict[str, float | str] = {
+        f"{prefix}node: image store": " ".join(sorted({str(m.get("image store", "containerd")) for m in measured})),
+        f"{prefix}node: containerd": " ".join(sorted({m["containerd"] for m in measured})),
+        f"{prefix}cold pull (s)": median("pull")}
     if len(measured) > 1:
         rows[f"{prefix}cold pull, each run (s)"] = " ".join(f"{m['pull']:.2f}" for m in measured)
     rows[f"{prefix}pull: the first layer began to apply at (s)"] = median("first apply began")
@@ -330,47 +355,53 @@ def push_small_image(registry: str, work: Path) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("ref", nargs="?", help="the image to pull (REGISTRY/REPO:TAG on a plain-http registry)")
+    ap.add_argument("refs", nargs="*", metavar="REF",
+                    help="the images to pull (REGISTRY/REPO:TAG on a plain-http registry), side by side")
     ap.add_argument("--runs", type=int, default=3, metavar="N", help="fresh nodes per setting (medians; default 3)")
     ap.add_argument("--setting", action="append", choices=sorted(SETTINGS), help="(repeatable) default: all")
     ap.add_argument("--quick", action="store_true", help="a small image of its own, one run per setting (CI)")
     args = ap.parse_args()
-    if not args.quick and not args.ref:
+    if not args.quick and not args.refs:
         ap.error("REF is required without --quick")
     settings = args.setting or [s for s in SETTINGS if (SETTINGS[s][0] / "containerd").is_file()]
     work = Path(tempfile.mkdtemp(prefix="ib-pull-", dir="/var/tmp"))
     registry_dir = work / "registry"
     try:
-        ref = args.ref
+        refs = list(args.refs)
         if args.quick:
             args.runs = 1
             out = run("bash", str(ROOT / "scripts" / "registry.sh"), "--quiet", "--dir", str(registry_dir))
-            ref = push_small_image(out.split("REGISTRY=", 1)[1].split()[0], work)
-        table: dict[str, dict[str, float | str]] = {}
-        for setting in settings:
-            measured = []
-            for n in range(args.runs):
+            refs = [push_small_image(out.split("REGISTRY=", 1)[1].split()[0], work)]
+        columns = [(ref, setting) for ref in refs for setting in settings]
+        measured: dict[tuple[str, str], list[dict[str, Any]]] = {c: [] for c in columns}
+        for n in range(args.runs):  # run n of every column before run n + 1 of any: a slower minute hits them all
+            for ref, setting in columns:
                 node = Node(work / f"n{n}", setting)
-                try:
-                    measured.append(pull_and_floor(node, ref) if setting == settings[0] else pull(node, ref))
+                try:  # the floor once per image, on the nodes of the first setting
+                    measured[ref, setting].append(pull_and_floor(node, ref) if setting == settings[0] else
+                                                  pull(node, ref))
                 finally:
                     node.stop()
-                print(f"measured {setting} run {n + 1}: {json.dumps(measured[-1])}", file=sys.stderr, flush=True)
-            table[setting] = pull_rows(measured)
+                print(f"measured {ref} {setting} run {n + 1}: {json.dumps(measured[ref, setting][-1])}",
+                      file=sys.stderr, flush=True)
     finally:
         subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), "--stop", "--dir", str(registry_dir)],
                        capture_output=True, check=False, timeout=60)
         shutil.rmtree(work, ignore_errors=True)
+    table = {c: pull_rows(m) for c, m in measured.items()}
     keys = list(dict.fromkeys(k for rows in table.values() for k in rows))
-    print(f"| {ref} | " + " | ".join(table) + " |")
-    print("|---|" + "---:|" * len(table))
-    for key in keys:
-        cells = [rows.get(key, "–") for rows in table.values()]
-        print(f"| {key} | " + " | ".join(f"{c:.2f}" if isinstance(c, float) else str(c) for c in cells) + " |")
-    floor = table[settings[0]]
+    for n, ref in enumerate(refs, 1):
+        print(f"image {n}: {ref}")
     print()
-    for setting, rows in table.items():
-        print(f"{setting}: {ratio(rows, floor)}")
+    label = {c: (f"image {refs.index(c[0]) + 1}: " if len(refs) > 1 else "") + c[1] for c in columns}
+    print("| | " + " | ".join(label[c] for c in columns) + " |")
+    print("|---|" + "---:|" * len(columns))
+    for key in keys:
+        cells = [table[c].get(key, "–") for c in columns]
+        print(f"| {key} | " + " | ".join(f"{c:.2f}" if isinstance(c, float) else str(c) for c in cells) + " |")
+    print()
+    for ref, setting in columns:
+        print(f"{label[ref, setting]}: {ratio(table[ref, setting], table[ref, settings[0]])}")
     return 0
 
 
