@@ -109,6 +109,71 @@ def test_names_are_compared_canonically_and_owned_by_glob():
     assert tiering.owner("torch", te) is None
 
 
+CUDA_WHEELS = {  # every nvidia-* wheel torch 2.9 (CUDA 12.8) and torch 2.13 (CUDA 13) ask for -> its tier
+    "nvidia-cuda-runtime": "nvidia", "nvidia-cuda-runtime-cu12": "nvidia", "nvidia-cuda-nvrtc": "nvidia",
+    "nvidia-nvjitlink-cu12": "nvidia", "nvidia-cuda-cupti": "nvidia", "nvidia-curand-cu12": "nvidia",
+    "nvidia-cufft": "nvidia", "nvidia-cufft-cu12": "nvidia", "nvidia-cufile": "nvidia", "nvidia-nvtx-cu12": "nvidia",
+    "nvidia-cusparselt-cu13": "nvidia", "nvidia-cusparselt-cu12": "nvidia",  # cuSPARSELt is not cuSPARSE
+    "nvidia-cublas": "nvidia-cublas", "nvidia-cublas-cu12": "nvidia-cublas",
+    "nvidia-cusolver": "nvidia-solvers", "nvidia-cusolver-cu12": "nvidia-solvers",
+    "nvidia-cusparse": "nvidia-solvers", "nvidia-cusparse-cu12": "nvidia-solvers",
+    "nvidia-cudnn-cu13": "nvidia-cudnn", "nvidia_cudnn_cu12": "nvidia-cudnn",
+    "nvidia-nccl-cu13": "nvidia-nccl", "nvidia-nccl-cu12": "nvidia-nccl", "nvidia-nvshmem-cu13": "nvidia-nccl",
+}
+
+
+@pytest.mark.parametrize("wheel", sorted(CUDA_WHEELS))
+def test_each_cuda_wheel_goes_to_the_tier_that_names_it_most_closely(wheel):
+    spec = json.loads(tiers.spec_file(tiers.NVIDIA_TIERS))["tiers"]
+    assert spec[tiering.owner(wheel, spec)]["name"] == CUDA_WHEELS[wheel]
+
+
+def test_the_closest_pattern_wins_whatever_the_order_and_a_tie_goes_to_the_lowest_tier():
+    rest, cudnn = {"name": "rest", "owns": ["nvidia-*"]}, {"name": "cudnn", "owns": ["nvidia-cudnn-*"]}
+    assert tiering.owner("nvidia-cudnn-cu13", [rest, cudnn]) == 1
+    assert tiering.owner("nvidia-cudnn-cu13", [cudnn, rest]) == 0
+    assert tiering.owner("nvidia-cublas", [rest, cudnn]) == 0
+    assert tiering.owner("nvidia-cublas", [{"name": "a", "owns": ["nvidia-*"]}, {"name": "b", "owns": ["nvidia-*"]}]) == 0
+
+
+def test_a_run_of_tiers_that_only_own_is_resolved_once_at_its_top():
+    """The five nvidia tiers: one resolution of all their wheels, not five; what their wheels bring that no tier owns
+    (here `cuda-pathfinder`) lands in the run's top tier, and every tier keeps its own wheels."""
+    spec = json.loads(tiers.spec_file([*tiers.NVIDIA_TIERS, tiers.Tier("torch", "torch", owns=("torch",),
+                                                                          requires=("torch==2.13.0",))]))["tiers"]
+    nvidia = {"nvidia-cuda-runtime": "13.0.96", "nvidia-cublas": "13.1.0.3", "nvidia-cusolver": "12.0.4.66",
+              "nvidia-cudnn-cu13": "9.13.0.50", "nvidia-nccl-cu13": "2.27.7", "cuda-pathfinder": "1.3.0"}
+    final = {**nvidia, "torch": "2.13.0", "sympy": "1.14.0"}
+    asked: list[list[str]] = []
+
+    def resolve(requirements):
+        asked.append(list(requirements))
+        return dict(nvidia)
+    envs = tiering.tier_environments(spec, final, resolve)
+    assert list(envs) == [4] and len(asked) == 1 and len(asked[0]) == 5
+    names = dict(zip([t["name"] for t in spec], tiering.assign(spec, final, envs), strict=True))
+    assert names == {"nvidia": ["nvidia-cuda-runtime"], "nvidia-cublas": ["nvidia-cublas"],
+                     "nvidia-solvers": ["nvidia-cusolver"], "nvidia-cudnn": ["nvidia-cudnn-cu13"],
+                     "nvidia-nccl": ["cuda-pathfinder", "nvidia-nccl-cu13"], "torch": ["sympy", "torch"]}
+
+
+def test_a_newer_nccl_wheel_changes_the_nccl_tier_file_alone():
+    """A bump of NCCL (the matrix's pin, or torch's) rewrites one tier file of the five: every other tier stage is a
+    cache hit and its layer keeps its digest, so a node that held the image pulls NCCL's layer alone."""
+    spec = json.loads(tiers.spec_file([*tiers.NVIDIA_TIERS, tiers.Tier("torch", "torch", owns=("torch",),
+                                                                          requires=("torch==2.13.0",))]))["tiers"]
+    nvidia = {"nvidia-cuda-runtime": "13.0.96", "nvidia-cublas": "13.1.0.3", "nvidia-cusparse": "12.6.3.3",
+              "nvidia-cudnn-cu13": "9.13.0.50", "nvidia-nccl-cu13": "2.27.7", "nvidia-nvshmem-cu13": "3.3.24"}
+
+    def files(final):
+        envs = tiering.tier_environments(spec, final, lambda requirements: dict(final))
+        return [tiering.tier_text(names, final, {}) for names in tiering.assign(spec, final, envs)]
+    before = files({**nvidia, "torch": "2.13.0", "sympy": "1.14.0"})
+    after = files({**nvidia, "nvidia-nccl-cu13": "2.28.3", "torch": "2.13.0", "sympy": "1.14.0"})
+    changed = [t["name"] for t, old, new in zip(spec, before, after, strict=True) if old != new]
+    assert changed == ["nvidia-nccl"] and "nvidia-nccl-cu13==2.28.3\n" in after[4]
+
+
 def test_a_lock_gives_the_final_environment_and_each_tier_file_keeps_the_hashes():
     text = ("# imagebuild lock\nTorch==2.13.0+cpu \\\n    --hash=sha256:" + "a" * 64 + "\n"
             "numpy==2.4.6 \\\n    --hash=sha256:" + "b" * 64 + "\n")
@@ -148,15 +213,16 @@ def test_the_render_has_only_the_tiers_with_something_to_hold():
     no_pip = replace(CPU, pip_packages={})
     assert [name for name, _ in render_image(no_pip, "runtime").env_layers] == ["torch"]
     te = render_image(CU128_TE, "runtime")
-    assert [name for name, _ in te.env_layers] == ["nvidia", "torch", "torch-family", "transformer-engine"]
+    nvidia = ["nvidia", "nvidia-cublas", "nvidia-solvers", "nvidia-cudnn", "nvidia-nccl"]
+    assert [name for name, _ in te.env_layers] == [*nvidia, "torch", "torch-family", "transformer-engine"]
     # the tiers come in that order in the env stage, after torch.compile's apt layer; the env-key stage lists
     # their pinned files; the matrix's tiers are the final stage's, which stands on the env stage
     env = te.dockerfile.split("\nFROM ${BASE_IMAGE} AS env\n", 1)[1].split("\nFROM scratch AS env-key\n")[0]
     copies = [line for line in env.splitlines() if line.startswith("COPY --from=tier-")]
     assert copies == [f"COPY --from=tier-{n} /opt/stage/ /" for n, _ in te.env_layers]
     assert env.index("apt-get install") < env.index(copies[0])
-    assert ("\nFROM scratch AS env-key\nCOPY --from=resolve /opt/tiers/nvidia.txt /opt/tiers/torch.txt "
-            "/opt/tiers/torch-family.txt /opt/tiers/transformer-engine.txt /\n") in te.dockerfile
+    assert ("\nFROM scratch AS env-key\nCOPY --from=resolve " + " ".join(f"/opt/tiers/{n}.txt" for n in nvidia)
+            + " /opt/tiers/torch.txt /opt/tiers/torch-family.txt /opt/tiers/transformer-engine.txt /\n") in te.dockerfile
     final = cpu.dockerfile.rsplit("\nFROM ${ENV_IMAGE}\n", 1)[1]
     assert [line for line in final.splitlines() if line.startswith("COPY --from=tier-")] == [
         "COPY --from=tier-matrix-numpy /opt/stage/ /"]

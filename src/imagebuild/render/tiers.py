@@ -46,8 +46,34 @@ class Tier:
     requires: tuple[str, ...] = ()
     te_wheels: bool = False  # installs from the cached transformer_engine wheel (context te-wheels/)
 
+    @property
+    def nvidia(self) -> bool:
+        """One of the NVIDIA_TIERS: its stage lists the CUDA libraries the stages above link their copies to."""
+        return self.name == "nvidia" or self.name.startswith("nvidia-")
+
     def spec(self) -> dict[str, object]:
         return {"name": self.name, "owns": list(self.owns), "requires": list(self.requires)}
+
+
+# The CUDA wheels (nvidia-*) in five layers of 0.4-0.55 GB each (CUDA 13 wheels, compressed), least changing first,
+# not one of 1.9 GB:
+# - a node fetches the five blobs side by side and applies the first while the rest arrive (containerd applies a
+#   layer once its blob is whole: one 1.87 GB blob was whole only 17-18 s into a CUDA runtime's pull on this
+#   machine; bench/loop-cuda.md);
+# - a bump of the matrix's cuDNN or NCCL pin replaces that library's layer alone, so a node that held the image pulls
+#   that much (0.4-0.5 GB) and not every CUDA library again;
+# - no layer nears a registry's layer limit (push's --layer-limit) as the libraries grow.
+# A wheel goes to the tier whose pattern names it most closely (tiering.owner): `nvidia-*` holds the rest.
+NVIDIA_TIERS = (
+    Tier("nvidia", "the CUDA runtime, NVRTC, nvJitLink, cuRAND, cuFFT, cuSPARSELt and the smaller NVIDIA wheels",
+         owns=("nvidia-*",)),
+    Tier("nvidia-cublas", "cuBLAS (nvidia-cublas)", owns=("nvidia-cublas", "nvidia-cublas-*")),
+    Tier("nvidia-solvers", "cuSOLVER and cuSPARSE (nvidia-cusolver, nvidia-cusparse)",
+         owns=("nvidia-cusolver", "nvidia-cusolver-*", "nvidia-cusparse", "nvidia-cusparse-*")),
+    Tier("nvidia-cudnn", "cuDNN (nvidia-cudnn-*)", owns=("nvidia-cudnn", "nvidia-cudnn-*")),
+    Tier("nvidia-nccl", "NCCL and NVSHMEM (nvidia-nccl-*, nvidia-nvshmem-*)",
+         owns=("nvidia-nccl", "nvidia-nccl-*", "nvidia-nvshmem", "nvidia-nvshmem-*")),
+)
 
 
 def runtime_tiers(variant: ResolvedVariant, torch_pins: Sequence[str], te_requirements: Sequence[str],
@@ -56,7 +82,7 @@ def runtime_tiers(variant: ResolvedVariant, torch_pins: Sequence[str], te_requir
     v = variant.versions
     tiers: list[Tier] = []
     if v.cuda != "cpu":
-        tiers.append(Tier("nvidia", "the NVIDIA CUDA wheels (nvidia-*)", owns=("nvidia-*",)))
+        tiers += NVIDIA_TIERS
     torch = [r for r in torch_pins if r.startswith("torch==")]
     family = [r for r in torch_pins if not r.startswith("torch==")]
     tiers.append(Tier("torch", "torch with triton and the packages they need", owns=("torch", "triton",

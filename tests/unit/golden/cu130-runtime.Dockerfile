@@ -8,7 +8,7 @@ ARG BASE_IMAGE
 # image of its own (BuildKit: keyed by the `env-key` stage's files, so a matrix edit re-exports only what changed).
 ARG ENV_IMAGE=env
 
-# The Python environment in layers, least changing first: nvidia, torch, torch-family.
+# The Python environment in layers, least changing first: nvidia, nvidia-cublas, nvidia-solvers, nvidia-cudnn, nvidia-nccl, torch, torch-family.
 # The CUDA libraries come only from the torch wheels' own nvidia-* dependencies (one copy each, no system CUDA runtime).
 # Builder stages: nothing from them but each tier's /opt/stage reaches the image.
 FROM ${BASE_IMAGE} AS resolve
@@ -24,7 +24,7 @@ RUN set -eux; \
     PYTHONHASHSEED=0 /opt/venv/bin/python /tmp/imagebuild-tiers.py /tmp/imagebuild-tiers.json /opt/tiers \
         --
 
-# layer 1 of the environment: the NVIDIA CUDA wheels (nvidia-*)
+# layer 1 of the environment: the CUDA runtime, NVRTC, nvJitLink, cuRAND, cuFFT, cuSPARSELt and the smaller NVIDIA wheels
 FROM ${BASE_IMAGE} AS tier-nvidia
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # DL3002: a builder stage; nothing from it runs in the image.
@@ -52,7 +52,119 @@ RUN set -eux; \
     find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 RUN { find /opt/stage/opt/venv/lib/python3.13/site-packages/nvidia -path '*/lib/lib*.so.*' -type f 2>/dev/null || true; } | sed 's#^/opt/stage##' | LC_ALL=C sort > /opt/nvidia-libs.txt
 
-# layer 2 of the environment: torch with triton and the packages they need
+# layer 2 of the environment: cuBLAS (nvidia-cublas)
+FROM ${BASE_IMAGE} AS tier-nvidia-cublas
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# DL3002: a builder stage; nothing from it runs in the image.
+# hadolint ignore=DL3002
+USER 0
+# pip indexes (credentials redacted): extra=https://download.pytorch.org/whl/cu130
+ARG PIP_EXTRA_INDEX_URL
+ARG SOURCE_DATE_EPOCH=0
+RUN mkdir -p /opt/stage/opt/venv/.imagebuild-layers && touch /opt/removed.txt
+COPY --from=resolve /opt/tiers/nvidia-cublas.txt /opt/stage/opt/venv/.imagebuild-layers/nvidia-cublas.txt
+# DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
+# hadolint ignore=DL3013
+RUN set -eux; \
+    find /opt/venv -mindepth 1 | sort > /tmp/venv-before.txt; \
+    PYTHONHASHSEED=0 /opt/venv/bin/python -m pip install \
+        --no-cache-dir --no-warn-script-location --disable-pip-version-check \
+        --prefix /opt/stage/opt/venv \
+        --no-deps \
+        -r /opt/stage/opt/venv/.imagebuild-layers/nvidia-cublas.txt; \
+    find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
+    comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
+    rm -f /tmp/venv-before.txt /tmp/venv-after.txt; \
+    while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
+    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-nvidia-cublas.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-nvidia-cublas.txt; fi; \
+    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
+RUN { find /opt/stage/opt/venv/lib/python3.13/site-packages/nvidia -path '*/lib/lib*.so.*' -type f 2>/dev/null || true; } | sed 's#^/opt/stage##' | LC_ALL=C sort > /opt/nvidia-libs.txt
+
+# layer 3 of the environment: cuSOLVER and cuSPARSE (nvidia-cusolver, nvidia-cusparse)
+FROM ${BASE_IMAGE} AS tier-nvidia-solvers
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# DL3002: a builder stage; nothing from it runs in the image.
+# hadolint ignore=DL3002
+USER 0
+# pip indexes (credentials redacted): extra=https://download.pytorch.org/whl/cu130
+ARG PIP_EXTRA_INDEX_URL
+ARG SOURCE_DATE_EPOCH=0
+RUN mkdir -p /opt/stage/opt/venv/.imagebuild-layers && touch /opt/removed.txt
+COPY --from=resolve /opt/tiers/nvidia-solvers.txt /opt/stage/opt/venv/.imagebuild-layers/nvidia-solvers.txt
+# DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
+# hadolint ignore=DL3013
+RUN set -eux; \
+    find /opt/venv -mindepth 1 | sort > /tmp/venv-before.txt; \
+    PYTHONHASHSEED=0 /opt/venv/bin/python -m pip install \
+        --no-cache-dir --no-warn-script-location --disable-pip-version-check \
+        --prefix /opt/stage/opt/venv \
+        --no-deps \
+        -r /opt/stage/opt/venv/.imagebuild-layers/nvidia-solvers.txt; \
+    find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
+    comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
+    rm -f /tmp/venv-before.txt /tmp/venv-after.txt; \
+    while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
+    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-nvidia-solvers.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-nvidia-solvers.txt; fi; \
+    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
+RUN { find /opt/stage/opt/venv/lib/python3.13/site-packages/nvidia -path '*/lib/lib*.so.*' -type f 2>/dev/null || true; } | sed 's#^/opt/stage##' | LC_ALL=C sort > /opt/nvidia-libs.txt
+
+# layer 4 of the environment: cuDNN (nvidia-cudnn-*)
+FROM ${BASE_IMAGE} AS tier-nvidia-cudnn
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# DL3002: a builder stage; nothing from it runs in the image.
+# hadolint ignore=DL3002
+USER 0
+# pip indexes (credentials redacted): extra=https://download.pytorch.org/whl/cu130
+ARG PIP_EXTRA_INDEX_URL
+ARG SOURCE_DATE_EPOCH=0
+RUN mkdir -p /opt/stage/opt/venv/.imagebuild-layers && touch /opt/removed.txt
+COPY --from=resolve /opt/tiers/nvidia-cudnn.txt /opt/stage/opt/venv/.imagebuild-layers/nvidia-cudnn.txt
+# DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
+# hadolint ignore=DL3013
+RUN set -eux; \
+    find /opt/venv -mindepth 1 | sort > /tmp/venv-before.txt; \
+    PYTHONHASHSEED=0 /opt/venv/bin/python -m pip install \
+        --no-cache-dir --no-warn-script-location --disable-pip-version-check \
+        --prefix /opt/stage/opt/venv \
+        --no-deps \
+        -r /opt/stage/opt/venv/.imagebuild-layers/nvidia-cudnn.txt; \
+    find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
+    comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
+    rm -f /tmp/venv-before.txt /tmp/venv-after.txt; \
+    while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
+    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-nvidia-cudnn.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-nvidia-cudnn.txt; fi; \
+    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
+RUN { find /opt/stage/opt/venv/lib/python3.13/site-packages/nvidia -path '*/lib/lib*.so.*' -type f 2>/dev/null || true; } | sed 's#^/opt/stage##' | LC_ALL=C sort > /opt/nvidia-libs.txt
+
+# layer 5 of the environment: NCCL and NVSHMEM (nvidia-nccl-*, nvidia-nvshmem-*)
+FROM ${BASE_IMAGE} AS tier-nvidia-nccl
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# DL3002: a builder stage; nothing from it runs in the image.
+# hadolint ignore=DL3002
+USER 0
+# pip indexes (credentials redacted): extra=https://download.pytorch.org/whl/cu130
+ARG PIP_EXTRA_INDEX_URL
+ARG SOURCE_DATE_EPOCH=0
+RUN mkdir -p /opt/stage/opt/venv/.imagebuild-layers && touch /opt/removed.txt
+COPY --from=resolve /opt/tiers/nvidia-nccl.txt /opt/stage/opt/venv/.imagebuild-layers/nvidia-nccl.txt
+# DL3013: requirements are pinned by the resolution (torch family, tools) or listed by the matrix author.
+# hadolint ignore=DL3013
+RUN set -eux; \
+    find /opt/venv -mindepth 1 | sort > /tmp/venv-before.txt; \
+    PYTHONHASHSEED=0 /opt/venv/bin/python -m pip install \
+        --no-cache-dir --no-warn-script-location --disable-pip-version-check \
+        --prefix /opt/stage/opt/venv \
+        --no-deps \
+        -r /opt/stage/opt/venv/.imagebuild-layers/nvidia-nccl.txt; \
+    find /opt/venv -mindepth 1 | sort > /tmp/venv-after.txt; \
+    comm -23 /tmp/venv-before.txt /tmp/venv-after.txt >> /opt/removed.txt; \
+    rm -f /tmp/venv-before.txt /tmp/venv-after.txt; \
+    while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
+    if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-nvidia-nccl.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-nvidia-nccl.txt; fi; \
+    find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
+RUN { find /opt/stage/opt/venv/lib/python3.13/site-packages/nvidia -path '*/lib/lib*.so.*' -type f 2>/dev/null || true; } | sed 's#^/opt/stage##' | LC_ALL=C sort > /opt/nvidia-libs.txt
+
+# layer 6 of the environment: torch with triton and the packages they need
 # asks for: torch==2.9.1+cu130
 FROM ${BASE_IMAGE} AS tier-torch
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -79,8 +191,13 @@ RUN set -eux; \
     while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
     if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-torch.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-torch.txt; fi; \
     find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
-COPY --from=tier-nvidia /opt/nvidia-libs.txt /opt/nvidia-libs.txt
+COPY --from=tier-nvidia /opt/nvidia-libs.txt /opt/nvidia-libs/nvidia.txt
+COPY --from=tier-nvidia-cublas /opt/nvidia-libs.txt /opt/nvidia-libs/nvidia-cublas.txt
+COPY --from=tier-nvidia-solvers /opt/nvidia-libs.txt /opt/nvidia-libs/nvidia-solvers.txt
+COPY --from=tier-nvidia-cudnn /opt/nvidia-libs.txt /opt/nvidia-libs/nvidia-cudnn.txt
+COPY --from=tier-nvidia-nccl /opt/nvidia-libs.txt /opt/nvidia-libs/nvidia-nccl.txt
 RUN set -eu; \
+    cat /opt/nvidia-libs/*.txt | LC_ALL=C sort > /opt/nvidia-libs.txt; \
     for f in /opt/stage/opt/venv/lib/python3.13/site-packages/*.libs/lib*.so.*; do \
         [ -f "$f" ] && [ ! -L "$f" ] || continue; \
         base="${f##*/}"; name="${base%%.*}"; major="${base##*.so.}"; \
@@ -93,7 +210,7 @@ RUN set -eu; \
     done; \
     find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 
-# layer 3 of the environment: the rest of the torch family (torchvision, torchaudio)
+# layer 7 of the environment: the rest of the torch family (torchvision, torchaudio)
 # asks for: torchvision==0.24.1+cu130 torchaudio==2.9.1+cu130
 FROM ${BASE_IMAGE} AS tier-torch-family
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -120,8 +237,13 @@ RUN set -eux; \
     while IFS= read -r p; do [ -e "/opt/stage$p" ] || [ -L "/opt/stage$p" ] || printf '%s\n' "$p"; done < /opt/removed.txt > /tmp/removed.txt; \
     if [ -s /tmp/removed.txt ]; then mv /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-torch-family.txt; else rm -f /tmp/removed.txt /opt/stage/opt/venv/.imagebuild-removed-torch-family.txt; fi; \
     find /opt/stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
-COPY --from=tier-nvidia /opt/nvidia-libs.txt /opt/nvidia-libs.txt
+COPY --from=tier-nvidia /opt/nvidia-libs.txt /opt/nvidia-libs/nvidia.txt
+COPY --from=tier-nvidia-cublas /opt/nvidia-libs.txt /opt/nvidia-libs/nvidia-cublas.txt
+COPY --from=tier-nvidia-solvers /opt/nvidia-libs.txt /opt/nvidia-libs/nvidia-solvers.txt
+COPY --from=tier-nvidia-cudnn /opt/nvidia-libs.txt /opt/nvidia-libs/nvidia-cudnn.txt
+COPY --from=tier-nvidia-nccl /opt/nvidia-libs.txt /opt/nvidia-libs/nvidia-nccl.txt
 RUN set -eu; \
+    cat /opt/nvidia-libs/*.txt | LC_ALL=C sort > /opt/nvidia-libs.txt; \
     for f in /opt/stage/opt/venv/lib/python3.13/site-packages/*.libs/lib*.so.*; do \
         [ -f "$f" ] && [ ! -L "$f" ] || continue; \
         base="${f##*/}"; name="${base%%.*}"; major="${base##*.so.}"; \
@@ -156,12 +278,16 @@ RUN set -eux; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log \
         /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 COPY --from=tier-nvidia /opt/stage/ /
+COPY --from=tier-nvidia-cublas /opt/stage/ /
+COPY --from=tier-nvidia-solvers /opt/stage/ /
+COPY --from=tier-nvidia-cudnn /opt/stage/ /
+COPY --from=tier-nvidia-nccl /opt/stage/ /
 COPY --from=tier-torch /opt/stage/ /
 COPY --from=tier-torch-family /opt/stage/ /
 
 # What the env stage is made of, as the builder keys it: the pinned list of each of its tiers.
 FROM scratch AS env-key
-COPY --from=resolve /opt/tiers/nvidia.txt /opt/tiers/torch.txt /opt/tiers/torch-family.txt /
+COPY --from=resolve /opt/tiers/nvidia.txt /opt/tiers/nvidia-cublas.txt /opt/tiers/nvidia-solvers.txt /opt/tiers/nvidia-cudnn.txt /opt/tiers/nvidia-nccl.txt /opt/tiers/torch.txt /opt/tiers/torch-family.txt /
 
 FROM ${ENV_IMAGE}
 RUN for f in /opt/venv/.imagebuild-removed-*.txt; do \

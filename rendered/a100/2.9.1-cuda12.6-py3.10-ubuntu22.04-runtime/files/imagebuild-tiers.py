@@ -10,8 +10,9 @@ on its own (`pip install --no-deps` of exact pins) into its own layer. A tier fi
 hit on both builders (a COPY's cache key is its content), so its layer keeps its digest.
 
 Which tier holds a package:
-- a package a tier OWNS by name (nvidia-* for the CUDA wheels, torch/triton, torchvision/torchaudio,
-  transformer_engine*) is that tier's;
+- a package a tier OWNS by name (nvidia-* for the CUDA wheels, nvidia-cudnn-* for cuDNN's, torch/triton,
+  torchvision/torchaudio, transformer_engine*) is that tier's; where two tiers' patterns match, the closer one
+  (owner());
 - any other package (a dependency such as sympy or numpy) is in the LOWEST tier whose own environment already has it
   at its final version, and where it stays so in every tier above. The environment of tier k is resolved from tier
   k's and the lower tiers' requirements alone (their owned packages pinned at their final versions). So a package an
@@ -48,11 +49,17 @@ def canonical(name: str) -> str:
 
 
 def owner(name: str, tiers: Sequence[Mapping[str, object]]) -> int | None:
-    """The index of the tier that owns `name` by one of its glob patterns (first match), else None."""
+    """The index of the tier that owns `name` by one of its glob patterns, else None. Where patterns of several
+    tiers match, the one that names it most closely wins (the most characters that are not `*`/`?`: `nvidia-cudnn-*`
+    over `nvidia-*`); on a tie, the lowest tier."""
+    best: tuple[int, int] | None = None  # (closeness, -index)
     for index, tier in enumerate(tiers):
-        if any(fnmatch.fnmatchcase(canonical(name), canonical(str(p))) for p in tier.get("owns", ()) or ()):  # type: ignore[attr-defined]
-            return index
-    return None
+        for pattern in tier.get("owns", ()) or ():  # type: ignore[attr-defined]
+            if fnmatch.fnmatchcase(canonical(name), canonical(str(pattern))):
+                closeness = len(str(pattern).replace("*", "").replace("?", ""))
+                if best is None or (closeness, -index) > best:
+                    best = (closeness, -index)
+    return None if best is None else -best[1]
 
 
 def assign(tiers: Sequence[Mapping[str, object]], final: Mapping[str, str],
@@ -77,15 +84,26 @@ def assign(tiers: Sequence[Mapping[str, object]], final: Mapping[str, str],
 def tier_environments(tiers: Sequence[Mapping[str, object]], final: Mapping[str, str],
                       resolve: Resolver) -> dict[int, dict[str, str]]:
     """The environment of each tier below the last that adds requirements or owned packages: resolved from its own
-    and the lower tiers' requirements, every owned package of those tiers pinned at its final version."""
+    and the lower tiers' requirements, every owned package of those tiers pinned at its final version.
+    A run of tiers that only own packages (the nvidia-* tiers: no requirements of their own) is resolved once, at
+    its top: a dependency their wheels bring that no tier owns lands in that top tier (one resolution, not five)."""
     envs: dict[int, dict[str, str]] = {}
     requirements: list[str] = []
-    for k, tier in enumerate(tiers[:-1]):
-        owned = [f"{n}=={v}" for n, v in sorted(final.items()) if owner(n, tiers) == k]
-        added = [str(r) for r in tier.get("requires", ()) or ()] + owned  # type: ignore[attr-defined]
+    owners = {n: owner(n, tiers) for n in final}
+
+    def owned(k: int) -> list[str]:
+        return [f"{n}=={v}" for n, v in sorted(final.items()) if owners[n] == k]
+
+    def asks(k: int) -> list[str]:
+        return [str(r) for r in tiers[k].get("requires", ()) or ()]  # type: ignore[attr-defined]
+
+    for k in range(len(tiers) - 1):
+        added = asks(k) + owned(k)
         if not added:
             continue
         requirements += added
+        if not asks(k) and k + 1 < len(tiers) - 1 and not asks(k + 1) and owned(k + 1):
+            continue  # the next tier only owns too: resolved with it
         envs[k] = resolve(list(requirements))
     return envs
 
