@@ -260,7 +260,7 @@ def test_all_problems_reported_in_one_run():
         (2, "registry"), (3, "gpu_archs[1]"), (5, "defaults.os"), (7, "defaults.flavors"), (8, "defaults.tf32"),
         (9, "defaults.pytorh"), (12, "matrix.cuda"), (14, "include[0].cuda"), (14, "include[0].cudnn"),
         (15, "include[1].python"), (15, "include[1].transformer_engine"), (16, "include[2].base_image"),
-        (17, "include[3].cudnn"), (19, "include[5].torchvision"), (20, "include[6].cuda"),
+        (17, "include[3].cudnn"), (18, "include[4].cudnn"), (19, "include[5].torchvision"), (20, "include[6].cuda"),
         (20, "include[6].transformer_engine"), (23, "size_budget.runtime"), (24, "pytorh"),
     ]
     assert lines == sorted(lines, key=lambda x: x[0])

@@ -67,7 +67,6 @@ def test_torch_27_cuda_123_cudnn_89_says_which_variants_exist():
     ("9.10.2.21", "9.10.2.21", None),
     ("9.10", "9.10.2.21", "9.10 → 9.10.2.21 (the torch wheel's own pin)"),
     ("9", "9.10.2.21", "9 → 9.10.2.21 (the torch wheel's own pin)"),
-    ("9.13.0.50", "9.13.0.50", "9.13.0.50 (explicit; the torch wheel pins 9.10.2.21)"),
 ])
 def test_cudnn_pin_honoured(pin, expected, chosen):
     [v] = resolve(f'{{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, cudnn: "{pin}"}}')
@@ -75,10 +74,14 @@ def test_cudnn_pin_honoured(pin, expected, chosen):
     assert v.chosen.get("cudnn") == chosen
 
 
-def test_cudnn_pin_older_than_wheel_rejected():
-    [p] = problems('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, cudnn: "9.5.1.17"}')
-    assert p == ("m.yaml:4: include[0].cudnn: cuDNN 9.5.1.17 is older than 9.10.2.21, which torch 2.9.1 cu128's "
-                 "wheel pins; valid choices: a cuDNN 9.x version not older than 9.10.2.21, or leave cudnn unset")
+@pytest.mark.parametrize("pin", ["9.5.1.17", "9.13.0.50"])
+def test_a_cudnn_pin_other_than_the_wheels_own_is_refused(pin):
+    """Older or newer: the wheel requires exactly its own cuDNN, so pip installs no other; an image built anyway
+    would carry 9.10.2.21 under a label naming the pin (the state would lie until its test failed it)."""
+    [p] = problems(f'{{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, cudnn: "{pin}"}}')
+    assert p == (f"m.yaml:4: include[0].cudnn: cuDNN {pin} is not the cuDNN torch 2.9.1 cu128's wheel pins: it "
+                 "requires exactly 9.10.2.21, and pip installs no other cuDNN beside it; valid choices: 9.10.2.21 (or "
+                 "a prefix of it), or leave cudnn unset")
 
 
 def test_cudnn_pin_other_major_rejected():
@@ -88,10 +91,16 @@ def test_cudnn_pin_other_major_rejected():
 
 
 def test_nccl_pin_rules():
-    [v] = resolve('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, nccl: "2.28.3"}')
-    assert v.versions.nccl == "2.28.3"
-    [p] = problems('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, nccl: "2.21.5"}')
-    assert "include[0].nccl: NCCL 2.21.5 is older than 2.27.5" in p
+    [v] = resolve('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, nccl: "2.27"}')
+    assert v.versions.nccl == "2.27.5" and v.chosen["nccl"] == "2.27 → 2.27.5 (the torch wheel's own pin)"
+    # another NCCL: refused, naming the torch releases whose wheel for this CUDA pins it
+    [p] = problems('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, nccl: "2.27.3"}')
+    assert p.startswith("m.yaml:4: include[0].nccl: NCCL 2.27.3 is not the NCCL torch 2.9.1 cu128's wheel pins: it "
+                        "requires exactly 2.27.5") and p.endswith(
+        "valid choices: 2.27.5 (or a prefix of it), or leave nccl unset; torch releases whose CUDA 12.8 wheel pins "
+        "NCCL 2.27.3: 2.8.0")
+    [p] = problems('{torch: "2.9.1", cuda: "12.8", os: ubuntu24.04, nccl: "2.28.3"}')
+    assert "NCCL 2.28.3 is not the NCCL torch 2.9.1 cu128's wheel pins" in p and "torch releases" not in p
 
 
 def test_cpu_variant_has_no_cudnn():

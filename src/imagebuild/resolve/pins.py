@@ -1,7 +1,8 @@
 """torch release, CUDA variant, and the library pins that follow from the torch wheel.
 
 The torch wheel is the authority: it pins nvidia-cudnn/nccl exactly, and torchvision/torchaudio each pin one torch.
-An explicit cudnn/nccl pin is honoured only when that wheel can use it: same major, not older than its own pin.
+An explicit cudnn/nccl pin must name the wheel's own pin (itself or a prefix of it): the wheel requires exactly that
+version, so no other can be installed beside it (_check_pin).
 """
 
 from __future__ import annotations
@@ -43,8 +44,12 @@ def pick_cuda(ctx: Ctx, rv: RawVariant, release: TorchRelease) -> tuple[TorchVar
 
 def _check_pin(ctx: Ctx, rv: RawVariant, lib: str, wanted: str, wheel_pin: str, label: str,
                chosen: dict[str, str]) -> str | None:
+    """The wheel's own pin where `wanted` names it (itself or a prefix of it); else a problem and None. Another
+    version, older or newer, is refused: the torch wheel requires exactly its own (`nvidia-nccl-cu13==2.29.7`), so pip
+    installs no other beside it, and an image built anyway would carry the wheel's pin under a label naming `wanted`
+    (its NCCL check, `pip check` and the label test would then fail it)."""
     name, major = LIB_NAMES[lib], vtuple(wheel_pin)[0]
-    valid = f"valid choices: a {name} {major}.x version not older than {wheel_pin}, or leave {lib} unset"
+    valid = f"valid choices: {wheel_pin} (or a prefix of it), or leave {lib} unset"
     if vtuple(wanted)[0] != major:
         ctx.bad(rv, lib, f"{name} {wanted} is incompatible with {label}, whose wheel pins {name} {wheel_pin} "
                          f"(the major version must be {major})", valid)
@@ -53,11 +58,13 @@ def _check_pin(ctx: Ctx, rv: RawVariant, lib: str, wanted: str, wheel_pin: str, 
         if wanted != wheel_pin:
             chosen[lib] = f"{wanted} → {wheel_pin} (the torch wheel's own pin)"
         return wheel_pin
-    if vtuple(wanted) < vtuple(wheel_pin):
-        ctx.bad(rv, lib, f"{name} {wanted} is older than {wheel_pin}, which {label}'s wheel pins", valid)
-        return None
-    chosen[lib] = f"{wanted} (explicit; the torch wheel pins {wheel_pin})"
-    return wanted
+    cuda = str(rv.values["cuda"])
+    pinning = [r.version for r in ctx.tables.torch.values() if (v := r.variants.get(cuda)) is not None
+               and getattr(v, lib) and is_prefix(wanted, getattr(v, lib))]
+    where = f"; torch releases whose CUDA {cuda} wheel pins {name} {wanted}: {', '.join(pinning)}" if pinning else ""
+    ctx.bad(rv, lib, f"{name} {wanted} is not the {name} {label}'s wheel pins: it requires exactly {wheel_pin}, and "
+                     f"pip installs no other {name} beside it", valid + where)
+    return None
 
 
 def library_pins(ctx: Ctx, rv: RawVariant, release: TorchRelease, variant: TorchVariant | None,
