@@ -158,7 +158,7 @@ def test_a_run_of_tiers_that_only_own_is_resolved_once_at_its_top():
 
 
 def test_a_newer_nccl_wheel_changes_the_nccl_tier_file_alone():
-    """A bump of NCCL (the matrix's pin, or torch's) rewrites one tier file of the five: every other tier stage is a
+    """A torch release that moves its NCCL pin alone rewrites one tier file of the five: every other tier stage is a
     cache hit and its layer keeps its digest, so a node that held the image pulls NCCL's layer alone."""
     spec = json.loads(tiers.spec_file([*tiers.NVIDIA_TIERS, tiers.Tier("torch", "torch", owns=("torch",),
                                                                           requires=("torch==2.13.0",))]))["tiers"]

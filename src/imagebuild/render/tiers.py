@@ -55,13 +55,14 @@ class Tier:
         return {"name": self.name, "owns": list(self.owns), "requires": list(self.requires)}
 
 
-# The CUDA wheels (nvidia-*) in five layers of 0.4-0.55 GB each (CUDA 13 wheels, compressed), least changing first,
-# not one of 1.9 GB:
-# - a node fetches the five blobs side by side and applies the first while the rest arrive (containerd applies a
-#   layer once its blob is whole: one 1.87 GB blob was whole only 17-18 s into a CUDA runtime's pull on this
-#   machine; bench/loop-cuda.md);
-# - a bump of the matrix's cuDNN or NCCL pin replaces that library's layer alone, so a node that held the image pulls
-#   that much (0.4-0.5 GB) and not every CUDA library again;
+# The CUDA wheels (nvidia-*) in five layers of 0.24-0.56 GB compressed (the CUDA 13 runtime), least changing first,
+# not one of 1.87 GB (bench/loop-cuda.md round 25):
+# - the blobs travel side by side: the signed push of that runtime took 10.2 s against 12.3 s (medians of 3), and a
+#   node, which applies a layer only once its blob is whole, pulled it in 30.6 s against 32.5 s (containerd 1.7's
+#   serial applies keep that gain small);
+# - a torch release that moves some of its nvidia-* pins (a new cuDNN or NCCL) replaces those tiers' layers alone:
+#   the others keep their digests, and a node that held the image pulls the changed ones (0.24-0.56 GB each), not
+#   every CUDA library again;
 # - no layer nears a registry's layer limit (push's --layer-limit) as the libraries grow.
 # A wheel goes to the tier whose pattern names it most closely (tiering.owner): `nvidia-*` holds the rest.
 NVIDIA_TIERS = (
