@@ -128,6 +128,26 @@ def test_each_cuda_wheel_goes_to_the_tier_that_names_it_most_closely(wheel):
     assert spec[tiering.owner(wheel, spec)]["name"] == CUDA_WHEELS[wheel]
 
 
+@pytest.mark.parametrize("package", ["nvidia-ml-py", "nvidia-dali-cuda120", "nvidia-modelopt"])
+def test_an_nvidia_package_the_matrix_adds_gets_its_own_layer_and_the_cuda_layers_stay(package):
+    """Not a CUDA library wheel: no tier owns it, so it goes where any matrix package goes (its own layer), and the
+    nvidia tier files are the same with it as without it."""
+    spec = json.loads(tiers.spec_file([*tiers.NVIDIA_TIERS, tiers.Tier("torch", "torch", owns=("torch",),
+                                                                          requires=("torch==2.13.0",)),
+                                       *tiers.matrix_tiers([package])]))["tiers"]
+    assert tiering.owner(package, spec) is None
+    base = {"nvidia-cuda-runtime": "13.0.96", "nvidia-cublas": "13.1.0.3", "torch": "2.13.0"}
+
+    def files(final):
+        def resolve(requirements):  # pip: each tier's own environment has what it asked for, nothing above it
+            return {n: v for n, v in final.items() if n != package or any(r.startswith(package) for r in requirements)}
+        return dict(zip([t["name"] for t in spec],
+                        tiering.assign(spec, final, tiering.tier_environments(spec, final, resolve)), strict=True))
+    before, after = files(base), files({**base, package: "1.0"})
+    assert after[f"matrix-{package}"] == [package]
+    assert all(before[t["name"]] == after[t["name"]] for t in spec[:6])
+
+
 def test_the_closest_pattern_wins_whatever_the_order_and_a_tie_goes_to_the_lowest_tier():
     rest, cudnn = {"name": "rest", "owns": ["nvidia-*"]}, {"name": "cudnn", "owns": ["nvidia-cudnn-*"]}
     assert tiering.owner("nvidia-cudnn-cu13", [rest, cudnn]) == 1

@@ -64,10 +64,13 @@ class Tier:
 #   the others keep their digests, and a node that held the image pulls the changed ones (0.24-0.56 GB each), not
 #   every CUDA library again;
 # - no layer nears a registry's layer limit (push's --layer-limit) as the libraries grow.
-# A wheel goes to the tier whose pattern names it most closely (tiering.owner): `nvidia-*` holds the rest.
+# A wheel goes to the tier whose pattern names it most closely (tiering.owner): `nvidia` holds the rest of the CUDA
+# library wheels (nvidia-cu*, nvJitLink, NVTX). Other nvidia-* packages a matrix asks for (nvidia-ml-py,
+# nvidia-dali-*, nvidia-modelopt) are owned by no tier: like any package, each goes to the lowest tier that needs it,
+# so adding one to the matrix adds its own layer and leaves the CUDA layers as they were.
 NVIDIA_TIERS = (
-    Tier("nvidia", "the CUDA runtime, NVRTC, nvJitLink, cuRAND, cuFFT, cuSPARSELt and the smaller NVIDIA wheels",
-         owns=("nvidia-*",)),
+    Tier("nvidia", "the CUDA runtime, NVRTC, nvJitLink, cuRAND, cuFFT, cuSPARSELt and the smaller CUDA wheels",
+         owns=("nvidia-cu*", "nvidia-nvjitlink", "nvidia-nvjitlink-*", "nvidia-nvtx", "nvidia-nvtx-*")),
     Tier("nvidia-cublas", "cuBLAS (nvidia-cublas)", owns=("nvidia-cublas", "nvidia-cublas-*")),
     Tier("nvidia-solvers", "cuSOLVER and cuSPARSE (nvidia-cusolver, nvidia-cusparse)",
          owns=("nvidia-cusolver", "nvidia-cusolver-*", "nvidia-cusparse", "nvidia-cusparse-*")),

@@ -24,7 +24,7 @@ RUN set -eux; \
     PYTHONHASHSEED=0 /opt/venv/bin/python /tmp/imagebuild-tiers.py /tmp/imagebuild-tiers.json /opt/tiers \
         --
 
-# layer 1 of the environment: the CUDA runtime, NVRTC, nvJitLink, cuRAND, cuFFT, cuSPARSELt and the smaller NVIDIA wheels
+# layer 1 of the environment: the CUDA runtime, NVRTC, nvJitLink, cuRAND, cuFFT, cuSPARSELt and the smaller CUDA wheels
 FROM ${BASE_IMAGE} AS tier-nvidia
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # DL3002: a builder stage; nothing from it runs in the image.
