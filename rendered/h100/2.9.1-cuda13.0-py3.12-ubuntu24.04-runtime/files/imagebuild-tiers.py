@@ -10,12 +10,13 @@ on its own (`pip install --no-deps` of exact pins) into its own layer. A tier fi
 hit on both builders (a COPY's cache key is its content), so its layer keeps its digest.
 
 Which tier holds a package:
-- a package a tier OWNS by name (nvidia-* for the CUDA wheels, nvidia-cudnn-* for cuDNN's, torch/triton,
+- a package a tier OWNS by name (nvidia-cu* for the CUDA wheels, nvidia-cudnn-* for cuDNN's, torch/triton,
   torchvision/torchaudio, transformer_engine*) is that tier's; where two tiers' patterns match, the closer one
   (owner());
 - any other package (a dependency such as sympy or numpy) is in the LOWEST tier whose own environment already has it
   at its final version, and where it stays so in every tier above. The environment of tier k is resolved from tier
-  k's and the lower tiers' requirements alone (their owned packages pinned at their final versions). So a package an
+  k's and the lower tiers' requirements alone (their owned packages pinned at their final versions; a run of tiers
+  that only own, such as the nvidia ones, is resolved once at its top: tier_environments). So a package an
   upper tier would upgrade (or downgrade) is that upper tier's: adding `sympy==1.14` to the matrix's packages moves
   sympy into the matrix tier instead of rewriting the torch tier, and the torch layer keeps its digest.
 
