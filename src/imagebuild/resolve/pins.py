@@ -47,7 +47,7 @@ def _check_pin(ctx: Ctx, rv: RawVariant, lib: str, wanted: str, wheel_pin: str, 
     """The wheel's own pin where `wanted` names it (itself or a prefix of it); else a problem and None. Another
     version, older or newer, is refused: the torch wheel requires exactly its own (`nvidia-nccl-cu13==2.29.7`), so pip
     installs no other beside it, and an image built anyway would carry the wheel's pin under a label naming `wanted`
-    (its NCCL check, `pip check` and the label test would then fail it)."""
+    (its smoke test of the loaded NCCL against the label would then fail it)."""
     name, major = LIB_NAMES[lib], vtuple(wheel_pin)[0]
     valid = f"valid choices: {wheel_pin} (or a prefix of it), or leave {lib} unset"
     if vtuple(wanted)[0] != major:
