@@ -122,6 +122,12 @@ CUDA_WHEELS = {  # every nvidia-* wheel torch 2.9 (CUDA 12.8) and torch 2.13 (CU
 }
 
 
+def cuda_spec(*above: tiers.Tier) -> list[dict]:
+    """The resolve stage's spec of a CUDA runtime: the nvidia tiers, torch, then `above`."""
+    torch = tiers.Tier("torch", "torch", owns=("torch",), requires=("torch==2.13.0",))
+    return json.loads(tiers.spec_file([*tiers.NVIDIA_TIERS, torch, *above]))["tiers"]
+
+
 @pytest.mark.parametrize("wheel", sorted(CUDA_WHEELS))
 def test_each_cuda_wheel_goes_to_the_tier_that_names_it_most_closely(wheel):
     spec = json.loads(tiers.spec_file(tiers.NVIDIA_TIERS))["tiers"]
@@ -132,9 +138,7 @@ def test_each_cuda_wheel_goes_to_the_tier_that_names_it_most_closely(wheel):
 def test_an_nvidia_package_the_matrix_adds_gets_its_own_layer_and_the_cuda_layers_stay(package):
     """Not a CUDA library wheel: no tier owns it, so it goes where any matrix package goes (its own layer), and the
     nvidia tier files are the same with it as without it."""
-    spec = json.loads(tiers.spec_file([*tiers.NVIDIA_TIERS, tiers.Tier("torch", "torch", owns=("torch",),
-                                                                          requires=("torch==2.13.0",)),
-                                       *tiers.matrix_tiers([package])]))["tiers"]
+    spec = cuda_spec(*tiers.matrix_tiers([package]))
     assert tiering.owner(package, spec) is None
     base = {"nvidia-cuda-runtime": "13.0.96", "nvidia-cublas": "13.1.0.3", "torch": "2.13.0"}
 
@@ -153,14 +157,14 @@ def test_the_closest_pattern_wins_whatever_the_order_and_a_tie_goes_to_the_lowes
     assert tiering.owner("nvidia-cudnn-cu13", [rest, cudnn]) == 1
     assert tiering.owner("nvidia-cudnn-cu13", [cudnn, rest]) == 0
     assert tiering.owner("nvidia-cublas", [rest, cudnn]) == 0
-    assert tiering.owner("nvidia-cublas", [{"name": "a", "owns": ["nvidia-*"]}, {"name": "b", "owns": ["nvidia-*"]}]) == 0
+    same = [{"name": "a", "owns": ["nvidia-*"]}, {"name": "b", "owns": ["nvidia-*"]}]
+    assert tiering.owner("nvidia-cublas", same) == 0
 
 
 def test_a_run_of_tiers_that_only_own_is_resolved_once_at_its_top():
     """The five nvidia tiers: one resolution of all their wheels, not five; what their wheels bring that no tier owns
     (here `cuda-pathfinder`) lands in the run's top tier, and every tier keeps its own wheels."""
-    spec = json.loads(tiers.spec_file([*tiers.NVIDIA_TIERS, tiers.Tier("torch", "torch", owns=("torch",),
-                                                                          requires=("torch==2.13.0",))]))["tiers"]
+    spec = cuda_spec()
     nvidia = {"nvidia-cuda-runtime": "13.0.96", "nvidia-cublas": "13.1.0.3", "nvidia-cusolver": "12.0.4.66",
               "nvidia-cudnn-cu13": "9.13.0.50", "nvidia-nccl-cu13": "2.27.7", "cuda-pathfinder": "1.3.0"}
     final = {**nvidia, "torch": "2.13.0", "sympy": "1.14.0"}
@@ -180,8 +184,7 @@ def test_a_run_of_tiers_that_only_own_is_resolved_once_at_its_top():
 def test_a_newer_nccl_wheel_changes_the_nccl_tier_file_alone():
     """A torch release that moves its NCCL pin alone rewrites one tier file of the five: every other tier stage is a
     cache hit and its layer keeps its digest, so a node that held the image pulls NCCL's layer alone."""
-    spec = json.loads(tiers.spec_file([*tiers.NVIDIA_TIERS, tiers.Tier("torch", "torch", owns=("torch",),
-                                                                          requires=("torch==2.13.0",))]))["tiers"]
+    spec = cuda_spec()
     nvidia = {"nvidia-cuda-runtime": "13.0.96", "nvidia-cublas": "13.1.0.3", "nvidia-cusparse": "12.6.3.3",
               "nvidia-cudnn-cu13": "9.13.0.50", "nvidia-nccl-cu13": "2.27.7", "nvidia-nvshmem-cu13": "3.3.24"}
 
@@ -241,8 +244,8 @@ def test_the_render_has_only_the_tiers_with_something_to_hold():
     copies = [line for line in env.splitlines() if line.startswith("COPY --from=tier-")]
     assert copies == [f"COPY --from=tier-{n} /opt/stage/ /" for n, _ in te.env_layers]
     assert env.index("apt-get install") < env.index(copies[0])
-    assert ("\nFROM scratch AS env-key\nCOPY --from=resolve " + " ".join(f"/opt/tiers/{n}.txt" for n in nvidia)
-            + " /opt/tiers/torch.txt /opt/tiers/torch-family.txt /opt/tiers/transformer-engine.txt /\n") in te.dockerfile
+    listed = " ".join(f"/opt/tiers/{n}.txt" for n in [*nvidia, "torch", "torch-family", "transformer-engine"])
+    assert f"\nFROM scratch AS env-key\nCOPY --from=resolve {listed} /\n" in te.dockerfile
     final = cpu.dockerfile.rsplit("\nFROM ${ENV_IMAGE}\n", 1)[1]
     assert [line for line in final.splitlines() if line.startswith("COPY --from=tier-")] == [
         "COPY --from=tier-matrix-numpy /opt/stage/ /"]

@@ -339,7 +339,8 @@ def test_transformer_engine_builder(rendered):
     # cu128-te-te-wheel.Dockerfile); the runtime only installs the cached wheel from its context
     nvidia = [f"FROM ${{BASE_IMAGE}} AS tier-{n}" for n in ("nvidia", "nvidia-cublas", "nvidia-solvers",
                                                            "nvidia-cudnn", "nvidia-nccl")]
-    assert list(stages) == ["FROM ${BASE_IMAGE} AS resolve", *nvidia, "FROM ${BASE_IMAGE} AS tier-torch", "FROM ${BASE_IMAGE} AS tier-torch-family",
+    assert list(stages) == ["FROM ${BASE_IMAGE} AS resolve", *nvidia, "FROM ${BASE_IMAGE} AS tier-torch",
+                            "FROM ${BASE_IMAGE} AS tier-torch-family",
                             "FROM ${BASE_IMAGE} AS tier-transformer-engine", "FROM ${BASE_IMAGE} AS env",
                             "FROM scratch AS env-key", "FROM ${ENV_IMAGE}"]
     from imagebuild.render.te_wheel import render_te_wheel

@@ -49,7 +49,7 @@ class Tier:
     @property
     def nvidia(self) -> bool:
         """One of the NVIDIA_TIERS: its stage lists the CUDA libraries the stages above link their copies to."""
-        return self.name == "nvidia" or self.name.startswith("nvidia-")
+        return self in NVIDIA_TIERS
 
     def spec(self) -> dict[str, object]:
         return {"name": self.name, "owns": list(self.owns), "requires": list(self.requires)}

@@ -91,19 +91,13 @@ def tier_environments(tiers: Sequence[Mapping[str, object]], final: Mapping[str,
     envs: dict[int, dict[str, str]] = {}
     requirements: list[str] = []
     owners = {n: owner(n, tiers) for n in final}
-
-    def owned(k: int) -> list[str]:
-        return [f"{n}=={v}" for n, v in sorted(final.items()) if owners[n] == k]
-
-    def asks(k: int) -> list[str]:
-        return [str(r) for r in tiers[k].get("requires", ()) or ()]  # type: ignore[attr-defined]
-
+    owned = [[f"{n}=={v}" for n, v in sorted(final.items()) if owners[n] == k] for k in range(len(tiers))]
+    asks = [[str(r) for r in tier.get("requires", ()) or ()] for tier in tiers]  # type: ignore[attr-defined]
     for k in range(len(tiers) - 1):
-        added = asks(k) + owned(k)
-        if not added:
+        if not asks[k] + owned[k]:
             continue
-        requirements += added
-        if not asks(k) and k + 1 < len(tiers) - 1 and not asks(k + 1) and owned(k + 1):
+        requirements += asks[k] + owned[k]
+        if not asks[k] and k + 1 < len(tiers) - 1 and not asks[k + 1] and owned[k + 1]:
             continue  # the next tier only owns too: resolved with it
         envs[k] = resolve(list(requirements))
     return envs
